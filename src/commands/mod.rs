@@ -1,0 +1,28 @@
+//! The `gnnpar` command line: one sub-command per file, each with its own argument struct.
+
+pub mod info;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+/// gnnpar: distributed GNN training on HPC clusters.
+#[derive(Parser, Debug)]
+#[command(name = "gnnpar", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The sub-commands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Describe a dataset file or a partition directory (under mpirun: each rank its own part).
+    Info(info::InfoArgs),
+}
+
+/// Run the parsed command line.
+pub fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Info(args) => info::run(args),
+    }
+}

@@ -1,0 +1,245 @@
+//! The versioned HDF5 dataset format (v1), shared by `dataset.h5` and `parts/part-*.h5`.
+//!
+//! Attributes: `format_version` (u32), `num_nodes` (u64, whole graph), `first_node` (u64),
+//! `num_edges` (u64, edges stored in this file), `num_classes` (u64), `directed` (u8), `name`.
+//! Datasets: `indptr` (u64, local rows + 1), `indices` (u32, global ids), optional `features`
+//! (f32, rows × d, chunked by rows) and `labels` (i64, rows, or rows × c for multi-label),
+//! `train_idx` / `val_idx` / `test_idx` (u64, global ids). See `docs/format.md`.
+
+use super::{Csr, Dataset, Labels, NodeId, Splits};
+use crate::util::{atomic::AtomicOutput, h5};
+use anyhow::{bail, Context, Result};
+use std::path::Path;
+
+/// The format version this build writes and the only one it reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Write `ds` to `path` atomically (temporary name, then rename).
+pub fn write_dataset(ds: &Dataset, path: &Path) -> Result<()> {
+    let out = AtomicOutput::new(path)?;
+    write_dataset_to(ds, out.tmp_path())
+        .with_context(|| format!("writing `{}`", path.display()))?;
+    out.commit()
+}
+
+/// Write `ds` to `path` directly (callers handle atomicity, e.g. inside a temporary directory).
+pub fn write_dataset_to(ds: &Dataset, path: &Path) -> Result<()> {
+    let file = h5::create(path)?;
+    h5::write_attr(&file, "format_version", FORMAT_VERSION)?;
+    h5::write_attr(&file, "num_nodes", ds.num_nodes)?;
+    h5::write_attr(&file, "first_node", ds.first_node)?;
+    h5::write_attr(&file, "num_edges", ds.local_edges())?;
+    h5::write_attr(&file, "num_classes", ds.num_classes as u64)?;
+    h5::write_attr(&file, "directed", ds.directed as u8)?;
+    h5::write_str_attr(&file, "name", &ds.name)?;
+    h5::write_vec(&file, "indptr", &ds.graph.indptr)?;
+    h5::write_vec(&file, "indices", &ds.graph.indices)?;
+    if let Some(f) = &ds.features {
+        h5::write_matrix(&file, "features", f.view())?;
+    }
+    match &ds.labels {
+        Some(Labels::Class(l)) => h5::write_vec(&file, "labels", l)?,
+        Some(Labels::Multi(m)) => h5::write_matrix(&file, "labels", m.view())?,
+        None => {}
+    }
+    for (name, ids) in split_fields(&ds.splits) {
+        let wide: Vec<u64> = ids.iter().map(|&v| v as u64).collect();
+        h5::write_vec(&file, name, &wide)?;
+    }
+    file.flush().context("flushing HDF5 file")?;
+    Ok(())
+}
+
+fn split_fields(s: &Splits) -> [(&'static str, &Vec<NodeId>); 3] {
+    [
+        ("train_idx", &s.train),
+        ("val_idx", &s.val),
+        ("test_idx", &s.test),
+    ]
+}
+
+/// Header of a dataset file: what `info` prints without reading the arrays.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Header {
+    pub name: String,
+    pub num_nodes: u64,
+    pub first_node: u64,
+    pub local_nodes: u64,
+    pub num_edges: u64,
+    pub num_classes: usize,
+    pub feature_dim: usize,
+    pub directed: bool,
+}
+
+/// Read and check the header of `path`.
+pub fn read_header(path: &Path) -> Result<Header> {
+    let file = h5::open(path)?;
+    header_of(&file).with_context(|| format!("reading `{}`", path.display()))
+}
+
+fn header_of(file: &hdf5::File) -> Result<Header> {
+    let version: u32 = h5::read_attr(file, "format_version")?;
+    if version != FORMAT_VERSION {
+        bail!(
+            "`{}`: unknown `format_version` {version} (this gnnpar reads version {FORMAT_VERSION})",
+            file.filename()
+        );
+    }
+    let indptr_shape = h5::shape(file, "indptr")?;
+    let local_nodes = indptr_shape.first().copied().unwrap_or(0).saturating_sub(1) as u64;
+    let feature_dim = if h5::has(file, "features") {
+        let s = h5::shape(file, "features")?;
+        if s.len() != 2 {
+            bail!(
+                "`{}`: dataset `features` has shape {s:?}, expected rows × dims",
+                file.filename()
+            );
+        }
+        s[1]
+    } else {
+        0
+    };
+    Ok(Header {
+        name: h5::read_str_attr(file, "name").unwrap_or_default(),
+        num_nodes: h5::read_attr(file, "num_nodes")?,
+        first_node: h5::read_attr(file, "first_node").unwrap_or(0),
+        local_nodes,
+        num_edges: h5::read_attr(file, "num_edges")?,
+        num_classes: h5::read_attr::<u64>(file, "num_classes")? as usize,
+        feature_dim,
+        directed: h5::read_attr::<u8>(file, "directed").unwrap_or(1) != 0,
+    })
+}
+
+/// Read `path` and validate every field; errors name the file and the field.
+pub fn read_dataset(path: &Path) -> Result<Dataset> {
+    let file = h5::open(path)?;
+    read_from(&file).with_context(|| format!("reading `{}`", path.display()))
+}
+
+fn read_from(file: &hdf5::File) -> Result<Dataset> {
+    let fname = file.filename();
+    let header = header_of(file)?;
+    if header.num_nodes > u32::MAX as u64 {
+        bail!(
+            "`{fname}`: `num_nodes` = {} exceeds the 2^32 vertices gnnpar supports",
+            header.num_nodes
+        );
+    }
+    let graph = Csr {
+        indptr: h5::read_vec::<u64>(file, "indptr")?,
+        indices: h5::read_ids_u32(file, "indices")?,
+    };
+    let what = format!("`{fname}`");
+    graph.validate(header.num_nodes, &what)?;
+    if graph.num_edges() != header.num_edges {
+        bail!(
+            "`{fname}`: attribute `num_edges` is {} but `indices` has {} entries",
+            header.num_edges,
+            graph.num_edges()
+        );
+    }
+    let rows = graph.num_rows();
+    if header.first_node + rows as u64 > header.num_nodes {
+        bail!(
+            "`{fname}`: rows {}..{} exceed `num_nodes` = {}",
+            header.first_node,
+            header.first_node + rows as u64,
+            header.num_nodes
+        );
+    }
+    let features = if h5::has(file, "features") {
+        let f = h5::read_matrix::<f32>(file, "features")?;
+        if f.nrows() != rows {
+            bail!(
+                "`{fname}`: `features` has {} rows, expected {rows} (one per vertex)",
+                f.nrows()
+            );
+        }
+        if let Some((i, v)) = f.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+            bail!(
+                "`{fname}`: `features` row {} column {} is {v} (features must be finite)",
+                i / f.ncols().max(1),
+                i % f.ncols().max(1)
+            );
+        }
+        Some(f)
+    } else {
+        None
+    };
+    let labels = if h5::has(file, "labels") {
+        Some(read_labels(file, rows, header.num_classes)?)
+    } else {
+        None
+    };
+    let mut splits = Splits::default();
+    let owned = header.first_node..header.first_node + rows as u64;
+    for (name, slot) in [
+        ("train_idx", &mut splits.train),
+        ("val_idx", &mut splits.val),
+        ("test_idx", &mut splits.test),
+    ] {
+        if !h5::has(file, name) {
+            continue;
+        }
+        let ids = h5::read_vec::<u64>(file, name)?;
+        if let Some((i, v)) = ids.iter().enumerate().find(|(_, v)| !owned.contains(v)) {
+            bail!(
+                "`{fname}`: `{name}[{i}]` = {v} is outside the vertices held here ({}..{})",
+                owned.start,
+                owned.end
+            );
+        }
+        *slot = ids.into_iter().map(|v| v as NodeId).collect();
+    }
+    Ok(Dataset {
+        name: header.name,
+        num_nodes: header.num_nodes,
+        first_node: header.first_node,
+        graph,
+        features,
+        labels,
+        num_classes: header.num_classes,
+        splits,
+        directed: header.directed,
+    })
+}
+
+fn read_labels(file: &hdf5::File, rows: usize, classes: usize) -> Result<Labels> {
+    let fname = file.filename();
+    let shape = h5::shape(file, "labels")?;
+    let labels = match shape.len() {
+        1 => Labels::Class(h5::read_vec::<i64>(file, "labels")?),
+        2 => Labels::Multi(h5::read_matrix::<i64>(file, "labels")?),
+        _ => bail!("`{fname}`: `labels` has shape {shape:?}, expected n or n × classes"),
+    };
+    if labels.len() != rows {
+        bail!(
+            "`{fname}`: `labels` has {} rows, expected {rows} (one per vertex)",
+            labels.len()
+        );
+    }
+    match &labels {
+        Labels::Class(l) => {
+            if let Some((i, v)) = l
+                .iter()
+                .enumerate()
+                .find(|(_, &v)| v < 0 || v as usize >= classes)
+            {
+                bail!("`{fname}`: `labels[{i}]` = {v} is outside [0, {classes}) (`num_classes`)");
+            }
+        }
+        Labels::Multi(m) => {
+            if m.ncols() != classes {
+                bail!(
+                    "`{fname}`: multi-label `labels` has {} columns but `num_classes` is {classes}",
+                    m.ncols()
+                );
+            }
+            if let Some(v) = m.iter().find(|&&v| v != 0 && v != 1) {
+                bail!("`{fname}`: multi-label `labels` holds {v}; expected 0 or 1");
+            }
+        }
+    }
+    Ok(labels)
+}

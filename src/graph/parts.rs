@@ -1,0 +1,158 @@
+//! Partitioned datasets on disk: `parts/meta.h5` plus one `parts/part-%05d.h5` per part.
+//!
+//! After partitioning, part `p` owns the contiguous global ids `[offsets[p], offsets[p+1])`
+//! (ARCHITECTURE invariant 1), so `owner(v)` is a binary search over `offsets`. `orig_id[v]`
+//! maps a relabelled vertex back to its id in the source dataset.
+
+use super::{format, Dataset};
+use crate::util::h5;
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+
+/// Name of the metadata file inside a partition directory.
+pub const META_FILE: &str = "meta.h5";
+
+/// Path of part `p` inside `dir`.
+pub fn part_path(dir: &Path, p: usize) -> PathBuf {
+    dir.join(format!("part-{p:05}.h5"))
+}
+
+/// Is `path` a partition directory (holds `meta.h5`)?
+pub fn is_parts_dir(path: &Path) -> bool {
+    path.is_dir() && path.join(META_FILE).is_file()
+}
+
+/// What `parts/meta.h5` records.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PartitionMeta {
+    pub name: String,
+    pub num_parts: usize,
+    /// `offsets[p]..offsets[p+1]` are the global ids owned by part `p`.
+    pub offsets: Vec<u64>,
+    /// `orig_id[new_id]` = id of the vertex in the source dataset.
+    pub orig_id: Vec<u64>,
+    /// `metis`, `random` or `hash`.
+    pub method: String,
+    /// Description of the weights used (`none` or the weights file).
+    pub weights: String,
+    /// Edges whose endpoints lie in different parts (each direction counts).
+    pub edge_cut: u64,
+    pub num_edges: u64,
+    /// Seconds spent partitioning.
+    pub seconds: f64,
+}
+
+impl PartitionMeta {
+    /// Part that owns global id `v`.
+    pub fn owner(&self, v: u64) -> usize {
+        owner_of(&self.offsets, v)
+    }
+
+    /// Number of vertices in the whole graph.
+    pub fn num_nodes(&self) -> u64 {
+        *self.offsets.last().unwrap_or(&0)
+    }
+}
+
+/// Part owning `v` given contiguous `offsets` (length parts + 1).
+#[inline]
+pub fn owner_of(offsets: &[u64], v: u64) -> usize {
+    offsets.partition_point(|&o| o <= v) - 1
+}
+
+/// Write `meta` into `dir/meta.h5` (the caller makes the directory atomic).
+pub fn write_meta(meta: &PartitionMeta, dir: &Path) -> Result<()> {
+    let path = dir.join(META_FILE);
+    let file = h5::create(&path)?;
+    h5::write_attr(&file, "format_version", format::FORMAT_VERSION)?;
+    h5::write_attr(&file, "num_parts", meta.num_parts as u64)?;
+    h5::write_attr(&file, "num_nodes", meta.num_nodes())?;
+    h5::write_attr(&file, "num_edges", meta.num_edges)?;
+    h5::write_attr(&file, "edge_cut", meta.edge_cut)?;
+    h5::write_attr(&file, "seconds", meta.seconds)?;
+    h5::write_str_attr(&file, "name", &meta.name)?;
+    h5::write_str_attr(&file, "method", &meta.method)?;
+    h5::write_str_attr(&file, "weights", &meta.weights)?;
+    h5::write_vec(&file, "offsets", &meta.offsets)?;
+    h5::write_vec(&file, "orig_id", &meta.orig_id)?;
+    Ok(())
+}
+
+/// Read and check `dir/meta.h5`.
+pub fn read_meta(dir: &Path) -> Result<PartitionMeta> {
+    let path = dir.join(META_FILE);
+    let file = h5::open(&path)?;
+    let fname = path.display().to_string();
+    (|| -> Result<PartitionMeta> {
+        let version: u32 = h5::read_attr(&file, "format_version")?;
+        if version != format::FORMAT_VERSION {
+            bail!(
+                "unknown `format_version` {version} (this gnnpar reads version {})",
+                format::FORMAT_VERSION
+            );
+        }
+        let num_parts = h5::read_attr::<u64>(&file, "num_parts")? as usize;
+        let offsets = h5::read_vec::<u64>(&file, "offsets")?;
+        if num_parts == 0 || offsets.len() != num_parts + 1 {
+            bail!(
+                "`offsets` has {} entries, expected `num_parts` + 1 = {}",
+                offsets.len(),
+                num_parts + 1
+            );
+        }
+        if offsets[0] != 0 || offsets.windows(2).any(|w| w[1] < w[0]) {
+            bail!("`offsets` must start at 0 and never decrease: {offsets:?}");
+        }
+        let orig_id = h5::read_vec::<u64>(&file, "orig_id")?;
+        if orig_id.len() as u64 != offsets[num_parts] {
+            bail!(
+                "`orig_id` has {} entries, expected one per vertex ({})",
+                orig_id.len(),
+                offsets[num_parts]
+            );
+        }
+        Ok(PartitionMeta {
+            name: h5::read_str_attr(&file, "name").unwrap_or_default(),
+            num_parts,
+            offsets,
+            orig_id,
+            method: h5::read_str_attr(&file, "method")?,
+            weights: h5::read_str_attr(&file, "weights").unwrap_or_else(|_| "none".into()),
+            edge_cut: h5::read_attr(&file, "edge_cut")?,
+            num_edges: h5::read_attr(&file, "num_edges")?,
+            seconds: h5::read_attr(&file, "seconds").unwrap_or(0.0),
+        })
+    })()
+    .with_context(|| format!("reading `{fname}`"))
+}
+
+/// Read part `p` of `dir` and check that it holds exactly the ids `meta` gives it.
+pub fn read_part(dir: &Path, meta: &PartitionMeta, p: usize) -> Result<Dataset> {
+    if p >= meta.num_parts {
+        bail!(
+            "part {p} requested but `{}` has {} parts",
+            dir.display(),
+            meta.num_parts
+        );
+    }
+    let path = part_path(dir, p);
+    let ds = format::read_dataset(&path)?;
+    let (lo, hi) = (meta.offsets[p], meta.offsets[p + 1]);
+    if ds.first_node != lo || ds.first_node + ds.local_nodes() as u64 != hi {
+        bail!(
+            "`{}` holds vertices {}..{} but `meta.h5` assigns {lo}..{hi} to part {p}",
+            path.display(),
+            ds.first_node,
+            ds.first_node + ds.local_nodes() as u64
+        );
+    }
+    if ds.num_nodes != meta.num_nodes() {
+        bail!(
+            "`{}`: `num_nodes` = {} but `meta.h5` has {}",
+            path.display(),
+            ds.num_nodes,
+            meta.num_nodes()
+        );
+    }
+    Ok(ds)
+}

@@ -1,0 +1,17 @@
+//! gnnpar: distributed graph neural network training on HPC clusters.
+//!
+//! The crate is one library plus the `gnnpar` binary. Modules hold one concern each:
+//!
+//! * [`graph`]: the in-memory CSR graph and dataset, the versioned HDF5 format, partition files;
+//! * [`commands`]: the implementation of each CLI sub-command (argument structs live there too);
+//! * [`comm`]: the only module that calls MPI;
+//! * [`sample`]: neighbour sampling into per-layer blocks;
+//! * [`util`]: atomic output files, progress reporting, HDF5 helpers.
+//!
+//! See `docs/architecture.md` for how the pieces fit together.
+
+pub mod comm;
+pub mod commands;
+pub mod graph;
+pub mod sample;
+pub mod util;

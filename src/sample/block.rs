@@ -1,0 +1,94 @@
+//! One layer of a sampled mini-batch, in DGL's message-flow-graph layout.
+
+use crate::graph::NodeId;
+
+/// A bipartite block from `num_src` source rows to `num_dst` destination rows.
+///
+/// * The destination nodes are the first `num_dst` source nodes (`src_nodes[..num_dst]`), so a
+///   layer can read a destination's own previous representation (SAGE's root weight, GCN's
+///   self-loop) without a lookup.
+/// * Edges are stored by destination in CSR form: the sources of destination `i` are the
+///   source-local indices `indices[indptr[i]..indptr[i + 1]]` (duplicates allowed: sampling
+///   with multiplicity or multigraphs).
+/// * `src_nodes` holds global vertex ids (after any relabelling by the partitioner).
+///
+/// In a mini-batch of `L` layers, `blocks[0]` is the input layer (its sources are the input
+/// feature rows) and `blocks[L-1]` the output layer (its destinations are the seeds).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Block {
+    pub num_dst: usize,
+    pub src_nodes: Vec<NodeId>,
+    pub indptr: Vec<usize>,
+    pub indices: Vec<u32>,
+}
+
+impl Block {
+    /// Number of source rows.
+    pub fn num_src(&self) -> usize {
+        self.src_nodes.len()
+    }
+
+    /// Number of edges.
+    pub fn num_edges(&self) -> usize {
+        self.indices.len()
+    }
+
+    /// Global ids of the destination nodes.
+    pub fn dst_nodes(&self) -> &[NodeId] {
+        &self.src_nodes[..self.num_dst]
+    }
+
+    /// Source-local indices of the in-neighbours of destination `i`.
+    #[inline]
+    pub fn in_edges(&self, i: usize) -> &[u32] {
+        &self.indices[self.indptr[i]..self.indptr[i + 1]]
+    }
+
+    /// In-degree of destination `i`.
+    #[inline]
+    pub fn in_degree(&self, i: usize) -> usize {
+        self.indptr[i + 1] - self.indptr[i]
+    }
+
+    /// The same block with one self-loop edge `i -> i` appended to every destination
+    /// (GCN's `A + I`).
+    pub fn with_self_loops(&self) -> Block {
+        let mut indptr = Vec::with_capacity(self.num_dst + 1);
+        let mut indices = Vec::with_capacity(self.indices.len() + self.num_dst);
+        indptr.push(0);
+        for i in 0..self.num_dst {
+            indices.extend_from_slice(self.in_edges(i));
+            indices.push(i as u32);
+            indptr.push(indices.len());
+        }
+        Block {
+            num_dst: self.num_dst,
+            src_nodes: self.src_nodes.clone(),
+            indptr,
+            indices,
+        }
+    }
+
+    /// Check internal consistency (used by tests and debug builds).
+    pub fn check(&self) -> Result<(), String> {
+        if self.num_dst > self.src_nodes.len() {
+            return Err(format!(
+                "num_dst {} > num_src {}",
+                self.num_dst,
+                self.src_nodes.len()
+            ));
+        }
+        if self.indptr.len() != self.num_dst + 1 || self.indptr[0] != 0 {
+            return Err("indptr must have num_dst + 1 entries starting at 0".into());
+        }
+        if self.indptr.windows(2).any(|w| w[1] < w[0])
+            || *self.indptr.last().unwrap() != self.indices.len()
+        {
+            return Err("indptr must be non-decreasing and end at the edge count".into());
+        }
+        if self.indices.iter().any(|&s| s as usize >= self.src_nodes.len()) {
+            return Err("edge source out of range".into());
+        }
+        Ok(())
+    }
+}

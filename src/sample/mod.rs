@@ -1,0 +1,5 @@
+//! Neighbour sampling into per-layer blocks (message-flow graphs).
+
+pub mod block;
+
+pub use block::Block;

@@ -1,0 +1,7 @@
+//! Small shared helpers: atomic output, logging, progress reporting, HDF5 access with errors
+//! that name the file and the field.
+
+pub mod atomic;
+pub mod h5;
+pub mod logging;
+pub mod progress;
