@@ -4,9 +4,19 @@
 //! directly, it is a single rank and never touches MPI (so tools like `prepare` work on a
 //! login node without a launcher). Any error on any rank ends the whole job through
 //! `MPI_Abort` with a message naming the rank: a failure never leaves other ranks waiting.
+//!
+//! A [`World`] holds three [`Group`]s: every rank, the ranks of this node (`split_shared`, or
+//! pretend nodes of a fixed size for tests), and the node leaders (rank 0 of each node).
+//! Every call counts bytes and seconds per kind of operation ([`CommStats`]).
 
-use mpi::collective::CommunicatorCollectives;
+mod group;
+mod stats;
+
+pub use group::Group;
+pub use stats::{CommStats, OpStats};
+
 use mpi::topology::{Communicator, SimpleCommunicator};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 static MPI_ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -21,7 +31,7 @@ pub fn rank_from_env() -> Option<usize> {
     env_usize(&["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"])
 }
 
-/// Was this process started by an MPI launcher (mpirun, mpiexec, srun)?
+/// Was this process started by an MPI launcher (mpirun, mpiexec, srun with PMI)?
 pub fn launched_by_mpi() -> bool {
     ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"]
         .iter()
@@ -33,96 +43,110 @@ fn env_usize(keys: &[&str]) -> Option<usize> {
         .find_map(|k| std::env::var(k).ok().and_then(|v| v.parse().ok()))
 }
 
-/// The world of this job: MPI's world communicator, or a single rank without MPI.
+/// The world of this job: all ranks, this node's ranks and the node leaders.
 pub struct World {
-    // Dropping the universe finalises MPI; keep it alive as long as the world.
+    // Dropping the universe finalises MPI; it must outlive every communicator.
+    world: Group,
+    node: Group,
+    leaders: Option<Group>,
+    node_index: usize,
+    num_nodes: usize,
+    stats: Rc<CommStats>,
     _universe: Option<mpi::environment::Universe>,
-    comm: Option<SimpleCommunicator>,
-    rank: usize,
-    size: usize,
+}
+
+impl std::ops::Deref for World {
+    type Target = Group;
+    fn deref(&self) -> &Group {
+        &self.world
+    }
 }
 
 impl World {
-    /// Initialise MPI when launched by an MPI launcher, else a single-rank world.
+    /// Initialise MPI when launched by an MPI launcher, else a single-rank world. Nodes are
+    /// the shared-memory domains MPI reports.
     pub fn init() -> anyhow::Result<World> {
+        World::init_with_nodes(None)
+    }
+
+    /// Like [`World::init`], but with `ranks_per_node = Some(k)` ranks are grouped into
+    /// pretend nodes of `k` consecutive ranks (tests of hybrid strategies on one machine).
+    pub fn init_with_nodes(ranks_per_node: Option<usize>) -> anyhow::Result<World> {
         if !launched_by_mpi() {
             return Ok(World::solo());
         }
         let universe = mpi::initialize()
             .ok_or_else(|| anyhow::anyhow!("MPI was already initialised in this process"))?;
-        let comm = universe.world();
-        let (rank, size) = (comm.rank() as usize, comm.size() as usize);
         MPI_ACTIVE.store(true, Ordering::SeqCst);
         install_panic_abort();
+        let stats = Rc::new(CommStats::default());
+        let world_comm = universe.world();
+        let rank = world_comm.rank();
+        let node_comm = match ranks_per_node {
+            Some(k) if k > 0 => world_comm
+                .split_by_color(mpi::topology::Color::with_value(rank / k as i32))
+                .ok_or_else(|| anyhow::anyhow!("MPI_Comm_split for pretend nodes failed"))?,
+            Some(_) => anyhow::bail!("--ranks-per-node must be positive"),
+            None => world_comm.split_shared(rank),
+        };
+        let is_leader = node_comm.rank() == 0;
+        let leader_comm = world_comm.split_by_color(if is_leader {
+            mpi::topology::Color::with_value(0)
+        } else {
+            mpi::topology::Color::undefined()
+        });
+        let world = Group::new(world_comm, stats.clone());
+        let node = Group::new(node_comm, stats.clone());
+        // Every rank learns its node's index and the node count from the leaders' numbering.
+        let leaders = leader_comm.map(|c| Group::new(c, stats.clone()));
+        let mut ids = [
+            leaders.as_ref().map_or(0.0, |l| l.rank() as f64),
+            leaders.as_ref().map_or(0.0, |l| l.size() as f64),
+        ];
+        node.broadcast_f64_from_root(&mut ids);
         Ok(World {
+            world,
+            node,
+            leaders,
+            node_index: ids[0] as usize,
+            num_nodes: ids[1] as usize,
+            stats,
             _universe: Some(universe),
-            comm: Some(comm),
-            rank,
-            size,
         })
     }
 
     /// A world of one rank that never calls MPI.
     pub fn solo() -> World {
+        let stats = Rc::new(CommStats::default());
         World {
+            world: Group::solo(stats.clone()),
+            node: Group::solo(stats.clone()),
+            leaders: Some(Group::solo(stats.clone())),
+            node_index: 0,
+            num_nodes: 1,
+            stats,
             _universe: None,
-            comm: None,
-            rank: 0,
-            size: 1,
         }
     }
 
-    /// This rank's index.
-    pub fn rank(&self) -> usize {
-        self.rank
+    /// The ranks of this node.
+    pub fn node(&self) -> &Group {
+        &self.node
     }
 
-    /// Number of ranks.
-    pub fn size(&self) -> usize {
-        self.size
+    /// The node leaders (rank 0 of each node); `None` on other ranks.
+    pub fn leaders(&self) -> Option<&Group> {
+        self.leaders.as_ref()
     }
 
-    /// Wait for every rank.
-    pub fn barrier(&self) {
-        if let Some(c) = &self.comm {
-            c.barrier();
-        }
+    /// Index of this rank's node, and the number of nodes.
+    pub fn node_index(&self) -> (usize, usize) {
+        (self.node_index, self.num_nodes)
     }
 
-    /// Gather one string per rank on rank 0 (others get an empty vector).
-    pub fn gather_strings(&self, s: &str) -> Vec<String> {
-        use mpi::collective::Root;
-        use mpi::datatype::PartitionMut;
-        let Some(c) = &self.comm else {
-            return vec![s.to_string()];
-        };
-        let root = c.process_at_rank(0);
-        let bytes = s.as_bytes();
-        let len = bytes.len() as i32;
-        if self.rank != 0 {
-            root.gather_into(&len);
-            root.gather_varcount_into(bytes);
-            return Vec::new();
-        }
-        let mut lens = vec![0i32; self.size];
-        root.gather_into_root(&len, &mut lens[..]);
-        let displs: Vec<i32> = lens
-            .iter()
-            .scan(0, |acc, &l| {
-                let d = *acc;
-                *acc += l;
-                Some(d)
-            })
-            .collect();
-        let mut buf = vec![0u8; lens.iter().sum::<i32>() as usize];
-        {
-            let mut part = PartitionMut::new(&mut buf[..], &lens[..], &displs[..]);
-            root.gather_varcount_into_root(bytes, &mut part);
-        }
-        lens.iter()
-            .zip(&displs)
-            .map(|(&l, &d)| String::from_utf8_lossy(&buf[d as usize..(d + l) as usize]).into_owned())
-            .collect()
+    /// Bytes and seconds of every communication call so far, by kind of operation.
+    pub fn stats(&self) -> &CommStats {
+        &self.stats
     }
 }
 
@@ -157,4 +181,24 @@ fn install_panic_abort() {
             comm.abort(2);
         }
     }));
+}
+
+/// Rayon threads for this rank: `requested` if given, else `SLURM_CPUS_PER_TASK`, else the
+/// cores of this node divided by the ranks on it (as the launcher reports them), at least 1.
+pub fn threads_per_rank(requested: Option<usize>) -> usize {
+    if let Some(t) = requested {
+        return t;
+    }
+    if let Some(t) = env_usize(&["SLURM_CPUS_PER_TASK"]) {
+        return t.max(1);
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let local_ranks = env_usize(&[
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+        "MPI_LOCALNRANKS",
+        "SLURM_NTASKS_PER_NODE",
+    ])
+    .unwrap_or(1)
+    .max(1);
+    (cores / local_ranks).max(1)
 }

@@ -1,0 +1,230 @@
+//! A group of ranks (world, node, leaders) and the typed collectives gnnpar uses on it.
+//! A solo group (no MPI) implements every collective as the identity.
+
+use super::stats::CommStats;
+use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
+use mpi::datatype::{Equivalence, Partition, PartitionMut};
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::Count;
+use std::rc::Rc;
+use std::time::Instant;
+
+/// A communicator with byte/time accounting.
+pub struct Group {
+    comm: Option<SimpleCommunicator>,
+    rank: usize,
+    size: usize,
+    stats: Rc<CommStats>,
+}
+
+fn displacements(counts: &[Count]) -> Vec<Count> {
+    counts
+        .iter()
+        .scan(0, |acc, &c| {
+            let d = *acc;
+            *acc += c;
+            Some(d)
+        })
+        .collect()
+}
+
+fn to_counts(counts: &[usize], what: &str) -> Vec<Count> {
+    counts
+        .iter()
+        .map(|&c| {
+            Count::try_from(c).unwrap_or_else(|_| {
+                panic!("{what}: {c} elements exceed MPI's 32-bit count; use more ranks")
+            })
+        })
+        .collect()
+}
+
+impl Group {
+    pub(super) fn new(comm: SimpleCommunicator, stats: Rc<CommStats>) -> Group {
+        Group {
+            rank: comm.rank() as usize,
+            size: comm.size() as usize,
+            comm: Some(comm),
+            stats,
+        }
+    }
+
+    pub(super) fn solo(stats: Rc<CommStats>) -> Group {
+        Group {
+            comm: None,
+            rank: 0,
+            size: 1,
+            stats,
+        }
+    }
+
+    /// This rank's index in the group.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks in the group.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Wait for every rank of the group.
+    pub fn barrier(&self) {
+        if let Some(c) = &self.comm {
+            c.barrier();
+        }
+    }
+
+    /// Sum `buf` element-wise over the group, in place (gradient allreduce).
+    pub fn allreduce_sum_f32(&self, buf: &mut [f32]) {
+        let Some(c) = &self.comm else { return };
+        let t = Instant::now();
+        let send = buf.to_vec();
+        c.all_reduce_into(&send[..], buf, SystemOperation::sum());
+        let bytes = std::mem::size_of_val(buf);
+        self.stats.record("allreduce", t, bytes, bytes);
+    }
+
+    /// Sum `buf` element-wise over the group, in place (loss sums, counts, metrics).
+    pub fn allreduce_sum_f64(&self, buf: &mut [f64]) {
+        let Some(c) = &self.comm else { return };
+        let t = Instant::now();
+        let send = buf.to_vec();
+        c.all_reduce_into(&send[..], buf, SystemOperation::sum());
+        let bytes = std::mem::size_of_val(buf);
+        self.stats.record("allreduce_small", t, bytes, bytes);
+    }
+
+    /// Maximum of `v` over the group.
+    pub fn allreduce_max_f64(&self, v: f64) -> f64 {
+        let Some(c) = &self.comm else { return v };
+        let mut out = v;
+        c.all_reduce_into(&v, &mut out, SystemOperation::max());
+        out
+    }
+
+    /// Broadcast `buf` from the group's rank 0.
+    pub fn broadcast_f64_from_root(&self, buf: &mut [f64]) {
+        if let Some(c) = &self.comm {
+            c.process_at_rank(0).broadcast_into(buf);
+        }
+    }
+
+    /// Gather one `u64` from every rank, on every rank.
+    pub fn allgather_u64(&self, v: u64) -> Vec<u64> {
+        let Some(c) = &self.comm else { return vec![v] };
+        let mut out = vec![0u64; self.size];
+        c.all_gather_into(&v, &mut out[..]);
+        out
+    }
+
+    /// Gather a variable-length vector from every rank, on every rank (concatenated in rank
+    /// order) with each rank's count.
+    pub fn allgatherv<T: Equivalence + Copy + Default>(
+        &self,
+        kind: &'static str,
+        mine: &[T],
+    ) -> (Vec<T>, Vec<usize>) {
+        let Some(c) = &self.comm else {
+            return (mine.to_vec(), vec![mine.len()]);
+        };
+        let t = Instant::now();
+        let counts_u64 = self.allgather_u64(mine.len() as u64);
+        let counts: Vec<usize> = counts_u64.iter().map(|&n| n as usize).collect();
+        let counts_c = to_counts(&counts, kind);
+        let displs = displacements(&counts_c);
+        let mut out = vec![T::default(); counts.iter().sum()];
+        {
+            let mut part = PartitionMut::new(&mut out[..], &counts_c[..], &displs[..]);
+            c.all_gather_varcount_into(mine, &mut part);
+        }
+        let elem = std::mem::size_of::<T>();
+        self.stats
+            .record(kind, t, mine.len() * elem * (self.size - 1), out.len() * elem);
+        (out, counts)
+    }
+
+    /// All-to-all of variable-length pieces: `send[send_offsets(r)..]` of `send_counts[r]`
+    /// elements goes to rank `r`. Returns the received elements (concatenated in rank order)
+    /// and how many came from each rank.
+    pub fn alltoallv<T: Equivalence + Copy + Default>(
+        &self,
+        kind: &'static str,
+        send: &[T],
+        send_counts: &[usize],
+    ) -> (Vec<T>, Vec<usize>) {
+        assert_eq!(send_counts.len(), self.size, "{kind}: one count per rank");
+        assert_eq!(send_counts.iter().sum::<usize>(), send.len(), "{kind}: counts sum");
+        let Some(c) = &self.comm else {
+            return (send.to_vec(), send_counts.to_vec());
+        };
+        let t = Instant::now();
+        let sc = to_counts(send_counts, kind);
+        let mut rc: Vec<Count> = vec![0; self.size];
+        c.all_to_all_into(&sc[..], &mut rc[..]);
+        let sd = displacements(&sc);
+        let rd = displacements(&rc);
+        let total: usize = rc.iter().map(|&x| x as usize).sum();
+        let mut recv = vec![T::default(); total];
+        {
+            let sp = Partition::new(send, &sc[..], &sd[..]);
+            let mut rp = PartitionMut::new(&mut recv[..], &rc[..], &rd[..]);
+            c.all_to_all_varcount_into(&sp, &mut rp);
+        }
+        let elem = std::mem::size_of::<T>();
+        // Bytes that stay on this rank are not counted as moved.
+        let own_sent = send_counts[self.rank] * elem;
+        let own_recv = rc[self.rank] as usize * elem;
+        self.stats.record(
+            kind,
+            t,
+            send.len() * elem - own_sent,
+            total * elem - own_recv,
+        );
+        (recv, rc.iter().map(|&x| x as usize).collect())
+    }
+
+    /// All-to-all of f32 row blocks of width `dim`: `send_rows[r]` rows go to rank `r`.
+    /// Returns the received rows (row-major, rank order) and the row count from each rank.
+    pub fn alltoallv_rows(
+        &self,
+        kind: &'static str,
+        send: &[f32],
+        dim: usize,
+        send_rows: &[usize],
+    ) -> (Vec<f32>, Vec<usize>) {
+        let counts: Vec<usize> = send_rows.iter().map(|&r| r * dim).collect();
+        let (recv, rc) = self.alltoallv(kind, send, &counts);
+        let rows = rc.iter().map(|&c| c / dim.max(1)).collect();
+        (recv, rows)
+    }
+
+    /// Gather one string per rank on rank 0 (others get an empty vector).
+    pub fn gather_strings(&self, s: &str) -> Vec<String> {
+        let Some(c) = &self.comm else {
+            return vec![s.to_string()];
+        };
+        let root = c.process_at_rank(0);
+        let bytes = s.as_bytes();
+        let len = bytes.len() as Count;
+        if self.rank != 0 {
+            root.gather_into(&len);
+            root.gather_varcount_into(bytes);
+            return Vec::new();
+        }
+        let mut lens = vec![0 as Count; self.size];
+        root.gather_into_root(&len, &mut lens[..]);
+        let displs = displacements(&lens);
+        let mut buf = vec![0u8; lens.iter().sum::<Count>() as usize];
+        {
+            let mut part = PartitionMut::new(&mut buf[..], &lens[..], &displs[..]);
+            root.gather_varcount_into_root(bytes, &mut part);
+        }
+        lens.iter()
+            .zip(&displs)
+            .map(|(&l, &d)| {
+                String::from_utf8_lossy(&buf[d as usize..(d + l) as usize]).into_owned()
+            })
+            .collect()
+    }
+}

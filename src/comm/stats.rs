@@ -1,0 +1,62 @@
+//! Byte and time accounting of every communication call, per kind of operation, for the
+//! per-epoch JSON (what moved, and what it cost).
+
+use serde::Serialize;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// Totals of one kind of operation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct OpStats {
+    pub calls: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub seconds: f64,
+}
+
+/// Totals per kind of operation (`allreduce`, `alltoallv_ids`, `alltoallv_rows`, …).
+#[derive(Debug, Default)]
+pub struct CommStats {
+    ops: RefCell<BTreeMap<&'static str, OpStats>>,
+}
+
+impl CommStats {
+    /// Record one call of `kind` that started at `start`.
+    pub fn record(&self, kind: &'static str, start: Instant, sent: usize, received: usize) {
+        let mut ops = self.ops.borrow_mut();
+        let e = ops.entry(kind).or_default();
+        e.calls += 1;
+        e.bytes_sent += sent as u64;
+        e.bytes_received += received as u64;
+        e.seconds += start.elapsed().as_secs_f64();
+    }
+
+    /// A copy of the totals so far.
+    pub fn snapshot(&self) -> BTreeMap<&'static str, OpStats> {
+        self.ops.borrow().clone()
+    }
+
+    /// Totals accumulated since `earlier` (a previous snapshot).
+    pub fn since(
+        &self,
+        earlier: &BTreeMap<&'static str, OpStats>,
+    ) -> BTreeMap<&'static str, OpStats> {
+        self.ops
+            .borrow()
+            .iter()
+            .map(|(k, v)| {
+                let e = earlier.get(k).copied().unwrap_or_default();
+                (
+                    *k,
+                    OpStats {
+                        calls: v.calls - e.calls,
+                        bytes_sent: v.bytes_sent - e.bytes_sent,
+                        bytes_received: v.bytes_received - e.bytes_received,
+                        seconds: v.seconds - e.seconds,
+                    },
+                )
+            })
+            .collect()
+    }
+}
