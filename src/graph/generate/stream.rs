@@ -226,8 +226,9 @@ mod tests {
         // More pairs than one chunk and more rows than one block, so the compaction of blocks
         // and the chunk boundaries are both exercised.
         let n = 3 * ROWS_PER_BLOCK as u32 + 17;
-        let pairs: Vec<(NodeId, NodeId)> = (0..(2 * PAIRS_PER_CHUNK as u32 + 5))
-            .map(|i| ((i * 7919) % n, (i * 104_729 + 3) % n))
+        let spread = |i: u64, k: u64| ((i * k + 3) % n as u64) as NodeId;
+        let pairs: Vec<(NodeId, NodeId)> = (0..2 * PAIRS_PER_CHUNK + 5)
+            .map(|i| (spread(i, 7919), spread(i, 104_729)))
             .collect();
         let (csr, stats) = build_symmetric_csr(n as usize, &Fixed(pairs.clone()));
         csr.validate(n as u64, "test").unwrap();
