@@ -427,6 +427,10 @@ fn command_rejects_bad_options_and_writes_nothing() {
         (&["sbm", "--nodes", "4294967296"], "--nodes"),
         (&["sbm", "--edges", "-10"], "--edges"),
         (&["sbm", "--features", "0"], "--features"),
+        (
+            &["rmat", "--nodes", "4000000000", "--features", "512"],
+            "memory",
+        ),
         (&["sbm", "--classes", "0"], "--classes"),
         (
             &["sbm", "--nodes", "5", "--classes", "6", "--edges", "10"],

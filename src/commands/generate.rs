@@ -11,7 +11,10 @@ use crate::graph::generate::{
     SbmParams,
 };
 use crate::graph::summary::Summary;
-use crate::util::{atomic::AtomicOutput, rss::peak_rss_mb};
+use crate::util::{
+    atomic::AtomicOutput,
+    rss::{available_memory_mb, peak_rss_mb},
+};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::json;
@@ -150,6 +153,13 @@ impl Job {
         }
     }
 
+    fn common(&self) -> &CommonParams {
+        match self {
+            Job::Sbm(p) => &p.common,
+            Job::Rmat(p) => &p.common,
+        }
+    }
+
     fn validate(&self) -> Result<()> {
         match self {
             Job::Sbm(p) => p.validate(),
@@ -197,6 +207,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         ),
     };
     job.validate()?;
+    check_memory(job.common())?;
     let output = &common.output;
     let out = open_output(output)?;
     let Generated { dataset, stats } = job.generate()?;
@@ -236,6 +247,25 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         "peak_rss_mb": peak_rss_mb(),
     }});
     println!("{report}");
+    Ok(())
+}
+
+/// Refuse, before allocating anything, a graph that cannot fit in the available memory (an
+/// allocation failure would abort the process without a message).
+fn check_memory(params: &CommonParams) -> Result<()> {
+    let need_mb = params.estimated_peak_bytes() as f64 / (1024.0 * 1024.0);
+    if let Some(available_mb) = available_memory_mb() {
+        if need_mb > available_mb {
+            bail!(
+                "generating --nodes {} --edges {} --features {} needs about {need_mb:.0} MiB but \
+                 only {available_mb:.0} MiB of memory are available; lower --nodes, --edges or \
+                 --features",
+                params.nodes,
+                params.edges,
+                params.features
+            );
+        }
+    }
     Ok(())
 }
 

@@ -6,15 +6,22 @@ pub fn peak_rss_mb() -> Option<f64> {
     from_proc_status().or_else(from_getrusage)
 }
 
-fn from_proc_status() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    parse_vm_hwm_kib(&status).map(|kib| kib as f64 / 1024.0)
+/// Memory the kernel says can be allocated without swapping (`MemAvailable` of
+/// `/proc/meminfo`), in MiB; `None` where unknown.
+pub fn available_memory_mb() -> Option<f64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    parse_kib_field(&info, "MemAvailable:").map(|kib| kib as f64 / 1024.0)
 }
 
-/// The `VmHWM:  <n> kB` value of a `/proc/<pid>/status` text, in KiB.
-fn parse_vm_hwm_kib(status: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let mut words = line["VmHWM:".len()..].split_whitespace();
+fn from_proc_status() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    parse_kib_field(&status, "VmHWM:").map(|kib| kib as f64 / 1024.0)
+}
+
+/// The value of a `<field> <n> kB` line of a `/proc` text (`field` includes the colon), in KiB.
+fn parse_kib_field(text: &str, field: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(field))?;
+    let mut words = line[field.len()..].split_whitespace();
     let value = words.next()?.parse().ok()?;
     (words.next() == Some("kB")).then_some(value)
 }
@@ -45,9 +52,10 @@ mod tests {
     #[test]
     fn parses_vm_hwm() {
         let status = "Name:\tgnnpar\nVmPeak:\t  9000 kB\nVmHWM:\t    2048 kB\nVmRSS:\t 1000 kB\n";
-        assert_eq!(parse_vm_hwm_kib(status), Some(2048));
-        assert_eq!(parse_vm_hwm_kib("VmRSS: 5 kB\n"), None);
-        assert_eq!(parse_vm_hwm_kib("VmHWM: x kB\n"), None);
+        assert_eq!(parse_kib_field(status, "VmHWM:"), Some(2048));
+        assert_eq!(parse_kib_field("VmRSS: 5 kB\n", "VmHWM:"), None);
+        assert_eq!(parse_kib_field("VmHWM: x kB\n", "VmHWM:"), None);
+        assert!(available_memory_mb().is_some_and(|mb| mb > 0.0));
     }
 
     #[test]

@@ -59,6 +59,7 @@ pub struct EdgeStats {
 /// sorted by neighbour id, without self-loops or duplicate edges.
 pub fn build_symmetric_csr<S: PairSource>(n: usize, source: &S) -> (Csr, EdgeStats) {
     let num_chunks = source.num_pairs().div_ceil(PAIRS_PER_CHUNK);
+    let started = std::time::Instant::now();
     let mut progress = Progress::new("drawing edges", 2 * num_chunks);
 
     // Pass 1: degrees. `slots[v]` holds the degree of v, then its scatter cursor, then its
@@ -85,6 +86,10 @@ pub fn build_symmetric_csr<S: PairSource>(n: usize, source: &S) -> (Csr, EdgeSta
         indptr[v + 1] = indptr[v] + degree;
     }
     let drawn_edges = indptr[n];
+    log::debug!(
+        "edges: counted degrees in {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
 
     // Pass 2: scatter both directions through the cursors.
     let mut indices = vec![0 as NodeId; drawn_edges as usize];
@@ -102,6 +107,10 @@ pub fn build_symmetric_csr<S: PairSource>(n: usize, source: &S) -> (Csr, EdgeSta
         });
     }
     progress.finish();
+    log::debug!(
+        "edges: scattered in {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
 
     // Pass 3: sort and deduplicate each row in place, then close the gaps.
     let kept_per_block = sort_and_dedup_rows(&indptr, &mut indices, &slots);
@@ -117,6 +126,10 @@ pub fn build_symmetric_csr<S: PairSource>(n: usize, source: &S) -> (Csr, EdgeSta
         indptr[v + 1] = indptr[v] + slots[v].load(Relaxed);
     }
 
+    log::debug!(
+        "edges: sorted and deduplicated in {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
     let stats = EdgeStats {
         pairs_drawn: source.num_pairs(),
         self_loops_dropped: self_loops.into_inner(),
