@@ -1,5 +1,6 @@
 //! The `gnnpar` command line: one sub-command per file, each with its own argument struct.
 
+pub mod generate;
 pub mod info;
 
 use anyhow::Result;
@@ -18,11 +19,14 @@ pub struct Cli {
 pub enum Command {
     /// Describe a dataset file or a partition directory (under mpirun: each rank its own part).
     Info(info::InfoArgs),
+    /// Generate a synthetic graph (stochastic block model or R-MAT) into a dataset file.
+    Generate(generate::GenerateArgs),
 }
 
 /// Run the parsed command line.
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Info(args) => info::run(args),
+        Command::Generate(args) => generate::run(args),
     }
 }

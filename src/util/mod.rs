@@ -5,3 +5,4 @@ pub mod atomic;
 pub mod h5;
 pub mod logging;
 pub mod progress;
+pub mod rss;
