@@ -6,6 +6,7 @@
 
 pub mod csr;
 pub mod format;
+pub mod import;
 pub mod parts;
 pub mod summary;
 
