@@ -43,7 +43,10 @@ fn prepare(args: &[&str]) -> String {
         .output()
         .expect("run gnnpar");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "gnnpar prepare {args:?} failed:\n{stderr}");
+    assert!(
+        out.status.success(),
+        "gnnpar prepare {args:?} failed:\n{stderr}"
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -112,7 +115,12 @@ fn check_npz_round_trip(e: Expect) {
     // README counts.
     assert_eq!(ds.num_nodes as usize, e.nodes, "{}", e.rel);
     assert_eq!(pairs.len(), e.undirected_edges, "{}", e.rel);
-    assert_eq!(ds.local_edges() as usize, 2 * e.undirected_edges, "{}", e.rel);
+    assert_eq!(
+        ds.local_edges() as usize,
+        2 * e.undirected_edges,
+        "{}",
+        e.rel
+    );
     assert_eq!(ds.feature_dim(), e.features, "{}", e.rel);
     assert_eq!(ds.num_classes, e.classes, "{}", e.rel);
     assert!(!ds.directed);
@@ -125,7 +133,12 @@ fn check_npz_round_trip(e: Expect) {
     assert_eq!(ds.labels, Some(Labels::Class(labels)));
 
     // Every undirected edge both ways, nothing else, in source order.
-    assert_eq!(lists_of(&ds), undirected_lists(e.nodes, &pairs), "{}", e.rel);
+    assert_eq!(
+        lists_of(&ds),
+        undirected_lists(e.nodes, &pairs),
+        "{}",
+        e.rel
+    );
     let stored: HashSet<(NodeId, NodeId)> = (0..ds.local_nodes())
         .flat_map(|u| ds.graph.neighbors(u).iter().map(move |&v| (u as NodeId, v)))
         .collect();
@@ -135,9 +148,18 @@ fn check_npz_round_trip(e: Expect) {
     }
 
     // The chosen split.
-    assert_eq!(ds.splits.train, mask_row(&mut npz, "train_masks", e.split, e.nodes));
-    assert_eq!(ds.splits.val, mask_row(&mut npz, "val_masks", e.split, e.nodes));
-    assert_eq!(ds.splits.test, mask_row(&mut npz, "test_masks", e.split, e.nodes));
+    assert_eq!(
+        ds.splits.train,
+        mask_row(&mut npz, "train_masks", e.split, e.nodes)
+    );
+    assert_eq!(
+        ds.splits.val,
+        mask_row(&mut npz, "val_masks", e.split, e.nodes)
+    );
+    assert_eq!(
+        ds.splits.test,
+        mask_row(&mut npz, "test_masks", e.split, e.nodes)
+    );
     assert!(!ds.splits.train.is_empty());
 }
 
@@ -157,7 +179,11 @@ fn cora_round_trip() {
         let out = tmp.path().join("cora.h5");
         prepare(&[s(&src), "-o", s(&out)]);
         let ds = format::read_dataset(&out).unwrap();
-        let sizes = (ds.splits.train.len(), ds.splits.val.len(), ds.splits.test.len());
+        let sizes = (
+            ds.splits.train.len(),
+            ds.splits.val.len(),
+            ds.splits.test.len(),
+        );
         assert_eq!(sizes, (140, 500, 1000));
         assert_eq!(ds.name, "cora");
     }
@@ -391,8 +417,14 @@ fn small_npz_stored_and_deflated_with_self_loop_policies() {
     let tmp = tempfile::tempdir().unwrap();
     // 4 vertices; a self-loop on 2; u8 features; single-split masks of shape N.
     let members = vec![
-        ("node_features", npy::encode("|u1", &[4, 2], &[1, 0, 0, 1, 1, 1, 0, 0])),
-        ("node_labels", npy::encode("<i8", &[4], &i64_bytes(&[1, 0, 2, 1]))),
+        (
+            "node_features",
+            npy::encode("|u1", &[4, 2], &[1, 0, 0, 1, 1, 1, 0, 0]),
+        ),
+        (
+            "node_labels",
+            npy::encode("<i8", &[4], &i64_bytes(&[1, 0, 2, 1])),
+        ),
         (
             "edges",
             npy::encode("<i8", &[4, 2], &i64_bytes(&[0, 1, 2, 2, 1, 3, 2, 0])),
@@ -423,7 +455,10 @@ fn small_npz_stored_and_deflated_with_self_loop_policies() {
     let drop = tmp.path().join("drop.h5");
     prepare(&[s(&src), "-o", s(&drop), "--self-loops", "drop"]);
     let ds = format::read_dataset(&drop).unwrap();
-    assert_eq!(lists_of(&ds), vec![vec![1, 2], vec![0, 3], vec![0], vec![1]]);
+    assert_eq!(
+        lists_of(&ds),
+        vec![vec![1, 2], vec![0, 3], vec![0], vec![1]]
+    );
 
     // f64 features are converted to f32.
     let f64_members: Vec<(&str, Vec<u8>)> = members
@@ -493,7 +528,11 @@ fn tsv_edge_list_with_comments_features_and_random_split() {
         assert_eq!(f[[v, 1]], v as f32);
     }
     assert_eq!(
-        (ds.splits.train.len(), ds.splits.val.len(), ds.splits.test.len()),
+        (
+            ds.splits.train.len(),
+            ds.splits.val.len(),
+            ds.splits.test.len()
+        ),
         (2, 1, 1)
     );
 

@@ -3,9 +3,9 @@
 
 use crate::graph::import::{self, EdgeOptions, Format, ImportOptions, SelfLoops};
 use crate::graph::{format, summary::Summary};
-use anyhow::Result;
+use anyhow::{bail, Result};
 use clap::Args;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Arguments of `gnnpar prepare`.
@@ -82,6 +82,7 @@ impl PrepareArgs {
 
 /// Run `gnnpar prepare`.
 pub fn run(args: PrepareArgs) -> Result<()> {
+    check_output_dir(&args.output)?;
     let started = Instant::now();
     let ds = import::import(&args.input, &args.import_options())?;
     let imported = started.elapsed().as_secs_f64();
@@ -97,6 +98,25 @@ pub fn run(args: PrepareArgs) -> Result<()> {
         println!("{}", serde_json::to_string(&summary)?);
     } else {
         println!("{}", summary.line());
+    }
+    Ok(())
+}
+
+/// Fail before a long import, not after it, when the output cannot be written there.
+fn check_output_dir(output: &Path) -> Result<()> {
+    let parent = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !parent.is_dir() {
+        bail!(
+            "cannot write `{}`: directory `{}` does not exist",
+            output.display(),
+            parent.display()
+        );
+    }
+    if output.is_dir() {
+        bail!("cannot write `{}`: it is a directory", output.display());
     }
     Ok(())
 }

@@ -244,7 +244,7 @@ impl TextFile {
                 return Ok(false);
             }
             self.line_no += 1;
-            if self.line_no % 65_536 == 0 {
+            if self.line_no.is_multiple_of(65_536) {
                 let now = self.consumed.get();
                 self.progress.inc(now - self.reported);
                 self.reported = now;
