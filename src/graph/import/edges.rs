@@ -85,13 +85,23 @@ pub fn build_csr(num_nodes: usize, edges: EdgeList, opts: EdgeOptions) -> Csr {
         for (&s, &d) in src.iter().zip(&dst) {
             s2.push(s);
             d2.push(d);
-            s2.push(d);
-            d2.push(s);
+            if s != d {
+                // A self-loop is its own reverse.
+                s2.push(d);
+                d2.push(s);
+            }
         }
         drop((src, dst));
         let mut csr = Csr::from_edges(num_nodes, &s2, &d2);
         drop((s2, d2));
+        let before = csr.num_edges();
         dedup_rows(&mut csr, num_nodes);
+        if csr.num_edges() != before {
+            log::info!(
+                "--symmetrize: removed {} duplicate edges",
+                before - csr.num_edges()
+            );
+        }
         csr
     } else {
         Csr::from_edges(num_nodes, &src, &dst)

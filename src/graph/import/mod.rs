@@ -88,8 +88,12 @@ impl ImportOptions {
         if p.file_name().is_some_and(|n| n == "raw") {
             p = p.parent().unwrap_or(p);
         }
-        p.file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
+        let base = if p.is_dir() {
+            p.file_name()
+        } else {
+            p.file_stem()
+        };
+        base.map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "dataset".to_string())
     }
 

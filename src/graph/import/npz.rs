@@ -62,7 +62,8 @@ impl Npz {
             .archive
             .by_index(index)
             .with_context(|| format!("{what}: cannot open the zip member"))?;
-        let mut bytes = Vec::with_capacity(entry.size().min(1 << 34) as usize);
+        // The declared size is only a hint: a corrupt header must not trigger a huge allocation.
+        let mut bytes = Vec::with_capacity(entry.size().min(1 << 30) as usize);
         entry
             .read_to_end(&mut bytes)
             .with_context(|| format!("{what}: cannot decompress the zip member (corrupt?)"))?;
