@@ -2,6 +2,7 @@
 
 pub mod generate;
 pub mod info;
+pub mod prepare;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -21,6 +22,8 @@ pub enum Command {
     Info(info::InfoArgs),
     /// Generate a synthetic graph (stochastic block model or R-MAT) into a dataset file.
     Generate(generate::GenerateArgs),
+    /// Import a dataset (npz, OGB raw directory, CSV/TSV edge list) into the HDF5 format.
+    Prepare(prepare::PrepareArgs),
 }
 
 /// Run the parsed command line.
@@ -28,5 +31,6 @@ pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Info(args) => info::run(args),
         Command::Generate(args) => generate::run(args),
+        Command::Prepare(args) => prepare::run(args),
     }
 }

@@ -7,6 +7,7 @@
 pub mod csr;
 pub mod format;
 pub mod generate;
+pub mod import;
 pub mod parts;
 pub mod summary;
 

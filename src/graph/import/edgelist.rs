@@ -1,0 +1,124 @@
+//! Edge lists in text: one edge per line, `src dst` separated by a comma, a tab or blanks, an
+//! optional header line, `#` / `%` comments. Columns past the second (weights, timestamps) are
+//! ignored. Optional label and feature tables keyed by vertex id complete the dataset.
+
+use super::edges::{build_csr, EdgeList};
+use super::node_table::{parse_id, FeatureTable, LabelTable};
+use super::text::{self, Delim, TextFile};
+use super::{check_node_count, ImportOptions};
+use crate::graph::{Dataset, Labels, Splits};
+use anyhow::{bail, Result};
+use std::path::Path;
+
+/// Read the edges of `path` in file order.
+pub fn read_edges(path: &Path) -> Result<EdgeList> {
+    let mut tf = TextFile::open(path)?;
+    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    // About 12 bytes per line in typical files; a guess that saves most re-allocations.
+    let mut edges = EdgeList::with_capacity((size / 12) as usize);
+    let mut delim: Option<Delim> = None;
+    while tf.next_line()? {
+        let d = match delim {
+            Some(d) => d,
+            None => {
+                let line = tf.line();
+                let d = Delim::sniff(line);
+                delim = Some(d);
+                let first = text::fields(line, d);
+                if !first
+                    .first()
+                    .is_some_and(|f| text::is_numeric(f.as_bytes()))
+                {
+                    log::info!("`{}`: header line {:?}", tf.name, first);
+                    continue;
+                }
+                d
+            }
+        };
+        let (mut s, mut t, mut fields) = (0, 0, 0);
+        text::for_each_field(tf.line(), d, |col, field| {
+            fields = col;
+            match col {
+                1 => s = parse_id(field, tf.at(col))?,
+                2 => t = parse_id(field, tf.at(col))?,
+                _ => {}
+            }
+            Ok(())
+        })?;
+        if fields < 2 {
+            bail!(
+                "`{}` line {}: {fields} field(s), expected two vertex ids (source, target)",
+                tf.name,
+                tf.line_no
+            );
+        }
+        edges.push(s, t);
+    }
+    let secs = tf.finish();
+    log::info!(
+        "`{}`: {} edges read in {secs:.2} s",
+        path.display(),
+        edges.len()
+    );
+    Ok(edges)
+}
+
+/// Import an edge list (with `--labels` / `--features` tables when given).
+///
+/// The vertex count is one past the largest id named by the edges, the labels or the features.
+/// Without `--symmetrize` the edges are directed as written.
+pub fn import(path: &Path, opts: &ImportOptions) -> Result<Dataset> {
+    let edges = read_edges(path)?;
+    let labels = match &opts.labels {
+        Some(p) => Some(LabelTable::read(p, opts.label_column.as_deref())?),
+        None => None,
+    };
+    let features = match &opts.features {
+        Some(p) => Some(FeatureTable::read(p, true)?),
+        None => None,
+    };
+    let num_nodes = [
+        edges.max_id().map_or(0, |m| m as u64 + 1),
+        labels.as_ref().map_or(0, |l| l.labels.len() as u64),
+        features.as_ref().map_or(0, |f| f.rows() as u64),
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0);
+    check_node_count(num_nodes, &format!("`{}`", path.display()))?;
+    let num_nodes = num_nodes as usize;
+    if num_nodes == 0 {
+        bail!("`{}` holds no edge", path.display());
+    }
+
+    let labels = match labels {
+        Some(t) => Some(t.into_labels(num_nodes)?),
+        None => None,
+    };
+    let features = match features {
+        Some(t) => Some(t.into_matrix(num_nodes)?),
+        None => None,
+    };
+    let splits = if labels.is_some() || opts.train_frac.is_some() || opts.val_frac.is_some() {
+        opts.random_split(num_nodes)?
+    } else {
+        log::info!("no labels: no train/val/test split is written");
+        Splits::default()
+    };
+    let graph = build_csr(num_nodes, edges, opts.edges);
+    let num_classes = labels
+        .as_ref()
+        .and_then(|l| l.iter().max())
+        .map_or(0, |&m| m as usize + 1);
+    Ok(Dataset {
+        name: opts.dataset_name(path),
+        num_nodes: num_nodes as u64,
+        first_node: 0,
+        graph,
+        features,
+        labels: labels.map(Labels::Class),
+        num_classes,
+        splits,
+        directed: !opts.edges.symmetrize,
+    })
+}

@@ -1,0 +1,546 @@
+//! Bad input to `gnnpar prepare` and `gnnpar info`: every case fails with a message naming the
+//! file and the field (or line and column), exits non-zero, does not panic, and leaves no output
+//! file (nor a temporary `.tmp-` file) behind. Inputs are generated into a temporary directory.
+
+use gnnpar::graph::import::npy;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn gnnpar(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gnnpar"))
+        .args(args)
+        .output()
+        .expect("run gnnpar")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// Files left in `dir` whose names say they are outputs or temporaries of `prepare`.
+fn leftovers(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".h5") || n.contains(".tmp-"))
+        .collect()
+}
+
+/// Run `gnnpar prepare <input> -o <out> <extra…>` in its own output directory and check it
+/// fails cleanly with every one of `expect` in its message.
+fn prepare_fails(input: &Path, extra: &[&str], expect: &[&str]) -> String {
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = out_dir.path().join("out.h5");
+    let mut args = vec!["prepare", s(input), "-o", s(&out)];
+    args.extend_from_slice(extra);
+    let result = gnnpar(&args);
+    let stderr = String::from_utf8_lossy(&result.stderr).into_owned();
+    assert!(
+        !result.status.success(),
+        "{args:?} should fail; stderr:\n{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{args:?} panicked:\n{stderr}");
+    for e in expect {
+        assert!(stderr.contains(e), "{args:?}: expected `{e}` in:\n{stderr}");
+    }
+    assert_eq!(leftovers(out_dir.path()), Vec::<String>::new(), "{args:?}");
+    stderr
+}
+
+fn i64_bytes(v: &[i64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// npz members: array name and `.npy` bytes.
+type Members = Vec<(&'static str, Vec<u8>)>;
+
+/// A valid 3-vertex dataset as npz members; tests replace one member to break it.
+fn good_members() -> Members {
+    vec![
+        (
+            "node_features",
+            npy::encode("<f4", &[3, 2], &f32_bytes(&[0., 1., 2., 3., 4., 5.])),
+        ),
+        (
+            "node_labels",
+            npy::encode("<i8", &[3], &i64_bytes(&[0, 1, 0])),
+        ),
+        (
+            "edges",
+            npy::encode("<i8", &[2, 2], &i64_bytes(&[0, 1, 1, 2])),
+        ),
+        (
+            "train_masks",
+            npy::encode("|b1", &[2, 3], &[1, 0, 0, 0, 1, 0]),
+        ),
+        (
+            "val_masks",
+            npy::encode("|b1", &[2, 3], &[0, 1, 0, 1, 0, 0]),
+        ),
+        (
+            "test_masks",
+            npy::encode("|b1", &[2, 3], &[0, 0, 1, 0, 0, 1]),
+        ),
+    ]
+}
+
+fn with(key: &'static str, bytes: Vec<u8>) -> Members {
+    let mut m = good_members();
+    let slot = m.iter_mut().find(|(k, _)| *k == key).expect("known key");
+    slot.1 = bytes;
+    m
+}
+
+fn write_npz(path: &Path, members: &[(&str, Vec<u8>)]) {
+    let file = std::fs::File::create(path).unwrap();
+    let mut zip = zip::ZipWriter::new(file);
+    let options = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated);
+    for (key, bytes) in members {
+        zip.start_file(format!("{key}.npy"), options).unwrap();
+        zip.write_all(bytes).unwrap();
+    }
+    zip.finish().unwrap();
+}
+
+fn npz(dir: &Path, name: &str, members: &[(&str, Vec<u8>)]) -> PathBuf {
+    let p = dir.join(name);
+    write_npz(&p, members);
+    p
+}
+
+fn text(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, body).unwrap();
+    p
+}
+
+#[test]
+fn the_valid_fixture_is_accepted() {
+    // Guards the tests below: each breaks exactly one thing of this file.
+    let dir = tempfile::tempdir().unwrap();
+    let src = npz(dir.path(), "good.npz", &good_members());
+    let out = dir.path().join("good.h5");
+    let r = gnnpar(&["prepare", s(&src), "-o", s(&out), "--split", "1"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(out.is_file());
+}
+
+#[test]
+fn missing_and_unreadable_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    prepare_fails(
+        &dir.path().join("absent.npz"),
+        &[],
+        &["absent.npz", "does not exist"],
+    );
+    let junk = text(dir.path(), "junk.npz", "this is not a zip archive");
+    prepare_fails(&junk, &[], &["junk.npz", "not a valid .npz"]);
+    // A zip cut short.
+    let good = npz(dir.path(), "good.npz", &good_members());
+    let bytes = std::fs::read(&good).unwrap();
+    let cut = dir.path().join("cut.npz");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    prepare_fails(&cut, &[], &["cut.npz"]);
+    // A directory where a file is expected.
+    prepare_fails(dir.path(), &["--format", "npz"], &["is a directory"]);
+    prepare_fails(dir.path(), &["--format", "edgelist"], &["is a directory"]);
+    // A directory without OGB files.
+    prepare_fails(
+        dir.path(),
+        &[],
+        &["not an OGB raw directory", "edge.csv.gz"],
+    );
+}
+
+#[test]
+fn unknown_format_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = npz(dir.path(), "good.npz", &good_members());
+    prepare_fails(&src, &["--format", "parquet"], &["parquet", "--format"]);
+}
+
+#[test]
+fn wrong_npz_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let members = vec![
+        ("x", npy::encode("<f4", &[1, 1], &f32_bytes(&[0.]))),
+        ("y", npy::encode("<i8", &[1], &i64_bytes(&[0]))),
+        (
+            "edge_index",
+            npy::encode("<i8", &[2, 1], &i64_bytes(&[0, 0])),
+        ),
+    ];
+    let src = npz(dir.path(), "pyg.npz", &members);
+    prepare_fails(
+        &src,
+        &[],
+        &[
+            "pyg.npz",
+            "missing array `node_features`",
+            "x, y, edge_index",
+        ],
+    );
+    let mut partial = good_members();
+    partial.retain(|(k, _)| *k != "val_masks");
+    let src = npz(dir.path(), "partial.npz", &partial);
+    prepare_fails(&src, &[], &["partial.npz", "missing array `val_masks`"]);
+}
+
+#[test]
+fn npz_shape_mismatches() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: Vec<(&str, Members, Vec<&str>)> = vec![
+        (
+            "rows.npz",
+            with(
+                "node_features",
+                npy::encode("<f4", &[2, 2], &f32_bytes(&[0.; 4])),
+            ),
+            vec!["`node_features`", "[2, 2]", "N = 3"],
+        ),
+        (
+            "edges3.npz",
+            with("edges", npy::encode("<i8", &[1, 3], &i64_bytes(&[0, 1, 2]))),
+            vec!["`edges`", "[1, 3]", "E × 2"],
+        ),
+        (
+            "mask.npz",
+            with("test_masks", npy::encode("|b1", &[2, 4], &[0; 8])),
+            vec!["`test_masks`", "[2, 4]", "S × N"],
+        ),
+        (
+            "labels2d.npz",
+            with(
+                "node_labels",
+                npy::encode("<i8", &[3, 1], &i64_bytes(&[0, 1, 0])),
+            ),
+            vec!["`node_labels`", "[3, 1]"],
+        ),
+        (
+            "dtype.npz",
+            with(
+                "node_labels",
+                npy::encode("<f4", &[3], &f32_bytes(&[0., 1., 0.])),
+            ),
+            vec!["`node_labels`", "<f4", "integers"],
+        ),
+        (
+            "bigendian.npz",
+            with("node_features", npy::encode(">f4", &[3, 2], &[0; 24])),
+            vec!["`node_features`", "big-endian"],
+        ),
+        (
+            "short.npz",
+            with("edges", {
+                let mut b = npy::encode("<i8", &[2, 2], &i64_bytes(&[0, 1, 1, 2]));
+                b.truncate(b.len() - 5);
+                b
+            }),
+            vec!["`edges`", "truncated"],
+        ),
+    ];
+    for (name, members, expect) in cases {
+        let src = npz(dir.path(), name, &members);
+        let mut all = vec![name];
+        all.extend(expect);
+        prepare_fails(&src, &[], &all);
+    }
+}
+
+#[test]
+fn fortran_order_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = npy::encode("<f4", &[3, 2], &[0; 24]);
+    let at = bytes.windows(5).position(|w| w == b"False").unwrap();
+    bytes[at..at + 5].copy_from_slice(b"True ");
+    let src = npz(dir.path(), "f.npz", &with("node_features", bytes));
+    prepare_fails(&src, &[], &["f.npz", "`node_features`", "Fortran order"]);
+}
+
+#[test]
+fn ids_out_of_range_or_negative() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = npz(
+        dir.path(),
+        "far.npz",
+        &with(
+            "edges",
+            npy::encode("<i8", &[2, 2], &i64_bytes(&[0, 1, 1, 9])),
+        ),
+    );
+    prepare_fails(
+        &src,
+        &[],
+        &["far.npz", "`edges`", "row 1 is (1, 9)", "[0, 3)"],
+    );
+    let src = npz(
+        dir.path(),
+        "neg.npz",
+        &with(
+            "edges",
+            npy::encode("<i8", &[2, 2], &i64_bytes(&[0, -1, 1, 2])),
+        ),
+    );
+    prepare_fails(&src, &[], &["neg.npz", "row 0 is (0, -1)"]);
+
+    let csv = text(dir.path(), "e.csv", "a,b\n0,1\n1,-3\n");
+    prepare_fails(&csv, &[], &["e.csv", "line 3, column 2", "negative"]);
+    let csv = text(dir.path(), "big.csv", "0 1\n1 99999999999\n");
+    prepare_fails(&csv, &[], &["big.csv", "line 2, column 2", "too large"]);
+    let one = text(dir.path(), "one.csv", "0,1\n2\n");
+    prepare_fails(&one, &[], &["one.csv", "line 2", "expected two vertex ids"]);
+}
+
+#[test]
+fn non_numeric_csv_fields_name_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = text(dir.path(), "e.tsv", "# comment\n0\t1\n2\tthree\n");
+    prepare_fails(&csv, &[], &["e.tsv", "line 3, column 2", "`three`"]);
+    let edges = text(dir.path(), "ok.csv", "0,1\n1,2\n");
+    let labels = text(dir.path(), "labels.csv", "id,label\n0,1\n1,one\n2,0\n");
+    prepare_fails(
+        &edges,
+        &["--labels", s(&labels)],
+        &["labels.csv", "line 3, column 2", "`one`"],
+    );
+    let feats = text(dir.path(), "feats.csv", "0,0.5\n1,x\n2,1\n");
+    prepare_fails(
+        &edges,
+        &["--features", s(&feats)],
+        &["feats.csv", "line 2, column 2", "`x`"],
+    );
+}
+
+#[test]
+fn nan_and_inf_features_name_row_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = npz(
+        dir.path(),
+        "nan.npz",
+        &with(
+            "node_features",
+            npy::encode("<f4", &[3, 2], &f32_bytes(&[0., 1., 2., f32::NAN, 4., 5.])),
+        ),
+    );
+    prepare_fails(
+        &src,
+        &[],
+        &["nan.npz", "`node_features`", "row 1 column 1 is NaN"],
+    );
+    let edges = text(dir.path(), "ok.csv", "0,1\n1,2\n");
+    let feats = text(dir.path(), "feats.csv", "0,0.5,1\n1,2,inf\n2,1,1\n");
+    prepare_fails(
+        &edges,
+        &["--features", s(&feats)],
+        &["feats.csv", "line 2, column 3", "finite"],
+    );
+    let ragged = text(dir.path(), "ragged.csv", "0,0.5,1\n1,2\n2,1,1\n");
+    prepare_fails(
+        &edges,
+        &["--features", s(&ragged)],
+        &["ragged.csv", "line 2", "expected 3"],
+    );
+}
+
+#[test]
+fn negative_or_missing_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = npz(
+        dir.path(),
+        "neg.npz",
+        &with(
+            "node_labels",
+            npy::encode("<i8", &[3], &i64_bytes(&[0, -2, 1])),
+        ),
+    );
+    prepare_fails(&src, &[], &["neg.npz", "`node_labels`", "entry 1 is -2"]);
+    let edges = text(dir.path(), "ok.csv", "0,1\n1,2\n");
+    let labels = text(dir.path(), "l.csv", "id,y\n0,1\n1,-1\n2,0\n");
+    prepare_fails(
+        &edges,
+        &["--labels", s(&labels)],
+        &["l.csv", "line 3, column 2", "negative"],
+    );
+    let gap = text(dir.path(), "gap.csv", "id,y\n0,1\n2,0\n");
+    prepare_fails(
+        &edges,
+        &["--labels", s(&gap)],
+        &["gap.csv", "no label for vertex 1"],
+    );
+    let dup = text(dir.path(), "dup.csv", "id,y\n0,1\n1,0\n0,0\n2,1\n");
+    prepare_fails(
+        &edges,
+        &["--labels", s(&dup)],
+        &["dup.csv", "line 4", "vertex 0 already has a label (line 2)"],
+    );
+    prepare_fails(
+        &edges,
+        &["--labels", s(&labels), "--label-column", "class"],
+        &["l.csv", "no column `class`", "id, y"],
+    );
+}
+
+#[test]
+fn empty_or_missing_split() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = npz(
+        dir.path(),
+        "empty.npz",
+        &with(
+            "train_masks",
+            npy::encode("|b1", &[2, 3], &[1, 0, 0, 0, 0, 0]),
+        ),
+    );
+    // Split 0 is fine, split 1 has no training vertex.
+    prepare_fails(
+        &src,
+        &["--split", "1"],
+        &["empty.npz", "`train_masks` row 1", "empty training split"],
+    );
+    let src = npz(dir.path(), "two.npz", &good_members());
+    prepare_fails(
+        &src,
+        &["--split", "2"],
+        &["--split 2", "`train_masks`", "S = 2"],
+    );
+    prepare_fails(&src, &["--train-frac", "0.4"], &["--train-frac", "two.npz"]);
+    let edges = text(dir.path(), "ok.csv", "0,1\n1,2\n");
+    prepare_fails(&edges, &["--split", "1"], &["--split", "edge-list"]);
+    prepare_fails(
+        &edges,
+        &["--train-frac", "0.9", "--val-frac", "0.5"],
+        &["exceed 1"],
+    );
+}
+
+fn write_gz(path: &Path, body: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let mut gz = flate2::write::GzEncoder::new(
+        std::fs::File::create(path).unwrap(),
+        flate2::Compression::fast(),
+    );
+    gz.write_all(body.as_bytes()).unwrap();
+    gz.finish().unwrap();
+}
+
+#[test]
+fn ogb_bad_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = dir.path().join("raw");
+    write_gz(&raw.join("edge.csv.gz"), "0,1\n1,7\n");
+    write_gz(&raw.join("num-node-list.csv.gz"), "3\n");
+    prepare_fails(
+        dir.path(),
+        &[],
+        &["edge.csv.gz", "line 2, column 2", "out of range"],
+    );
+
+    write_gz(&raw.join("edge.csv.gz"), "0,1\n1,2\n");
+    write_gz(&raw.join("node-label.csv.gz"), "0\n1\n");
+    prepare_fails(
+        dir.path(),
+        &[],
+        &["node-label.csv.gz", "2 label rows", "(3)"],
+    );
+
+    write_gz(&raw.join("node-label.csv.gz"), "0\n1\n1\n");
+    write_gz(&raw.join("node-feat.csv.gz"), "0.1,0.2\n0.3,nan\n0.5,0.6\n");
+    prepare_fails(
+        dir.path(),
+        &[],
+        &["node-feat.csv.gz", "line 2, column 2", "finite"],
+    );
+
+    write_gz(&raw.join("node-feat.csv.gz"), "0.1,0.2\n0.3,0.4\n0.5,0.6\n");
+    let split = raw.join("split").join("s");
+    write_gz(&split.join("train.csv.gz"), "");
+    write_gz(&split.join("valid.csv.gz"), "1\n");
+    write_gz(&split.join("test.csv.gz"), "2\n");
+    prepare_fails(dir.path(), &[], &["train.csv.gz", "empty training split"]);
+    write_gz(&split.join("train.csv.gz"), "0\n5\n");
+    prepare_fails(
+        dir.path(),
+        &[],
+        &["train.csv.gz", "line 2, column 1", "out of range"],
+    );
+    prepare_fails(
+        dir.path(),
+        &["--split-name", "other"],
+        &["--split-name `other`", "s"],
+    );
+    // Not gzip at all.
+    std::fs::write(raw.join("edge.csv.gz"), "0,1\n").unwrap();
+    prepare_fails(dir.path(), &[], &["edge.csv.gz", "cannot read"]);
+}
+
+#[test]
+fn failed_prepare_keeps_an_existing_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("keep.h5");
+    std::fs::write(&out, "previous contents").unwrap();
+    let bad = text(dir.path(), "bad.csv", "0,1\nx,2\n");
+    let r = gnnpar(&["prepare", s(&bad), "-o", s(&out)]);
+    assert!(!r.status.success());
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "previous contents");
+    let tmp: Vec<_> = leftovers(dir.path())
+        .into_iter()
+        .filter(|n| n.contains(".tmp-"))
+        .collect();
+    assert!(tmp.is_empty(), "{tmp:?}");
+}
+
+/// Write a valid dataset with `gnnpar prepare` into `dir`; returns its path.
+fn prepared(dir: &Path) -> PathBuf {
+    let src = npz(dir, "good.npz", &good_members());
+    let out = dir.join("good.h5");
+    let r = gnnpar(&["prepare", s(&src), "-o", s(&out)]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let info = gnnpar(&["info", s(&out)]);
+    assert!(
+        info.status.success(),
+        "{}",
+        String::from_utf8_lossy(&info.stderr)
+    );
+    out
+}
+
+fn info_fails(path: &Path, expect: &[&str]) {
+    let r = gnnpar(&["info", s(path)]);
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success(), "info should fail:\n{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    for e in expect {
+        assert!(stderr.contains(e), "expected `{e}` in:\n{stderr}");
+    }
+}
+
+#[test]
+fn unknown_format_version_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = prepared(dir.path());
+    {
+        let file = hdf5::File::open_rw(&path).unwrap();
+        file.attr("format_version")
+            .unwrap()
+            .write_scalar(&99u32)
+            .unwrap();
+    }
+    info_fails(&path, &["good.h5", "format_version", "99"]);
+}
+
+#[test]
+fn truncated_hdf5_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = prepared(dir.path());
+    let bytes = std::fs::read(&path).unwrap();
+    for keep in [bytes.len() / 2, 100] {
+        std::fs::write(&path, &bytes[..keep]).unwrap();
+        info_fails(&path, &["good.h5"]);
+    }
+}
