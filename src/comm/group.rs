@@ -139,8 +139,12 @@ impl Group {
             c.all_gather_varcount_into(mine, &mut part);
         }
         let elem = std::mem::size_of::<T>();
-        self.stats
-            .record(kind, t, mine.len() * elem * (self.size - 1), out.len() * elem);
+        self.stats.record(
+            kind,
+            t,
+            mine.len() * elem * (self.size - 1),
+            out.len() * elem,
+        );
         (out, counts)
     }
 
@@ -154,7 +158,11 @@ impl Group {
         send_counts: &[usize],
     ) -> (Vec<T>, Vec<usize>) {
         assert_eq!(send_counts.len(), self.size, "{kind}: one count per rank");
-        assert_eq!(send_counts.iter().sum::<usize>(), send.len(), "{kind}: counts sum");
+        assert_eq!(
+            send_counts.iter().sum::<usize>(),
+            send.len(),
+            "{kind}: counts sum"
+        );
         let Some(c) = &self.comm else {
             return (send.to_vec(), send_counts.to_vec());
         };
