@@ -126,7 +126,12 @@ mod tests {
 
     #[test]
     fn matches_hand_computed_adam_and_adamw() {
-        let grads = [[0.5f32, -2.0, 0.0], [0.1, -1.0, 3.0], [-0.3, 0.2, 1e-3], [2.0, 2.0, -2.0]];
+        let grads = [
+            [0.5f32, -2.0, 0.0],
+            [0.1, -1.0, 3.0],
+            [-0.3, 0.2, 1e-3],
+            [2.0, 2.0, -2.0],
+        ];
         for &(wd, decoupled) in &[(0.0f32, false), (0.01, false), (0.05, true)] {
             let mut values = vec![1.0f32, -0.5, 0.25];
             let start = values.clone();

@@ -12,7 +12,9 @@ use super::linear::{accumulate_bias_grad, add_bias};
 use super::params::ParamStore;
 use crate::sample::Block;
 use crate::tensor::aggregate::LazyTranspose;
-use crate::tensor::attention::{attention_aggregate, attention_backward, edge_softmax, node_logits, AttentionInputs};
+use crate::tensor::attention::{
+    attention_aggregate, attention_backward, edge_softmax, node_logits, AttentionInputs,
+};
 use crate::tensor::gemm::{add_matmul_tn, matmul, matmul_nt};
 
 /// Negative slope of the attention LeakyReLU (the GAT paper's and PyG's 0.2).
@@ -85,7 +87,12 @@ impl GatConv {
     }
 
     /// `h_in` has `block.num_src()` rows.
-    pub fn forward(&self, params: &ParamStore, block: &Block, h_in: CowArray<f32, Ix2>) -> (Array2<f32>, GatCache) {
+    pub fn forward(
+        &self,
+        params: &ParamStore,
+        block: &Block,
+        h_in: CowArray<f32, Ix2>,
+    ) -> (Array2<f32>, GatCache) {
         let wh = matmul(h_in.view(), params.view(self.weight));
         let el = node_logits(wh.view(), params.view(self.att_src), block.num_src());
         let er = node_logits(wh.view(), params.view(self.att_dst), block.num_dst);
@@ -163,9 +170,17 @@ impl GatConv {
             },
             d_heads.view(),
         );
-        params.grad_mut(self.att_src).scaled_add(1.0, &grads.d_att_src);
-        params.grad_mut(self.att_dst).scaled_add(1.0, &grads.d_att_dst);
-        add_matmul_tn(cache.h_in.view(), grads.d_wh.view(), params.grad_mut(self.weight));
+        params
+            .grad_mut(self.att_src)
+            .scaled_add(1.0, &grads.d_att_src);
+        params
+            .grad_mut(self.att_dst)
+            .scaled_add(1.0, &grads.d_att_dst);
+        add_matmul_tn(
+            cache.h_in.view(),
+            grads.d_wh.view(),
+            params.grad_mut(self.weight),
+        );
         need_d_in.then(|| matmul_nt(grads.d_wh.view(), params.view(self.weight)))
     }
 }

@@ -10,7 +10,9 @@ use super::init::glorot_uniform;
 use super::linear::{accumulate_bias_grad, add_bias};
 use super::params::ParamStore;
 use crate::sample::Block;
-use crate::tensor::aggregate::{aggregate, aggregate_transpose, gcn_norm, EdgeWeights, LazyTranspose};
+use crate::tensor::aggregate::{
+    aggregate, aggregate_transpose, gcn_norm, EdgeWeights, LazyTranspose,
+};
 use crate::tensor::gemm::{add_matmul_tn, matmul, matmul_nt};
 
 /// GCNConv (symmetric normalisation, bias).
@@ -40,7 +42,13 @@ enum GcnOrder {
 
 impl GcnConv {
     /// Register `{prefix}.weight` (`in × out`, Glorot) and `{prefix}.bias`.
-    pub fn new(params: &mut ParamStore, prefix: &str, in_dim: usize, out_dim: usize, seed: u64) -> GcnConv {
+    pub fn new(
+        params: &mut ParamStore,
+        prefix: &str,
+        in_dim: usize,
+        out_dim: usize,
+        seed: u64,
+    ) -> GcnConv {
         let weight = params.add(format!("{prefix}.weight"), &[in_dim, out_dim]);
         glorot_uniform(params, weight, seed);
         let bias = params.add(format!("{prefix}.bias"), &[out_dim]);
@@ -59,7 +67,12 @@ impl GcnConv {
     }
 
     /// `h_in` has `block.num_src()` rows.
-    pub fn forward(&self, params: &ParamStore, block: &Block, h_in: CowArray<f32, Ix2>) -> (Array2<f32>, GcnCache) {
+    pub fn forward(
+        &self,
+        params: &ParamStore,
+        block: &Block,
+        h_in: CowArray<f32, Ix2>,
+    ) -> (Array2<f32>, GcnCache) {
         let coef = gcn_norm(block);
         let w = params.view(self.weight);
         let (mut z, order) = if self.aggregate_first(block) {
@@ -93,7 +106,12 @@ impl GcnConv {
                     return None;
                 }
                 let d_agg = matmul_nt(dz, params.view(self.weight));
-                Some(aggregate_transpose(block, transpose.get(block), d_agg.view(), weights))
+                Some(aggregate_transpose(
+                    block,
+                    transpose.get(block),
+                    d_agg.view(),
+                    weights,
+                ))
             }
             GcnOrder::ProjectFirst(h_in) => {
                 let d_proj = aggregate_transpose(block, transpose.get(block), dz, weights);

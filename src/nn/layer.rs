@@ -143,9 +143,15 @@ impl Conv {
         need_d_in: bool,
     ) -> Option<Array2<f32>> {
         match (self, cache) {
-            (Conv::Sage(c), ConvCache::Sage(k)) => c.backward(params, block, transpose, k, dz, need_d_in),
-            (Conv::Gcn(c), ConvCache::Gcn(k)) => c.backward(params, block, transpose, k, dz, need_d_in),
-            (Conv::Gat(c), ConvCache::Gat(k)) => c.backward(params, block, transpose, k, dz, need_d_in),
+            (Conv::Sage(c), ConvCache::Sage(k)) => {
+                c.backward(params, block, transpose, k, dz, need_d_in)
+            }
+            (Conv::Gcn(c), ConvCache::Gcn(k)) => {
+                c.backward(params, block, transpose, k, dz, need_d_in)
+            }
+            (Conv::Gat(c), ConvCache::Gat(k)) => {
+                c.backward(params, block, transpose, k, dz, need_d_in)
+            }
             (Conv::Dense(c), ConvCache::Dense(x)) => c.backward(params, x.view(), dz, need_d_in),
             _ => panic!("layer cache does not belong to this layer"),
         }
@@ -239,14 +245,19 @@ impl Layer {
         d_h_dst: ArrayView2<f32>,
         need_d_src: bool,
     ) -> Option<Array2<f32>> {
-        assert_eq!(d_h_dst.nrows(), block.num_dst, "layer {}: gradient rows", self.index);
+        assert_eq!(
+            d_h_dst.nrows(),
+            block.num_dst,
+            "layer {}: gradient rows",
+            self.index
+        );
         let mut dz = standard(d_h_dst).into_owned();
         if let (Some(act), Some(y)) = (self.activation, &cache.activated) {
             act.backward_in_place(y.view(), dz.view_mut());
         }
-        let d_in = self
-            .conv
-            .backward(params, block, transpose, cache.conv, dz.view(), need_d_src)?;
+        let d_in =
+            self.conv
+                .backward(params, block, transpose, cache.conv, dz.view(), need_d_src)?;
         let rows = d_in.nrows();
         let mut d_src = if rows == block.num_src() {
             d_in

@@ -43,7 +43,13 @@ pub struct Linear {
 
 impl Linear {
     /// Register `{prefix}.weight` (`in × out`, Glorot) and `{prefix}.bias` (zeros).
-    pub fn new(params: &mut ParamStore, prefix: &str, in_dim: usize, out_dim: usize, seed: u64) -> Linear {
+    pub fn new(
+        params: &mut ParamStore,
+        prefix: &str,
+        in_dim: usize,
+        out_dim: usize,
+        seed: u64,
+    ) -> Linear {
         let weight = params.add(format!("{prefix}.weight"), &[in_dim, out_dim]);
         glorot_uniform(params, weight, seed);
         let bias = params.add(format!("{prefix}.bias"), &[out_dim]);
@@ -57,7 +63,13 @@ impl Linear {
 
     /// `x·W + b`.
     pub fn forward(&self, params: &ParamStore, x: ArrayView2<f32>) -> Array2<f32> {
-        assert_eq!(x.ncols(), self.in_dim, "linear: input has {} columns, expected {}", x.ncols(), self.in_dim);
+        assert_eq!(
+            x.ncols(),
+            self.in_dim,
+            "linear: input has {} columns, expected {}",
+            x.ncols(),
+            self.in_dim
+        );
         let mut y = matmul(x, params.view(self.weight));
         add_bias(y.view_mut(), params.view(self.bias));
         y

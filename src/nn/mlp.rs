@@ -35,7 +35,13 @@ impl Mlp {
     ///
     /// # Panics
     /// If fewer than two dims are given.
-    pub fn new(params: &mut ParamStore, prefix: &str, dims: &[usize], dropout: f32, seed: u64) -> Mlp {
+    pub fn new(
+        params: &mut ParamStore,
+        prefix: &str,
+        dims: &[usize],
+        dropout: f32,
+        seed: u64,
+    ) -> Mlp {
         assert!(dims.len() >= 2, "an MLP needs an input and an output size");
         let layers = dims
             .windows(2)
@@ -46,7 +52,13 @@ impl Mlp {
     }
 
     /// Forward on `x` (one row per key in `row_keys`).
-    pub fn forward(&self, params: &ParamStore, x: ArrayView2<f32>, row_keys: &[u64], ctx: &DropoutCtx) -> (Array2<f32>, MlpCache) {
+    pub fn forward(
+        &self,
+        params: &ParamStore,
+        x: ArrayView2<f32>,
+        row_keys: &[u64],
+        ctx: &DropoutCtx,
+    ) -> (Array2<f32>, MlpCache) {
         assert_eq!(x.nrows(), row_keys.len(), "mlp: one key per row");
         let mut cache = MlpCache {
             inputs: Vec::with_capacity(self.layers.len()),
@@ -57,7 +69,10 @@ impl Mlp {
         let mut h = standard(x).into_owned();
         for (i, lin) in self.layers.iter().enumerate() {
             let mask = (ctx.training && self.dropout > 0.0).then(|| {
-                DropoutMask::new(derive_stream(ctx.stream ^ MLP_STREAM_TAG, i as u64), self.dropout)
+                DropoutMask::new(
+                    derive_stream(ctx.stream ^ MLP_STREAM_TAG, i as u64),
+                    self.dropout,
+                )
             });
             if let Some(m) = &mask {
                 m.apply_in_place(h.view_mut(), row_keys);
@@ -75,7 +90,13 @@ impl Mlp {
     }
 
     /// Accumulate gradients; return d `x` when asked.
-    pub fn backward(&self, params: &mut ParamStore, cache: MlpCache, dy: ArrayView2<f32>, need_dx: bool) -> Option<Array2<f32>> {
+    pub fn backward(
+        &self,
+        params: &mut ParamStore,
+        cache: MlpCache,
+        dy: ArrayView2<f32>,
+        need_dx: bool,
+    ) -> Option<Array2<f32>> {
         let mut d = standard(dy).into_owned();
         for i in (0..self.layers.len()).rev() {
             if i + 1 < self.layers.len() {

@@ -18,8 +18,8 @@ pub mod model;
 pub mod params;
 pub mod sage;
 
+pub use crate::tensor::loss::{bce_with_logits, cross_entropy};
 pub use adam::Adam;
 pub use layer::{DropoutCtx, Layer};
 pub use model::{ForwardCache, Model, ModelConfig, ModelKind};
 pub use params::{ParamEntry, ParamStore};
-pub use crate::tensor::loss::{bce_with_logits, cross_entropy};

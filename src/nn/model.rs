@@ -81,8 +81,14 @@ impl ModelConfig {
     /// Check the shape; errors name the offending field.
     pub fn validate(&self) -> Result<()> {
         ensure!(self.layers >= 1, "model: layers must be at least 1 (got 0)");
-        ensure!(self.in_dim >= 1, "model: in_dim must be at least 1 (the dataset has no features?)");
-        ensure!(self.out_dim >= 1, "model: out_dim must be at least 1 (no classes?)");
+        ensure!(
+            self.in_dim >= 1,
+            "model: in_dim must be at least 1 (the dataset has no features?)"
+        );
+        ensure!(
+            self.out_dim >= 1,
+            "model: out_dim must be at least 1 (no classes?)"
+        );
         ensure!(
             self.layers == 1 || self.hidden >= 1,
             "model: hidden must be at least 1 for {} layers",
@@ -128,12 +134,22 @@ impl Model {
             let prefix = format!("layers.{l}");
             let seed = derive_stream(seed, l as u64);
             let conv = match cfg.kind {
-                ModelKind::Sage => Conv::Sage(SageConv::new(&mut params, &prefix, in_dim, out, seed)),
+                ModelKind::Sage => {
+                    Conv::Sage(SageConv::new(&mut params, &prefix, in_dim, out, seed))
+                }
                 ModelKind::Gcn => Conv::Gcn(GcnConv::new(&mut params, &prefix, in_dim, out, seed)),
                 ModelKind::Mlp => Conv::Dense(Linear::new(&mut params, &prefix, in_dim, out, seed)),
                 ModelKind::Gat => {
                     let concat = !last && cfg.gat_concat;
-                    Conv::Gat(GatConv::new(&mut params, &prefix, in_dim, out, cfg.heads, concat, seed))
+                    Conv::Gat(GatConv::new(
+                        &mut params,
+                        &prefix,
+                        in_dim,
+                        out,
+                        cfg.heads,
+                        concat,
+                        seed,
+                    ))
                 }
             };
             let activation = (!last).then_some(match cfg.kind {
@@ -148,7 +164,11 @@ impl Model {
                 activation,
             });
         }
-        Ok(Model { cfg, params, layers })
+        Ok(Model {
+            cfg,
+            params,
+            layers,
+        })
     }
 
     /// Logits for the destinations of the last block (`blocks[L-1].num_dst × out_dim`), from
@@ -157,8 +177,19 @@ impl Model {
     /// # Panics
     /// If the blocks do not chain (`blocks[l].num_src() != blocks[l-1].num_dst`) or the
     /// shapes do not match the model (caller bugs).
-    pub fn forward(&self, blocks: &[&Block], x: &Array2<f32>, ctx: &DropoutCtx) -> (Array2<f32>, ForwardCache) {
-        assert_eq!(blocks.len(), self.layers.len(), "model has {} layers but got {} blocks", self.layers.len(), blocks.len());
+    pub fn forward(
+        &self,
+        blocks: &[&Block],
+        x: &Array2<f32>,
+        ctx: &DropoutCtx,
+    ) -> (Array2<f32>, ForwardCache) {
+        assert_eq!(
+            blocks.len(),
+            self.layers.len(),
+            "model has {} layers but got {} blocks",
+            self.layers.len(),
+            blocks.len()
+        );
         let mut caches = Vec::with_capacity(self.layers.len());
         let mut h: Option<Array2<f32>> = None;
         for (layer, block) in self.layers.iter().zip(blocks) {
@@ -167,17 +198,31 @@ impl Model {
             caches.push(cache);
             h = Some(out);
         }
-        (h.expect("at least one layer"), ForwardCache { layers: caches })
+        (
+            h.expect("at least one layer"),
+            ForwardCache { layers: caches },
+        )
     }
 
     /// Accumulate the gradient of the loss into `params.grads`, given `d_out` = d loss / d
     /// logits. Transposed CSRs are built once per distinct block.
     pub fn backward(&mut self, blocks: &[&Block], cache: ForwardCache, d_out: &Array2<f32>) {
-        assert_eq!(blocks.len(), self.layers.len(), "model has {} layers but got {} blocks", self.layers.len(), blocks.len());
+        assert_eq!(
+            blocks.len(),
+            self.layers.len(),
+            "model has {} layers but got {} blocks",
+            self.layers.len(),
+            blocks.len()
+        );
         // Full-batch training passes one block to every layer: share its transpose.
-        let transposes: Vec<LazyTranspose> = blocks.iter().map(|_| LazyTranspose::default()).collect();
+        let transposes: Vec<LazyTranspose> =
+            blocks.iter().map(|_| LazyTranspose::default()).collect();
         let owner: Vec<usize> = (0..blocks.len())
-            .map(|l| (0..l).find(|&k| std::ptr::eq(blocks[k], blocks[l])).unwrap_or(l))
+            .map(|l| {
+                (0..l)
+                    .find(|&k| std::ptr::eq(blocks[k], blocks[l]))
+                    .unwrap_or(l)
+            })
             .collect();
         let mut d = d_out.clone();
         for (l, layer_cache) in cache.layers.into_iter().enumerate().rev() {

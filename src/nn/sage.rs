@@ -30,14 +30,23 @@ pub struct SageConv {
 #[derive(Debug)]
 pub enum SageCache {
     /// Aggregated first: the destinations' inputs and their neighbour means.
-    AggregateFirst { h_dst: Array2<f32>, agg: Array2<f32> },
+    AggregateFirst {
+        h_dst: Array2<f32>,
+        agg: Array2<f32>,
+    },
     /// Projected first: the whole input.
     ProjectFirst { h_in: Array2<f32> },
 }
 
 impl SageConv {
     /// Register `{prefix}.w_self`, `{prefix}.w_neigh` (`in × out`, Glorot) and `{prefix}.bias`.
-    pub fn new(params: &mut ParamStore, prefix: &str, in_dim: usize, out_dim: usize, seed: u64) -> SageConv {
+    pub fn new(
+        params: &mut ParamStore,
+        prefix: &str,
+        in_dim: usize,
+        out_dim: usize,
+        seed: u64,
+    ) -> SageConv {
         let w_self = params.add(format!("{prefix}.w_self"), &[in_dim, out_dim]);
         glorot_uniform(params, w_self, seed);
         let w_neigh = params.add(format!("{prefix}.w_neigh"), &[in_dim, out_dim]);
@@ -60,7 +69,12 @@ impl SageConv {
     }
 
     /// `h_in` has `block.num_src()` rows.
-    pub fn forward(&self, params: &ParamStore, block: &Block, h_in: CowArray<f32, Ix2>) -> (Array2<f32>, SageCache) {
+    pub fn forward(
+        &self,
+        params: &ParamStore,
+        block: &Block,
+        h_in: CowArray<f32, Ix2>,
+    ) -> (Array2<f32>, SageCache) {
         let nd = block.num_dst;
         let h_dst = h_in.slice(s![..nd, ..]);
         let w_self = params.view(self.w_self);
@@ -77,7 +91,12 @@ impl SageConv {
             let mut z = aggregate(block, projected.view(), EdgeWeights::Mean);
             gemm_into(1.0, h_dst, w_self, 1.0, z.view_mut());
             add_bias(z.view_mut(), params.view(self.bias));
-            (z, SageCache::ProjectFirst { h_in: h_in.into_owned() })
+            (
+                z,
+                SageCache::ProjectFirst {
+                    h_in: h_in.into_owned(),
+                },
+            )
         }
     }
 
@@ -101,12 +120,18 @@ impl SageConv {
                     return None;
                 }
                 let d_agg = matmul_nt(dz, params.view(self.w_neigh));
-                let mut d_in = aggregate_transpose(block, transpose.get(block), d_agg.view(), EdgeWeights::Mean);
+                let mut d_in = aggregate_transpose(
+                    block,
+                    transpose.get(block),
+                    d_agg.view(),
+                    EdgeWeights::Mean,
+                );
                 add_matmul_nt_rows(dz, params.view(self.w_self), d_in.view_mut());
                 Some(d_in)
             }
             SageCache::ProjectFirst { h_in } => {
-                let d_proj = aggregate_transpose(block, transpose.get(block), dz, EdgeWeights::Mean);
+                let d_proj =
+                    aggregate_transpose(block, transpose.get(block), dz, EdgeWeights::Mean);
                 add_matmul_tn(h_in.slice(s![..nd, ..]), dz, params.grad_mut(self.w_self));
                 add_matmul_tn(h_in.view(), d_proj.view(), params.grad_mut(self.w_neigh));
                 if !need_d_in {

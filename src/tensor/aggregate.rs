@@ -86,7 +86,11 @@ impl LazyTranspose {
 /// `out[i] = Σ_{e ∈ in_edges(i)} w_e · x[src_e]`: `x` has `block.num_src()` rows, the result
 /// `block.num_dst`.
 pub fn aggregate(block: &Block, x: ArrayView2<f32>, weights: EdgeWeights) -> Array2<f32> {
-    assert_eq!(x.nrows(), block.num_src(), "aggregate: x must have num_src rows");
+    assert_eq!(
+        x.nrows(),
+        block.num_src(),
+        "aggregate: x must have num_src rows"
+    );
     let x = super::standard(x);
     let cols = x.ncols();
     let xs = x.as_slice().expect("standard layout");
@@ -121,7 +125,11 @@ pub fn aggregate_transpose(
     dy: ArrayView2<f32>,
     weights: EdgeWeights,
 ) -> Array2<f32> {
-    assert_eq!(dy.nrows(), block.num_dst, "aggregate_transpose: dy must have num_dst rows");
+    assert_eq!(
+        dy.nrows(),
+        block.num_dst,
+        "aggregate_transpose: dy must have num_dst rows"
+    );
     let dy = super::standard(dy);
     let cols = dy.ncols();
     let ds = dy.as_slice().expect("standard layout");

@@ -16,7 +16,11 @@ use crate::sample::Block;
 /// Per-node attention logits `out[u, h] = wh[u, h, :] · att[h, :]` for the first `rows` rows.
 pub fn node_logits(wh: ArrayView2<f32>, att: ArrayView2<f32>, rows: usize) -> Array2<f32> {
     let (heads, f) = att.dim();
-    assert_eq!(wh.ncols(), heads * f, "node_logits: wh must have heads·f columns");
+    assert_eq!(
+        wh.ncols(),
+        heads * f,
+        "node_logits: wh must have heads·f columns"
+    );
     let wh = super::standard(wh);
     let att = super::standard(att);
     let (ws, a) = (wh.as_slice().unwrap(), att.as_slice().unwrap());
@@ -53,7 +57,8 @@ pub fn edge_softmax(
     par_segment_groups(data, &block.indptr, heads, |segs, data| {
         let base = block.indptr[segs.start];
         for v in segs {
-            let seg = &mut data[(block.indptr[v] - base) * heads..(block.indptr[v + 1] - base) * heads];
+            let seg =
+                &mut data[(block.indptr[v] - base) * heads..(block.indptr[v + 1] - base) * heads];
             for (k, &u) in block.in_edges(v).iter().enumerate() {
                 let u = u as usize;
                 for h in 0..heads {
@@ -68,7 +73,11 @@ pub fn edge_softmax(
 }
 
 /// `out[v, h, :] = Σ_{e ∈ in_edges(v)} alpha[e, h] · wh[src_e, h, :]` (`num_dst` rows).
-pub fn attention_aggregate(block: &Block, alpha: ArrayView2<f32>, wh: ArrayView2<f32>) -> Array2<f32> {
+pub fn attention_aggregate(
+    block: &Block,
+    alpha: ArrayView2<f32>,
+    wh: ArrayView2<f32>,
+) -> Array2<f32> {
     let heads = alpha.ncols();
     let cols = wh.ncols();
     let f = cols / heads.max(1);
@@ -89,7 +98,11 @@ pub fn attention_aggregate(block: &Block, alpha: ArrayView2<f32>, wh: ArrayView2
                 let u = block.indices[e] as usize;
                 let src = &ws[u * cols..(u + 1) * cols];
                 for h in 0..heads {
-                    axpy(al[e * heads + h], &src[h * f..(h + 1) * f], &mut o[h * f..(h + 1) * f]);
+                    axpy(
+                        al[e * heads + h],
+                        &src[h * f..(h + 1) * f],
+                        &mut o[h * f..(h + 1) * f],
+                    );
                 }
             }
         });
@@ -202,12 +215,20 @@ pub fn attention_backward(inp: &AttentionInputs, d_out: ArrayView2<f32>) -> Atte
                     let (v, e) = (bt.dst[k] as usize, bt.edge[k] as usize);
                     let dv = &dos[v * cols..(v + 1) * cols];
                     for h in 0..heads {
-                        axpy(al[e * heads + h], &dv[h * f..(h + 1) * f], &mut g[h * f..(h + 1) * f]);
+                        axpy(
+                            al[e * heads + h],
+                            &dv[h * f..(h + 1) * f],
+                            &mut g[h * f..(h + 1) * f],
+                        );
                         del[h] += d_pre[e * heads + h];
                     }
                 }
                 for h in 0..heads {
-                    axpy(del[h], &a_src[h * f..(h + 1) * f], &mut g[h * f..(h + 1) * f]);
+                    axpy(
+                        del[h],
+                        &a_src[h * f..(h + 1) * f],
+                        &mut g[h * f..(h + 1) * f],
+                    );
                     if u < nd {
                         let d = d_er_s[u * heads + h];
                         axpy(d, &a_dst[h * f..(h + 1) * f], &mut g[h * f..(h + 1) * f]);
@@ -228,7 +249,13 @@ pub fn attention_backward(inp: &AttentionInputs, d_out: ArrayView2<f32>) -> Atte
 }
 
 /// `out[h, :] = Σ_{u < rows} coef[u, h] · wh[u, h, :]`.
-fn weighted_head_sum(coef: ArrayView2<f32>, ws: &[f32], heads: usize, f: usize, rows: usize) -> Array2<f32> {
+fn weighted_head_sum(
+    coef: ArrayView2<f32>,
+    ws: &[f32],
+    heads: usize,
+    f: usize,
+    rows: usize,
+) -> Array2<f32> {
     let cols = heads * f;
     let mut out = Array2::zeros((heads, f));
     if cols == 0 || rows == 0 {
@@ -243,7 +270,11 @@ fn weighted_head_sum(coef: ArrayView2<f32>, ws: &[f32], heads: usize, f: usize, 
             for u in c * chunk..((c + 1) * chunk).min(rows) {
                 let row = &ws[u * cols..(u + 1) * cols];
                 for h in 0..heads {
-                    axpy(cs[u * heads + h], &row[h * f..(h + 1) * f], &mut acc[h * f..(h + 1) * f]);
+                    axpy(
+                        cs[u * heads + h],
+                        &row[h * f..(h + 1) * f],
+                        &mut acc[h * f..(h + 1) * f],
+                    );
                 }
             }
             acc

@@ -43,7 +43,10 @@ impl DropoutMask {
     /// # Panics
     /// If `p` is outside `[0, 1)`; configurations are validated before they get here.
     pub fn new(stream: u64, p: f32) -> DropoutMask {
-        assert!((0.0..1.0).contains(&p), "dropout probability {p} not in [0, 1)");
+        assert!(
+            (0.0..1.0).contains(&p),
+            "dropout probability {p} not in [0, 1)"
+        );
         let keep = 1.0 - p as f64;
         // 2^64 · keep, saturating at u64::MAX for keep == 1.
         let keep_below = (keep * 18_446_744_073_709_551_616.0).min(u64::MAX as f64) as u64;
@@ -139,8 +142,8 @@ mod tests {
         let xp = Array2::from_shape_fn((4, 64), |(i, j)| x[[perm[i], j]]);
         let kp: Vec<u64> = perm.iter().map(|&p| keys[p]).collect();
         let yp = mask.apply(xp.view(), &kp);
-        for i in 0..4 {
-            assert_eq!(yp.row(i), y.row(perm[i]));
+        for (i, &p) in perm.iter().enumerate() {
+            assert_eq!(yp.row(i), y.row(p));
         }
         // Another stream gives another mask.
         let other = DropoutMask::new(8, 0.5).apply(x.view(), &keys);

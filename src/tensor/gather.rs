@@ -34,7 +34,11 @@ pub fn gather_rows(src: ArrayView2<f32>, idx: &[u32]) -> Array2<f32> {
 /// destination sums its contributions in the order of `i`, whatever the thread count).
 pub fn scatter_add_rows(dst: ArrayViewMut2<f32>, idx: &[u32], src: ArrayView2<f32>) {
     let num_dst = dst.nrows();
-    assert_eq!(idx.len(), src.nrows(), "scatter_add_rows: one index per row");
+    assert_eq!(
+        idx.len(),
+        src.nrows(),
+        "scatter_add_rows: one index per row"
+    );
     let (start, order) = group_by_target(idx, num_dst);
     let src = super::standard(src);
     add_grouped_rows(dst, &start, &order, src.view());
@@ -145,7 +149,10 @@ mod tests {
         let mut back = Array2::zeros((4, 2));
         scatter_add_rows(back.view_mut(), &idx, g.view());
         // Row 2 was gathered twice, row 3 never.
-        assert_eq!(back, array![[1.0, 2.0], [3.0, 4.0], [10.0, 12.0], [0.0, 0.0]]);
+        assert_eq!(
+            back,
+            array![[1.0, 2.0], [3.0, 4.0], [10.0, 12.0], [0.0, 0.0]]
+        );
     }
 
     #[test]

@@ -33,7 +33,12 @@ pub fn gemm_into(
     let (m, k) = a.dim();
     let (k2, n) = b.dim();
     assert_eq!(k, k2, "gemm: inner dimensions differ ({m}×{k} · {k2}×{n})");
-    assert_eq!(c.dim(), (m, n), "gemm: output shape {:?} != {m}×{n}", c.dim());
+    assert_eq!(
+        c.dim(),
+        (m, n),
+        "gemm: output shape {:?} != {m}×{n}",
+        c.dim()
+    );
     let flops = m * n * k;
     if flops <= SERIAL_FLOPS || m * n == 0 {
         general_mat_mul(alpha, &a, &b, beta, &mut c);

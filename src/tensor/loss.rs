@@ -56,7 +56,11 @@ pub fn cross_entropy(logits: &Array2<f32>, labels: &[i64]) -> (f64, Array2<f32>)
 /// `(Σ −[t·log σ(x) + (1−t)·log(1−σ(x))], σ(x) − t)`, computed stably as
 /// `max(x, 0) − x·t + log(1 + e^{−|x|})`. Targets are 0 or 1 (any non-zero counts as 1).
 pub fn bce_with_logits(logits: &Array2<f32>, targets: ArrayView2<i64>) -> (f64, Array2<f32>) {
-    assert_eq!(logits.dim(), targets.dim(), "bce_with_logits: shapes differ");
+    assert_eq!(
+        logits.dim(),
+        targets.dim(),
+        "bce_with_logits: shapes differ"
+    );
     let (n, c) = logits.dim();
     let mut grad = super::standard(logits.view()).into_owned();
     if n == 0 || c == 0 {

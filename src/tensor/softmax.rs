@@ -86,6 +86,9 @@ pub fn segment_softmax_backward_in_place(
 
 #[inline]
 pub(crate) fn softmax_segment_backward(alpha: &[f32], grad: &mut [f32], heads: usize) {
+    if grad.is_empty() {
+        return;
+    }
     for h in 0..heads {
         let dot: f32 = alpha[h..]
             .iter()
