@@ -11,11 +11,28 @@ use ndarray::parallel::prelude::*;
 use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, Axis};
 
 /// Below this many multiply-adds a product runs on the calling thread.
-const SERIAL_FLOPS: usize = 1 << 18;
-/// Multiply-adds per parallel task (each task re-packs its operands, so tasks must be large).
-const FLOPS_PER_TASK: usize = 1 << 22;
+const SERIAL_FLOPS: usize = 1 << 20;
+/// Multiply-adds per parallel task.
+const FLOPS_PER_TASK: usize = 1 << 24;
+/// Fewest output rows (or columns) per task: every task packs its own copy of the other
+/// operand, so thin blocks would spend more time packing than multiplying.
+const MIN_BLOCK: usize = 256;
+/// Fewest reduction steps per task when the inner dimension is split.
+const MIN_INNER_BLOCK: usize = 1024;
+/// Most tasks per product (more only adds packing work).
+const MAX_TASKS: usize = 16;
 /// Block sizes are multiples of this, matching matrixmultiply's micro-kernel tiles.
 const TILE: usize = 16;
+
+/// Size of the blocks that split a dimension of length `len` for a product of `flops`
+/// multiply-adds, or `None` when it should not be split. A function of the shape only.
+fn block_size(len: usize, flops: usize, min_block: usize) -> Option<usize> {
+    if len < 2 * min_block {
+        return None;
+    }
+    let tasks = flops.div_ceil(FLOPS_PER_TASK).clamp(2, MAX_TASKS);
+    Some(len.div_ceil(tasks).max(min_block).next_multiple_of(TILE))
+}
 
 /// `c = alpha · a · b + beta · c`, where `a` is `m×k`, `b` is `k×n` and `c` is `m×n`.
 ///
@@ -44,19 +61,36 @@ pub fn gemm_into(
         general_mat_mul(alpha, &a, &b, beta, &mut c);
         return;
     }
-    let tasks = flops.div_ceil(FLOPS_PER_TASK).max(2);
-    if m >= n || m >= tasks * TILE {
-        let rows = m.div_ceil(tasks).next_multiple_of(TILE).max(TILE);
+    if let Some(rows) = block_size(m, flops, MIN_BLOCK) {
         c.axis_chunks_iter_mut(Axis(0), rows)
             .into_par_iter()
             .zip(a.axis_chunks_iter(Axis(0), rows).into_par_iter())
             .for_each(|(mut c_blk, a_blk)| general_mat_mul(alpha, &a_blk, &b, beta, &mut c_blk));
-    } else {
-        let cols = n.div_ceil(tasks).next_multiple_of(TILE).max(TILE);
+    } else if let Some(cols) = block_size(n, flops, MIN_BLOCK) {
         c.axis_chunks_iter_mut(Axis(1), cols)
             .into_par_iter()
             .zip(b.axis_chunks_iter(Axis(1), cols).into_par_iter())
             .for_each(|(mut c_blk, b_blk)| general_mat_mul(alpha, &a, &b_blk, beta, &mut c_blk));
+    } else if let Some(inner) = block_size(k, flops, MIN_INNER_BLOCK) {
+        // A small output with a long reduction (a weight gradient `xᵀ·dy` over many rows):
+        // partial products over fixed blocks of the inner dimension, added in block order.
+        let partials: Vec<Array2<f32>> = a
+            .axis_chunks_iter(Axis(1), inner)
+            .into_par_iter()
+            .zip(b.axis_chunks_iter(Axis(0), inner).into_par_iter())
+            .map(|(a_blk, b_blk)| {
+                let mut p = Array2::zeros((m, n));
+                general_mat_mul(1.0, &a_blk, &b_blk, 0.0, &mut p);
+                p
+            })
+            .collect();
+        let mut sum = partials[0].clone();
+        for p in &partials[1..] {
+            sum += p;
+        }
+        c.zip_mut_with(&sum, |ci, &si| *ci = alpha * si + beta * *ci);
+    } else {
+        general_mat_mul(alpha, &a, &b, beta, &mut c);
     }
 }
 
@@ -124,7 +158,13 @@ mod tests {
     #[test]
     fn products_match_naive_on_parallel_shapes() {
         // Shapes large enough to be split into row blocks, and a wide one split by columns.
-        for &(m, k, n) in &[(300, 70, 90), (33, 200, 700), (5, 3, 4), (0, 4, 3)] {
+        for &(m, k, n) in &[
+            (600, 70, 90),
+            (33, 200, 700),
+            (20, 3000, 30),
+            (5, 3, 4),
+            (0, 4, 3),
+        ] {
             let a = pseudo(m, k, 1);
             let b = pseudo(k, n, 2);
             assert_close(&matmul(a.view(), b.view()), &naive(a.view(), b.view()));
