@@ -135,6 +135,28 @@ impl GatConv {
         out
     }
 
+    /// Backward of [`GatConv::mean_heads`]: `out[v, h, :] = dz[v, :] / heads`.
+    fn spread_heads(&self, dz: ArrayView2<f32>) -> Array2<f32> {
+        let (h, f) = (self.heads, self.head_dim);
+        let dz = crate::tensor::standard(dz);
+        let ds = dz.as_slice().expect("standard layout");
+        let mut out = Array2::zeros((dz.nrows(), h * f));
+        if f == 0 {
+            return out;
+        }
+        let inv = 1.0 / h as f32;
+        out.as_slice_mut()
+            .unwrap()
+            .par_chunks_mut(h * f)
+            .zip(ds.par_chunks(f))
+            .for_each(|(o, d)| {
+                for head in o.chunks_exact_mut(f) {
+                    head.iter_mut().zip(d).for_each(|(x, &y)| *x = y * inv);
+                }
+            });
+        out
+    }
+
     /// Accumulate gradients; return d `h_in` (`num_src` rows) when asked.
     pub fn backward(
         &self,
@@ -150,11 +172,7 @@ impl GatConv {
         let d_heads = if self.concat {
             dz.to_owned()
         } else {
-            let inv = 1.0 / self.heads as f32;
-            let dzs = dz.as_standard_layout();
-            Array2::from_shape_fn((dz.nrows(), self.heads * self.head_dim), |(v, c)| {
-                dzs[[v, c % self.head_dim]] * inv
-            })
+            self.spread_heads(dz)
         };
         let grads = attention_backward(
             &AttentionInputs {
