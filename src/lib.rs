@@ -13,5 +13,7 @@
 pub mod comm;
 pub mod commands;
 pub mod graph;
+pub mod nn;
 pub mod sample;
+pub mod tensor;
 pub mod util;

@@ -1,0 +1,123 @@
+//! GCN convolution: `h_v = Σ_{u → v} h_u·W / sqrt(deg_in(v)·deg_out(u)) + b`, degrees counted
+//! inside the block. Self-loops are the caller's choice (`Block::with_self_loops`).
+//!
+//! Like SAGE, it aggregates first or projects first, whichever costs fewer multiply-adds for
+//! the block's shape.
+
+use ndarray::{Array2, ArrayView2, CowArray, Ix2};
+
+use super::init::glorot_uniform;
+use super::linear::{accumulate_bias_grad, add_bias};
+use super::params::ParamStore;
+use crate::sample::Block;
+use crate::tensor::aggregate::{
+    aggregate, aggregate_transpose, gcn_norm, EdgeWeights, LazyTranspose,
+};
+use crate::tensor::gemm::{add_matmul_tn, matmul, matmul_nt};
+
+/// GCNConv (symmetric normalisation, bias).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GcnConv {
+    pub weight: usize,
+    pub bias: usize,
+    pub in_dim: usize,
+    pub out_dim: usize,
+}
+
+/// Forward state for the backward pass.
+#[derive(Debug)]
+pub struct GcnCache {
+    /// Edge coefficients, in the block's CSR order.
+    coef: Vec<f32>,
+    order: GcnOrder,
+}
+
+#[derive(Debug)]
+enum GcnOrder {
+    /// `agg = Â·h_in` was projected: keep `agg`.
+    AggregateFirst(Array2<f32>),
+    /// `h_in·W` was aggregated: keep `h_in`.
+    ProjectFirst(Array2<f32>),
+}
+
+impl GcnConv {
+    /// Register `{prefix}.weight` (`in × out`, Glorot) and `{prefix}.bias`.
+    pub fn new(
+        params: &mut ParamStore,
+        prefix: &str,
+        in_dim: usize,
+        out_dim: usize,
+        seed: u64,
+    ) -> GcnConv {
+        let weight = params.add(format!("{prefix}.weight"), &[in_dim, out_dim]);
+        glorot_uniform(params, weight, seed);
+        let bias = params.add(format!("{prefix}.bias"), &[out_dim]);
+        GcnConv {
+            weight,
+            bias,
+            in_dim,
+            out_dim,
+        }
+    }
+
+    fn aggregate_first(&self, block: &Block) -> bool {
+        let (e, ns, nd) = (block.num_edges(), block.num_src(), block.num_dst);
+        let (i, o) = (self.in_dim, self.out_dim);
+        e * i + nd * i * o <= ns * i * o + e * o
+    }
+
+    /// `h_in` has `block.num_src()` rows.
+    pub fn forward(
+        &self,
+        params: &ParamStore,
+        block: &Block,
+        h_in: CowArray<f32, Ix2>,
+    ) -> (Array2<f32>, GcnCache) {
+        let coef = gcn_norm(block);
+        let w = params.view(self.weight);
+        let (mut z, order) = if self.aggregate_first(block) {
+            let agg = aggregate(block, h_in.view(), EdgeWeights::PerEdge(&coef));
+            (matmul(agg.view(), w), GcnOrder::AggregateFirst(agg))
+        } else {
+            let projected = matmul(h_in.view(), w);
+            let z = aggregate(block, projected.view(), EdgeWeights::PerEdge(&coef));
+            (z, GcnOrder::ProjectFirst(h_in.into_owned()))
+        };
+        add_bias(z.view_mut(), params.view(self.bias));
+        (z, GcnCache { coef, order })
+    }
+
+    /// Accumulate gradients; return d `h_in` (`num_src` rows) when asked.
+    pub fn backward(
+        &self,
+        params: &mut ParamStore,
+        block: &Block,
+        transpose: &LazyTranspose,
+        cache: GcnCache,
+        dz: ArrayView2<f32>,
+        need_d_in: bool,
+    ) -> Option<Array2<f32>> {
+        accumulate_bias_grad(params, self.bias, dz);
+        let weights = EdgeWeights::PerEdge(&cache.coef);
+        match cache.order {
+            GcnOrder::AggregateFirst(agg) => {
+                add_matmul_tn(agg.view(), dz, params.grad_mut(self.weight));
+                if !need_d_in {
+                    return None;
+                }
+                let d_agg = matmul_nt(dz, params.view(self.weight));
+                Some(aggregate_transpose(
+                    block,
+                    transpose.get(block),
+                    d_agg.view(),
+                    weights,
+                ))
+            }
+            GcnOrder::ProjectFirst(h_in) => {
+                let d_proj = aggregate_transpose(block, transpose.get(block), dz, weights);
+                add_matmul_tn(h_in.view(), d_proj.view(), params.grad_mut(self.weight));
+                need_d_in.then(|| matmul_nt(d_proj.view(), params.view(self.weight)))
+            }
+        }
+    }
+}

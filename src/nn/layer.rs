@@ -1,0 +1,274 @@
+//! One model layer = dropout on its input → convolution → activation (hidden layers), with an
+//! explicit forward and backward over one [`Block`].
+//!
+//! Strategies that communicate between layers call [`Layer::forward`] / [`Layer::backward`]
+//! one layer at a time; [`super::model::Model`] simply chains them.
+
+use ndarray::{s, Array2, ArrayView2, CowArray, Ix2};
+
+use super::gat::{GatCache, GatConv};
+use super::gcn::{GcnCache, GcnConv};
+use super::linear::Linear;
+use super::params::ParamStore;
+use super::sage::{SageCache, SageConv};
+use crate::sample::Block;
+use crate::tensor::activation::Activation;
+use crate::tensor::aggregate::LazyTranspose;
+use crate::tensor::dropout::{derive_stream, DropoutMask};
+use crate::tensor::standard;
+
+/// How dropout behaves in one forward pass.
+#[derive(Clone, Copy, Debug)]
+pub struct DropoutCtx<'a> {
+    /// Dropout is applied only when training.
+    pub training: bool,
+    /// Key of this step's masks, derived by the caller from (seed, epoch, step); each layer
+    /// mixes in its own index.
+    pub stream: u64,
+    /// Original vertex id of every (relabelled) global id, so masks follow the vertex, not
+    /// the partitioning; `None` keys rows by their global id.
+    pub orig_ids: Option<&'a [u64]>,
+}
+
+impl DropoutCtx<'_> {
+    /// Evaluation: no dropout.
+    pub fn eval() -> DropoutCtx<'static> {
+        DropoutCtx {
+            training: false,
+            stream: 0,
+            orig_ids: None,
+        }
+    }
+}
+
+/// The dropout key of each of the first `rows` source rows of `block`.
+pub fn row_keys(block: &Block, rows: usize, orig_ids: Option<&[u64]>) -> Vec<u64> {
+    let ids = &block.src_nodes[..rows];
+    match orig_ids {
+        Some(orig) => ids
+            .iter()
+            .map(|&v| {
+                *orig.get(v as usize).unwrap_or_else(|| {
+                    panic!("vertex {v} has no original id (table of {})", orig.len())
+                })
+            })
+            .collect(),
+        None => ids.iter().map(|&v| v as u64).collect(),
+    }
+}
+
+/// The convolution of a layer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Conv {
+    Sage(SageConv),
+    Gcn(GcnConv),
+    Gat(GatConv),
+    /// A graph-free linear layer on the destination rows (the MLP baseline).
+    Dense(Linear),
+}
+
+/// What a convolution keeps from its forward for its backward.
+#[derive(Debug)]
+pub enum ConvCache {
+    Sage(SageCache),
+    Gcn(GcnCache),
+    Gat(GatCache),
+    Dense(Array2<f32>),
+}
+
+impl Conv {
+    /// Input columns.
+    pub fn in_dim(&self) -> usize {
+        match self {
+            Conv::Sage(c) => c.in_dim,
+            Conv::Gcn(c) => c.in_dim,
+            Conv::Gat(c) => c.in_dim,
+            Conv::Dense(c) => c.in_dim,
+        }
+    }
+
+    /// Output columns.
+    pub fn out_dim(&self) -> usize {
+        match self {
+            Conv::Sage(c) => c.out_dim,
+            Conv::Gcn(c) => c.out_dim,
+            Conv::Gat(c) => c.out_dim(),
+            Conv::Dense(c) => c.out_dim,
+        }
+    }
+
+    /// How many leading source rows the convolution reads.
+    fn input_rows(&self, block: &Block) -> usize {
+        match self {
+            Conv::Dense(_) => block.num_dst,
+            _ => block.num_src(),
+        }
+    }
+
+    /// `h_in` has `input_rows` rows; the result has `block.num_dst` rows.
+    pub fn forward(
+        &self,
+        params: &ParamStore,
+        block: &Block,
+        h_in: CowArray<f32, Ix2>,
+    ) -> (Array2<f32>, ConvCache) {
+        match self {
+            Conv::Sage(c) => {
+                let (z, k) = c.forward(params, block, h_in);
+                (z, ConvCache::Sage(k))
+            }
+            Conv::Gcn(c) => {
+                let (z, k) = c.forward(params, block, h_in);
+                (z, ConvCache::Gcn(k))
+            }
+            Conv::Gat(c) => {
+                let (z, k) = c.forward(params, block, h_in);
+                (z, ConvCache::Gat(k))
+            }
+            Conv::Dense(c) => {
+                let z = c.forward(params, h_in.view());
+                (z, ConvCache::Dense(h_in.into_owned()))
+            }
+        }
+    }
+
+    /// Accumulate parameter gradients; return d `h_in` (`input_rows` rows) when asked.
+    pub fn backward(
+        &self,
+        params: &mut ParamStore,
+        block: &Block,
+        transpose: &LazyTranspose,
+        cache: ConvCache,
+        dz: ArrayView2<f32>,
+        need_d_in: bool,
+    ) -> Option<Array2<f32>> {
+        match (self, cache) {
+            (Conv::Sage(c), ConvCache::Sage(k)) => {
+                c.backward(params, block, transpose, k, dz, need_d_in)
+            }
+            (Conv::Gcn(c), ConvCache::Gcn(k)) => {
+                c.backward(params, block, transpose, k, dz, need_d_in)
+            }
+            (Conv::Gat(c), ConvCache::Gat(k)) => {
+                c.backward(params, block, transpose, k, dz, need_d_in)
+            }
+            (Conv::Dense(c), ConvCache::Dense(x)) => c.backward(params, x.view(), dz, need_d_in),
+            _ => panic!("layer cache does not belong to this layer"),
+        }
+    }
+}
+
+/// One layer: dropout(input) → conv → activation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Layer {
+    /// Position in the model; mixed into the dropout stream.
+    pub index: usize,
+    pub conv: Conv,
+    /// Drop probability on the layer's input.
+    pub dropout: f32,
+    /// `None` for the output layer (logits).
+    pub activation: Option<Activation>,
+}
+
+/// What a layer keeps from its forward for its backward.
+#[derive(Debug)]
+pub struct LayerCache {
+    /// The mask and row keys used on the input, when dropout was applied.
+    dropout: Option<(DropoutMask, Vec<u64>)>,
+    conv: ConvCache,
+    /// The activation's output, when there is an activation.
+    activated: Option<Array2<f32>>,
+}
+
+impl Layer {
+    /// Map `h_src` (`block.num_src()` rows) to `block.num_dst` rows.
+    ///
+    /// # Panics
+    /// If the shapes do not match the block and the layer (a caller bug).
+    pub fn forward(
+        &self,
+        params: &ParamStore,
+        block: &Block,
+        h_src: ArrayView2<f32>,
+        ctx: &DropoutCtx,
+    ) -> (Array2<f32>, LayerCache) {
+        assert_eq!(
+            h_src.nrows(),
+            block.num_src(),
+            "layer {}: input has {} rows but the block has {} sources",
+            self.index,
+            h_src.nrows(),
+            block.num_src()
+        );
+        assert_eq!(
+            h_src.ncols(),
+            self.conv.in_dim(),
+            "layer {}: input has {} columns, expected {}",
+            self.index,
+            h_src.ncols(),
+            self.conv.in_dim()
+        );
+        let rows = self.conv.input_rows(block);
+        let h = h_src.slice_move(s![..rows, ..]);
+        let dropout = (ctx.training && self.dropout > 0.0).then(|| {
+            let mask = DropoutMask::new(derive_stream(ctx.stream, self.index as u64), self.dropout);
+            (mask, row_keys(block, rows, ctx.orig_ids))
+        });
+        let h_in = match &dropout {
+            Some((mask, keys)) => CowArray::from(mask.apply(h, keys)),
+            None => standard(h),
+        };
+        let (mut z, conv) = self.conv.forward(params, block, h_in);
+        let activated = self.activation.map(|act| {
+            act.forward_in_place(z.view_mut());
+            z.clone()
+        });
+        (
+            z,
+            LayerCache {
+                dropout,
+                conv,
+                activated,
+            },
+        )
+    }
+
+    /// Accumulate parameter gradients into `params.grads` from `d_h_dst` (gradient of the
+    /// layer's output); return the gradient of `h_src` (`block.num_src()` rows) when
+    /// `need_d_src` (the input layer of a model does not need it, which saves a GEMM).
+    pub fn backward(
+        &self,
+        params: &mut ParamStore,
+        block: &Block,
+        transpose: &LazyTranspose,
+        cache: LayerCache,
+        d_h_dst: ArrayView2<f32>,
+        need_d_src: bool,
+    ) -> Option<Array2<f32>> {
+        assert_eq!(
+            d_h_dst.nrows(),
+            block.num_dst,
+            "layer {}: gradient rows",
+            self.index
+        );
+        let mut dz = standard(d_h_dst).into_owned();
+        if let (Some(act), Some(y)) = (self.activation, &cache.activated) {
+            act.backward_in_place(y.view(), dz.view_mut());
+        }
+        let d_in =
+            self.conv
+                .backward(params, block, transpose, cache.conv, dz.view(), need_d_src)?;
+        let rows = d_in.nrows();
+        let mut d_src = if rows == block.num_src() {
+            d_in
+        } else {
+            let mut full = Array2::zeros((block.num_src(), d_in.ncols()));
+            full.slice_mut(s![..rows, ..]).assign(&d_in);
+            full
+        };
+        if let Some((mask, keys)) = &cache.dropout {
+            mask.apply_in_place(d_src.slice_mut(s![..rows, ..]), keys);
+        }
+        Some(d_src)
+    }
+}

@@ -1,0 +1,25 @@
+//! Neural-network layers with explicit forward and backward passes, their parameters in one
+//! flat buffer, losses and the Adam optimizer.
+//!
+//! * [`params`]: the flat parameter / gradient buffers with named views;
+//! * [`linear`], [`sage`], [`gcn`], [`gat`], [`mlp`]: layers;
+//! * [`layer`]: dropout → conv → activation over one block, the unit strategies schedule;
+//! * [`model`]: a stack of layers ([`Model`]);
+//! * [`adam`]: the optimizer; [`init`]: seeded initialisation.
+
+pub mod adam;
+pub mod gat;
+pub mod gcn;
+pub mod init;
+pub mod layer;
+pub mod linear;
+pub mod mlp;
+pub mod model;
+pub mod params;
+pub mod sage;
+
+pub use crate::tensor::loss::{bce_with_logits, cross_entropy};
+pub use adam::Adam;
+pub use layer::{DropoutCtx, Layer};
+pub use model::{ForwardCache, Model, ModelConfig, ModelKind};
+pub use params::{ParamEntry, ParamStore};

@@ -1,0 +1,146 @@
+//! GraphSAGE convolution with the mean aggregator and a root weight:
+//! `h_v = W_self·h_v + W_neigh·mean_{u ∈ N(v)} h_u + b`.
+//!
+//! Two evaluation orders give the same result; the cheaper one for the block's shape is used:
+//! * aggregate-then-project: `E·in + 2·dst·in·out` multiply-adds (sampled blocks, where the
+//!   sources outnumber the destinations);
+//! * project-then-aggregate: `src·in·out + E·out + dst·in·out` (full-graph blocks with
+//!   `out < in`).
+
+use ndarray::{s, Array2, ArrayView2, CowArray, Ix2};
+
+use super::init::glorot_uniform;
+use super::linear::{accumulate_bias_grad, add_bias};
+use super::params::ParamStore;
+use crate::sample::Block;
+use crate::tensor::aggregate::{aggregate, aggregate_transpose, EdgeWeights, LazyTranspose};
+use crate::tensor::gemm::{add_matmul_nt_rows, add_matmul_tn, gemm_into, matmul, matmul_nt};
+
+/// SAGEConv (mean, root weight).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SageConv {
+    pub w_self: usize,
+    pub w_neigh: usize,
+    pub bias: usize,
+    pub in_dim: usize,
+    pub out_dim: usize,
+}
+
+/// Forward state for the backward pass.
+#[derive(Debug)]
+pub enum SageCache {
+    /// Aggregated first: the destinations' inputs and their neighbour means.
+    AggregateFirst {
+        h_dst: Array2<f32>,
+        agg: Array2<f32>,
+    },
+    /// Projected first: the whole input.
+    ProjectFirst { h_in: Array2<f32> },
+}
+
+impl SageConv {
+    /// Register `{prefix}.w_self`, `{prefix}.w_neigh` (`in × out`, Glorot) and `{prefix}.bias`.
+    pub fn new(
+        params: &mut ParamStore,
+        prefix: &str,
+        in_dim: usize,
+        out_dim: usize,
+        seed: u64,
+    ) -> SageConv {
+        let w_self = params.add(format!("{prefix}.w_self"), &[in_dim, out_dim]);
+        glorot_uniform(params, w_self, seed);
+        let w_neigh = params.add(format!("{prefix}.w_neigh"), &[in_dim, out_dim]);
+        glorot_uniform(params, w_neigh, seed);
+        let bias = params.add(format!("{prefix}.bias"), &[out_dim]);
+        SageConv {
+            w_self,
+            w_neigh,
+            bias,
+            in_dim,
+            out_dim,
+        }
+    }
+
+    /// True when aggregating before projecting costs fewer multiply-adds.
+    fn aggregate_first(&self, block: &Block) -> bool {
+        let (e, ns, nd) = (block.num_edges(), block.num_src(), block.num_dst);
+        let (i, o) = (self.in_dim, self.out_dim);
+        e * i + nd * i * o <= ns * i * o + e * o
+    }
+
+    /// `h_in` has `block.num_src()` rows.
+    pub fn forward(
+        &self,
+        params: &ParamStore,
+        block: &Block,
+        h_in: CowArray<f32, Ix2>,
+    ) -> (Array2<f32>, SageCache) {
+        let nd = block.num_dst;
+        let h_dst = h_in.slice(s![..nd, ..]);
+        let w_self = params.view(self.w_self);
+        let w_neigh = params.view(self.w_neigh);
+        if self.aggregate_first(block) {
+            let agg = aggregate(block, h_in.view(), EdgeWeights::Mean);
+            let mut z = matmul(agg.view(), w_neigh);
+            gemm_into(1.0, h_dst, w_self, 1.0, z.view_mut());
+            add_bias(z.view_mut(), params.view(self.bias));
+            let h_dst = h_dst.to_owned();
+            (z, SageCache::AggregateFirst { h_dst, agg })
+        } else {
+            let projected = matmul(h_in.view(), w_neigh);
+            let mut z = aggregate(block, projected.view(), EdgeWeights::Mean);
+            gemm_into(1.0, h_dst, w_self, 1.0, z.view_mut());
+            add_bias(z.view_mut(), params.view(self.bias));
+            (
+                z,
+                SageCache::ProjectFirst {
+                    h_in: h_in.into_owned(),
+                },
+            )
+        }
+    }
+
+    /// Accumulate gradients; return d `h_in` (`num_src` rows) when asked.
+    pub fn backward(
+        &self,
+        params: &mut ParamStore,
+        block: &Block,
+        transpose: &LazyTranspose,
+        cache: SageCache,
+        dz: ArrayView2<f32>,
+        need_d_in: bool,
+    ) -> Option<Array2<f32>> {
+        let nd = block.num_dst;
+        accumulate_bias_grad(params, self.bias, dz);
+        match cache {
+            SageCache::AggregateFirst { h_dst, agg } => {
+                add_matmul_tn(h_dst.view(), dz, params.grad_mut(self.w_self));
+                add_matmul_tn(agg.view(), dz, params.grad_mut(self.w_neigh));
+                if !need_d_in {
+                    return None;
+                }
+                let d_agg = matmul_nt(dz, params.view(self.w_neigh));
+                let mut d_in = aggregate_transpose(
+                    block,
+                    transpose.get(block),
+                    d_agg.view(),
+                    EdgeWeights::Mean,
+                );
+                add_matmul_nt_rows(dz, params.view(self.w_self), d_in.view_mut());
+                Some(d_in)
+            }
+            SageCache::ProjectFirst { h_in } => {
+                let d_proj =
+                    aggregate_transpose(block, transpose.get(block), dz, EdgeWeights::Mean);
+                add_matmul_tn(h_in.slice(s![..nd, ..]), dz, params.grad_mut(self.w_self));
+                add_matmul_tn(h_in.view(), d_proj.view(), params.grad_mut(self.w_neigh));
+                if !need_d_in {
+                    return None;
+                }
+                let mut d_in = matmul_nt(d_proj.view(), params.view(self.w_neigh));
+                add_matmul_nt_rows(dz, params.view(self.w_self), d_in.view_mut());
+                Some(d_in)
+            }
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! Inverted dropout with counter-based masks.
+//!
+//! The mask bit of element `(row, col)` is a pure function of `(stream, row_key, col)`:
+//! `keep ⇔ hash(stream, row_key, col) < (1 − p)·2⁶⁴`. The caller passes the row's ORIGINAL
+//! vertex id as `row_key` and derives `stream` from (seed, epoch, step, layer), so a vertex gets
+//! the same mask whichever rank computes it and wherever its row sits in a block
+//! (ARCHITECTURE invariant 3). Kept elements are scaled by `1/(1−p)` so the expectation is
+//! unchanged and evaluation needs no rescaling.
+
+use ndarray::{Array2, ArrayView2, ArrayViewMut2};
+use rayon::prelude::*;
+
+/// The murmur3 / SplitMix64 64-bit finaliser: a bijective mixer with full avalanche.
+#[inline]
+pub fn mix64(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^= x >> 33;
+    x
+}
+
+/// Combine a stream key with a further counter (e.g. a layer index) into a new stream key.
+#[inline]
+pub fn derive_stream(stream: u64, counter: u64) -> u64 {
+    mix64(stream ^ mix64(counter.wrapping_add(0x9e37_79b9_7f4a_7c15)))
+}
+
+/// A dropout mask generator for one stream and drop probability.
+#[derive(Clone, Copy, Debug)]
+pub struct DropoutMask {
+    stream: u64,
+    /// Elements whose hash is below this are kept.
+    keep_below: u64,
+    /// `1/(1−p)`.
+    scale: f32,
+}
+
+impl DropoutMask {
+    /// A mask dropping each element with probability `p` (`0 ≤ p < 1`).
+    ///
+    /// # Panics
+    /// If `p` is outside `[0, 1)`; configurations are validated before they get here.
+    pub fn new(stream: u64, p: f32) -> DropoutMask {
+        assert!(
+            (0.0..1.0).contains(&p),
+            "dropout probability {p} not in [0, 1)"
+        );
+        let keep = 1.0 - p as f64;
+        // 2^64 · keep, saturating at u64::MAX for keep == 1.
+        let keep_below = (keep * 18_446_744_073_709_551_616.0).min(u64::MAX as f64) as u64;
+        DropoutMask {
+            stream,
+            keep_below,
+            scale: (1.0 / keep) as f32,
+        }
+    }
+
+    /// The per-row key from which the element hashes of that row are derived.
+    #[inline]
+    fn row_seed(&self, row_key: u64) -> u64 {
+        mix64(self.stream ^ mix64(row_key ^ 0x5851_f42d_4c95_7f2d))
+    }
+
+    /// True when element `(row_key, col)` is kept.
+    #[inline]
+    pub fn keep(&self, row_key: u64, col: usize) -> bool {
+        self.keep_row(self.row_seed(row_key), col)
+    }
+
+    #[inline]
+    fn keep_row(&self, row_seed: u64, col: usize) -> bool {
+        mix64(row_seed.wrapping_add((col as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)))
+            < self.keep_below
+    }
+
+    /// The scale `1/(1−p)` applied to kept elements.
+    pub fn scale(&self) -> f32 {
+        self.scale
+    }
+
+    /// Multiply `x` in place by the mask (kept: `·1/(1−p)`, dropped: `0`); row `r` uses key
+    /// `row_keys[r]`. The same call on a gradient is the backward pass.
+    pub fn apply_in_place(&self, mut x: ArrayViewMut2<f32>, row_keys: &[u64]) {
+        assert_eq!(x.nrows(), row_keys.len(), "dropout: one key per row");
+        let cols = x.ncols();
+        let x = x
+            .as_slice_mut()
+            .expect("dropout: the matrix must be in standard layout");
+        if cols == 0 {
+            return;
+        }
+        x.par_chunks_mut(cols)
+            .zip(row_keys.par_iter())
+            .with_min_len(super::rows_per_task(cols * 4))
+            .for_each(|(row, &key)| {
+                let seed = self.row_seed(key);
+                for (c, v) in row.iter_mut().enumerate() {
+                    *v = if self.keep_row(seed, c) {
+                        *v * self.scale
+                    } else {
+                        0.0
+                    };
+                }
+            });
+    }
+
+    /// A masked copy of `x` (see [`DropoutMask::apply_in_place`]).
+    pub fn apply(&self, x: ArrayView2<f32>, row_keys: &[u64]) -> Array2<f32> {
+        let mut out = super::standard(x).into_owned();
+        self.apply_in_place(out.view_mut(), row_keys);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drop_rate_is_close_to_p_and_scale_is_inverse_keep() {
+        let mask = DropoutMask::new(42, 0.3);
+        let x = Array2::<f32>::ones((500, 200));
+        let keys: Vec<u64> = (0..500).map(|i| 1000 + i as u64).collect();
+        let y = mask.apply(x.view(), &keys);
+        let dropped = y.iter().filter(|&&v| v == 0.0).count() as f64 / y.len() as f64;
+        assert!((dropped - 0.3).abs() < 0.01, "drop rate {dropped}");
+        let kept = y.iter().find(|&&v| v != 0.0).copied().unwrap();
+        assert!((kept - 1.0 / 0.7).abs() < 1e-6);
+        assert!((y.sum() as f64 / y.len() as f64 - 1.0).abs() < 0.02);
+    }
+
+    #[test]
+    fn mask_follows_the_row_key_not_the_row_position() {
+        let mask = DropoutMask::new(7, 0.5);
+        let x = Array2::from_shape_fn((4, 64), |(i, j)| (i * 64 + j) as f32 + 1.0);
+        let keys = [10u64, 20, 30, 40];
+        let y = mask.apply(x.view(), &keys);
+        // The same rows in another order (as in another block) get the same masks.
+        let perm = [2usize, 0, 3, 1];
+        let xp = Array2::from_shape_fn((4, 64), |(i, j)| x[[perm[i], j]]);
+        let kp: Vec<u64> = perm.iter().map(|&p| keys[p]).collect();
+        let yp = mask.apply(xp.view(), &kp);
+        for (i, &p) in perm.iter().enumerate() {
+            assert_eq!(yp.row(i), y.row(p));
+        }
+        // Another stream gives another mask.
+        let other = DropoutMask::new(8, 0.5).apply(x.view(), &keys);
+        assert_ne!(other, y);
+    }
+
+    #[test]
+    fn zero_probability_keeps_everything() {
+        let mask = DropoutMask::new(1, 0.0);
+        let x = Array2::from_elem((3, 5), 2.5f32);
+        assert_eq!(mask.apply(x.view(), &[1, 2, 3]), x);
+    }
+}

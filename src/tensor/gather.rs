@@ -1,0 +1,167 @@
+//! Row gathers, scatter-adds and column sums.
+
+use ndarray::{Array1, Array2, ArrayView2, ArrayViewMut2};
+use rayon::prelude::*;
+
+/// `out[i] = src[idx[i]]`: the rows of `src` listed in `idx`, in that order.
+///
+/// # Panics
+/// If an index is out of range (indices come from validated blocks).
+pub fn gather_rows(src: ArrayView2<f32>, idx: &[u32]) -> Array2<f32> {
+    let src = super::standard(src);
+    let cols = src.ncols();
+    let s = src.as_slice().expect("standard layout");
+    let mut out = Array2::zeros((idx.len(), cols));
+    if cols == 0 {
+        return out;
+    }
+    out.as_slice_mut()
+        .expect("fresh array")
+        .par_chunks_mut(cols)
+        .zip(idx.par_iter())
+        .with_min_len(super::rows_per_task(cols))
+        .for_each(|(row, &i)| {
+            let i = i as usize;
+            row.copy_from_slice(&s[i * cols..(i + 1) * cols]);
+        });
+    out
+}
+
+/// `dst[idx[i]] += src[i]` for every row `i` of `src` (the transpose of [`gather_rows`]).
+///
+/// Repeated indices accumulate. Runs in parallel over destination rows without atomics: the
+/// rows of `src` are first grouped by destination with a counting sort (stable, so each
+/// destination sums its contributions in the order of `i`, whatever the thread count).
+pub fn scatter_add_rows(dst: ArrayViewMut2<f32>, idx: &[u32], src: ArrayView2<f32>) {
+    let num_dst = dst.nrows();
+    assert_eq!(
+        idx.len(),
+        src.nrows(),
+        "scatter_add_rows: one index per row"
+    );
+    let (start, order) = group_by_target(idx, num_dst);
+    let src = super::standard(src);
+    add_grouped_rows(dst, &start, &order, src.view());
+}
+
+/// Counting sort of `0..targets.len()` by `targets[i]`: returns `start` (`n + 1` offsets) and
+/// `order` such that the items with target `t` are `order[start[t]..start[t + 1]]`, ascending.
+pub fn group_by_target(targets: &[u32], n: usize) -> (Vec<usize>, Vec<u32>) {
+    let mut start = vec![0usize; n + 1];
+    for &t in targets {
+        assert!((t as usize) < n, "target {t} out of range 0..{n}");
+        start[t as usize + 1] += 1;
+    }
+    for i in 0..n {
+        start[i + 1] += start[i];
+    }
+    let mut fill = start.clone();
+    let mut order = vec![0u32; targets.len()];
+    for (i, &t) in targets.iter().enumerate() {
+        order[fill[t as usize]] = i as u32;
+        fill[t as usize] += 1;
+    }
+    (start, order)
+}
+
+/// `dst[t] += Σ src[order[k]]` over `k ∈ start[t]..start[t+1]`, parallel over `t`.
+fn add_grouped_rows(
+    mut dst: ArrayViewMut2<f32>,
+    start: &[usize],
+    order: &[u32],
+    src: ArrayView2<f32>,
+) {
+    let cols = dst.ncols();
+    assert_eq!(src.ncols(), cols, "scatter_add_rows: column counts differ");
+    if cols == 0 {
+        return;
+    }
+    let s = src.as_slice().expect("standard layout");
+    let d = dst
+        .as_slice_mut()
+        .expect("scatter_add_rows: destination must be in standard layout");
+    d.par_chunks_mut(cols)
+        .enumerate()
+        .with_min_len(super::rows_per_task(cols * 2))
+        .for_each(|(t, row)| {
+            for &i in &order[start[t]..start[t + 1]] {
+                let i = i as usize;
+                axpy(1.0, &s[i * cols..(i + 1) * cols], row);
+            }
+        });
+}
+
+/// `y += a · x` on slices of equal length (the inner loop of every aggregation; vectorised by
+/// the compiler).
+#[inline]
+pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
+    for (yi, &xi) in y.iter_mut().zip(x) {
+        *yi += a * xi;
+    }
+}
+
+/// Dot product of two slices of equal length.
+#[inline]
+pub fn dot(x: &[f32], y: &[f32]) -> f32 {
+    x.iter().zip(y).map(|(a, b)| a * b).sum()
+}
+
+/// Sum over rows: `out[j] = Σ_i a[i, j]` (a bias gradient). Partial sums over fixed row
+/// chunks are combined in order, so the result does not depend on the thread count.
+pub fn column_sums(a: ArrayView2<f32>) -> Array1<f32> {
+    let a = super::standard(a);
+    let cols = a.ncols();
+    let mut out = Array1::zeros(cols);
+    if cols == 0 || a.nrows() == 0 {
+        return out;
+    }
+    let chunk_rows = super::rows_per_task(cols).max(64);
+    let partials: Vec<Vec<f32>> = a
+        .as_slice()
+        .expect("standard layout")
+        .par_chunks(chunk_rows * cols)
+        .map(|blk| {
+            let mut acc = vec![0f32; cols];
+            for row in blk.chunks_exact(cols) {
+                axpy(1.0, row, &mut acc);
+            }
+            acc
+        })
+        .collect();
+    let o = out.as_slice_mut().expect("fresh array");
+    for p in &partials {
+        axpy(1.0, p, o);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::array;
+
+    #[test]
+    fn gather_then_scatter_add_round_trips_with_duplicates() {
+        let src = array![[1.0f32, 2.0], [3.0, 4.0], [5.0, 6.0]];
+        let idx = [2u32, 0, 2, 1];
+        let g = gather_rows(src.view(), &idx);
+        assert_eq!(g, array![[5.0, 6.0], [1.0, 2.0], [5.0, 6.0], [3.0, 4.0]]);
+        let mut back = Array2::zeros((4, 2));
+        scatter_add_rows(back.view_mut(), &idx, g.view());
+        // Row 2 was gathered twice, row 3 never.
+        assert_eq!(
+            back,
+            array![[1.0, 2.0], [3.0, 4.0], [10.0, 12.0], [0.0, 0.0]]
+        );
+    }
+
+    #[test]
+    fn column_sums_add_every_row() {
+        let a = Array2::from_shape_fn((1000, 3), |(i, j)| (i % 7) as f32 + j as f32);
+        let s = column_sums(a.view());
+        for j in 0..3 {
+            let expect: f32 = (0..1000).map(|i| (i % 7) as f32 + j as f32).sum();
+            assert_eq!(s[j], expect);
+        }
+    }
+}

@@ -1,0 +1,813 @@
+//! Finite-difference gradient checks (central differences) for every kernel, layer, loss and
+//! whole model, on random blocks that contain isolated destinations, duplicate edges and
+//! self-loops. Forward passes run in f32; losses are accumulated in f64.
+
+use gnnpar::nn::gat::GatConv;
+use gnnpar::nn::gcn::GcnConv;
+use gnnpar::nn::layer::{Conv, DropoutCtx, Layer};
+use gnnpar::nn::linear::Linear;
+use gnnpar::nn::mlp::Mlp;
+use gnnpar::nn::sage::SageConv;
+use gnnpar::nn::{bce_with_logits, cross_entropy, Model, ModelConfig, ModelKind, ParamStore};
+use gnnpar::sample::Block;
+use gnnpar::tensor::activation::Activation;
+use gnnpar::tensor::aggregate::{
+    aggregate, aggregate_transpose, gcn_norm, BlockTranspose, EdgeWeights, LazyTranspose,
+};
+use gnnpar::tensor::attention::{
+    attention_aggregate, attention_backward, edge_softmax, node_logits, AttentionInputs,
+};
+use gnnpar::tensor::dropout::{mix64, DropoutMask};
+use ndarray::{Array2, ArrayView2};
+
+/// A small counter-based generator (tests need no `rand`).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 += 1;
+        mix64(self.0 ^ 0x1234_5678_9abc_def0)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    /// Uniform in `[-scale, scale)`.
+    fn uniform(&mut self, scale: f32) -> f32 {
+        ((self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+    }
+    fn matrix(&mut self, rows: usize, cols: usize, scale: f32) -> Array2<f32> {
+        Array2::from_shape_fn((rows, cols), |_| self.uniform(scale))
+    }
+}
+
+/// A block with `nd` destinations among `ns` sources: destination 1 (and every 5th) has no
+/// in-edges, destination 0 has a duplicate edge and a self-loop, others have 1–4 random
+/// sources; when `ns > nd + 1` the last source feeds nobody (`ns == nd` makes a full-graph
+/// block, usable by every layer).
+fn random_block(rng: &mut Rng, nd: usize, ns: usize) -> Block {
+    assert!(nd >= 3 && ns >= nd);
+    let spare = ns > nd + 1;
+    let feeders = if spare { ns - 1 } else { ns };
+    let mut indptr = vec![0];
+    let mut indices = Vec::new();
+    for i in 0..nd {
+        if i == 1 || (i > 0 && i % 5 == 0) {
+            // isolated destination
+        } else if i == 0 {
+            let u = if spare {
+                nd + rng.below(ns - nd - 1)
+            } else {
+                rng.below(ns)
+            } as u32;
+            indices.extend_from_slice(&[u, u, 0, 2]);
+        } else {
+            for _ in 0..1 + rng.below(4) {
+                indices.push(rng.below(feeders) as u32);
+            }
+            if i % 3 == 0 {
+                indices.push(i as u32); // self-loop
+            }
+        }
+        indptr.push(indices.len());
+    }
+    let block = Block {
+        num_dst: nd,
+        src_nodes: (0..ns as u32).map(|v| 100 + 7 * v).collect(),
+        indptr,
+        indices,
+    };
+    block.check().unwrap();
+    block
+}
+
+fn dot64(a: ArrayView2<f32>, b: ArrayView2<f32>) -> f64 {
+    assert_eq!(a.dim(), b.dim());
+    a.iter()
+        .zip(b.iter())
+        .map(|(x, y)| *x as f64 * *y as f64)
+        .sum()
+}
+
+/// Step of the central differences.
+const H: f32 = 2e-3;
+
+/// Compare an analytic gradient with central differences of `loss` at the coordinates of
+/// `values` (all of them, or an evenly spread subset of at most 150).
+///
+/// ReLU-type kinks: when a pre-activation lies within `H` of zero, the central difference
+/// straddles the kink and is wrong although the gradient is right. The gradient then still
+/// matches the one-sided difference on the kink-free side, so a coordinate passes when the
+/// central difference or either one-sided difference agrees. A wrong gradient fails all three.
+fn check_coords(
+    what: &str,
+    values: &mut [f32],
+    analytic: &[f32],
+    mut loss: impl FnMut(&[f32]) -> f64,
+) {
+    assert_eq!(values.len(), analytic.len(), "{what}: gradient length");
+    let n = values.len();
+    let stride = n.div_ceil(150).max(1);
+    let rel = |a: f64, b: f64| (a - b).abs() / (1e-2 + a.abs().max(b.abs()));
+    for i in (0..n).step_by(stride) {
+        let orig = values[i];
+        let mid = loss(values);
+        values[i] = orig + H;
+        let up = loss(values);
+        values[i] = orig - H;
+        let down = loss(values);
+        values[i] = orig;
+        let h = H as f64;
+        let central = (up - down) / (2.0 * h);
+        let a = analytic[i] as f64;
+        let err = rel(a, central)
+            .min(rel(a, (up - mid) / h) * 0.5)
+            .min(rel(a, (mid - down) / h) * 0.5);
+        assert!(
+            err < 2e-2,
+            "{what}[{i}]: analytic {a:.6} vs numeric {central:.6} (one-sided {:.6} / {:.6})",
+            (up - mid) / h,
+            (mid - down) / h
+        );
+    }
+}
+
+/// Check one layer's gradients for its parameters and its input, with the loss
+/// `Σ R ⊙ layer(x)` for a fixed random `R`.
+fn check_layer(
+    name: &str,
+    layer: &Layer,
+    params: &ParamStore,
+    block: &Block,
+    x: &Array2<f32>,
+    ctx: &DropoutCtx,
+) {
+    let mut rng = Rng(99);
+    let (z, cache) = layer.forward(params, block, x.view(), ctx);
+    assert_eq!(z.nrows(), block.num_dst);
+    assert!(z.iter().all(|v| v.is_finite()), "{name}: non-finite output");
+    let r = rng.matrix(z.nrows(), z.ncols(), 1.0);
+    let mut grads = params.clone();
+    grads.zero_grads();
+    let dx = layer
+        .backward(
+            &mut grads,
+            block,
+            &LazyTranspose::default(),
+            cache,
+            r.view(),
+            true,
+        )
+        .expect("input gradient requested");
+    assert_eq!(dx.dim(), x.dim(), "{name}: input gradient shape");
+
+    for (idx, entry) in params.entries.iter().enumerate() {
+        let range = entry.offset..entry.offset + entry.len();
+        let mut probe = params.clone();
+        let analytic = grads.grads[range.clone()].to_vec();
+        let mut vals = params.values[range.clone()].to_vec();
+        check_coords(
+            &format!("{name} d{}", entry.name),
+            &mut vals,
+            &analytic,
+            |v| {
+                probe.values[range.clone()].copy_from_slice(v);
+                let (z, _) = layer.forward(&probe, block, x.view(), ctx);
+                dot64(z.view(), r.view())
+            },
+        );
+        let _ = idx;
+    }
+    let mut xs = x.clone();
+    let shape = x.dim();
+    check_coords(
+        &format!("{name} dx"),
+        xs.as_slice_mut().unwrap(),
+        dx.as_slice().unwrap(),
+        |v| {
+            let xv = Array2::from_shape_vec(shape, v.to_vec()).unwrap();
+            let (z, _) = layer.forward(params, block, xv.view(), ctx);
+            dot64(z.view(), r.view())
+        },
+    );
+}
+
+fn training_ctx() -> DropoutCtx<'static> {
+    DropoutCtx {
+        training: true,
+        stream: 77,
+        orig_ids: None,
+    }
+}
+
+fn layer(index: usize, conv: Conv, dropout: f32, activation: Option<Activation>) -> Layer {
+    Layer {
+        index,
+        conv,
+        dropout,
+        activation,
+    }
+}
+
+#[test]
+fn sage_layer_both_evaluation_orders() {
+    let mut rng = Rng(1);
+    // Sampled shape (aggregate first) and square full-graph shape with out < in (project first).
+    for &(nd, ns, din, dout) in &[(6usize, 14usize, 5usize, 4usize), (12, 12, 9, 3)] {
+        let block = random_block(&mut rng, nd, ns);
+        let mut params = ParamStore::new();
+        let conv = SageConv::new(&mut params, "sage", din, dout, 5);
+        let x = rng.matrix(ns, din, 1.0);
+        let l = layer(0, Conv::Sage(conv), 0.0, None);
+        check_layer("sage", &l, &params, &block, &x, &DropoutCtx::eval());
+        // With dropout on the input and an activation (ELU: smooth, no kinks to hit).
+        let l = layer(1, l.conv, 0.3, Some(Activation::Elu { alpha: 1.0 }));
+        check_layer("sage+dropout+elu", &l, &params, &block, &x, &training_ctx());
+    }
+}
+
+#[test]
+fn gcn_layer_both_evaluation_orders() {
+    let mut rng = Rng(2);
+    for &(nd, ns, din, dout) in &[(6usize, 14usize, 5usize, 4usize), (12, 12, 9, 3)] {
+        let block = random_block(&mut rng, nd, ns).with_self_loops();
+        let mut params = ParamStore::new();
+        let conv = GcnConv::new(&mut params, "gcn", din, dout, 6);
+        // A non-zero bias so its gradient path is exercised with something to move.
+        params.values[din * dout..]
+            .iter_mut()
+            .for_each(|b| *b = 0.1);
+        let x = rng.matrix(ns, din, 1.0);
+        let l = layer(
+            0,
+            Conv::Gcn(conv),
+            0.2,
+            Some(Activation::LeakyRelu { slope: 0.1 }),
+        );
+        check_layer("gcn", &l, &params, &block, &x, &training_ctx());
+    }
+}
+
+#[test]
+fn gat_layer_concat_and_mean() {
+    let mut rng = Rng(3);
+    let block = random_block(&mut rng, 7, 15);
+    for &concat in &[true, false] {
+        let mut params = ParamStore::new();
+        let conv = GatConv::new(&mut params, "gat", 4, 3, 2, concat, 8);
+        let x = rng.matrix(15, 4, 1.0);
+        let l = layer(
+            0,
+            Conv::Gat(conv),
+            0.25,
+            Some(Activation::Elu { alpha: 1.0 }),
+        );
+        check_layer(
+            if concat { "gat concat" } else { "gat mean" },
+            &l,
+            &params,
+            &block,
+            &x,
+            &training_ctx(),
+        );
+    }
+}
+
+#[test]
+fn dense_layer_reads_destination_rows_only() {
+    let mut rng = Rng(4);
+    let block = random_block(&mut rng, 5, 11);
+    let mut params = ParamStore::new();
+    let lin = Linear::new(&mut params, "lin", 6, 4, 9);
+    let x = rng.matrix(11, 6, 1.0);
+    let l = layer(0, Conv::Dense(lin), 0.3, None);
+    check_layer("dense", &l, &params, &block, &x, &training_ctx());
+    let (_, cache) = l.forward(&params, &block, x.view(), &training_ctx());
+    let mut g = params.clone();
+    let d = l
+        .backward(
+            &mut g,
+            &block,
+            &LazyTranspose::default(),
+            cache,
+            Array2::ones((5, 4)).view(),
+            true,
+        )
+        .unwrap();
+    assert!(d
+        .rows()
+        .into_iter()
+        .skip(5)
+        .all(|r| r.iter().all(|&v| v == 0.0)));
+}
+
+#[test]
+fn linear_and_mlp_head() {
+    let mut rng = Rng(5);
+    let mut params = ParamStore::new();
+    let lin = Linear::new(&mut params, "lin", 7, 3, 1);
+    let x = rng.matrix(9, 7, 1.0);
+    let r = rng.matrix(9, 3, 1.0);
+    let mut grads = params.clone();
+    let dx = lin.backward(&mut grads, x.view(), r.view(), true).unwrap();
+    let mut vals = params.values.clone();
+    check_coords("linear dparams", &mut vals, &grads.grads, |v| {
+        let mut p = params.clone();
+        p.values.copy_from_slice(v);
+        dot64(lin.forward(&p, x.view()).view(), r.view())
+    });
+    let mut xs = x.clone();
+    check_coords(
+        "linear dx",
+        xs.as_slice_mut().unwrap(),
+        dx.as_slice().unwrap(),
+        |v| {
+            let xv = Array2::from_shape_vec((9, 7), v.to_vec()).unwrap();
+            dot64(lin.forward(&params, xv.view()).view(), r.view())
+        },
+    );
+
+    // MLP head with dropout keyed by row keys.
+    let mut params = ParamStore::new();
+    let mlp = Mlp::new(&mut params, "head", &[6, 8, 3], 0.3, 2);
+    let x = rng.matrix(10, 6, 1.0);
+    let keys: Vec<u64> = (0..10).map(|i| 1000 + i).collect();
+    let ctx = training_ctx();
+    let (y, cache) = mlp.forward(&params, x.view(), &keys, &ctx);
+    let r = rng.matrix(y.nrows(), y.ncols(), 1.0);
+    let mut grads = params.clone();
+    let dx = mlp.backward(&mut grads, cache, r.view(), true).unwrap();
+    let mut vals = params.values.clone();
+    check_coords("mlp dparams", &mut vals, &grads.grads, |v| {
+        let mut p = params.clone();
+        p.values.copy_from_slice(v);
+        dot64(mlp.forward(&p, x.view(), &keys, &ctx).0.view(), r.view())
+    });
+    let mut xs = x.clone();
+    check_coords(
+        "mlp dx",
+        xs.as_slice_mut().unwrap(),
+        dx.as_slice().unwrap(),
+        |v| {
+            let xv = Array2::from_shape_vec((10, 6), v.to_vec()).unwrap();
+            dot64(
+                mlp.forward(&params, xv.view(), &keys, &ctx).0.view(),
+                r.view(),
+            )
+        },
+    );
+}
+
+/// Aggregations are linear maps: their backward must be the exact adjoint,
+/// `<A·x, y> = <x, Aᵀ·y>`, which is the gradient check of `x ↦ <A·x, y>` without step error.
+#[test]
+fn aggregations_backward_is_the_adjoint() {
+    let mut rng = Rng(6);
+    let block = random_block(&mut rng, 9, 20);
+    let bt = BlockTranspose::new(&block);
+    let coef = gcn_norm(&block);
+    let x = rng.matrix(20, 5, 1.0);
+    let y = rng.matrix(9, 5, 1.0);
+    for (name, w) in [
+        ("sum", EdgeWeights::Sum),
+        ("mean", EdgeWeights::Mean),
+        ("gcn", EdgeWeights::PerEdge(&coef)),
+    ] {
+        let ax = aggregate(&block, x.view(), w);
+        let aty = aggregate_transpose(&block, &bt, y.view(), w);
+        let (lhs, rhs) = (dot64(ax.view(), y.view()), dot64(x.view(), aty.view()));
+        assert!(
+            (lhs - rhs).abs() < 1e-5 * (1.0 + lhs.abs()),
+            "{name}: {lhs} vs {rhs}"
+        );
+        // Isolated destinations aggregate to zero.
+        assert!(ax.row(1).iter().all(|&v| v == 0.0), "{name}");
+        // The last source feeds nobody, so it gets no gradient.
+        assert!(aty.row(19).iter().all(|&v| v == 0.0), "{name}");
+        // Finite differences agree too (the map is linear, so they are exact up to rounding).
+        let mut xs = x.clone();
+        check_coords(
+            &format!("aggregate {name}"),
+            xs.as_slice_mut().unwrap(),
+            aty.as_slice().unwrap(),
+            |v| {
+                let xv = Array2::from_shape_vec((20, 5), v.to_vec()).unwrap();
+                dot64(aggregate(&block, xv.view(), w).view(), y.view())
+            },
+        );
+    }
+}
+
+#[test]
+fn gat_attention_kernels() {
+    let mut rng = Rng(7);
+    let block = random_block(&mut rng, 8, 16);
+    let bt = BlockTranspose::new(&block);
+    let (heads, f) = (3, 2);
+    let wh = rng.matrix(16, heads * f, 1.0);
+    let att_src = rng.matrix(heads, f, 1.0);
+    let att_dst = rng.matrix(heads, f, 1.0);
+    let r = rng.matrix(8, heads * f, 1.0);
+    let run = |wh: &Array2<f32>, a_s: &Array2<f32>, a_d: &Array2<f32>| {
+        let el = node_logits(wh.view(), a_s.view(), 16);
+        let er = node_logits(wh.view(), a_d.view(), 8);
+        let alpha = edge_softmax(&block, el.view(), er.view(), 0.2);
+        let out = attention_aggregate(&block, alpha.view(), wh.view());
+        (el, er, alpha, out)
+    };
+    let (el, er, alpha, out) = run(&wh, &att_src, &att_dst);
+    // Attention sums to one over each non-empty destination, per head.
+    for v in 0..8 {
+        for h in 0..heads {
+            let s: f32 = (block.indptr[v]..block.indptr[v + 1])
+                .map(|e| alpha[[e, h]])
+                .sum();
+            if block.in_degree(v) > 0 {
+                assert!((s - 1.0).abs() < 1e-5);
+            }
+        }
+    }
+    assert!(out.row(1).iter().all(|&v| v == 0.0));
+    let g = attention_backward(
+        &AttentionInputs {
+            block: &block,
+            transpose: &bt,
+            wh: wh.view(),
+            el: el.view(),
+            er: er.view(),
+            alpha: alpha.view(),
+            att_src: att_src.view(),
+            att_dst: att_dst.view(),
+            slope: 0.2,
+        },
+        r.view(),
+    );
+    let loss = |wh: &Array2<f32>, a_s: &Array2<f32>, a_d: &Array2<f32>| {
+        dot64(run(wh, a_s, a_d).3.view(), r.view())
+    };
+    let mut v = wh.clone();
+    check_coords(
+        "attention dwh",
+        v.as_slice_mut().unwrap(),
+        g.d_wh.as_slice().unwrap(),
+        |s| {
+            loss(
+                &Array2::from_shape_vec(wh.dim(), s.to_vec()).unwrap(),
+                &att_src,
+                &att_dst,
+            )
+        },
+    );
+    let mut v = att_src.clone();
+    check_coords(
+        "attention datt_src",
+        v.as_slice_mut().unwrap(),
+        g.d_att_src.as_slice().unwrap(),
+        |s| {
+            loss(
+                &wh,
+                &Array2::from_shape_vec(att_src.dim(), s.to_vec()).unwrap(),
+                &att_dst,
+            )
+        },
+    );
+    let mut v = att_dst.clone();
+    check_coords(
+        "attention datt_dst",
+        v.as_slice_mut().unwrap(),
+        g.d_att_dst.as_slice().unwrap(),
+        |s| {
+            loss(
+                &wh,
+                &att_src,
+                &Array2::from_shape_vec(att_dst.dim(), s.to_vec()).unwrap(),
+            )
+        },
+    );
+}
+
+#[test]
+fn activations_and_fixed_dropout_mask() {
+    let mut rng = Rng(8);
+    // Points away from the kink at 0.
+    let x = Array2::from_shape_fn((6, 7), |_| {
+        let v = rng.uniform(2.0);
+        if v.abs() < 0.05 {
+            0.5
+        } else {
+            v
+        }
+    });
+    let r = rng.matrix(6, 7, 1.0);
+    for act in [
+        Activation::Relu,
+        Activation::Elu { alpha: 1.0 },
+        Activation::LeakyRelu { slope: 0.2 },
+    ] {
+        let mut y = x.clone();
+        act.forward_in_place(y.view_mut());
+        let mut g = r.clone();
+        act.backward_in_place(y.view(), g.view_mut());
+        let mut xs = x.clone();
+        check_coords(
+            &format!("{act:?}"),
+            xs.as_slice_mut().unwrap(),
+            g.as_slice().unwrap(),
+            |v| {
+                let mut y = Array2::from_shape_vec((6, 7), v.to_vec()).unwrap();
+                act.forward_in_place(y.view_mut());
+                dot64(y.view(), r.view())
+            },
+        );
+    }
+    let mask = DropoutMask::new(5, 0.4);
+    let keys: Vec<u64> = (0..6).map(|i| 3 * i + 1).collect();
+    let mut g = r.clone();
+    mask.apply_in_place(g.view_mut(), &keys);
+    let mut xs = x.clone();
+    check_coords(
+        "dropout",
+        xs.as_slice_mut().unwrap(),
+        g.as_slice().unwrap(),
+        |v| {
+            let xv = Array2::from_shape_vec((6, 7), v.to_vec()).unwrap();
+            dot64(mask.apply(xv.view(), &keys).view(), r.view())
+        },
+    );
+}
+
+#[test]
+fn losses() {
+    let mut rng = Rng(9);
+    let logits = rng.matrix(8, 5, 3.0);
+    let labels: Vec<i64> = (0..8).map(|i| (i * 3 % 5) as i64).collect();
+    let (loss, grad) = cross_entropy(&logits, &labels);
+    assert!(loss > 0.0);
+    let mut l = logits.clone();
+    check_coords(
+        "cross_entropy",
+        l.as_slice_mut().unwrap(),
+        grad.as_slice().unwrap(),
+        |v| {
+            cross_entropy(
+                &Array2::from_shape_vec((8, 5), v.to_vec()).unwrap(),
+                &labels,
+            )
+            .0
+        },
+    );
+    let targets = Array2::from_shape_fn((8, 5), |(i, j)| ((i + j) % 3 == 0) as i64);
+    let (loss, grad) = bce_with_logits(&logits, targets.view());
+    assert!(loss > 0.0);
+    let mut l = logits.clone();
+    check_coords(
+        "bce",
+        l.as_slice_mut().unwrap(),
+        grad.as_slice().unwrap(),
+        |v| {
+            bce_with_logits(
+                &Array2::from_shape_vec((8, 5), v.to_vec()).unwrap(),
+                targets.view(),
+            )
+            .0
+        },
+    );
+}
+
+fn config(kind: ModelKind, dropout: f32) -> ModelConfig {
+    ModelConfig {
+        kind,
+        in_dim: 5,
+        hidden: 4,
+        out_dim: 3,
+        layers: 2,
+        heads: 2,
+        dropout,
+        gat_concat: true,
+    }
+}
+
+/// Whole 2-layer models: sampled (two different blocks) and full-batch (one block twice).
+#[test]
+fn whole_models_per_kind() {
+    for kind in [
+        ModelKind::Sage,
+        ModelKind::Gcn,
+        ModelKind::Gat,
+        ModelKind::Mlp,
+    ] {
+        let mut rng = Rng(30 + kind as u64);
+        let b1 = random_block(&mut rng, 5, 12);
+        // blocks[0] maps 25 sources to the 12 sources of blocks[1].
+        let b0 = {
+            let mut b = random_block(&mut rng, 12, 25);
+            b.src_nodes[..12].copy_from_slice(&b1.src_nodes);
+            b
+        };
+        let full = random_block(&mut rng, 10, 10);
+        let (b0, b1, full) = if kind == ModelKind::Gcn {
+            (
+                b0.with_self_loops(),
+                b1.with_self_loops(),
+                full.with_self_loops(),
+            )
+        } else {
+            (b0, b1, full)
+        };
+        for (case, blocks) in [
+            ("sampled", vec![&b0, &b1]),
+            ("full-batch", vec![&full, &full]),
+        ] {
+            let model = Model::new(config(kind, 0.2), 3).unwrap();
+            let x = rng.matrix(blocks[0].num_src(), 5, 1.0);
+            let labels: Vec<i64> = (0..blocks[1].num_dst).map(|i| (i % 3) as i64).collect();
+            let ctx = training_ctx();
+            let loss_of = |m: &Model| {
+                let (logits, _) = m.forward(&blocks, &x, &ctx);
+                cross_entropy(&logits, &labels).0
+            };
+            let (logits, cache) = model.forward(&blocks, &x, &ctx);
+            assert_eq!(logits.dim(), (blocks[1].num_dst, 3));
+            let (_, d) = cross_entropy(&logits, &labels);
+            let mut trained = model.clone();
+            trained.params.zero_grads();
+            trained.backward(&blocks, cache, &d);
+            let analytic = trained.params.grads.clone();
+            assert!(analytic.iter().any(|&g| g != 0.0));
+            let mut vals = model.params.values.clone();
+            let mut probe = model.clone();
+            check_coords(&format!("{kind} {case} model"), &mut vals, &analytic, |v| {
+                probe.params.values.copy_from_slice(v);
+                loss_of(&probe)
+            });
+        }
+    }
+}
+
+#[test]
+fn backward_accumulates_into_grads() {
+    let mut rng = Rng(20);
+    let block = random_block(&mut rng, 6, 6);
+    let mut model = Model::new(config(ModelKind::Sage, 0.0), 1).unwrap();
+    let x = rng.matrix(6, 5, 1.0);
+    let d = rng.matrix(6, 3, 1.0);
+    let ctx = DropoutCtx::eval();
+    let (_, c) = model.forward(&[&block, &block], &x, &ctx);
+    model.backward(&[&block, &block], c, &d);
+    let once = model.params.grads.clone();
+    let (_, c) = model.forward(&[&block, &block], &x, &ctx);
+    model.backward(&[&block, &block], c, &d);
+    for (a, b) in model.params.grads.iter().zip(&once) {
+        assert!((a - 2.0 * b).abs() <= 1e-6 * (1.0 + b.abs()));
+    }
+}
+
+/// Dropout masks follow the original vertex id: the same vertices under other global ids (as
+/// after relabelling by a partitioner) and in another row order give the same outputs.
+#[test]
+fn dropout_masks_follow_original_ids() {
+    let mut params = ParamStore::new();
+    let lin = Linear::new(&mut params, "lin", 16, 4, 1);
+    let l = layer(0, Conv::Dense(lin), 0.5, None);
+    let mut rng = Rng(30);
+    let x = rng.matrix(6, 16, 1.0);
+    // Global ids 0..6 with original ids orig_a; the same vertices relabelled and permuted.
+    let orig_a: Vec<u64> = vec![50, 51, 52, 53, 54, 55];
+    let block_a = Block {
+        num_dst: 6,
+        src_nodes: (0..6).collect(),
+        indptr: vec![0; 7],
+        indices: vec![],
+    };
+    let perm = [3usize, 5, 0, 4, 1, 2];
+    // Block b holds vertex perm[i] of block a at row i, under global id 10 + i.
+    let mut orig_b = vec![0u64; 16];
+    for (i, &p) in perm.iter().enumerate() {
+        orig_b[10 + i] = orig_a[p];
+    }
+    let block_b = Block {
+        num_dst: 6,
+        src_nodes: (10..16).collect(),
+        indptr: vec![0; 7],
+        indices: vec![],
+    };
+    let xb = Array2::from_shape_fn((6, 16), |(i, j)| x[[perm[i], j]]);
+    let ctx_a = DropoutCtx {
+        training: true,
+        stream: 9,
+        orig_ids: Some(&orig_a),
+    };
+    let ctx_b = DropoutCtx {
+        orig_ids: Some(&orig_b),
+        ..ctx_a
+    };
+    let (ya, _) = l.forward(&params, &block_a, x.view(), &ctx_a);
+    let (yb, _) = l.forward(&params, &block_b, xb.view(), &ctx_b);
+    for (i, &p) in perm.iter().enumerate() {
+        for c in 0..4 {
+            assert!((yb[[i, c]] - ya[[p, c]]).abs() < 1e-6);
+        }
+    }
+    // Without the original ids the masks differ (keys are then the global ids).
+    let (yc, _) = l.forward(
+        &params,
+        &block_b,
+        xb.view(),
+        &DropoutCtx {
+            orig_ids: None,
+            ..ctx_a
+        },
+    );
+    assert_ne!(yc, yb);
+}
+
+/// Forward and backward give bitwise the same results on 1 and 3 threads.
+#[test]
+fn results_do_not_depend_on_thread_count() {
+    let mut rng = Rng(40);
+    let block = random_block(&mut rng, 300, 900);
+    let b1 = random_block(&mut rng, 100, 300);
+    let x = rng.matrix(900, 40, 1.0);
+    let run = |threads: usize, kind: ModelKind| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let mut cfg = config(kind, 0.3);
+            cfg.in_dim = 40;
+            cfg.hidden = 64;
+            let mut m = Model::new(cfg, 5).unwrap();
+            let blocks = [&block, &b1];
+            let (y, c) = m.forward(&blocks, &x, &training_ctx());
+            let labels: Vec<i64> = (0..100).map(|i| i % 3).collect();
+            let (_, d) = cross_entropy(&y, &labels);
+            m.backward(&blocks, c, &d);
+            (y, m.params.grads)
+        })
+    };
+    for kind in [ModelKind::Sage, ModelKind::Gcn, ModelKind::Gat] {
+        assert_eq!(run(1, kind), run(3, kind), "{kind}");
+    }
+}
+
+#[test]
+fn bad_configs_are_refused_with_the_field_named() {
+    let mut c = config(ModelKind::Sage, 0.1);
+    c.hidden = 0;
+    assert!(Model::new(c, 1).unwrap_err().to_string().contains("hidden"));
+    let mut c = config(ModelKind::Gat, 0.1);
+    c.heads = 0;
+    assert!(Model::new(c, 1).unwrap_err().to_string().contains("heads"));
+    let c = config(ModelKind::Gcn, 1.0);
+    assert!(Model::new(c, 1)
+        .unwrap_err()
+        .to_string()
+        .contains("dropout"));
+    let mut c = config(ModelKind::Gcn, 0.1);
+    c.layers = 0;
+    assert!(Model::new(c, 1).unwrap_err().to_string().contains("layers"));
+    assert!("gin"
+        .parse::<ModelKind>()
+        .unwrap_err()
+        .to_string()
+        .contains("unknown model 'gin'"));
+    assert_eq!(serde_json::to_string(&ModelKind::Gat).unwrap(), "\"gat\"");
+}
+
+/// End to end: forward, loss, backward and Adam fit a small labelled graph for every kind.
+#[test]
+fn adam_steps_fit_a_small_graph() {
+    use gnnpar::nn::Adam;
+    for kind in [
+        ModelKind::Sage,
+        ModelKind::Gcn,
+        ModelKind::Gat,
+        ModelKind::Mlp,
+    ] {
+        let mut rng = Rng(50);
+        let block = random_block(&mut rng, 30, 30).with_self_loops();
+        let x = rng.matrix(30, 5, 1.0);
+        let labels: Vec<i64> = (0..30)
+            .map(|i| (x[[i, 0]] > 0.0) as i64 + (x[[i, 1]] > 0.0) as i64)
+            .collect();
+        let mut model = Model::new(config(kind, 0.0), 1).unwrap();
+        let mut opt = Adam::new(model.params.len(), 0.05, 0.0);
+        let blocks = [&block, &block];
+        let mut losses = Vec::new();
+        for step in 0..60 {
+            let ctx = DropoutCtx {
+                training: true,
+                stream: step,
+                orig_ids: None,
+            };
+            let (logits, cache) = model.forward(&blocks, &x, &ctx);
+            let (loss, d) = cross_entropy(&logits, &labels);
+            losses.push(loss / 30.0);
+            model.params.zero_grads();
+            model.backward(&blocks, cache, &d);
+            opt.step(&mut model.params.values, &model.params.grads);
+        }
+        let (first, last) = (losses[0], *losses.last().unwrap());
+        assert!(last < 0.5 * first, "{kind}: loss {first:.3} → {last:.3}");
+    }
+}
