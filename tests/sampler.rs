@@ -158,10 +158,21 @@ fn check_batch(adj: &impl Adjacency, seeds: &[NodeId], fanouts: &[i32], blocks: 
         for i in 0..b.num_dst {
             let v = b.src_nodes[i];
             let list = adj.neighbors(v);
-            let got: Vec<NodeId> = b.in_edges(i).iter().map(|&s| b.src_nodes[s as usize]).collect();
-            let want = if f < 0 { list.len() } else { list.len().min(f as usize) };
+            let got: Vec<NodeId> = b
+                .in_edges(i)
+                .iter()
+                .map(|&s| b.src_nodes[s as usize])
+                .collect();
+            let want = if f < 0 {
+                list.len()
+            } else {
+                list.len().min(f as usize)
+            };
             assert_eq!(got.len(), want, "vertex {v} hop {hop}");
-            assert!(sub_multiset(&got, list), "vertex {v}: {got:?} not from {list:?}");
+            assert!(
+                sub_multiset(&got, list),
+                "vertex {v}: {got:?} not from {list:?}"
+            );
         }
     }
 }
@@ -198,7 +209,10 @@ fn sampled_positions_are_distinct_and_in_list_order() {
                 .iter()
                 .map(|u| list.iter().position(|x| x == u).expect("not a neighbour"))
                 .collect();
-            assert!(pos.windows(2).all(|w| w[0] < w[1]), "v {v}: positions {pos:?}");
+            assert!(
+                pos.windows(2).all(|w| w[0] < w[1]),
+                "v {v}: positions {pos:?}"
+            );
         }
     }
 }
@@ -250,13 +264,19 @@ fn sampling_is_deterministic_and_changes_with_every_key_field() {
     for k in variants {
         let b = sample_neighbors(&adj, &vs, 4, k);
         let differing = (0..vs.len()).filter(|&i| a.row(i) != b.row(i)).count();
-        assert!(differing > vs.len() / 2, "{k:?}: only {differing} rows differ");
+        assert!(
+            differing > vs.len() / 2,
+            "{k:?}: only {differing} rows differ"
+        );
     }
     // Whole mini-batches too.
     let seeds: Vec<NodeId> = (0..400).step_by(9).collect();
     let x = sample_blocks(&adj, &seeds, &[6, 4], BK);
     assert_eq!(x, sample_blocks(&adj, &seeds, &[6, 4], BK));
-    assert_ne!(x, sample_blocks(&adj, &seeds, &[6, 4], BatchKey { seed: 8, ..BK }));
+    assert_ne!(
+        x,
+        sample_blocks(&adj, &seeds, &[6, 4], BatchKey { seed: 8, ..BK })
+    );
 }
 
 #[test]
@@ -367,9 +387,16 @@ fn relabelled_graph_samples_the_same_original_edges() {
     let relabelled = sample_blocks(&radj, &rseeds, &fanouts, BK);
     for (a, b) in plain.iter().zip(&relabelled) {
         // Same sources in the same order, same CSR: the blocks are equal up to the labels.
-        let mapped: Vec<NodeId> = b.src_nodes.iter().map(|&v| orig[v as usize] as NodeId).collect();
+        let mapped: Vec<NodeId> = b
+            .src_nodes
+            .iter()
+            .map(|&v| orig[v as usize] as NodeId)
+            .collect();
         assert_eq!(mapped, a.src_nodes);
-        assert_eq!((b.num_dst, &b.indptr, &b.indices), (a.num_dst, &a.indptr, &a.indices));
+        assert_eq!(
+            (b.num_dst, &b.indptr, &b.indices),
+            (a.num_dst, &a.indptr, &a.indices)
+        );
     }
 }
 
@@ -384,7 +411,10 @@ fn owners_sampling_their_share_reproduce_single_rank_blocks() {
     let rds = whole(rg);
     let offsets = [0usize, 350, 900, n];
     let parts: Vec<Dataset> = offsets.windows(2).map(|w| part(&rds, w[0], w[1])).collect();
-    let views: Vec<LocalGraph> = parts.iter().map(|p| LocalGraph::new(p, Some(&orig))).collect();
+    let views: Vec<LocalGraph> = parts
+        .iter()
+        .map(|p| LocalGraph::new(p, Some(&orig)))
+        .collect();
     let seeds: Vec<NodeId> = (0..n as NodeId).step_by(7).collect();
     let fanouts = [4, 3, 3];
     let single = sample_blocks(&LocalGraph::new(&rds, Some(&orig)), &seeds, &fanouts, BK);
@@ -401,8 +431,11 @@ fn owners_sampling_their_share_reproduce_single_rank_blocks() {
             .zip(&queries)
             .map(|(adj, q)| sample_neighbors(adj, q, fanout, k))
             .collect();
-        let shares: Vec<(&[usize], &Sampled)> =
-            positions.iter().map(|p| p.as_slice()).zip(&answers).collect();
+        let shares: Vec<(&[usize], &Sampled)> = positions
+            .iter()
+            .map(|p| p.as_slice())
+            .zip(&answers)
+            .collect();
         Ok::<_, String>(Sampled::merge_by_position(frontier.len(), &shares))
     })
     .unwrap();
@@ -501,6 +534,7 @@ fn throughput_of_sample_blocks() {
     let batches = epoch_batches(&train, |v| v as u64, 1, 0, 1024);
     let fanouts = [15, 10, 5];
     let start = std::time::Instant::now();
+    let cpu_start = process_cpu_seconds();
     let mut edges = 0usize;
     let count = 40;
     for (b, seeds) in batches.iter().take(count).enumerate() {
@@ -513,12 +547,28 @@ fn throughput_of_sample_blocks() {
         edges += blocks.iter().map(Block::num_edges).sum::<usize>();
     }
     let secs = start.elapsed().as_secs_f64();
+    let cpu = process_cpu_seconds() - cpu_start;
+    // CPU time is reported too: on a shared machine wall time measures the neighbours' load.
     eprintln!(
-        "sample_blocks: {} nodes, {} edges, fanouts 15,10,5, batch 1024, {} threads: {count} batches in {secs:.3} s, {:.1} ms/batch, {:.2e} sampled edges/s",
-        n,
+        "sample_blocks: {n} nodes, {} edges, fanouts 15,10,5, batch 1024, {} threads: \
+         {count} batches, {:.1} edges/batch, wall {secs:.3} s ({:.2e} sampled edges/s), \
+         cpu {cpu:.3} s ({:.2e} sampled edges per cpu-second)",
         ds.local_edges(),
         rayon::current_num_threads(),
-        1e3 * secs / count as f64,
-        edges as f64 / secs
+        edges as f64 / count as f64,
+        edges as f64 / secs,
+        edges as f64 / cpu
     );
+}
+
+/// User + system CPU seconds of this process so far.
+fn process_cpu_seconds() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for clock_gettime to fill.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime failed");
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
