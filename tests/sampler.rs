@@ -1,0 +1,574 @@
+//! Neighbour sampler: fanouts, determinism, independence from grouping, ranks and
+//! partitioning (ARCHITECTURE invariants 2, 3 and 5), block invariants, epoch batches.
+
+use gnnpar::graph::{Csr, Dataset, NodeId, Splits};
+use gnnpar::sample::rng::hash_key;
+use gnnpar::sample::{
+    epoch_batches, full_block, sample_blocks, sample_blocks_with, sample_neighbors, Adjacency,
+    BatchKey, Block, LayerKey, LocalGraph, Sampled,
+};
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+// ---------- helpers ----------
+
+/// A random graph over `n` vertices: degrees in `[0, 2 * avg]`, some isolated vertices,
+/// neighbours drawn with repetition (so lists may hold duplicates and self-loops).
+fn random_csr(n: usize, avg: usize, salt: u64) -> Csr {
+    let mut src = Vec::new();
+    let mut dst = Vec::new();
+    for v in 0..n {
+        let deg = if v % 17 == 5 {
+            0
+        } else {
+            (hash_key(&[salt, v as u64]) % (2 * avg as u64 + 1)) as usize
+        };
+        for i in 0..deg {
+            src.push(v as NodeId);
+            dst.push((hash_key(&[salt, v as u64, i as u64]) % n as u64) as NodeId);
+        }
+    }
+    Csr::from_edges(n, &src, &dst)
+}
+
+/// A graph whose lists have no repeated entry: `v`'s neighbours are `v+1 ..= v+deg` mod n.
+fn distinct_csr(n: usize, max_deg: usize) -> Csr {
+    let mut src = Vec::new();
+    let mut dst = Vec::new();
+    for v in 0..n {
+        let deg = (hash_key(&[9, v as u64]) % (max_deg as u64 + 1)) as usize;
+        for i in 1..=deg.min(n - 1) {
+            src.push(v as NodeId);
+            dst.push(((v + i) % n) as NodeId);
+        }
+    }
+    Csr::from_edges(n, &src, &dst)
+}
+
+fn dataset(graph: Csr, num_nodes: usize, first_node: usize, directed: bool) -> Dataset {
+    Dataset {
+        name: "test".into(),
+        num_nodes: num_nodes as u64,
+        first_node: first_node as u64,
+        graph,
+        features: None,
+        labels: None,
+        num_classes: 0,
+        splits: Splits::default(),
+        directed,
+    }
+}
+
+fn whole(graph: Csr) -> Dataset {
+    let n = graph.num_rows();
+    dataset(graph, n, 0, true)
+}
+
+/// The part of `ds` (whole) holding the rows of `[a, b)`.
+fn part(ds: &Dataset, a: usize, b: usize) -> Dataset {
+    let lo = ds.graph.indptr[a];
+    let graph = Csr {
+        indptr: ds.graph.indptr[a..=b].iter().map(|&o| o - lo).collect(),
+        indices: ds.graph.indices[lo as usize..ds.graph.indptr[b] as usize].to_vec(),
+    };
+    dataset(graph, ds.num_nodes as usize, a, ds.directed)
+}
+
+/// Relabel `g` by `new_of[old]`, keeping the order of every list (what the partitioner does).
+/// Returns the relabelled graph and `orig[new] = old`.
+fn relabel(g: &Csr, new_of: &[NodeId]) -> (Csr, Vec<u64>) {
+    let n = g.num_rows();
+    let mut orig = vec![0u64; n];
+    for (old, &new) in new_of.iter().enumerate() {
+        orig[new as usize] = old as u64;
+    }
+    let mut src = Vec::new();
+    let mut dst = Vec::new();
+    for (new, &old) in orig.iter().enumerate() {
+        for &u in g.neighbors(old as usize) {
+            src.push(new as NodeId);
+            dst.push(new_of[u as usize]);
+        }
+    }
+    (Csr::from_edges(n, &src, &dst), orig)
+}
+
+/// A pseudo-random permutation of `0..n`.
+fn permutation(n: usize, salt: u64) -> Vec<NodeId> {
+    let mut p: Vec<NodeId> = (0..n as NodeId).collect();
+    p.sort_by_key(|&v| hash_key(&[salt, v as u64]));
+    p
+}
+
+/// Edges of a block as (global destination, global source) pairs.
+fn edge_pairs(b: &Block) -> Vec<(NodeId, NodeId)> {
+    (0..b.num_dst)
+        .flat_map(|i| {
+            b.in_edges(i)
+                .iter()
+                .map(move |&s| (b.src_nodes[i], b.src_nodes[s as usize]))
+        })
+        .collect()
+}
+
+/// Is `sample` a sub-multiset of `list`?
+fn sub_multiset(sample: &[NodeId], list: &[NodeId]) -> bool {
+    let mut count: HashMap<NodeId, i64> = HashMap::new();
+    for &u in list {
+        *count.entry(u).or_default() += 1;
+    }
+    sample.iter().all(|u| {
+        let c = count.entry(*u).or_default();
+        *c -= 1;
+        *c >= 0
+    })
+}
+
+fn key(seed: u64, epoch: u64, batch: u64, layer: u32) -> LayerKey {
+    LayerKey {
+        seed,
+        epoch,
+        batch,
+        layer,
+    }
+}
+
+const BK: BatchKey = BatchKey {
+    seed: 7,
+    epoch: 2,
+    batch: 5,
+};
+
+/// Check a mini-batch: each block consistent, destinations the prefix of the sources,
+/// sources distinct, blocks chained (destinations of block l+1 = sources of block l), the
+/// seeds the destinations of the last block, and every edge a real neighbour.
+fn check_batch(adj: &impl Adjacency, seeds: &[NodeId], fanouts: &[i32], blocks: &[Block]) {
+    assert_eq!(blocks.len(), fanouts.len());
+    for b in blocks {
+        b.check().unwrap();
+        let distinct: HashSet<_> = b.src_nodes.iter().collect();
+        assert_eq!(distinct.len(), b.num_src(), "sources must be distinct");
+    }
+    assert_eq!(blocks.last().unwrap().dst_nodes(), seeds);
+    for l in 0..blocks.len() - 1 {
+        assert_eq!(blocks[l].dst_nodes(), &blocks[l + 1].src_nodes[..]);
+    }
+    // blocks[L-1-hop] was sampled with fanouts[hop].
+    for (hop, &f) in fanouts.iter().enumerate() {
+        let b = &blocks[blocks.len() - 1 - hop];
+        for i in 0..b.num_dst {
+            let v = b.src_nodes[i];
+            let list = adj.neighbors(v);
+            let got: Vec<NodeId> = b
+                .in_edges(i)
+                .iter()
+                .map(|&s| b.src_nodes[s as usize])
+                .collect();
+            let want = if f < 0 {
+                list.len()
+            } else {
+                list.len().min(f as usize)
+            };
+            assert_eq!(got.len(), want, "vertex {v} hop {hop}");
+            assert!(
+                sub_multiset(&got, list),
+                "vertex {v}: {got:?} not from {list:?}"
+            );
+        }
+    }
+}
+
+// ---------- fanout and validity ----------
+
+#[test]
+fn fanout_is_respected_and_only_real_neighbours_are_sampled() {
+    let ds = whole(random_csr(500, 12, 1));
+    let adj = LocalGraph::new(&ds, None);
+    let seeds: Vec<NodeId> = (0..500).step_by(7).collect();
+    let fanouts = [5, 3, 2];
+    let blocks = sample_blocks(&adj, &seeds, &fanouts, BK);
+    check_batch(&adj, &seeds, &fanouts, &blocks);
+    // Some destinations must have had more neighbours than the fanout, or nothing was tested.
+    assert!(seeds.iter().any(|&v| adj.neighbors(v).len() > 5));
+}
+
+#[test]
+fn sampled_positions_are_distinct_and_in_list_order() {
+    // Lists without repeats: distinct positions = distinct neighbours, and list order is
+    // increasing (mod wrap-around) so the order of the output is checkable.
+    let n = 300;
+    let ds = whole(distinct_csr(n, 60));
+    let adj = LocalGraph::new(&ds, None);
+    let all: Vec<NodeId> = (0..n as NodeId).collect();
+    for fanout in [1, 3, 10, 33, 50] {
+        let s = sample_neighbors(&adj, &all, fanout, key(1, 0, 0, 0));
+        for (i, &v) in all.iter().enumerate() {
+            let list = adj.neighbors(v);
+            let row = s.row(i);
+            assert_eq!(row.len(), list.len().min(fanout as usize));
+            let pos: Vec<usize> = row
+                .iter()
+                .map(|u| list.iter().position(|x| x == u).expect("not a neighbour"))
+                .collect();
+            assert!(
+                pos.windows(2).all(|w| w[0] < w[1]),
+                "v {v}: positions {pos:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn fanout_minus_one_takes_every_neighbour_and_matches_the_full_block() {
+    let ds = whole(random_csr(200, 8, 2));
+    let adj = LocalGraph::new(&ds, None);
+    let all: Vec<NodeId> = (0..200).collect();
+    let s = sample_neighbors(&adj, &all, -1, key(3, 1, 1, 0));
+    for (i, &v) in all.iter().enumerate() {
+        assert_eq!(s.row(i), adj.neighbors(v));
+    }
+    // One hop from all vertices with fanout -1 is the full graph's block.
+    let blocks = sample_blocks(&adj, &all, &[-1], BK);
+    assert_eq!(blocks[0], full_block(&ds));
+}
+
+#[test]
+fn fanout_zero_and_isolated_vertices_give_empty_rows() {
+    let ds = whole(random_csr(100, 5, 3));
+    let adj = LocalGraph::new(&ds, None);
+    let seeds: Vec<NodeId> = vec![5, 22, 39, 40]; // 5, 22, 39 are isolated (v % 17 == 5)
+    let blocks = sample_blocks(&adj, &seeds, &[0, 4], BK);
+    check_batch(&adj, &seeds, &[0, 4], &blocks);
+    assert_eq!(blocks[1].num_edges(), 0);
+    assert_eq!(blocks[1].num_src(), 4);
+    let s = sample_neighbors(&adj, &seeds, 4, key(1, 1, 1, 1));
+    assert!(s.row(0).is_empty() && s.row(1).is_empty() && s.row(2).is_empty());
+    assert!(!s.row(3).is_empty());
+}
+
+// ---------- determinism ----------
+
+#[test]
+fn sampling_is_deterministic_and_changes_with_every_key_field() {
+    let ds = whole(random_csr(400, 20, 4));
+    let adj = LocalGraph::new(&ds, None);
+    let vs: Vec<NodeId> = (0..400).collect();
+    let base = key(11, 3, 4, 1);
+    let a = sample_neighbors(&adj, &vs, 4, base);
+    assert_eq!(a, sample_neighbors(&adj, &vs, 4, base));
+    let variants = [
+        LayerKey { seed: 12, ..base },
+        LayerKey { epoch: 4, ..base },
+        LayerKey { batch: 5, ..base },
+        LayerKey { layer: 2, ..base },
+    ];
+    for k in variants {
+        let b = sample_neighbors(&adj, &vs, 4, k);
+        let differing = (0..vs.len()).filter(|&i| a.row(i) != b.row(i)).count();
+        assert!(
+            differing > vs.len() / 2,
+            "{k:?}: only {differing} rows differ"
+        );
+    }
+    // Whole mini-batches too.
+    let seeds: Vec<NodeId> = (0..400).step_by(9).collect();
+    let x = sample_blocks(&adj, &seeds, &[6, 4], BK);
+    assert_eq!(x, sample_blocks(&adj, &seeds, &[6, 4], BK));
+    assert_ne!(
+        x,
+        sample_blocks(&adj, &seeds, &[6, 4], BatchKey { seed: 8, ..BK })
+    );
+}
+
+#[test]
+fn samples_do_not_depend_on_the_thread_count() {
+    let ds = whole(random_csr(5000, 10, 5));
+    let adj = LocalGraph::new(&ds, None);
+    let seeds: Vec<NodeId> = (0..5000).step_by(3).collect();
+    let run = |threads| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+            .install(|| sample_blocks(&adj, &seeds, &[10, 5], BK))
+    };
+    assert_eq!(run(1), run(3));
+}
+
+// ---------- grouping: what distributed strategies rely on ----------
+
+#[test]
+fn a_vertex_gets_the_same_sample_in_any_group_and_position() {
+    let ds = whole(random_csr(300, 15, 6));
+    let adj = LocalGraph::new(&ds, None);
+    let k = key(5, 1, 2, 0);
+    let all: Vec<NodeId> = (0..300).collect();
+    let together = sample_neighbors(&adj, &all, 5, k);
+    let reversed: Vec<NodeId> = all.iter().rev().copied().collect();
+    let back = sample_neighbors(&adj, &reversed, 5, k);
+    let odd: Vec<NodeId> = all.iter().copied().filter(|v| v % 2 == 1).collect();
+    let part = sample_neighbors(&adj, &odd, 5, k);
+    for (i, &v) in reversed.iter().enumerate() {
+        assert_eq!(back.row(i), together.row(v as usize));
+    }
+    for (i, &v) in odd.iter().enumerate() {
+        assert_eq!(part.row(i), together.row(v as usize));
+    }
+}
+
+#[test]
+fn seeds_split_into_groups_give_the_same_edges_per_layer() {
+    let ds = whole(random_csr(2000, 12, 7));
+    let adj = LocalGraph::new(&ds, None);
+    let seeds: Vec<NodeId> = (0..2000).step_by(11).collect();
+    let fanouts = [6, 4, 3];
+    let together = sample_blocks(&adj, &seeds, &fanouts, BK);
+    for groups in [2usize, 3] {
+        let mut union: Vec<BTreeSet<(NodeId, NodeId)>> = vec![BTreeSet::new(); fanouts.len()];
+        for g in 0..groups {
+            let mine: Vec<NodeId> = seeds.iter().copied().skip(g).step_by(groups).collect();
+            let blocks = sample_blocks(&adj, &mine, &fanouts, BK);
+            check_batch(&adj, &mine, &fanouts, &blocks);
+            for (l, b) in blocks.iter().enumerate() {
+                union[l].extend(edge_pairs(b));
+            }
+        }
+        for (l, b) in together.iter().enumerate() {
+            let all: BTreeSet<_> = edge_pairs(b).into_iter().collect();
+            assert_eq!(union[l], all, "{groups} groups, layer {l}");
+        }
+    }
+}
+
+// ---------- uniformity ----------
+
+#[test]
+fn each_of_ten_neighbours_is_chosen_about_thirty_percent_of_the_time() {
+    // Vertex 0 has the 10 neighbours 1..=10.
+    let src = vec![0 as NodeId; 10];
+    let dst: Vec<NodeId> = (1..=10).collect();
+    let ds = whole(Csr::from_edges(11, &src, &dst));
+    let adj = LocalGraph::new(&ds, None);
+    let trials = 20_000u64;
+    let mut hits = [0u64; 11];
+    for t in 0..trials {
+        let k = key(t / 100, t % 10, t % 100 / 10, (t % 3) as u32);
+        for &u in sample_neighbors(&adj, &[0], 3, k).row(0) {
+            hits[u as usize] += 1;
+        }
+    }
+    let expect = trials as f64 * 0.3;
+    // Chi-square with 9 degrees of freedom; 40 is far beyond the 0.1% quantile (27.9).
+    let chi2: f64 = hits[1..]
+        .iter()
+        .map(|&h| (h as f64 - expect).powi(2) / expect)
+        .sum();
+    assert!(chi2 < 40.0, "chi2 {chi2}, hits {hits:?}");
+    for &h in &hits[1..] {
+        let share = h as f64 / trials as f64;
+        assert!((0.27..0.33).contains(&share), "share {share}");
+    }
+}
+
+// ---------- partitioning ----------
+
+#[test]
+fn relabelled_graph_samples_the_same_original_edges() {
+    let n = 1500;
+    let g = random_csr(n, 10, 8);
+    let ds = whole(g.clone());
+    let new_of = permutation(n, 99);
+    let (rg, orig) = relabel(&g, &new_of);
+    let rds = whole(rg);
+    let seeds: Vec<NodeId> = (0..n as NodeId).step_by(13).collect();
+    let fanouts = [5, 5, 3];
+    let plain = sample_blocks(&LocalGraph::new(&ds, None), &seeds, &fanouts, BK);
+    let rseeds: Vec<NodeId> = seeds.iter().map(|&v| new_of[v as usize]).collect();
+    let radj = LocalGraph::new(&rds, Some(&orig));
+    let relabelled = sample_blocks(&radj, &rseeds, &fanouts, BK);
+    for (a, b) in plain.iter().zip(&relabelled) {
+        // Same sources in the same order, same CSR: the blocks are equal up to the labels.
+        let mapped: Vec<NodeId> = b
+            .src_nodes
+            .iter()
+            .map(|&v| orig[v as usize] as NodeId)
+            .collect();
+        assert_eq!(mapped, a.src_nodes);
+        assert_eq!(
+            (b.num_dst, &b.indptr, &b.indices),
+            (a.num_dst, &a.indptr, &a.indices)
+        );
+    }
+}
+
+#[test]
+fn owners_sampling_their_share_reproduce_single_rank_blocks() {
+    // Relabel, cut into 3 contiguous parts, and sample each hop by sending every frontier
+    // vertex to its owner (owner computes), then merging the answers by position.
+    let n = 1200;
+    let g = random_csr(n, 10, 9);
+    let new_of = permutation(n, 5);
+    let (rg, orig) = relabel(&g, &new_of);
+    let rds = whole(rg);
+    let offsets = [0usize, 350, 900, n];
+    let parts: Vec<Dataset> = offsets.windows(2).map(|w| part(&rds, w[0], w[1])).collect();
+    let views: Vec<LocalGraph> = parts
+        .iter()
+        .map(|p| LocalGraph::new(p, Some(&orig)))
+        .collect();
+    let seeds: Vec<NodeId> = (0..n as NodeId).step_by(7).collect();
+    let fanouts = [4, 3, 3];
+    let single = sample_blocks(&LocalGraph::new(&rds, Some(&orig)), &seeds, &fanouts, BK);
+    let owner = |v: NodeId| offsets.partition_point(|&o| o <= v as usize) - 1;
+    let distributed = sample_blocks_with(&seeds, &fanouts, BK, |frontier, fanout, k| {
+        let mut positions = vec![Vec::new(); views.len()];
+        let mut queries = vec![Vec::new(); views.len()];
+        for (i, &v) in frontier.iter().enumerate() {
+            positions[owner(v)].push(i);
+            queries[owner(v)].push(v);
+        }
+        let answers: Vec<Sampled> = views
+            .iter()
+            .zip(&queries)
+            .map(|(adj, q)| sample_neighbors(adj, q, fanout, k))
+            .collect();
+        let shares: Vec<(&[usize], &Sampled)> = positions
+            .iter()
+            .map(|p| p.as_slice())
+            .zip(&answers)
+            .collect();
+        Ok::<_, String>(Sampled::merge_by_position(frontier.len(), &shares))
+    })
+    .unwrap();
+    assert_eq!(distributed, single);
+}
+
+#[test]
+#[should_panic(expected = "not owned")]
+fn sampling_a_vertex_owned_elsewhere_is_refused() {
+    let ds = whole(random_csr(100, 4, 10));
+    let p = part(&ds, 0, 50);
+    sample_neighbors(&LocalGraph::new(&p, None), &[10, 60], 2, key(0, 0, 0, 0));
+}
+
+// ---------- full-graph block ----------
+
+#[test]
+fn full_block_of_a_directed_graph_keeps_the_stored_lists() {
+    // 0 -> 1, 0 -> 2, 2 -> 1: vertex 0 aggregates over {1, 2}, vertex 2 over {1}.
+    let ds = whole(Csr::from_edges(3, &[0, 0, 2], &[1, 2, 1]));
+    let b = full_block(&ds);
+    b.check().unwrap();
+    assert_eq!(b.src_nodes, vec![0, 1, 2]);
+    assert_eq!(b.num_dst, 3);
+    assert_eq!(edge_pairs(&b), vec![(0, 1), (0, 2), (2, 1)]);
+}
+
+#[test]
+fn full_block_of_a_part_puts_owned_vertices_first() {
+    let ds = whole(random_csr(60, 5, 11));
+    let p = part(&ds, 20, 35);
+    let b = full_block(&p);
+    b.check().unwrap();
+    assert_eq!(b.num_dst, 15);
+    assert_eq!(b.dst_nodes(), (20..35).collect::<Vec<NodeId>>());
+    let mut sorted = b.src_nodes.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (0..60).collect::<Vec<NodeId>>());
+    let want: Vec<(NodeId, NodeId)> = (20..35u32)
+        .flat_map(|v| ds.graph.neighbors(v as usize).iter().map(move |&u| (v, u)))
+        .collect();
+    assert_eq!(edge_pairs(&b), want);
+}
+
+// ---------- epoch batches ----------
+
+#[test]
+fn epoch_batches_are_a_deterministic_permutation_that_changes_per_epoch() {
+    let train: Vec<NodeId> = (0..1000).filter(|v| v % 3 != 0).collect();
+    let id = |v: NodeId| v as u64;
+    let e0 = epoch_batches(&train, id, 42, 0, 64);
+    assert_eq!(e0.len(), train.len().div_ceil(64));
+    assert!(e0[..e0.len() - 1].iter().all(|b| b.len() == 64));
+    let mut flat = e0.concat();
+    flat.sort_unstable();
+    assert_eq!(flat, train, "every training vertex exactly once");
+    assert_eq!(e0, epoch_batches(&train, id, 42, 0, 64));
+    assert_ne!(e0, epoch_batches(&train, id, 42, 1, 64));
+    assert_ne!(e0, epoch_batches(&train, id, 43, 0, 64));
+    // The order is shuffled, not the input order.
+    assert_ne!(e0.concat(), train);
+    // Input order does not matter.
+    let rev: Vec<NodeId> = train.iter().rev().copied().collect();
+    assert_eq!(e0, epoch_batches(&rev, id, 42, 0, 64));
+}
+
+#[test]
+fn epoch_batches_are_defined_over_original_ids() {
+    let n = 800;
+    let new_of = permutation(n, 3);
+    let mut orig = vec![0u64; n];
+    for (old, &new) in new_of.iter().enumerate() {
+        orig[new as usize] = old as u64;
+    }
+    let train: Vec<NodeId> = (0..n as NodeId).filter(|v| v % 4 != 1).collect();
+    let plain = epoch_batches(&train, |v| v as u64, 9, 3, 50);
+    let rtrain: Vec<NodeId> = train.iter().map(|&v| new_of[v as usize]).collect();
+    let relabelled = epoch_batches(&rtrain, |v| orig[v as usize], 9, 3, 50);
+    let mapped: Vec<Vec<NodeId>> = relabelled
+        .iter()
+        .map(|b| b.iter().map(|&v| orig[v as usize] as NodeId).collect())
+        .collect();
+    assert_eq!(mapped, plain);
+}
+
+// ---------- throughput (run by hand, release build) ----------
+
+/// `cargo test --release --test sampler -- --ignored --nocapture throughput`
+#[test]
+#[ignore = "timing report, run by hand in a release build"]
+fn throughput_of_sample_blocks() {
+    let n = 200_000;
+    let ds = whole(random_csr(n, 20, 12));
+    let adj = LocalGraph::new(&ds, None);
+    let train: Vec<NodeId> = (0..n as NodeId).collect();
+    let batches = epoch_batches(&train, |v| v as u64, 1, 0, 1024);
+    let fanouts = [15, 10, 5];
+    let start = std::time::Instant::now();
+    let cpu_start = process_cpu_seconds();
+    let mut edges = 0usize;
+    let count = 40;
+    for (b, seeds) in batches.iter().take(count).enumerate() {
+        let key = BatchKey {
+            seed: 1,
+            epoch: 0,
+            batch: b as u64,
+        };
+        let blocks = sample_blocks(&adj, seeds, &fanouts, key);
+        edges += blocks.iter().map(Block::num_edges).sum::<usize>();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let cpu = process_cpu_seconds() - cpu_start;
+    // CPU time is reported too: on a shared machine wall time measures the neighbours' load.
+    eprintln!(
+        "sample_blocks: {n} nodes, {} edges, fanouts 15,10,5, batch 1024, {} threads: \
+         {count} batches, {:.1} edges/batch, wall {secs:.3} s ({:.2e} sampled edges/s), \
+         cpu {cpu:.3} s ({:.2e} sampled edges per cpu-second)",
+        ds.local_edges(),
+        rayon::current_num_threads(),
+        edges as f64 / count as f64,
+        edges as f64 / secs,
+        edges as f64 / cpu
+    );
+}
+
+/// User + system CPU seconds of this process so far.
+fn process_cpu_seconds() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for clock_gettime to fill.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime failed");
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
