@@ -13,5 +13,6 @@
 pub mod comm;
 pub mod commands;
 pub mod graph;
+pub mod partition;
 pub mod sample;
 pub mod util;

@@ -14,11 +14,21 @@ static MPI_ACTIVE: AtomicBool = AtomicBool::new(false);
 /// Rank of this process as the launcher announces it, before MPI is initialised (for log
 /// prefixes). `None` when not launched as part of a multi-rank job.
 pub fn rank_from_env() -> Option<usize> {
-    let size = env_usize(&["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"]);
+    let size = env_usize(&[
+        "OMPI_COMM_WORLD_SIZE",
+        "PMI_SIZE",
+        "PMIX_SIZE",
+        "SLURM_NTASKS",
+    ]);
     if size.unwrap_or(1) <= 1 {
         return None;
     }
-    env_usize(&["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"])
+    env_usize(&[
+        "OMPI_COMM_WORLD_RANK",
+        "PMI_RANK",
+        "PMIX_RANK",
+        "SLURM_PROCID",
+    ])
 }
 
 /// Was this process started by an MPI launcher (mpirun, mpiexec, srun)?
@@ -121,7 +131,9 @@ impl World {
         }
         lens.iter()
             .zip(&displs)
-            .map(|(&l, &d)| String::from_utf8_lossy(&buf[d as usize..(d + l) as usize]).into_owned())
+            .map(|(&l, &d)| {
+                String::from_utf8_lossy(&buf[d as usize..(d + l) as usize]).into_owned()
+            })
             .collect()
     }
 }

@@ -1,6 +1,7 @@
 //! The `gnnpar` command line: one sub-command per file, each with its own argument struct.
 
 pub mod info;
+pub mod partition;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -18,11 +19,14 @@ pub struct Cli {
 pub enum Command {
     /// Describe a dataset file or a partition directory (under mpirun: each rank its own part).
     Info(info::InfoArgs),
+    /// Partition a dataset into parts with contiguous vertex ids (METIS, random or hash).
+    Partition(partition::PartitionArgs),
 }
 
 /// Run the parsed command line.
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Info(args) => info::run(args),
+        Command::Partition(args) => partition::run(args).map(|_| ()),
     }
 }

@@ -88,7 +88,11 @@ impl Csr {
         }
         for (i, w) in self.indptr.windows(2).enumerate() {
             if w[1] < w[0] {
-                bail!("{what}: `indptr` decreases at row {i} ({} > {})", w[0], w[1]);
+                bail!(
+                    "{what}: `indptr` decreases at row {i} ({} > {})",
+                    w[0],
+                    w[1]
+                );
             }
         }
         let last = *self.indptr.last().unwrap_or(&0);

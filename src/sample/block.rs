@@ -86,7 +86,11 @@ impl Block {
         {
             return Err("indptr must be non-decreasing and end at the edge count".into());
         }
-        if self.indices.iter().any(|&s| s as usize >= self.src_nodes.len()) {
+        if self
+            .indices
+            .iter()
+            .any(|&s| s as usize >= self.src_nodes.len())
+        {
             return Err("edge source out of range".into());
         }
         Ok(())

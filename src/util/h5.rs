@@ -119,10 +119,7 @@ pub fn read_matrix_rows<T: H5Type>(
 pub fn write_vec<T: H5Type>(loc: &hdf5::Group, name: &str, data: &[T]) -> Result<()> {
     let builder = loc.new_dataset_builder();
     let result = if data.len() >= 1 << 16 {
-        builder
-            .chunk(1 << 16)
-            .with_data(data)
-            .create(name)
+        builder.chunk(1 << 16).with_data(data).create(name)
     } else {
         builder.with_data(data).create(name)
     };
@@ -170,7 +167,12 @@ pub fn write_str_attr(loc: &Location, name: &str, value: &str) -> Result<()> {
 pub fn read_attr<T: H5Type>(file: &File, name: &str) -> Result<T> {
     file.attr(name)
         .and_then(|a| a.read_scalar::<T>())
-        .with_context(|| format!("`{}`: missing or unreadable attribute `{name}`", file.filename()))
+        .with_context(|| {
+            format!(
+                "`{}`: missing or unreadable attribute `{name}`",
+                file.filename()
+            )
+        })
 }
 
 /// Read a string attribute.
