@@ -4,6 +4,12 @@ use super::constraints::Constraints;
 use super::symmetric::SymmetricGraph;
 use anyhow::{anyhow, bail, Result};
 use metis::{option, Graph, Idx};
+use std::sync::Mutex;
+
+/// METIS draws from one process-wide random state (GKlib's `srand`/Mersenne twister), so two
+/// concurrent calls would perturb each other and a seed would no longer fix the result.
+/// Every call holds this lock.
+static METIS_LOCK: Mutex<()> = Mutex::new(());
 
 /// Knobs passed to METIS.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,6 +58,7 @@ pub fn kway(
         let u = Idx::try_from(u).map_err(|_| anyhow!("--ufactor {u} is too large"))?;
         g = g.set_option(option::UFactor(u));
     }
+    let _serialised = METIS_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     g.part_kway(&mut part)
         .map_err(|e| anyhow!("METIS k-way partitioning into {parts} parts failed: {e}"))?;
     part.into_iter()
