@@ -44,8 +44,7 @@ fn dataset_from_edges(name: &str, n: usize, src: &[NodeId], dst: &[NodeId], seed
     let mut rng = Rng(seed);
     let graph = Csr::from_edges(n, src, dst);
     let d = 3;
-    let features =
-        Array2::from_shape_fn((n, d), |(v, j)| v as f32 * 10.0 + j as f32 + 0.5);
+    let features = Array2::from_shape_fn((n, d), |(v, j)| v as f32 * 10.0 + j as f32 + 0.5);
     let classes = 5;
     let labels: Vec<i64> = (0..n).map(|_| rng.below(classes) as i64).collect();
     let mut splits = Splits::default();
@@ -134,7 +133,11 @@ fn check_partition(src: &Dataset, dir: &Path, parts_wanted: usize) -> PartitionM
     // Offsets contiguous and covering every vertex.
     assert_eq!(meta.offsets[0], 0);
     assert_eq!(*meta.offsets.last().unwrap(), n as u64);
-    assert!(meta.offsets.windows(2).all(|w| w[0] <= w[1]), "{:?}", meta.offsets);
+    assert!(
+        meta.offsets.windows(2).all(|w| w[0] <= w[1]),
+        "{:?}",
+        meta.offsets
+    );
     // Relabelling is a bijection: every original vertex appears exactly once, hence lies in
     // exactly one part.
     let mut seen = vec![0u32; n];
@@ -145,7 +148,10 @@ fn check_partition(src: &Dataset, dir: &Path, parts_wanted: usize) -> PartitionM
     // Within a part, new ids follow original ids.
     for p in 0..meta.num_parts {
         let ids = &meta.orig_id[meta.offsets[p] as usize..meta.offsets[p + 1] as usize];
-        assert!(ids.windows(2).all(|w| w[0] < w[1]), "part {p} not ordered by original id");
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "part {p} not ordered by original id"
+        );
     }
 
     let src_labels = match &src.labels {
@@ -167,7 +173,8 @@ fn check_partition(src: &Dataset, dir: &Path, parts_wanted: usize) -> PartitionM
             _ => panic!("part {p} lost its labels"),
         };
         let features = part.features.as_ref().expect("part lost its features");
-        for r in 0..part.local_nodes() {
+        assert_eq!(labels.len(), part.local_nodes());
+        for (r, &label) in labels.iter().enumerate() {
             let new = part.first_node as usize + r;
             let old = meta.orig_id[new] as usize;
             // Neighbour list: same vertices, in the original order.
@@ -182,7 +189,10 @@ fn check_partition(src: &Dataset, dir: &Path, parts_wanted: usize) -> PartitionM
             a.sort_unstable();
             b.sort_unstable();
             assert_eq!(a, b, "edge multiset of original vertex {old} changed");
-            assert_eq!(back, orig, "neighbour order of original vertex {old} changed");
+            assert_eq!(
+                back, orig,
+                "neighbour order of original vertex {old} changed"
+            );
             edges_seen += back.len() as u64;
             cut += part
                 .graph
@@ -190,21 +200,31 @@ fn check_partition(src: &Dataset, dir: &Path, parts_wanted: usize) -> PartitionM
                 .iter()
                 .filter(|&&u| meta.owner(u as u64) != p)
                 .count() as u64;
-            assert_eq!(features.row(r), src_features.row(old), "features of {old} moved wrong");
-            assert_eq!(labels[r], src_labels[old], "label of {old} moved wrong");
+            assert_eq!(
+                features.row(r),
+                src_features.row(old),
+                "features of {old} moved wrong"
+            );
+            assert_eq!(label, src_labels[old], "label of {old} moved wrong");
         }
         for (got, back) in [
             (&part.splits.train, &mut splits_back.train),
             (&part.splits.val, &mut splits_back.val),
             (&part.splits.test, &mut splits_back.test),
         ] {
-            assert!(got.windows(2).all(|w| w[0] < w[1]), "split ids of part {p} unsorted");
+            assert!(
+                got.windows(2).all(|w| w[0] < w[1]),
+                "split ids of part {p} unsorted"
+            );
             back.extend(got.iter().map(|&v| meta.orig_id[v as usize] as NodeId));
         }
     }
     assert_eq!(edges_seen, src.local_edges(), "edges lost or added");
     assert_eq!(meta.num_edges, src.local_edges());
-    assert_eq!(meta.edge_cut, cut, "meta.h5 edge cut disagrees with the parts");
+    assert_eq!(
+        meta.edge_cut, cut,
+        "meta.h5 edge cut disagrees with the parts"
+    );
     for (back, orig) in [
         (&mut splits_back.train, &src.splits.train),
         (&mut splits_back.val, &src.splits.val),
@@ -231,7 +251,10 @@ fn invariants_hold_for_every_method_and_part_count() {
             assert_eq!(stats.edge_cut, meta.edge_cut);
             assert_eq!(stats.part_vertices.iter().sum::<u64>(), 300);
             assert_eq!(stats.part_edges.iter().sum::<u64>(), ds.local_edges());
-            assert_eq!(stats.part_train.iter().sum::<u64>(), ds.splits.train.len() as u64);
+            assert_eq!(
+                stats.part_train.iter().sum::<u64>(),
+                ds.splits.train.len() as u64
+            );
             for q in 0..p {
                 let owned = meta.offsets[q + 1] - meta.offsets[q];
                 assert_eq!(stats.part_vertices[q], owned);
@@ -246,7 +269,11 @@ fn invariants_hold_for_every_method_and_part_count() {
                     stats.part_vertices.iter().min().unwrap(),
                     stats.part_vertices.iter().max().unwrap(),
                 );
-                assert!(max - min <= 1, "random parts unbalanced: {:?}", stats.part_vertices);
+                assert!(
+                    max - min <= 1,
+                    "random parts unbalanced: {:?}",
+                    stats.part_vertices
+                );
             }
         }
     }
@@ -263,12 +290,20 @@ fn partitions_are_deterministic_for_a_seed() {
         partition_dataset(&options(&input, &a, 3, method)).unwrap();
         partition_dataset(&options(&input, &b, 3, method)).unwrap();
         let (ma, mb) = (parts::read_meta(&a).unwrap(), parts::read_meta(&b).unwrap());
-        assert_eq!(ma.orig_id, mb.orig_id, "{} not deterministic", method.name());
+        assert_eq!(
+            ma.orig_id,
+            mb.orig_id,
+            "{} not deterministic",
+            method.name()
+        );
         assert_eq!(ma.offsets, mb.offsets);
         // Re-partitioning over an existing partition directory replaces it.
         partition_dataset(&options(&input, &a, 2, method)).unwrap();
         assert_eq!(parts::read_meta(&a).unwrap().num_parts, 2);
-        assert!(!parts::part_path(&a, 2).exists(), "stale part file left behind");
+        assert!(
+            !parts::part_path(&a, 2).exists(),
+            "stale part file left behind"
+        );
     }
 }
 
@@ -370,8 +405,14 @@ fn pre_sampling_weights_balance_the_weighted_load() {
     let before = weighted_imbalance(&parts::read_meta(&plain).unwrap(), &heavy);
     let after = weighted_imbalance(&parts::read_meta(&weighted).unwrap(), &heavy);
     eprintln!("weighted load max/mean: unweighted METIS {before:.3}, with weights {after:.3}");
-    assert!(after < before, "weights did not improve the weighted balance");
-    assert!(after < 1.2, "weighted METIS left the weighted load at {after:.3}");
+    assert!(
+        after < before,
+        "weights did not improve the weighted balance"
+    );
+    assert!(
+        after < 1.2,
+        "weighted METIS left the weighted load at {after:.3}"
+    );
     assert_eq!(stats.constraints, ["layer0", "layer1"]);
     assert_eq!(stats.weights, wpath.display().to_string());
     assert!(stats.constraint_imbalance.iter().all(|&i| i < 1.2));
@@ -439,7 +480,17 @@ fn bad_input_fails_clearly_and_leaves_nothing() {
             vec!["wrong.h5", "vertex_weights", "49", "50"],
         ),
         (
-            vec![input_s, "--parts", "2", "--method", "hash", "--weights", wrong_s, "-o", out_s],
+            vec![
+                input_s,
+                "--parts",
+                "2",
+                "--method",
+                "hash",
+                "--weights",
+                wrong_s,
+                "-o",
+                out_s,
+            ],
             vec!["--weights applies to --method metis"],
         ),
     ];
@@ -447,16 +498,26 @@ fn bad_input_fails_clearly_and_leaves_nothing() {
         let (ok, stderr) = gnnpar(&[&["partition"], args.as_slice()].concat());
         assert!(!ok, "{args:?} succeeded");
         for e in expected {
-            assert!(stderr.contains(e), "{args:?}: stderr lacks `{e}`:\n{stderr}");
+            assert!(
+                stderr.contains(e),
+                "{args:?}: stderr lacks `{e}`:\n{stderr}"
+            );
         }
         assert!(!stderr.contains("panicked"), "{args:?} panicked:\n{stderr}");
         assert!(!out.exists(), "{args:?} left `parts/` behind");
-        assert_eq!(listing(tmp.path()), before, "{args:?} left a temporary behind");
+        assert_eq!(
+            listing(tmp.path()),
+            before,
+            "{args:?} left a temporary behind"
+        );
     }
     // An existing file that is not a partition directory is never replaced.
     std::fs::write(&out, b"precious").unwrap();
     let (ok, stderr) = gnnpar(&["partition", input_s, "--parts", "2", "-o", out_s]);
-    assert!(!ok && stderr.contains("not a partition directory"), "{stderr}");
+    assert!(
+        !ok && stderr.contains("not a partition directory"),
+        "{stderr}"
+    );
     assert_eq!(std::fs::read(&out).unwrap(), b"precious");
 }
 
@@ -468,17 +529,30 @@ fn command_line_reports_json_stats() {
     let input = write(&ds, tmp.path());
     let out = tmp.path().join("parts");
     let output = Command::new(env!("CARGO_BIN_EXE_gnnpar"))
-        .args(["partition", input.to_str().unwrap(), "--parts", "3", "--json"])
+        .args([
+            "partition",
+            input.to_str().unwrap(),
+            "--parts",
+            "3",
+            "--json",
+        ])
         .args(["--balance", "vertices,edges", "--seed", "5", "-o"])
         .arg(&out)
         .output()
         .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
     let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(json["num_parts"], 3);
     assert_eq!(json["method"], "metis");
-    assert_eq!(json["constraints"], serde_json::json!(["vertices", "edges"]));
+    assert_eq!(
+        json["constraints"],
+        serde_json::json!(["vertices", "edges"])
+    );
     let meta = check_partition(&ds, &out, 3);
     assert_eq!(json["edge_cut"], meta.edge_cut);
 }

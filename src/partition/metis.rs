@@ -58,7 +58,9 @@ pub fn kway(
         let u = Idx::try_from(u).map_err(|_| anyhow!("--ufactor {u} is too large"))?;
         g = g.set_option(option::UFactor(u));
     }
-    let _serialised = METIS_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _serialised = METIS_LOCK
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     g.part_kway(&mut part)
         .map_err(|e| anyhow!("METIS k-way partitioning into {parts} parts failed: {e}"))?;
     part.into_iter()

@@ -18,7 +18,7 @@ pub mod weights;
 pub mod writer;
 
 use crate::graph::{format, Dataset};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 use constraints::{Balance, Constraints};
 use relabel::Relabeling;
@@ -91,6 +91,11 @@ pub fn partition_dataset(opts: &PartitionOptions) -> Result<PartitionStats> {
             header.num_nodes,
             opts.input.display()
         );
+    }
+    if opts.method == Method::Metis && opts.parts > 1 {
+        // Fail before reading the arrays; the adjacency size is checked once symmetrised.
+        symmetric::check_metis_limit(header.num_nodes, "vertices")
+            .with_context(|| format!("partitioning `{}`", opts.input.display()))?;
     }
     let weights = match &opts.weights {
         Some(path) => {

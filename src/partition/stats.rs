@@ -48,10 +48,9 @@ impl PartitionStats {
         let mut part_vertices = vec![0u64; parts];
         let mut part_edges = vec![0u64; parts];
         let mut part_train = vec![0u64; parts];
-        for v in 0..n {
-            let p = part[v] as usize;
-            part_vertices[p] += 1;
-            part_edges[p] += ds.graph.degree(v) as u64;
+        for (v, &p) in part.iter().enumerate() {
+            part_vertices[p as usize] += 1;
+            part_edges[p as usize] += ds.graph.degree(v) as u64;
         }
         for &v in &ds.splits.train {
             part_train[part[v as usize] as usize] += 1;
@@ -61,8 +60,8 @@ impl PartitionStats {
                 (0..c.ncon())
                     .map(|k| {
                         let mut load = vec![0u64; parts];
-                        for v in 0..n {
-                            load[part[v] as usize] += c.get(v, k) as u64;
+                        for (v, &p) in part.iter().enumerate() {
+                            load[p as usize] += c.get(v, k) as u64;
                         }
                         imbalance(&load)
                     })

@@ -17,6 +17,17 @@ use rayon::prelude::*;
 /// Largest vertex count and adjacency size vendored METIS (32-bit `idx_t`) can take.
 pub const METIS_LIMIT: u64 = i32::MAX as u64;
 
+/// Refuse `count` `what`s (vertices, adjacency entries) past vendored METIS' 32-bit indices.
+pub fn check_metis_limit(count: u64, what: &str) -> Result<()> {
+    if count >= METIS_LIMIT {
+        bail!(
+            "the graph has {count} {what}; METIS (vendored, 32-bit indices) handles fewer than \
+             2^31 - 1 = {METIS_LIMIT}. Use --method random or hash for a graph this large"
+        );
+    }
+    Ok(())
+}
+
 /// A symmetrised graph in METIS' CSR arrays.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SymmetricGraph {
@@ -40,12 +51,7 @@ impl SymmetricGraph {
 /// overflow METIS' 32-bit sums.
 pub fn symmetrize(graph: &Csr, edge_weights: Option<&[i64]>) -> Result<SymmetricGraph> {
     let n = graph.num_rows();
-    if n as u64 >= METIS_LIMIT {
-        bail!(
-            "the graph has {n} vertices; METIS (vendored, 32-bit indices) handles fewer than \
-             2^31 - 1 = {METIS_LIMIT}"
-        );
-    }
+    check_metis_limit(n as u64, "vertices")?;
     if let Some(w) = edge_weights {
         assert_eq!(
             w.len(),
@@ -176,12 +182,10 @@ fn sort_dedup_rows<T: Copy + Ord + Send>(
 /// Move the merged front of every row together, truncate `entries`, and return METIS' `xadj`.
 fn compact_rows<T: Copy>(entries: &mut Vec<T>, start: &[u64], lens: &[u32]) -> Result<Vec<Idx>> {
     let total: u64 = lens.iter().map(|&l| l as u64).sum();
-    if total >= METIS_LIMIT {
-        bail!(
-            "the symmetrised graph has {total} adjacency entries; METIS (vendored, 32-bit \
-             indices) handles fewer than 2^31 - 1 = {METIS_LIMIT}"
-        );
-    }
+    check_metis_limit(
+        total,
+        "adjacency entries once symmetrised (both directions)",
+    )?;
     let mut xadj = Vec::with_capacity(lens.len() + 1);
     xadj.push(0 as Idx);
     let mut write = 0usize;
@@ -237,6 +241,18 @@ mod tests {
         let g = symmetrize(&csr, Some(&[5, 2, 0, 9])).unwrap();
         assert_eq!(rows(&g), vec![vec![1], vec![0, 2], vec![1]]);
         assert_eq!(g.adjwgt.unwrap(), vec![7, 7, 1, 1]);
+    }
+
+    #[test]
+    fn limits_name_the_size_and_the_limit() {
+        check_metis_limit(METIS_LIMIT - 1, "vertices").unwrap();
+        let err = check_metis_limit(3_000_000_000, "vertices")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("3000000000 vertices") && err.contains("2147483647"),
+            "{err}"
+        );
     }
 
     #[test]
