@@ -14,6 +14,7 @@ pub mod comm;
 pub mod commands;
 pub mod graph;
 pub mod nn;
+pub mod partition;
 pub mod sample;
 pub mod tensor;
 pub mod util;

@@ -3,6 +3,7 @@
 pub mod generate;
 pub mod info;
 pub mod prepare;
+pub mod partition;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -24,6 +25,8 @@ pub enum Command {
     Generate(generate::GenerateArgs),
     /// Import a dataset (npz, OGB raw directory, CSV/TSV edge list) into the HDF5 format.
     Prepare(prepare::PrepareArgs),
+    /// Partition a dataset into parts with contiguous vertex ids (METIS, random or hash).
+    Partition(partition::PartitionArgs),
 }
 
 /// Run the parsed command line.
@@ -32,5 +35,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Info(args) => info::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Prepare(args) => prepare::run(args),
+        Command::Partition(args) => partition::run(args).map(|_| ()),
     }
 }

@@ -1,0 +1,209 @@
+//! Partitioning a dataset into `parts/`: METIS k-way (multi-constraint vertex weights, edge
+//! weights from pre-sampling) or a random / hash baseline, then relabelling so every part owns
+//! a contiguous id range, then writing `meta.h5` and one file per part.
+//!
+//! * [`symmetric`]: the undirected adjacency METIS needs;
+//! * [`constraints`]: vertex weights (`--balance` or a weights file);
+//! * [`metis`]: the METIS call; [`baseline`]: random and hash;
+//! * [`relabel`]: new ids and per-part datasets; [`writer`]: the atomic `parts/` directory;
+//! * [`stats`]: edge cut and balance; [`weights`]: the `weights.h5` file.
+
+pub mod baseline;
+pub mod constraints;
+pub mod metis;
+pub mod relabel;
+pub mod stats;
+pub mod symmetric;
+pub mod weights;
+pub mod writer;
+
+use crate::graph::{format, Dataset};
+use anyhow::{bail, Context, Result};
+use clap::ValueEnum;
+use constraints::{Balance, Constraints};
+use relabel::Relabeling;
+use stats::PartitionStats;
+use std::path::PathBuf;
+use std::time::Instant;
+use weights::VertexEdgeWeights;
+
+/// How vertices are assigned to parts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Method {
+    /// METIS multilevel k-way, minimising the edge cut under balance constraints.
+    Metis,
+    /// A seeded random permutation cut into equal ranges.
+    Random,
+    /// A fixed hash of the vertex id modulo the number of parts.
+    Hash,
+}
+
+impl Method {
+    /// The name used on the command line and in `meta.h5`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Metis => "metis",
+            Method::Random => "random",
+            Method::Hash => "hash",
+        }
+    }
+}
+
+/// Balance used when neither `--balance` nor `--weights` is given (DistDGL's choice).
+pub const DEFAULT_BALANCE: [Balance; 3] = [Balance::Vertices, Balance::Edges, Balance::Train];
+
+/// Everything `partition_dataset` needs.
+#[derive(Clone, Debug)]
+pub struct PartitionOptions {
+    pub input: PathBuf,
+    pub output: PathBuf,
+    pub parts: usize,
+    pub method: Method,
+    /// Pre-sampling weights (METIS only).
+    pub weights: Option<PathBuf>,
+    /// Constraints to balance without a weights file (METIS only); `None`: [`DEFAULT_BALANCE`].
+    pub balance: Option<Vec<Balance>>,
+    pub seed: u64,
+    /// METIS' allowed imbalance in thousandths; `None`: METIS' default.
+    pub ufactor: Option<u32>,
+}
+
+/// Partition `opts.input` and write `opts.output`; returns what was measured. On any error
+/// nothing is left at the output path (nor a temporary directory).
+pub fn partition_dataset(opts: &PartitionOptions) -> Result<PartitionStats> {
+    let started = Instant::now();
+    check_options(opts)?;
+    let out = writer::prepare_output(&opts.output)?;
+    let header = format::read_header(&opts.input)?;
+    if header.first_node != 0 || header.local_nodes != header.num_nodes {
+        bail!(
+            "`{}` holds vertices {}..{} of {}: a part file, not a whole dataset",
+            opts.input.display(),
+            header.first_node,
+            header.first_node + header.local_nodes,
+            header.num_nodes
+        );
+    }
+    if opts.parts as u64 > header.num_nodes {
+        bail!(
+            "--parts {} exceeds the {} vertices of `{}` (every part needs a vertex)",
+            opts.parts,
+            header.num_nodes,
+            opts.input.display()
+        );
+    }
+    if opts.method == Method::Metis && opts.parts > 1 {
+        // Fail before reading the arrays; the adjacency size is checked once symmetrised.
+        symmetric::check_metis_limit(header.num_nodes, "vertices")
+            .with_context(|| format!("partitioning `{}`", opts.input.display()))?;
+    }
+    let weights = match &opts.weights {
+        Some(path) => {
+            let w = weights::read_weights(path)?;
+            w.check_fits(
+                header.num_nodes,
+                header.num_edges,
+                &format!("`{}`", path.display()),
+            )?;
+            Some(w)
+        }
+        None => None,
+    };
+    let ds = format::read_dataset(&opts.input)?;
+    log::info!(
+        "read `{}`: {} vertices, {} edges in {:.2} s",
+        opts.input.display(),
+        ds.num_nodes,
+        ds.local_edges(),
+        started.elapsed().as_secs_f64()
+    );
+
+    let assign_started = Instant::now();
+    let (part, constraints) = assign(&ds, opts, weights.as_ref())?;
+    let partition_seconds = assign_started.elapsed().as_secs_f64();
+    drop(weights);
+
+    let mut stats = PartitionStats::measure(&ds, &part, opts.parts, constraints.as_ref());
+    stats.method = opts.method.name().to_string();
+    stats.weights = opts
+        .weights
+        .as_ref()
+        .map_or_else(|| "none".to_string(), |p| p.display().to_string());
+    stats.partition_seconds = partition_seconds;
+    drop(constraints);
+
+    let relabel = Relabeling::from_parts(&part, opts.parts);
+    drop(part);
+    writer::write_parts(out, &ds, &relabel, &stats, opts.seed)?;
+    stats.total_seconds = started.elapsed().as_secs_f64();
+    Ok(stats)
+}
+
+fn check_options(opts: &PartitionOptions) -> Result<()> {
+    if opts.parts == 0 {
+        bail!("--parts must be at least 1 (got 0)");
+    }
+    if opts.method != Method::Metis {
+        if opts.weights.is_some() {
+            bail!(
+                "--weights applies to --method metis only (got --method {})",
+                opts.method.name()
+            );
+        }
+        if opts.balance.is_some() {
+            bail!(
+                "--balance applies to --method metis only (got --method {})",
+                opts.method.name()
+            );
+        }
+    }
+    if opts.weights.is_some() && opts.balance.is_some() {
+        bail!("give --weights or --balance, not both (the weights file defines the constraints)");
+    }
+    Ok(())
+}
+
+/// The part of every vertex, and the constraints METIS balanced (METIS only).
+fn assign(
+    ds: &Dataset,
+    opts: &PartitionOptions,
+    weights: Option<&VertexEdgeWeights>,
+) -> Result<(Vec<u32>, Option<Constraints>)> {
+    let n = ds.local_nodes();
+    Ok(match opts.method {
+        Method::Random => (baseline::random(n, opts.parts, opts.seed), None),
+        Method::Hash => (baseline::hash(n, opts.parts), None),
+        Method::Metis => {
+            let constraints = match weights {
+                Some(w) => constraints::from_weights(w),
+                None => constraints::from_balance(
+                    ds,
+                    opts.balance.as_deref().unwrap_or(&DEFAULT_BALANCE),
+                )?,
+            };
+            if opts.parts == 1 {
+                return Ok((vec![0; n], Some(constraints)));
+            }
+            let t = Instant::now();
+            let graph =
+                symmetric::symmetrize(&ds.graph, weights.map(|w| w.edge_weights.as_slice()))?;
+            log::info!(
+                "symmetrised adjacency: {} entries in {:.2} s",
+                graph.adjncy.len(),
+                t.elapsed().as_secs_f64()
+            );
+            let t = Instant::now();
+            let part = metis::kway(
+                &graph,
+                &constraints,
+                opts.parts,
+                metis::MetisOptions {
+                    seed: opts.seed,
+                    ufactor: opts.ufactor,
+                },
+            )?;
+            log::info!("METIS k-way: {:.2} s", t.elapsed().as_secs_f64());
+            (part, Some(constraints))
+        }
+    })
+}

@@ -1,0 +1,266 @@
+//! The undirected, loop-free, duplicate-free adjacency that METIS needs, built from a
+//! dataset's (possibly directed) CSR.
+//!
+//! Every stored edge `u → v` with `u ≠ v` contributes `v` to `u`'s list and `u` to `v`'s list;
+//! self-loops are dropped; both directions of an undirected edge, and repeated edges, merge
+//! into one entry. With edge weights, the merged entry's weight is the sum of the weights of
+//! the stored edges it stands for (so `{u, v}` weighs `w(u→v) + w(v→u)`, the same seen from
+//! either end, as METIS requires).
+//!
+//! Vendored METIS uses 32-bit signed indices, hence the limits below.
+
+use crate::graph::{Csr, NodeId};
+use anyhow::{bail, Result};
+use metis::Idx;
+use rayon::prelude::*;
+
+/// Largest vertex count and adjacency size vendored METIS (32-bit `idx_t`) can take.
+pub const METIS_LIMIT: u64 = i32::MAX as u64;
+
+/// Refuse `count` `what`s (vertices, adjacency entries) past vendored METIS' 32-bit indices.
+pub fn check_metis_limit(count: u64, what: &str) -> Result<()> {
+    if count >= METIS_LIMIT {
+        bail!(
+            "the graph has {count} {what}; METIS (vendored, 32-bit indices) handles fewer than \
+             2^31 - 1 = {METIS_LIMIT}. Use --method random or hash for a graph this large"
+        );
+    }
+    Ok(())
+}
+
+/// A symmetrised graph in METIS' CSR arrays.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SymmetricGraph {
+    /// `adjncy[xadj[v]..xadj[v+1]]` are the neighbours of `v`, sorted, distinct, never `v`.
+    pub xadj: Vec<Idx>,
+    pub adjncy: Vec<Idx>,
+    /// Weight of each `adjncy` entry (≥ 1), when edge weights were given.
+    pub adjwgt: Option<Vec<Idx>>,
+}
+
+impl SymmetricGraph {
+    /// Number of vertices.
+    pub fn num_nodes(&self) -> usize {
+        self.xadj.len() - 1
+    }
+}
+
+/// Symmetrise `graph` (a whole graph: rows are vertices `0..n`). `edge_weights`, when given,
+/// is aligned with `graph.indices`. Negative weights count as 0; merged weights are clamped
+/// to at least 1 (METIS refuses zero edge weights) and scaled down when their total would
+/// overflow METIS' 32-bit sums.
+pub fn symmetrize(graph: &Csr, edge_weights: Option<&[i64]>) -> Result<SymmetricGraph> {
+    let n = graph.num_rows();
+    check_metis_limit(n as u64, "vertices")?;
+    if let Some(w) = edge_weights {
+        assert_eq!(
+            w.len(),
+            graph.indices.len(),
+            "edge weights checked by the caller"
+        );
+    }
+    let start = symmetric_row_starts(graph);
+    match edge_weights {
+        None => {
+            let mut adj = vec![0 as Idx; start[n] as usize];
+            scatter_both_directions(graph, &start, &mut adj, |_, u| u as Idx);
+            let lens = sort_dedup_rows(&mut adj, &start, |a, b| a == b, |_, _| {});
+            let xadj = compact_rows(&mut adj, &start, &lens)?;
+            Ok(SymmetricGraph {
+                xadj,
+                adjncy: adj,
+                adjwgt: None,
+            })
+        }
+        Some(weights) => {
+            // Pack (neighbour, weight) into one u64 so a plain sort orders by neighbour and a
+            // row needs no separate weight permutation.
+            let mut packed = vec![0u64; start[n] as usize];
+            scatter_both_directions(graph, &start, &mut packed, |e, u| {
+                let w = weights[e].clamp(0, u32::MAX as i64) as u64;
+                ((u as u64) << 32) | w
+            });
+            let lens = sort_dedup_rows(
+                &mut packed,
+                &start,
+                |a, b| a >> 32 == b >> 32,
+                |kept, dup| {
+                    let sum = (*kept & 0xffff_ffff) + (dup & 0xffff_ffff);
+                    *kept = (*kept & !0xffff_ffff) | sum.min(u32::MAX as u64);
+                },
+            );
+            let xadj = compact_rows(&mut packed, &start, &lens)?;
+            let adjncy: Vec<Idx> = packed.par_iter().map(|&p| (p >> 32) as Idx).collect();
+            let adjwgt = scaled_edge_weights(&packed);
+            Ok(SymmetricGraph {
+                xadj,
+                adjncy,
+                adjwgt: Some(adjwgt),
+            })
+        }
+    }
+}
+
+/// Row starts of the symmetrised adjacency before merging duplicates: each non-loop edge
+/// counts once at each endpoint.
+fn symmetric_row_starts(graph: &Csr) -> Vec<u64> {
+    let n = graph.num_rows();
+    let mut start = vec![0u64; n + 1];
+    for u in 0..n {
+        for &v in graph.neighbors(u) {
+            if v as usize != u {
+                start[u + 1] += 1;
+                start[v as usize + 1] += 1;
+            }
+        }
+    }
+    for i in 0..n {
+        start[i + 1] += start[i];
+    }
+    start
+}
+
+/// Write both directions of every non-loop edge into `out`. `make(e, neighbour)` builds the
+/// entry stored in the other endpoint's list for edge `e` (an index into `indices`).
+fn scatter_both_directions<T>(
+    graph: &Csr,
+    start: &[u64],
+    out: &mut [T],
+    make: impl Fn(usize, NodeId) -> T,
+) {
+    let mut next: Vec<u64> = start[..graph.num_rows()].to_vec();
+    for u in 0..graph.num_rows() {
+        let base = graph.indptr[u] as usize;
+        for (k, &v) in graph.neighbors(u).iter().enumerate() {
+            if v as usize == u {
+                continue;
+            }
+            let e = base + k;
+            out[next[u] as usize] = make(e, v);
+            next[u] += 1;
+            out[next[v as usize] as usize] = make(e, u as NodeId);
+            next[v as usize] += 1;
+        }
+    }
+}
+
+/// Sort each row `entries[start[r]..start[r+1]]` and merge runs of equal entries (`same`)
+/// into their first element (`merge(kept, duplicate)`), in parallel over rows. Returns the
+/// merged length of each row; the merged entries sit at the front of each row.
+fn sort_dedup_rows<T: Copy + Ord + Send>(
+    entries: &mut [T],
+    start: &[u64],
+    same: impl Fn(&T, &T) -> bool + Sync,
+    merge: impl Fn(&mut T, T) + Sync,
+) -> Vec<u32> {
+    let n = start.len() - 1;
+    let mut rows: Vec<&mut [T]> = Vec::with_capacity(n);
+    let mut rest = entries;
+    for r in 0..n {
+        let (head, tail) = rest.split_at_mut((start[r + 1] - start[r]) as usize);
+        rows.push(head);
+        rest = tail;
+    }
+    rows.into_par_iter()
+        .map(|row| {
+            row.sort_unstable();
+            let mut kept = 0usize;
+            for i in 0..row.len() {
+                if kept > 0 && same(&row[kept - 1], &row[i]) {
+                    let dup = row[i];
+                    merge(&mut row[kept - 1], dup);
+                } else {
+                    row[kept] = row[i];
+                    kept += 1;
+                }
+            }
+            kept as u32
+        })
+        .collect()
+}
+
+/// Move the merged front of every row together, truncate `entries`, and return METIS' `xadj`.
+fn compact_rows<T: Copy>(entries: &mut Vec<T>, start: &[u64], lens: &[u32]) -> Result<Vec<Idx>> {
+    let total: u64 = lens.iter().map(|&l| l as u64).sum();
+    check_metis_limit(
+        total,
+        "adjacency entries once symmetrised (both directions)",
+    )?;
+    let mut xadj = Vec::with_capacity(lens.len() + 1);
+    xadj.push(0 as Idx);
+    let mut write = 0usize;
+    for (r, &len) in lens.iter().enumerate() {
+        let from = start[r] as usize;
+        entries.copy_within(from..from + len as usize, write);
+        write += len as usize;
+        xadj.push(write as Idx);
+    }
+    entries.truncate(write);
+    entries.shrink_to_fit();
+    Ok(xadj)
+}
+
+/// Weights of packed entries, clamped to ≥ 1 and divided by a common factor when needed so
+/// that their total stays within METIS' 32-bit sums (it adds edge weights up in `idx_t`).
+fn scaled_edge_weights(packed: &[u64]) -> Vec<Idx> {
+    let total: u64 = packed.par_iter().map(|&p| (p & 0xffff_ffff).max(1)).sum();
+    // After dividing by `scale` the total is at most `budget`; clamping to 1 adds at most one
+    // per entry, so the final total stays within `budget + entries <= i32::MAX`.
+    let entries = packed.len() as u64;
+    let budget = ((i32::MAX as u64).saturating_sub(entries) / 2).max(1);
+    let scale = total.div_ceil(budget).max(1);
+    packed
+        .par_iter()
+        .map(|&p| ((p & 0xffff_ffff) / scale).clamp(1, i32::MAX as u64) as Idx)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(g: &SymmetricGraph) -> Vec<Vec<Idx>> {
+        (0..g.num_nodes())
+            .map(|v| g.adjncy[g.xadj[v] as usize..g.xadj[v + 1] as usize].to_vec())
+            .collect()
+    }
+
+    #[test]
+    fn drops_loops_merges_duplicates_and_adds_reverse_edges() {
+        // 0→1, 0→0 (loop), 1→0 (reverse of 0→1), 1→2, 1→2 (duplicate), 3 isolated.
+        let csr = Csr::from_edges(4, &[0, 0, 1, 1, 1], &[1, 0, 0, 2, 2]);
+        let g = symmetrize(&csr, None).unwrap();
+        assert_eq!(rows(&g), vec![vec![1], vec![0, 2], vec![1], vec![]]);
+        assert!(g.adjwgt.is_none());
+    }
+
+    #[test]
+    fn sums_weights_of_merged_edges_and_clamps_to_one() {
+        let csr = Csr::from_edges(3, &[0, 1, 1, 2], &[1, 0, 2, 2]);
+        // w(0→1) = 5, w(1→0) = 2, w(1→2) = 0, loop 2→2 ignored.
+        let g = symmetrize(&csr, Some(&[5, 2, 0, 9])).unwrap();
+        assert_eq!(rows(&g), vec![vec![1], vec![0, 2], vec![1]]);
+        assert_eq!(g.adjwgt.unwrap(), vec![7, 7, 1, 1]);
+    }
+
+    #[test]
+    fn limits_name_the_size_and_the_limit() {
+        check_metis_limit(METIS_LIMIT - 1, "vertices").unwrap();
+        let err = check_metis_limit(3_000_000_000, "vertices")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("3000000000 vertices") && err.contains("2147483647"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn huge_weights_are_scaled_into_32_bits() {
+        let csr = Csr::from_edges(2, &[0, 1], &[1, 0]);
+        let g = symmetrize(&csr, Some(&[i64::MAX, i64::MAX])).unwrap();
+        let w = g.adjwgt.unwrap();
+        assert_eq!(w[0], w[1]);
+        assert!(w[0] >= 1 && (w[0] as u64 + w[1] as u64) <= i32::MAX as u64);
+    }
+}
