@@ -6,9 +6,10 @@ use clap::Parser;
 fn main() {
     gnnpar::util::logging::init();
     let cli = gnnpar::commands::Cli::parse();
-    if let Err(err) = gnnpar::commands::run(cli) {
+    match gnnpar::commands::run(cli) {
+        Ok(()) => gnnpar::comm::finalize(),
         // Under MPI the message names the rank and the whole job is aborted, so a failure on
         // one rank never leaves the others waiting in a collective.
-        gnnpar::comm::fail_job(&err);
+        Err(err) => gnnpar::comm::fail_job(&err),
     }
 }

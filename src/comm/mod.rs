@@ -18,8 +18,23 @@ pub use stats::{CommStats, OpStats};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 static MPI_ACTIVE: AtomicBool = AtomicBool::new(false);
+
+/// The MPI universe lives here rather than in a [`World`]: dropping it finalises MPI, and an
+/// error must still be able to `MPI_Abort` the job after the command that hit it has dropped
+/// its world. `main` finalises through [`finalize`] once the command succeeded.
+static UNIVERSE: Mutex<Option<mpi::environment::Universe>> = Mutex::new(None);
+
+/// Finalise MPI (after a successful command). Does nothing when MPI was never initialised.
+pub fn finalize() {
+    let universe = UNIVERSE.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if universe.is_some() {
+        MPI_ACTIVE.store(false, Ordering::SeqCst);
+    }
+    drop(universe);
+}
 
 /// Rank of this process as the launcher announces it, before MPI is initialised (for log
 /// prefixes). `None` when not launched as part of a multi-rank job.
@@ -53,7 +68,8 @@ fn env_usize(keys: &[&str]) -> Option<usize> {
         .find_map(|k| std::env::var(k).ok().and_then(|v| v.parse().ok()))
 }
 
-/// The world of this job: all ranks, this node's ranks and the node leaders.
+/// The world of this job: all ranks, this node's ranks and the node leaders. Create one per
+/// process (MPI can be initialised only once).
 pub struct World {
     // Dropping the universe finalises MPI; it must outlive every communicator.
     world: Group,
@@ -62,7 +78,6 @@ pub struct World {
     node_index: usize,
     num_nodes: usize,
     stats: Rc<CommStats>,
-    _universe: Option<mpi::environment::Universe>,
 }
 
 impl std::ops::Deref for World {
@@ -89,8 +104,9 @@ impl World {
             .ok_or_else(|| anyhow::anyhow!("MPI was already initialised in this process"))?;
         MPI_ACTIVE.store(true, Ordering::SeqCst);
         install_panic_abort();
-        let stats = Rc::new(CommStats::default());
         let world_comm = universe.world();
+        *UNIVERSE.lock().unwrap_or_else(|e| e.into_inner()) = Some(universe);
+        let stats = Rc::new(CommStats::default());
         let rank = world_comm.rank();
         let node_comm = match ranks_per_node {
             Some(k) if k > 0 => world_comm
@@ -121,7 +137,6 @@ impl World {
             node_index: ids[0] as usize,
             num_nodes: ids[1] as usize,
             stats,
-            _universe: Some(universe),
         })
     }
 
@@ -135,7 +150,6 @@ impl World {
             node_index: 0,
             num_nodes: 1,
             stats,
-            _universe: None,
         }
     }
 

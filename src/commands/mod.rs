@@ -2,8 +2,8 @@
 
 pub mod generate;
 pub mod info;
-pub mod prepare;
 pub mod partition;
+pub mod prepare;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
