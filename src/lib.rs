@@ -12,9 +12,11 @@
 
 pub mod comm;
 pub mod commands;
+pub mod config;
 pub mod graph;
 pub mod nn;
 pub mod partition;
 pub mod sample;
 pub mod tensor;
+pub mod train;
 pub mod util;

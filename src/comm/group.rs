@@ -142,7 +142,7 @@ impl Group {
         self.stats.record(
             kind,
             t,
-            mine.len() * elem * (self.size - 1),
+            std::mem::size_of_val(mine) * (self.size - 1),
             out.len() * elem,
         );
         (out, counts)
@@ -186,7 +186,7 @@ impl Group {
         self.stats.record(
             kind,
             t,
-            send.len() * elem - own_sent,
+            std::mem::size_of_val(send) - own_sent,
             total * elem - own_recv,
         );
         (recv, rc.iter().map(|&x| x as usize).collect())

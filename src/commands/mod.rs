@@ -4,6 +4,7 @@ pub mod generate;
 pub mod info;
 pub mod partition;
 pub mod prepare;
+pub mod train;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -27,6 +28,8 @@ pub enum Command {
     Prepare(prepare::PrepareArgs),
     /// Partition a dataset into parts with contiguous vertex ids (METIS, random or hash).
     Partition(partition::PartitionArgs),
+    /// Train a GNN (GraphSAGE, GCN, GAT) on a dataset, a partition, or the synthetic default.
+    Train(train::TrainArgs),
 }
 
 /// Run the parsed command line.
@@ -36,5 +39,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Generate(args) => generate::run(args),
         Command::Prepare(args) => prepare::run(args),
         Command::Partition(args) => partition::run(args).map(|_| ()),
+        Command::Train(args) => train::run(args),
     }
 }

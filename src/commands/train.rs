@@ -1,0 +1,150 @@
+//! `gnnpar train`: train a GNN on a dataset, a partition, or the in-process synthetic default.
+
+use crate::comm::World;
+use crate::config::{FeatureNorm, TrainConfig};
+use crate::train::{RunFiles, Trainer};
+use anyhow::Result;
+use clap::Args;
+use std::path::PathBuf;
+
+/// Arguments of `gnnpar train`. Every model option overrides the `--config` file.
+#[derive(Args, Debug, Default)]
+pub struct TrainArgs {
+    /// Dataset file or partition directory (default: a synthetic graph generated in-process).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Run configuration (TOML, see `inputs/`).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Model: sage, gcn, gat, or mlp (graph-free baseline).
+    #[arg(long)]
+    pub model: Option<String>,
+    #[arg(long)]
+    pub layers: Option<usize>,
+    #[arg(long)]
+    pub hidden: Option<usize>,
+    /// Attention heads (GAT).
+    #[arg(long)]
+    pub heads: Option<usize>,
+    #[arg(long)]
+    pub dropout: Option<f32>,
+    /// Neighbours per layer from the seeds outward, e.g. `15,10,5`; -1 = all.
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
+    pub fanouts: Option<Vec<i32>>,
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    #[arg(long)]
+    pub epochs: Option<usize>,
+    #[arg(long)]
+    pub lr: Option<f32>,
+    #[arg(long)]
+    pub weight_decay: Option<f32>,
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Evaluate every N epochs (0: only at the end).
+    #[arg(long)]
+    pub eval_every: Option<usize>,
+    /// Train on the whole graph at once (small graphs).
+    #[arg(long)]
+    pub full_batch: bool,
+    /// Feature normalisation.
+    #[arg(long, value_enum)]
+    pub feature_norm: Option<FeatureNorm>,
+    /// Stop after N optimizer steps.
+    #[arg(long)]
+    pub max_steps: Option<u64>,
+    /// Parallel strategy (gdp).
+    #[arg(long)]
+    pub strategy: Option<String>,
+    /// Rayon threads per rank (default: cores of the node / ranks on the node).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Per-epoch JSON lines.
+    #[arg(long)]
+    pub metrics: Option<PathBuf>,
+    /// Checkpoint file (HDF5), written every `--checkpoint-every` epochs and at the end.
+    #[arg(long)]
+    pub checkpoint: Option<PathBuf>,
+    #[arg(long)]
+    pub checkpoint_every: Option<usize>,
+    /// Continue from `--checkpoint`.
+    #[arg(long)]
+    pub resume: bool,
+    /// Write the run summary JSON here.
+    #[arg(long)]
+    pub summary: Option<PathBuf>,
+}
+
+impl TrainArgs {
+    /// The configuration file (or defaults) with the command-line overrides applied.
+    pub fn resolve(&self) -> Result<TrainConfig> {
+        let mut cfg = match &self.config {
+            Some(p) => TrainConfig::from_file(p)?,
+            None => TrainConfig::default(),
+        };
+        macro_rules! set {
+            ($($f:ident),*) => { $( if let Some(v) = &self.$f { cfg.$f = v.clone(); } )* };
+        }
+        set!(
+            model,
+            layers,
+            hidden,
+            heads,
+            dropout,
+            fanouts,
+            batch_size,
+            epochs,
+            lr,
+            weight_decay,
+            seed,
+            eval_every,
+            feature_norm,
+            strategy,
+            checkpoint_every
+        );
+        if self.full_batch {
+            cfg.full_batch = true;
+        }
+        if self.max_steps.is_some() {
+            cfg.max_steps = self.max_steps;
+        }
+        if self.threads.is_some() {
+            cfg.threads = self.threads;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+/// Run `gnnpar train`.
+pub fn run(args: TrainArgs) -> Result<()> {
+    let cfg = args.resolve()?;
+    let world = World::init()?;
+    let threads = crate::comm::threads_per_rank(cfg.threads);
+    // The global pool can only be built once per process; a second build (tests calling
+    // the library twice) keeps the first, which is fine.
+    let _ = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global();
+    if world.rank() == 0 {
+        log::info!(
+            "resolved config: {} ({} ranks, {} threads per rank)",
+            serde_json::to_string(&cfg)?,
+            world.size(),
+            rayon::current_num_threads()
+        );
+    }
+    let files = RunFiles {
+        data: args.data.clone(),
+        metrics: args.metrics.clone(),
+        checkpoint: args.checkpoint.clone(),
+        resume: args.resume,
+        summary: args.summary.clone(),
+    };
+    let mut trainer = Trainer::new(cfg, files, &world)?;
+    let summary = trainer.run()?;
+    if world.rank() == 0 {
+        println!("{}", serde_json::to_string(&summary)?);
+    }
+    Ok(())
+}

@@ -1,0 +1,253 @@
+//! The run configuration: TOML files in `inputs/`, overridden by command-line options, then
+//! validated as a whole with errors that name the offending field.
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// How input features are normalised before training.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum FeatureNorm {
+    /// Divide each row by the sum of its absolute values (Kipf & Welling's row normalisation
+    /// for bag-of-words features; rows of zeros stay zero).
+    Row,
+    /// Use the features as stored.
+    None,
+}
+
+/// Everything that defines a training run. Fields that change the trained model enter the
+/// configuration hash stored in checkpoints; a resume with a different model is refused.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrainConfig {
+    /// `sage`, `gcn`, `gat`, or `mlp` (a graph-free baseline on the node's own features).
+    pub model: String,
+    pub layers: usize,
+    pub hidden: usize,
+    /// Attention heads (GAT only).
+    pub heads: usize,
+    pub dropout: f32,
+    /// Neighbours sampled per layer, from the seeds outward; -1 = all neighbours.
+    pub fanouts: Vec<i32>,
+    pub batch_size: usize,
+    pub epochs: usize,
+    pub lr: f32,
+    pub weight_decay: f32,
+    pub seed: u64,
+    /// Evaluate on validation and test every N epochs (0 = only at the end).
+    pub eval_every: usize,
+    /// Train on the whole graph at once (all nodes, all edges) instead of sampled mini-batches.
+    pub full_batch: bool,
+    pub feature_norm: FeatureNorm,
+    /// Add a self-loop to every destination (GCN's A + I). Defaults to true for GCN.
+    pub self_loops: Option<bool>,
+    /// Stop after this many optimizer steps (tests and benchmarks).
+    pub max_steps: Option<u64>,
+    /// Write a checkpoint every N epochs (0 = only at the end).
+    pub checkpoint_every: usize,
+    /// Parallel strategy across ranks.
+    pub strategy: String,
+    /// Rayon threads per rank (default: cores of the node / ranks on the node).
+    pub threads: Option<usize>,
+    /// Which split of the synthetic default to use etc. is fixed by the dataset; this names the
+    /// data set the config was written for (documentation only).
+    pub dataset: Option<String>,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig {
+            model: "sage".into(),
+            layers: 2,
+            hidden: 128,
+            heads: 4,
+            dropout: 0.5,
+            fanouts: vec![10, 10],
+            batch_size: 1024,
+            epochs: 10,
+            lr: 0.003,
+            weight_decay: 0.0,
+            seed: 0,
+            eval_every: 1,
+            full_batch: false,
+            feature_norm: FeatureNorm::None,
+            self_loops: None,
+            max_steps: None,
+            checkpoint_every: 0,
+            strategy: "gdp".into(),
+            threads: None,
+            dataset: None,
+        }
+    }
+}
+
+impl TrainConfig {
+    /// Read a TOML config file.
+    pub fn from_file(path: &Path) -> Result<TrainConfig> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config `{}`", path.display()))?;
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("config `{}`: {e}", path.display()))
+    }
+
+    /// Whether GCN-style self-loops are added to every block.
+    pub fn uses_self_loops(&self) -> bool {
+        self.self_loops.unwrap_or(self.model == "gcn")
+    }
+
+    /// Check the whole configuration; errors name the field and what was expected.
+    pub fn validate(&self) -> Result<()> {
+        if let Err(e) = self.model.parse::<crate::nn::ModelKind>() {
+            bail!("config: `model`: {e}");
+        }
+        if self.layers == 0 {
+            bail!("config: `layers` must be at least 1");
+        }
+        if self.hidden == 0 {
+            bail!("config: `hidden` must be positive");
+        }
+        if self.model == "gat" && self.heads == 0 {
+            bail!("config: `heads` must be positive for GAT");
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            bail!("config: `dropout` = {} must be in [0, 1)", self.dropout);
+        }
+        if !self.full_batch {
+            if self.fanouts.len() != self.layers {
+                bail!(
+                    "config: `fanouts` has {} entries ({:?}) but `layers` is {}; give one fanout per layer",
+                    self.fanouts.len(),
+                    self.fanouts,
+                    self.layers
+                );
+            }
+            if let Some(f) = self.fanouts.iter().find(|&&f| f == 0 || f < -1) {
+                bail!(
+                    "config: fanout {f} is invalid (use a positive count or -1 for all neighbours)"
+                );
+            }
+            if self.batch_size == 0 {
+                bail!("config: `batch_size` must be positive");
+            }
+        }
+        if !(self.lr > 0.0 && self.lr.is_finite()) {
+            bail!("config: `lr` = {} must be positive", self.lr);
+        }
+        if !(self.weight_decay >= 0.0 && self.weight_decay.is_finite()) {
+            bail!(
+                "config: `weight_decay` = {} must be non-negative",
+                self.weight_decay
+            );
+        }
+        if self.epochs == 0 {
+            bail!("config: `epochs` must be positive");
+        }
+        if self.max_steps == Some(0) {
+            bail!("config: `max_steps` must be positive");
+        }
+        if self.threads == Some(0) {
+            bail!("config: `threads` must be positive");
+        }
+        if !crate::train::strategy::KNOWN.contains(&self.strategy.as_str()) {
+            bail!(
+                "config: unknown `strategy` \"{}\" (expected one of {:?})",
+                self.strategy,
+                crate::train::strategy::KNOWN
+            );
+        }
+        Ok(())
+    }
+
+    /// A stable hash of the fields that define the trained model and its data order; stored
+    /// in checkpoints so a resume with a different model or seed is refused.
+    pub fn model_hash(&self) -> u64 {
+        let key = serde_json::json!({
+            "model": self.model, "layers": self.layers, "hidden": self.hidden, "heads": self.heads,
+            "dropout": self.dropout, "fanouts": self.fanouts, "batch_size": self.batch_size,
+            "lr": self.lr, "weight_decay": self.weight_decay, "seed": self.seed,
+            "full_batch": self.full_batch, "feature_norm": self.feature_norm,
+            "self_loops": self.uses_self_loops(),
+        })
+        .to_string();
+        // FNV-1a: stable across builds and platforms (unlike std's SipHash keys).
+        key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fanouts_must_match_layers() {
+        let cfg = TrainConfig {
+            layers: 3,
+            fanouts: vec![10, 5],
+            ..Default::default()
+        };
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("fanouts"), "{err}");
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        for (cfg, field) in [
+            (
+                TrainConfig {
+                    hidden: 0,
+                    ..Default::default()
+                },
+                "hidden",
+            ),
+            (
+                TrainConfig {
+                    lr: 0.0,
+                    ..Default::default()
+                },
+                "lr",
+            ),
+            (
+                TrainConfig {
+                    model: "mlp2".into(),
+                    ..Default::default()
+                },
+                "model",
+            ),
+            (
+                TrainConfig {
+                    dropout: 1.0,
+                    ..Default::default()
+                },
+                "dropout",
+            ),
+        ] {
+            let err = cfg.validate().unwrap_err().to_string();
+            assert!(err.contains(field), "{err}");
+        }
+    }
+
+    #[test]
+    fn unknown_toml_keys_are_refused() {
+        let err = toml::from_str::<TrainConfig>("hiden = 3")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("hiden"), "{err}");
+    }
+
+    #[test]
+    fn hash_ignores_epochs_but_not_seed() {
+        let a = TrainConfig::default();
+        let b = TrainConfig {
+            epochs: 99,
+            ..a.clone()
+        };
+        let c = TrainConfig {
+            seed: 1,
+            ..a.clone()
+        };
+        assert_eq!(a.model_hash(), b.model_hash());
+        assert_ne!(a.model_hash(), c.model_hash());
+    }
+}

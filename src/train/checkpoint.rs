@@ -1,0 +1,144 @@
+//! Checkpoints in HDF5: the flat parameter buffer (`params`) with its name/offset/shape table,
+//! the Adam moments, and where the run stands (epoch, batch, step, best validation), plus a
+//! hash of the model-defining configuration. Because sampling, batching and dropout are pure
+//! functions of (seed, epoch, batch), that position is all the "RNG state" there is, and a
+//! resumed run reproduces the uninterrupted one bit for bit.
+
+use crate::nn::ParamStore;
+use crate::util::{atomic::AtomicOutput, h5};
+use anyhow::{bail, Context, Result};
+use std::path::Path;
+
+/// Checkpoint file format version.
+pub const CHECKPOINT_VERSION: u32 = 1;
+
+/// Where a run stands, and the best evaluation so far.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Position {
+    /// Epoch to run next (or to continue).
+    pub epoch: usize,
+    /// Next mini-batch within `epoch`.
+    pub batch: usize,
+    /// Optimizer steps taken.
+    pub step: u64,
+    pub best_epoch: Option<usize>,
+    pub best_val: f64,
+    pub best_test: f64,
+}
+
+/// Everything a checkpoint holds.
+pub struct Checkpoint {
+    pub config_hash: u64,
+    pub position: Position,
+    pub params: Vec<f32>,
+    pub adam_m: Vec<f32>,
+    pub adam_v: Vec<f32>,
+    pub adam_t: u64,
+}
+
+/// Write a checkpoint atomically.
+pub fn save(path: &Path, ck: &Checkpoint, store: &ParamStore) -> Result<()> {
+    let out = AtomicOutput::new(path)
+        .with_context(|| format!("cannot write checkpoint `{}`", path.display()))?;
+    (|| -> Result<()> {
+        let f = h5::create(out.tmp_path())?;
+        h5::write_attr(&f, "format_version", CHECKPOINT_VERSION)?;
+        h5::write_str_attr(&f, "kind", "gnnpar-checkpoint")?;
+        h5::write_attr(&f, "config_hash", ck.config_hash)?;
+        let p = &ck.position;
+        h5::write_attr(&f, "epoch", p.epoch as u64)?;
+        h5::write_attr(&f, "batch", p.batch as u64)?;
+        h5::write_attr(&f, "step", p.step)?;
+        h5::write_attr(&f, "best_epoch", p.best_epoch.map_or(-1i64, |e| e as i64))?;
+        h5::write_attr(&f, "best_val", p.best_val)?;
+        h5::write_attr(&f, "best_test", p.best_test)?;
+        h5::write_attr(&f, "adam_t", ck.adam_t)?;
+        h5::write_vec(&f, "params", &ck.params)?;
+        h5::write_vec(&f, "adam_m", &ck.adam_m)?;
+        h5::write_vec(&f, "adam_v", &ck.adam_v)?;
+        let names: Vec<&str> = store.entries.iter().map(|e| e.name.as_str()).collect();
+        h5::write_str_attr(&f, "param_names", &names.join("\n"))?;
+        let offsets: Vec<u64> = store.entries.iter().map(|e| e.offset as u64).collect();
+        h5::write_vec(&f, "param_offsets", &offsets)?;
+        // Shapes as (rows, cols); a vector parameter is stored as (len, 1).
+        let shapes: Vec<u64> = store
+            .entries
+            .iter()
+            .flat_map(|e| {
+                let rows = e.shape.first().copied().unwrap_or(1) as u64;
+                let cols = e.shape.iter().skip(1).product::<usize>() as u64;
+                [rows, cols.max(1)]
+            })
+            .collect();
+        h5::write_vec(&f, "param_shapes", &shapes)?;
+        f.flush()?;
+        Ok(())
+    })()
+    .with_context(|| format!("cannot write checkpoint `{}`", path.display()))?;
+    out.commit()
+}
+
+/// Read a checkpoint and check it fits `store` and `config_hash`.
+pub fn load(path: &Path, store: &ParamStore, config_hash: u64) -> Result<Checkpoint> {
+    let f = h5::open(path)?;
+    let ctx = || format!("reading checkpoint `{}`", path.display());
+    let version: u32 = h5::read_attr(&f, "format_version").with_context(ctx)?;
+    if version != CHECKPOINT_VERSION {
+        bail!(
+            "checkpoint `{}`: unknown `format_version` {version} (expected {CHECKPOINT_VERSION})",
+            path.display()
+        );
+    }
+    let hash: u64 = h5::read_attr(&f, "config_hash").with_context(ctx)?;
+    if hash != config_hash {
+        bail!(
+            "checkpoint `{}` was written for a different model configuration (config hash \
+             {hash:016x}, this run {config_hash:016x}); resume with the same model, data order \
+             and optimizer settings, or start without --resume",
+            path.display()
+        );
+    }
+    let params: Vec<f32> = h5::read_vec(&f, "params").with_context(ctx)?;
+    if params.len() != store.values.len() {
+        bail!(
+            "checkpoint `{}`: `params` has {} values, the model has {}",
+            path.display(),
+            params.len(),
+            store.values.len()
+        );
+    }
+    let adam_m: Vec<f32> = h5::read_vec(&f, "adam_m").with_context(ctx)?;
+    let adam_v: Vec<f32> = h5::read_vec(&f, "adam_v").with_context(ctx)?;
+    if adam_m.len() != params.len() || adam_v.len() != params.len() {
+        bail!(
+            "checkpoint `{}`: `adam_m`/`adam_v` do not match `params` in length",
+            path.display()
+        );
+    }
+    let best_epoch: i64 = h5::read_attr(&f, "best_epoch").with_context(ctx)?;
+    Ok(Checkpoint {
+        config_hash: hash,
+        position: Position {
+            epoch: h5::read_attr::<u64>(&f, "epoch").with_context(ctx)? as usize,
+            batch: h5::read_attr::<u64>(&f, "batch").with_context(ctx)? as usize,
+            step: h5::read_attr(&f, "step").with_context(ctx)?,
+            best_epoch: (best_epoch >= 0).then_some(best_epoch as usize),
+            best_val: h5::read_attr(&f, "best_val").with_context(ctx)?,
+            best_test: h5::read_attr(&f, "best_test").with_context(ctx)?,
+        },
+        params,
+        adam_m,
+        adam_v,
+        adam_t: h5::read_attr(&f, "adam_t").with_context(ctx)?,
+    })
+}
+
+/// Fail early (before training) when the checkpoint path cannot be written.
+pub fn check_writable(path: &Path) -> Result<()> {
+    let out = AtomicOutput::new(path)
+        .with_context(|| format!("checkpoint path `{}` is not writable", path.display()))?;
+    std::fs::write(out.tmp_path(), b"")
+        .with_context(|| format!("checkpoint path `{}` is not writable", path.display()))?;
+    // Dropped without commit: the probe file is removed.
+    Ok(())
+}

@@ -1,0 +1,194 @@
+//! Evaluation metrics (accuracy, ROC-AUC) and the per-epoch JSON records.
+
+use ndarray::Array2;
+use serde::Serialize;
+use std::io::Write;
+use std::path::Path;
+
+/// Which metric a task is judged by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MetricKind {
+    /// Fraction of correctly classified nodes (multi-class tasks).
+    Accuracy,
+    /// Area under the ROC curve of the positive class (binary tasks, as in the
+    /// heterophilous benchmark).
+    RocAuc,
+}
+
+impl MetricKind {
+    /// ROC-AUC for two classes, accuracy otherwise.
+    pub fn for_classes(classes: usize) -> MetricKind {
+        if classes == 2 {
+            MetricKind::RocAuc
+        } else {
+            MetricKind::Accuracy
+        }
+    }
+
+    /// Evaluate `logits` (rows = `rows` of the dataset) against `labels`.
+    pub fn eval(self, logits: &Array2<f32>, rows: &[usize], labels: &[i64]) -> f64 {
+        match self {
+            MetricKind::Accuracy => accuracy(logits, rows, labels),
+            MetricKind::RocAuc => {
+                let scores: Vec<f64> = rows
+                    .iter()
+                    .map(|&r| (logits[[r, 1]] - logits[[r, 0]]) as f64)
+                    .collect();
+                let y: Vec<bool> = rows.iter().map(|&r| labels[r] == 1).collect();
+                roc_auc(&scores, &y)
+            }
+        }
+    }
+}
+
+/// Fraction of `rows` whose arg-max logit equals the label.
+pub fn accuracy(logits: &Array2<f32>, rows: &[usize], labels: &[i64]) -> f64 {
+    if rows.is_empty() {
+        return f64::NAN;
+    }
+    let correct = rows
+        .iter()
+        .filter(|&&r| {
+            let row = logits.row(r);
+            let mut best = 0;
+            for (c, &v) in row.iter().enumerate() {
+                if v > row[best] {
+                    best = c;
+                }
+            }
+            best as i64 == labels[r]
+        })
+        .count();
+    correct as f64 / rows.len() as f64
+}
+
+/// ROC-AUC by the rank-sum (Mann–Whitney) formula; tied scores get their average rank.
+/// NaN when only one class is present.
+pub fn roc_auc(scores: &[f64], positive: &[bool]) -> f64 {
+    let n = scores.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&a, &b| scores[a].total_cmp(&scores[b]));
+    let mut rank_sum_pos = 0.0;
+    let mut i = 0;
+    while i < n {
+        let mut j = i;
+        while j + 1 < n && scores[order[j + 1]] == scores[order[i]] {
+            j += 1;
+        }
+        let avg_rank = (i + j) as f64 / 2.0 + 1.0;
+        for &k in &order[i..=j] {
+            if positive[k] {
+                rank_sum_pos += avg_rank;
+            }
+        }
+        i = j + 1;
+    }
+    let n_pos = positive.iter().filter(|&&p| p).count() as f64;
+    let n_neg = n as f64 - n_pos;
+    if n_pos == 0.0 || n_neg == 0.0 {
+        return f64::NAN;
+    }
+    (rank_sum_pos - n_pos * (n_pos + 1.0) / 2.0) / (n_pos * n_neg)
+}
+
+/// Seconds spent in each phase of training.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PhaseTimes {
+    pub sample: f64,
+    pub gather: f64,
+    pub forward: f64,
+    pub backward: f64,
+    pub allreduce: f64,
+    pub optimizer: f64,
+    pub eval: f64,
+}
+
+impl PhaseTimes {
+    /// Add another set of times.
+    pub fn add(&mut self, o: &PhaseTimes) {
+        self.sample += o.sample;
+        self.gather += o.gather;
+        self.forward += o.forward;
+        self.backward += o.backward;
+        self.allreduce += o.allreduce;
+        self.optimizer += o.optimizer;
+        self.eval += o.eval;
+    }
+}
+
+/// One line of `metrics.jsonl`.
+#[derive(Clone, Debug, Serialize)]
+pub struct EpochRecord {
+    pub epoch: usize,
+    pub steps: u64,
+    pub loss: f64,
+    pub metric: MetricKind,
+    pub train: Option<f64>,
+    pub val: Option<f64>,
+    pub test: Option<f64>,
+    pub epoch_seconds: f64,
+    pub seconds: PhaseTimes,
+    /// Destination rows computed and edges aggregated, summed over layers and ranks.
+    pub nodes: u64,
+    pub edges: u64,
+    pub input_rows: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm: Option<serde_json::Value>,
+}
+
+/// Appends JSON lines to a metrics file (created fresh, or appended to on resume).
+pub struct MetricsWriter {
+    file: Option<std::fs::File>,
+}
+
+impl MetricsWriter {
+    /// Open `path` (None: write nothing). `append` keeps earlier lines (resume).
+    pub fn open(path: Option<&Path>, append: bool) -> anyhow::Result<MetricsWriter> {
+        use anyhow::Context;
+        let file = match path {
+            None => None,
+            Some(p) => Some(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .write(true)
+                    .append(append)
+                    .truncate(!append)
+                    .open(p)
+                    .with_context(|| format!("cannot open metrics file `{}`", p.display()))?,
+            ),
+        };
+        Ok(MetricsWriter { file })
+    }
+
+    /// Write one record as a JSON line.
+    pub fn write<T: Serialize>(&mut self, record: &T) -> anyhow::Result<()> {
+        if let Some(f) = &mut self.file {
+            serde_json::to_writer(&mut *f, record)?;
+            f.write_all(b"\n")?;
+            f.flush()?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auc_of_perfect_random_and_reversed_scores() {
+        let y = [false, false, true, true];
+        assert_eq!(roc_auc(&[0.1, 0.2, 0.8, 0.9], &y), 1.0);
+        assert_eq!(roc_auc(&[0.9, 0.8, 0.2, 0.1], &y), 0.0);
+        assert_eq!(roc_auc(&[0.5, 0.5, 0.5, 0.5], &y), 0.5);
+        // One inversion out of four pairs.
+        assert_eq!(roc_auc(&[0.1, 0.85, 0.8, 0.9], &y), 0.75);
+    }
+
+    #[test]
+    fn accuracy_counts_argmax() {
+        let logits = ndarray::arr2(&[[0.0, 1.0], [2.0, 1.0], [0.0, 3.0]]);
+        assert!((accuracy(&logits, &[0, 1, 2], &[1, 0, 0]) - 2.0 / 3.0).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,455 @@
+//! The training loop: epochs of global mini-batches, gradient allreduce, Adam, evaluation at
+//! the best validation epoch, per-epoch JSON, checkpoints and bitwise-exact resume.
+
+pub mod checkpoint;
+pub mod data;
+pub mod metrics;
+pub mod strategy;
+
+use crate::comm::World;
+use crate::config::TrainConfig;
+use crate::graph::NodeId;
+use crate::nn::{Adam, DropoutCtx, Model, ModelConfig, ModelKind};
+use crate::sample::{epoch_batches, full_block, BatchKey, Block, LocalGraph};
+use anyhow::{bail, Context, Result};
+use checkpoint::{Checkpoint, Position};
+use data::TrainData;
+use metrics::{EpochRecord, MetricsWriter, PhaseTimes};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Where a run reads and writes, besides its configuration.
+#[derive(Clone, Debug, Default)]
+pub struct RunFiles {
+    /// Dataset file or partition directory; `None` = synthetic default.
+    pub data: Option<PathBuf>,
+    /// Per-epoch JSON lines.
+    pub metrics: Option<PathBuf>,
+    /// Checkpoint written every `checkpoint_every` epochs and at the end.
+    pub checkpoint: Option<PathBuf>,
+    /// Continue from `checkpoint`.
+    pub resume: bool,
+    /// Summary JSON written at the end.
+    pub summary: Option<PathBuf>,
+}
+
+/// The summary of a run (also printed as the last JSON line).
+#[derive(Clone, Debug, Serialize)]
+pub struct RunSummary {
+    pub dataset: String,
+    pub model: String,
+    pub strategy: String,
+    pub ranks: usize,
+    pub threads: usize,
+    pub metric: metrics::MetricKind,
+    pub epochs_run: usize,
+    pub steps: u64,
+    pub best_epoch: Option<usize>,
+    pub val: f64,
+    pub test: f64,
+    pub final_loss: f64,
+    pub epoch_time_mean: f64,
+    pub epoch_time_median: f64,
+    pub total_seconds: f64,
+    pub peak_rss_mb: f64,
+    pub seconds: PhaseTimes,
+}
+
+/// What one (possibly partial) epoch produced.
+struct EpochOutcome {
+    /// Mean loss over the seeds trained.
+    loss: f64,
+    times: PhaseTimes,
+    /// Destination rows, edges and input rows processed, summed over ranks.
+    counts: (u64, u64, u64),
+    /// False when `max_steps` stopped the epoch early.
+    finished: bool,
+}
+
+/// One training run on one rank.
+pub struct Trainer<'w> {
+    cfg: TrainConfig,
+    files: RunFiles,
+    world: &'w World,
+    data: TrainData,
+    pub model: Model,
+    adam: Adam,
+    pos: Position,
+    /// Full-graph block for full-batch training and exact evaluation (built on first use).
+    full: Option<Block>,
+}
+
+impl<'w> Trainer<'w> {
+    /// Load the data, build the model, and restore a checkpoint when resuming.
+    pub fn new(cfg: TrainConfig, files: RunFiles, world: &'w World) -> Result<Trainer<'w>> {
+        cfg.validate()?;
+        if files.resume && files.checkpoint.is_none() {
+            bail!("--resume needs --checkpoint <file.h5> to resume from");
+        }
+        if let Some(path) = &files.checkpoint {
+            if !files.resume {
+                checkpoint::check_writable(path)?;
+            }
+        }
+        let data = TrainData::load(files.data.as_deref(), &cfg, world)?;
+        let kind: ModelKind = cfg.model.parse()?;
+        let model = Model::new(
+            ModelConfig {
+                kind,
+                in_dim: data.features.ncols(),
+                hidden: cfg.hidden,
+                out_dim: data.num_classes,
+                layers: cfg.layers,
+                heads: cfg.heads,
+                dropout: cfg.dropout,
+                gat_concat: true,
+            },
+            cfg.seed,
+        )?;
+        let adam = Adam::new(model.params.values.len(), cfg.lr, cfg.weight_decay);
+        let mut t = Trainer {
+            pos: Position {
+                epoch: 0,
+                batch: 0,
+                step: 0,
+                best_epoch: None,
+                best_val: f64::NEG_INFINITY,
+                best_test: f64::NAN,
+            },
+            cfg,
+            files,
+            world,
+            data,
+            model,
+            adam,
+            full: None,
+        };
+        if t.files.resume {
+            t.restore()?;
+        }
+        Ok(t)
+    }
+
+    fn restore(&mut self) -> Result<()> {
+        let path = self.files.checkpoint.clone().expect("checked in new");
+        let ck = checkpoint::load(&path, &self.model.params, self.cfg.model_hash())?;
+        self.model.params.values.copy_from_slice(&ck.params);
+        self.adam.set_state(&ck.adam_m, &ck.adam_v, ck.adam_t)?;
+        self.pos = ck.position;
+        log::info!(
+            "resumed from `{}` at epoch {} batch {} (step {})",
+            path.display(),
+            self.pos.epoch,
+            self.pos.batch,
+            self.pos.step
+        );
+        Ok(())
+    }
+
+    /// The data this run trains on.
+    pub fn data(&self) -> &TrainData {
+        &self.data
+    }
+
+    fn full_block(&mut self) -> &Block {
+        if self.full.is_none() {
+            let mut b = full_block(&self.data.ds);
+            if self.cfg.uses_self_loops() {
+                b = b.with_self_loops();
+            }
+            self.full = Some(b);
+        }
+        self.full.as_ref().expect("just built")
+    }
+
+    /// Train until `epochs` (or `max_steps`) and return the summary.
+    pub fn run(&mut self) -> Result<RunSummary> {
+        let started = Instant::now();
+        let mut writer = MetricsWriter::open(
+            if self.world.rank() == 0 {
+                self.files.metrics.as_deref()
+            } else {
+                None
+            },
+            self.files.resume,
+        )?;
+        let mut epoch_times = Vec::new();
+        let mut total = PhaseTimes::default();
+        let mut final_loss = f64::NAN;
+        let mut stopped_early = false;
+        while self.pos.epoch < self.cfg.epochs && !self.steps_exhausted() {
+            let epoch = self.pos.epoch;
+            let t_epoch = Instant::now();
+            let EpochOutcome {
+                loss,
+                times,
+                counts,
+                finished,
+            } = self.train_epoch()?;
+            final_loss = loss;
+            let epoch_seconds = t_epoch.elapsed().as_secs_f64();
+            epoch_times.push(epoch_seconds);
+            let mut times = times;
+            let last = !finished || epoch + 1 == self.cfg.epochs || self.steps_exhausted();
+            let due = self.cfg.eval_every > 0 && (epoch + 1).is_multiple_of(self.cfg.eval_every);
+            let (train_m, val, test) = if due || last {
+                let t = Instant::now();
+                let r = self.evaluate();
+                times.eval = t.elapsed().as_secs_f64();
+                if r.1 > self.pos.best_val || self.pos.best_epoch.is_none() {
+                    self.pos.best_val = r.1;
+                    self.pos.best_test = r.2;
+                    self.pos.best_epoch = Some(epoch);
+                }
+                (Some(r.0), Some(r.1), Some(r.2))
+            } else {
+                (None, None, None)
+            };
+            total.add(&times);
+            let record = EpochRecord {
+                epoch,
+                steps: self.pos.step,
+                loss,
+                metric: self.data.metric,
+                train: train_m,
+                val,
+                test,
+                epoch_seconds,
+                seconds: times,
+                nodes: counts.0,
+                edges: counts.1,
+                input_rows: counts.2,
+                comm: None,
+            };
+            if self.world.rank() == 0 {
+                log::info!(
+                    "epoch {epoch}: loss {loss:.4}{} in {epoch_seconds:.3} s",
+                    match (val, test) {
+                        (Some(v), Some(t)) => format!(", val {v:.4}, test {t:.4}"),
+                        _ => String::new(),
+                    }
+                );
+            }
+            writer.write(&record)?;
+            if finished {
+                self.pos.epoch += 1;
+                self.pos.batch = 0;
+            }
+            let ck_due = self.cfg.checkpoint_every > 0
+                && finished
+                && self.pos.epoch.is_multiple_of(self.cfg.checkpoint_every);
+            if ck_due && !last {
+                self.save_checkpoint()?;
+            }
+            if last {
+                stopped_early = !finished;
+                break;
+            }
+        }
+        if self.files.checkpoint.is_some() {
+            self.save_checkpoint()?;
+        }
+        if stopped_early {
+            log::info!(
+                "stopped after {} optimizer steps (--max-steps)",
+                self.pos.step
+            );
+        }
+        let mut sorted = epoch_times.clone();
+        sorted.sort_by(f64::total_cmp);
+        let summary = RunSummary {
+            dataset: self.data.ds.name.clone(),
+            model: self.cfg.model.clone(),
+            strategy: self.cfg.strategy.clone(),
+            ranks: self.world.size(),
+            threads: rayon::current_num_threads(),
+            metric: self.data.metric,
+            epochs_run: epoch_times.len(),
+            steps: self.pos.step,
+            best_epoch: self.pos.best_epoch,
+            val: self.pos.best_val,
+            test: self.pos.best_test,
+            final_loss,
+            epoch_time_mean: epoch_times.iter().sum::<f64>() / epoch_times.len().max(1) as f64,
+            epoch_time_median: sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
+            total_seconds: started.elapsed().as_secs_f64(),
+            peak_rss_mb: crate::util::rss::peak_rss_mb().unwrap_or(f64::NAN),
+            seconds: total,
+        };
+        if self.world.rank() == 0 {
+            if let Some(p) = &self.files.summary {
+                let out = crate::util::atomic::AtomicOutput::new(p)?;
+                std::fs::write(out.tmp_path(), serde_json::to_string_pretty(&summary)?)
+                    .with_context(|| format!("cannot write summary `{}`", p.display()))?;
+                out.commit()?;
+            }
+        }
+        Ok(summary)
+    }
+
+    fn save_checkpoint(&self) -> Result<()> {
+        let Some(path) = &self.files.checkpoint else {
+            return Ok(());
+        };
+        // Parameters are identical on every rank; rank 0 writes.
+        if self.world.rank() != 0 {
+            return Ok(());
+        }
+        let (m, v, t) = self.adam.state();
+        checkpoint::save(
+            path,
+            &Checkpoint {
+                config_hash: self.cfg.model_hash(),
+                position: self.pos.clone(),
+                params: self.model.params.values.clone(),
+                adam_m: m.to_vec(),
+                adam_v: v.to_vec(),
+                adam_t: t,
+            },
+            &self.model.params,
+        )?;
+        log::info!("checkpoint written to `{}`", path.display());
+        Ok(())
+    }
+
+    fn steps_exhausted(&self) -> bool {
+        self.cfg.max_steps.is_some_and(|m| self.pos.step >= m)
+    }
+
+    /// Global mini-batches of the current epoch (identical on every rank).
+    fn batches(&self) -> Vec<Vec<NodeId>> {
+        let train = &self.data.splits().train;
+        if self.cfg.full_batch {
+            return vec![train.clone()];
+        }
+        epoch_batches(
+            train,
+            |v| self.data.orig_of(v),
+            self.cfg.seed,
+            self.pos.epoch as u64,
+            self.cfg.batch_size,
+        )
+    }
+
+    /// Run the rest of the current epoch (or until `max_steps`).
+    fn train_epoch(&mut self) -> Result<EpochOutcome> {
+        let batches = self.batches();
+        let mut times = PhaseTimes::default();
+        let (mut loss_sum, mut loss_count) = (0.0f64, 0usize);
+        let mut counts = (0u64, 0u64, 0u64);
+        let mut progress = crate::util::progress::Progress::new(
+            &format!("epoch {}", self.pos.epoch),
+            (batches.len() - self.pos.batch.min(batches.len())) as u64,
+        );
+        let (rank, ranks) = (self.world.rank(), self.world.size());
+        while self.pos.batch < batches.len() {
+            if self.steps_exhausted() {
+                progress.finish();
+                return Ok(EpochOutcome {
+                    loss: loss_sum / loss_count.max(1) as f64,
+                    times,
+                    counts,
+                    finished: false,
+                });
+            }
+            let b = self.pos.batch;
+            let batch = &batches[b];
+            let key = BatchKey {
+                seed: self.cfg.seed,
+                epoch: self.pos.epoch as u64,
+                batch: b as u64,
+            };
+            let seeds = strategy::share_of(batch, rank, ranks);
+            let scale = 1.0 / batch.len() as f32;
+            self.model.params.zero_grads();
+            let out = if self.cfg.full_batch {
+                self.full_block();
+                let full = self.full.take().expect("built above");
+                let r = strategy::full_batch_step(
+                    &mut self.model,
+                    &self.data,
+                    &full,
+                    seeds,
+                    key,
+                    scale,
+                    &mut times,
+                );
+                self.full = Some(full);
+                r?
+            } else {
+                let graph = LocalGraph::new(&self.data.ds, self.data.orig_ids.as_deref());
+                strategy::gdp_minibatch_step(
+                    &mut self.model,
+                    &self.data,
+                    &graph,
+                    seeds,
+                    &self.cfg.fanouts,
+                    key,
+                    self.cfg.uses_self_loops(),
+                    scale,
+                    &mut times,
+                )?
+            };
+            let t = Instant::now();
+            self.world.allreduce_sum_f32(&mut self.model.params.grads);
+            let mut stats = [
+                out.loss_sum,
+                out.nodes as f64,
+                out.edges as f64,
+                out.input_rows as f64,
+            ];
+            self.world.allreduce_sum_f64(&mut stats);
+            times.allreduce += t.elapsed().as_secs_f64();
+            let batch_loss = stats[0] / batch.len() as f64;
+            if !batch_loss.is_finite() {
+                bail!(
+                    "loss is {batch_loss} at epoch {} step {} (batch {b}); lower `lr` or check \
+                     the features for extreme values",
+                    self.pos.epoch,
+                    self.pos.step
+                );
+            }
+            loss_sum += stats[0];
+            loss_count += batch.len();
+            counts.0 += stats[1] as u64;
+            counts.1 += stats[2] as u64;
+            counts.2 += stats[3] as u64;
+
+            let t = Instant::now();
+            self.adam
+                .step(&mut self.model.params.values, &self.model.params.grads);
+            times.optimizer += t.elapsed().as_secs_f64();
+            self.pos.step += 1;
+            self.pos.batch += 1;
+            progress.inc(1);
+        }
+        progress.finish();
+        Ok(EpochOutcome {
+            loss: loss_sum / loss_count.max(1) as f64,
+            times,
+            counts,
+            finished: true,
+        })
+    }
+
+    /// Exact full-graph inference (no sampling, no dropout): (train, val, test) metric.
+    pub fn evaluate(&mut self) -> (f64, f64, f64) {
+        let layers = self.model.cfg.layers;
+        self.full_block();
+        let full = self.full.as_ref().expect("built above");
+        let refs: Vec<&Block> = vec![full; layers];
+        let ctx = DropoutCtx {
+            training: false,
+            stream: 0,
+            orig_ids: None,
+        };
+        let (logits, _) = self.model.forward(&refs, &self.data.features, &ctx);
+        let splits = &self.data.ds.splits;
+        let eval = |ids: &[NodeId]| {
+            let rows: Vec<usize> = ids.iter().map(|&v| v as usize).collect();
+            self.data.metric.eval(&logits, &rows, &self.data.labels)
+        };
+        (eval(&splits.train), eval(&splits.val), eval(&splits.test))
+    }
+}
