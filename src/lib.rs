@@ -13,6 +13,7 @@
 pub mod comm;
 pub mod commands;
 pub mod config;
+pub mod dist;
 pub mod graph;
 pub mod nn;
 pub mod partition;

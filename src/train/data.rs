@@ -1,58 +1,88 @@
-//! What training reads: the graph, normalised features, labels and splits, whatever the source
-//! (the in-process synthetic default, a `dataset.h5`, or a partition directory).
+//! What a rank trains on: the part of the graph it owns (contiguous global ids
+//! `offsets[rank]..offsets[rank+1]`), its feature store, labels and splits, and the global list
+//! of training vertices, whatever the source (the in-process synthetic default, a
+//! `dataset.h5`, or a partition directory).
 
 use super::metrics::MetricKind;
 use crate::comm::World;
 use crate::config::{FeatureNorm, TrainConfig};
+use crate::dist::FeatureStore;
 use crate::graph::{format, parts, Csr, Dataset, Labels, NodeId, Splits};
 use anyhow::{bail, Context, Result};
-use ndarray::Array2;
+use ndarray::{s, Array2};
 use rayon::prelude::*;
 use std::path::Path;
 
-/// The training view of a dataset.
+/// The training view of this rank's part.
 pub struct TrainData {
-    /// The graph with its splits (features and labels moved out into the fields below).
-    pub ds: Dataset,
-    /// Original id of every vertex, indexed by global id, when the graph was relabelled by a
-    /// partitioner; `None` means ids are original. Sampling and dropout are keyed by it.
+    /// The owned part (features and labels moved into `store` and `labels`).
+    pub part: Dataset,
+    /// Ownership ranges: rank `r` owns global ids `offsets[r]..offsets[r+1]`.
+    pub offsets: Vec<u64>,
+    /// Original id of every vertex, indexed by global id, when a partitioner relabelled the
+    /// graph; `None` when global ids are original ids. Sampling and dropout are keyed by it.
     pub orig_ids: Option<Vec<u64>>,
-    pub features: Array2<f32>,
+    /// Own feature rows, remote rows on demand, and a cache.
+    pub store: FeatureStore,
+    /// Labels of the owned vertices.
     pub labels: Vec<i64>,
     pub num_classes: usize,
     pub metric: MetricKind,
+    /// Training vertices of the whole graph (global ids, sorted), the same on every rank.
+    pub train_all: Vec<NodeId>,
 }
 
 impl TrainData {
-    /// Load the data a run trains on. `None` = the synthetic default generated in-process
-    /// (the same on every rank, from the config's seed).
+    /// Load this rank's data. `None` = the synthetic default generated in-process (the same
+    /// on every rank, from the config's seed). A dataset file is split into contiguous ranges
+    /// of vertices, one per rank; a partition directory must have one part per rank (a single
+    /// process reads all parts).
     pub fn load(path: Option<&Path>, cfg: &TrainConfig, world: &World) -> Result<TrainData> {
-        let (ds, orig_ids) = match path {
+        let (rank, ranks) = (world.rank(), world.size());
+        let (part, offsets, orig_ids) = match path {
             None => {
                 log::info!("no --data given: generating the synthetic default graph in-process");
-                (crate::graph::generate::synthetic_default(cfg.seed), None)
+                let ds = crate::graph::generate::synthetic_default(cfg.seed);
+                split_contiguous(ds, rank, ranks)
             }
             Some(p) if parts::is_parts_dir(p) => {
-                let (ds, orig) = read_all_parts(p)?;
-                (ds, Some(orig))
+                let meta = parts::read_meta(p)?;
+                if ranks == 1 {
+                    let whole = read_all_parts(p, &meta)?;
+                    let n = whole.num_nodes;
+                    (whole, vec![0, n], Some(meta.orig_id))
+                } else if meta.num_parts != ranks {
+                    bail!(
+                        "`{}` has {} parts but the job has {ranks} ranks; run with \
+                         `mpirun -np {}` or partition into {ranks} parts",
+                        p.display(),
+                        meta.num_parts,
+                        meta.num_parts
+                    );
+                } else {
+                    let part = parts::read_part(p, &meta, rank)?;
+                    (part, meta.offsets, Some(meta.orig_id))
+                }
             }
-            Some(p) => (format::read_dataset(p)?, None),
+            Some(p) => split_contiguous(format::read_dataset(p)?, rank, ranks),
         };
-        let _ = world;
-        TrainData::from_dataset(ds, orig_ids, cfg)
+        TrainData::from_part(part, offsets, orig_ids, cfg, world)
     }
 
-    /// Prepare a dataset for training: check it has what training needs, normalise features.
-    pub fn from_dataset(
-        mut ds: Dataset,
+    /// Check a part has what training needs, normalise its features, and gather the global
+    /// training set. Collective.
+    pub fn from_part(
+        mut part: Dataset,
+        offsets: Vec<u64>,
         orig_ids: Option<Vec<u64>>,
         cfg: &TrainConfig,
+        world: &World,
     ) -> Result<TrainData> {
-        let name = ds.name.clone();
-        let mut features = ds.features.take().with_context(|| {
+        let name = part.name.clone();
+        let mut features = part.features.take().with_context(|| {
             format!("dataset `{name}` has no `features`; training needs node features")
         })?;
-        let labels = match ds.labels.take() {
+        let labels = match part.labels.take() {
             Some(Labels::Class(l)) => l,
             Some(Labels::Multi(_)) => bail!(
                 "dataset `{name}` has multi-label `labels`; gnnpar trains single-label node \
@@ -60,26 +90,31 @@ impl TrainData {
             ),
             None => bail!("dataset `{name}` has no `labels`; training needs node labels"),
         };
-        if ds.num_classes < 2 {
+        if part.num_classes < 2 {
             bail!(
                 "dataset `{name}` has `num_classes` = {}; classification needs at least 2",
-                ds.num_classes
+                part.num_classes
             );
-        }
-        if ds.splits.train.is_empty() {
-            bail!("dataset `{name}` has an empty `train_idx`; nothing to train on");
         }
         if cfg.feature_norm == FeatureNorm::Row {
             normalize_rows(&mut features);
         }
-        let metric = MetricKind::for_classes(ds.num_classes);
+        let (mut train_all, _) = world.allgatherv("train_ids", &part.splits.train);
+        train_all.sort_unstable();
+        if train_all.is_empty() {
+            bail!("dataset `{name}` has an empty `train_idx`; nothing to train on");
+        }
+        let metric = MetricKind::for_classes(part.num_classes);
+        let store = FeatureStore::new(offsets.clone(), world.rank(), features);
         Ok(TrainData {
-            num_classes: ds.num_classes,
-            ds,
+            num_classes: part.num_classes,
+            part,
+            offsets,
             orig_ids,
-            features,
+            store,
             labels,
             metric,
+            train_all,
         })
     }
 
@@ -88,9 +123,25 @@ impl TrainData {
         self.orig_ids.as_ref().map_or(v as u64, |o| o[v as usize])
     }
 
-    /// The splits (global ids).
+    /// Does this rank own global vertex `v`?
+    pub fn owns(&self, v: NodeId) -> bool {
+        let v = v as u64;
+        v >= self.part.first_node && v < self.part.first_node + self.part.local_nodes() as u64
+    }
+
+    /// Label of an owned vertex.
+    pub fn label(&self, v: NodeId) -> i64 {
+        self.labels[(v as u64 - self.part.first_node) as usize]
+    }
+
+    /// Feature width.
+    pub fn feature_dim(&self) -> usize {
+        self.store.dim()
+    }
+
+    /// The owned splits (global ids).
     pub fn splits(&self) -> &Splits {
-        &self.ds.splits
+        &self.part.splits
     }
 }
 
@@ -106,10 +157,57 @@ pub fn normalize_rows(x: &mut Array2<f32>) {
         });
 }
 
+/// Keep the contiguous range of vertices rank `rank` of `ranks` owns (an even split by id,
+/// no partitioner involved); with one rank, the whole dataset.
+fn split_contiguous(
+    ds: Dataset,
+    rank: usize,
+    ranks: usize,
+) -> (Dataset, Vec<u64>, Option<Vec<u64>>) {
+    let n = ds.num_nodes;
+    let offsets: Vec<u64> = (0..=ranks as u64).map(|r| n * r / ranks as u64).collect();
+    if ranks == 1 {
+        return (ds, offsets, None);
+    }
+    let (lo, hi) = (offsets[rank] as usize, offsets[rank + 1] as usize);
+    let (e_lo, e_hi) = (ds.graph.indptr[lo], ds.graph.indptr[hi]);
+    let graph = Csr {
+        indptr: ds.graph.indptr[lo..=hi].iter().map(|&o| o - e_lo).collect(),
+        indices: ds.graph.indices[e_lo as usize..e_hi as usize].to_vec(),
+    };
+    let keep = |ids: &[NodeId]| -> Vec<NodeId> {
+        ids.iter()
+            .copied()
+            .filter(|&v| (lo..hi).contains(&(v as usize)))
+            .collect()
+    };
+    let part = Dataset {
+        name: ds.name.clone(),
+        num_nodes: n,
+        first_node: lo as u64,
+        graph,
+        features: ds
+            .features
+            .as_ref()
+            .map(|f| f.slice(s![lo..hi, ..]).to_owned()),
+        labels: ds.labels.as_ref().map(|l| match l {
+            Labels::Class(v) => Labels::Class(v[lo..hi].to_vec()),
+            Labels::Multi(m) => Labels::Multi(m.slice(s![lo..hi, ..]).to_owned()),
+        }),
+        num_classes: ds.num_classes,
+        splits: Splits {
+            train: keep(&ds.splits.train),
+            val: keep(&ds.splits.val),
+            test: keep(&ds.splits.test),
+        },
+        directed: ds.directed,
+    };
+    (part, offsets, None)
+}
+
 /// Read every part of a partition directory into one relabelled whole graph (single-rank
-/// training on partitioned data, and replicated data-parallel runs).
-fn read_all_parts(dir: &Path) -> Result<(Dataset, Vec<u64>)> {
-    let meta = parts::read_meta(dir)?;
+/// training on partitioned data).
+fn read_all_parts(dir: &Path, meta: &parts::PartitionMeta) -> Result<Dataset> {
     let mut indptr = vec![0u64];
     let mut indices: Vec<NodeId> = Vec::with_capacity(meta.num_edges as usize);
     let mut feature_rows = Vec::new();
@@ -118,8 +216,8 @@ fn read_all_parts(dir: &Path) -> Result<(Dataset, Vec<u64>)> {
     let (mut name, mut classes, mut directed) = (String::new(), 0, true);
     let mut have_labels = true;
     for p in 0..meta.num_parts {
-        let part = parts::read_part(dir, &meta, p)?;
-        let base = *indptr.last().unwrap();
+        let part = parts::read_part(dir, meta, p)?;
+        let base = *indptr.last().unwrap_or(&0);
         indptr.extend(part.graph.indptr[1..].iter().map(|&o| o + base));
         indices.extend_from_slice(&part.graph.indices);
         if let Some(f) = part.features {
@@ -142,7 +240,7 @@ fn read_all_parts(dir: &Path) -> Result<(Dataset, Vec<u64>)> {
     } else {
         None
     };
-    let ds = Dataset {
+    Ok(Dataset {
         name,
         num_nodes: meta.num_nodes(),
         first_node: 0,
@@ -152,6 +250,5 @@ fn read_all_parts(dir: &Path) -> Result<(Dataset, Vec<u64>)> {
         num_classes: classes,
         splits,
         directed,
-    };
-    Ok((ds, meta.orig_id))
+    })
 }

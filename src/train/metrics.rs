@@ -192,3 +192,41 @@ mod tests {
         assert!((accuracy(&logits, &[0, 1, 2], &[1, 0, 0]) - 2.0 / 3.0).abs() < 1e-12);
     }
 }
+
+/// The metric of `rows` (local rows of `logits`, labels indexed the same way) over all ranks:
+/// accuracy from summed counts, ROC-AUC from the gathered scores. Collective.
+pub fn distributed_metric(
+    group: &crate::comm::Group,
+    kind: MetricKind,
+    logits: &Array2<f32>,
+    rows: &[usize],
+    labels: &[i64],
+) -> f64 {
+    match kind {
+        MetricKind::Accuracy => {
+            let local = if rows.is_empty() {
+                0.0
+            } else {
+                accuracy(logits, rows, labels) * rows.len() as f64
+            };
+            let mut sums = [local, rows.len() as f64];
+            group.allreduce_sum_f64(&mut sums);
+            if sums[1] == 0.0 {
+                f64::NAN
+            } else {
+                sums[0] / sums[1]
+            }
+        }
+        MetricKind::RocAuc => {
+            let scores: Vec<f64> = rows
+                .iter()
+                .map(|&r| (logits[[r, 1]] - logits[[r, 0]]) as f64)
+                .collect();
+            let y: Vec<i64> = rows.iter().map(|&r| labels[r]).collect();
+            let (all_scores, _) = group.allgatherv("eval_scores", &scores);
+            let (all_y, _) = group.allgatherv("eval_labels", &y);
+            let positive: Vec<bool> = all_y.iter().map(|&l| l == 1).collect();
+            roc_auc(&all_scores, &positive)
+        }
+    }
+}

@@ -8,9 +8,11 @@ pub mod strategy;
 
 use crate::comm::World;
 use crate::config::TrainConfig;
+use crate::dist::inference::HaloPlan;
 use crate::graph::NodeId;
-use crate::nn::{Adam, DropoutCtx, Model, ModelConfig, ModelKind};
-use crate::sample::{epoch_batches, full_block, BatchKey, Block, LocalGraph};
+use crate::nn::{Adam, Model, ModelConfig, ModelKind};
+use crate::sample::{epoch_batches, BatchKey};
+use crate::tensor::aggregate::LazyTranspose;
 use anyhow::{bail, Context, Result};
 use checkpoint::{Checkpoint, Position};
 use data::TrainData;
@@ -76,8 +78,9 @@ pub struct Trainer<'w> {
     pub model: Model,
     adam: Adam,
     pos: Position,
-    /// Full-graph block for full-batch training and exact evaluation (built on first use).
-    full: Option<Block>,
+    /// This rank's block of the whole graph and its halo exchange: full-batch training and
+    /// exact evaluation (built on first use, collectively).
+    full: Option<(HaloPlan, LazyTranspose)>,
 }
 
 impl<'w> Trainer<'w> {
@@ -97,7 +100,7 @@ impl<'w> Trainer<'w> {
         let model = Model::new(
             ModelConfig {
                 kind,
-                in_dim: data.features.ncols(),
+                in_dim: data.feature_dim(),
                 hidden: cfg.hidden,
                 out_dim: data.num_classes,
                 layers: cfg.layers,
@@ -152,15 +155,18 @@ impl<'w> Trainer<'w> {
         &self.data
     }
 
-    fn full_block(&mut self) -> &Block {
+    /// Build the full-graph plan on first use. Collective: every rank reaches it at the same
+    /// point (first full-batch step or first evaluation).
+    fn ensure_full_plan(&mut self) {
         if self.full.is_none() {
-            let mut b = full_block(&self.data.ds);
-            if self.cfg.uses_self_loops() {
-                b = b.with_self_loops();
-            }
-            self.full = Some(b);
+            let plan = HaloPlan::new(
+                self.world,
+                &self.data.part,
+                &self.data.offsets,
+                self.cfg.uses_self_loops(),
+            );
+            self.full = Some((plan, LazyTranspose::default()));
         }
-        self.full.as_ref().expect("just built")
     }
 
     /// Train until `epochs` (or `max_steps`) and return the summary.
@@ -259,7 +265,7 @@ impl<'w> Trainer<'w> {
         let mut sorted = epoch_times.clone();
         sorted.sort_by(f64::total_cmp);
         let summary = RunSummary {
-            dataset: self.data.ds.name.clone(),
+            dataset: self.data.part.name.clone(),
             model: self.cfg.model.clone(),
             strategy: self.cfg.strategy.clone(),
             ranks: self.world.size(),
@@ -319,7 +325,7 @@ impl<'w> Trainer<'w> {
 
     /// Global mini-batches of the current epoch (identical on every rank).
     fn batches(&self) -> Vec<Vec<NodeId>> {
-        let train = &self.data.splits().train;
+        let train = &self.data.train_all;
         if self.cfg.full_batch {
             return vec![train.clone()];
         }
@@ -342,7 +348,6 @@ impl<'w> Trainer<'w> {
             &format!("epoch {}", self.pos.epoch),
             (batches.len() - self.pos.batch.min(batches.len())) as u64,
         );
-        let (rank, ranks) = (self.world.rank(), self.world.size());
         while self.pos.batch < batches.len() {
             if self.steps_exhausted() {
                 progress.finish();
@@ -360,30 +365,27 @@ impl<'w> Trainer<'w> {
                 epoch: self.pos.epoch as u64,
                 batch: b as u64,
             };
-            let seeds = strategy::share_of(batch, rank, ranks);
             let scale = 1.0 / batch.len() as f32;
             self.model.params.zero_grads();
             let out = if self.cfg.full_batch {
-                self.full_block();
-                let full = self.full.take().expect("built above");
-                let r = strategy::full_batch_step(
+                self.ensure_full_plan();
+                let (plan, transpose) = self.full.as_ref().expect("built above");
+                strategy::full_batch_step(
                     &mut self.model,
                     &self.data,
-                    &full,
-                    seeds,
+                    self.world,
+                    plan,
+                    transpose,
                     key,
                     scale,
                     &mut times,
-                );
-                self.full = Some(full);
-                r?
+                )?
             } else {
-                let graph = LocalGraph::new(&self.data.ds, self.data.orig_ids.as_deref());
                 strategy::gdp_minibatch_step(
                     &mut self.model,
-                    &self.data,
-                    &graph,
-                    seeds,
+                    &mut self.data,
+                    self.world,
+                    batch,
                     &self.cfg.fanouts,
                     key,
                     self.cfg.uses_self_loops(),
@@ -433,22 +435,23 @@ impl<'w> Trainer<'w> {
         })
     }
 
-    /// Exact full-graph inference (no sampling, no dropout): (train, val, test) metric.
+    /// Exact full-graph inference (no sampling, no dropout) over the partitioned graph:
+    /// (train, val, test) metric. Collective.
     pub fn evaluate(&mut self) -> (f64, f64, f64) {
-        let layers = self.model.cfg.layers;
-        self.full_block();
-        let full = self.full.as_ref().expect("built above");
-        let refs: Vec<&Block> = vec![full; layers];
-        let ctx = DropoutCtx {
-            training: false,
-            stream: 0,
-            orig_ids: None,
-        };
-        let (logits, _) = self.model.forward(&refs, &self.data.features, &ctx);
-        let splits = &self.data.ds.splits;
+        self.ensure_full_plan();
+        let (plan, _) = self.full.as_ref().expect("built above");
+        let logits = plan.infer(self.world, &self.model, self.data.store.own_rows());
+        let first = self.data.part.first_node;
+        let splits = self.data.splits();
         let eval = |ids: &[NodeId]| {
-            let rows: Vec<usize> = ids.iter().map(|&v| v as usize).collect();
-            self.data.metric.eval(&logits, &rows, &self.data.labels)
+            let rows: Vec<usize> = ids.iter().map(|&v| (v as u64 - first) as usize).collect();
+            metrics::distributed_metric(
+                self.world,
+                self.data.metric,
+                &logits,
+                &rows,
+                &self.data.labels,
+            )
         };
         (eval(&splits.train), eval(&splits.val), eval(&splits.test))
     }

@@ -7,12 +7,16 @@
 
 use super::data::TrainData;
 use super::metrics::PhaseTimes;
+use crate::comm::Group;
+use crate::dist::inference::HaloPlan;
+use crate::dist::sample_blocks_distributed;
 use crate::graph::NodeId;
 use crate::nn::{cross_entropy, DropoutCtx, Model};
+use crate::sample::rng::hash_key;
 use crate::sample::{sample_blocks, BatchKey, Block, LocalGraph};
+use crate::tensor::aggregate::LazyTranspose;
 use anyhow::Result;
-use ndarray::Array2;
-use rayon::prelude::*;
+use ndarray::{concatenate, s, Array2, Axis};
 use std::time::Instant;
 
 /// Strategy names accepted by `--strategy`.
@@ -23,6 +27,8 @@ pub const KNOWN: &[&str] = &["gdp"];
 pub struct StepOutput {
     /// Sum of the per-seed losses over this rank's seeds.
     pub loss_sum: f64,
+    /// Seeds this rank computed.
+    pub seeds: u64,
     /// Destination rows computed and edges aggregated, summed over layers.
     pub nodes: u64,
     pub edges: u64,
@@ -30,150 +36,145 @@ pub struct StepOutput {
     pub input_rows: u64,
 }
 
-/// The seeds of global mini-batch `batch` that rank `rank` of `ranks` computes, when every
-/// rank holds the whole graph: a contiguous slice, so shares differ by at most one seed.
-pub fn share_of(batch: &[NodeId], rank: usize, ranks: usize) -> &[NodeId] {
-    let n = batch.len();
-    &batch[n * rank / ranks..n * (rank + 1) / ranks]
+/// The dropout stream of one optimizer step (each layer mixes in its index).
+fn dropout_stream(key: BatchKey) -> u64 {
+    hash_key(&[key.seed, key.epoch, key.batch, 0x64726f70])
 }
 
-/// Gather rows `ids` of `x` into a new matrix (parallel over rows).
-pub fn gather_rows(x: &Array2<f32>, ids: &[NodeId]) -> Array2<f32> {
-    let d = x.ncols();
-    let mut out = Array2::<f32>::zeros((ids.len(), d));
-    let src = x.as_slice().expect("feature matrix is contiguous");
-    out.as_slice_mut()
-        .expect("fresh matrix is contiguous")
-        .par_chunks_mut(d.max(1))
-        .zip(ids.par_iter())
-        .for_each(|(row, &v)| {
-            let v = v as usize;
-            row.copy_from_slice(&src[v * d..(v + 1) * d]);
-        });
-    out
-}
-
-/// Data-parallel step (GDP) on a rank that holds the graph: sample the blocks of `seeds`,
-/// gather their input rows, forward, loss, backward (gradients accumulate in `model`).
+/// Data-parallel step (GDP): this rank takes the seeds of `batch` it owns, samples their
+/// blocks with owner-computes sampling, fetches input rows from the feature store, and runs
+/// forward, loss and backward (gradients accumulate in `model`). Collective: every rank calls
+/// it for every mini-batch, also with no seeds of its own.
 #[allow(clippy::too_many_arguments)]
 pub fn gdp_minibatch_step(
     model: &mut Model,
-    data: &TrainData,
-    graph: &LocalGraph,
-    seeds: &[NodeId],
+    data: &mut TrainData,
+    group: &Group,
+    batch: &[NodeId],
     fanouts: &[i32],
     key: BatchKey,
     self_loops: bool,
     scale: f32,
     times: &mut PhaseTimes,
 ) -> Result<StepOutput> {
-    if seeds.is_empty() {
-        return Ok(StepOutput::default());
-    }
+    let seeds: Vec<NodeId> = batch.iter().copied().filter(|&v| data.owns(v)).collect();
     let t = Instant::now();
-    let mut blocks = sample_blocks(graph, seeds, fanouts, key);
+    let graph = LocalGraph::new(&data.part, data.orig_ids.as_deref());
+    let mut blocks = if group.size() == 1 {
+        sample_blocks(&graph, &seeds, fanouts, key)
+    } else {
+        sample_blocks_distributed(group, &graph, &data.offsets, &seeds, fanouts, key)
+    };
     if self_loops {
         blocks = blocks.iter().map(Block::with_self_loops).collect();
     }
     times.sample += t.elapsed().as_secs_f64();
 
     let t = Instant::now();
-    let x = gather_rows(&data.features, &blocks[0].src_nodes);
-    let labels: Vec<i64> = seeds.iter().map(|&s| data.labels[s as usize]).collect();
+    let x = data.store.gather(group, &blocks[0].src_nodes);
+    let labels: Vec<i64> = seeds.iter().map(|&s| data.label(s)).collect();
     times.gather += t.elapsed().as_secs_f64();
 
-    let refs: Vec<&Block> = blocks.iter().collect();
-    let out = StepOutput {
+    let mut out = StepOutput {
         loss_sum: 0.0,
+        seeds: seeds.len() as u64,
         nodes: blocks.iter().map(|b| b.num_dst as u64).sum(),
         edges: blocks.iter().map(|b| b.num_edges() as u64).sum(),
         input_rows: blocks[0].num_src() as u64,
     };
-    forward_backward(
-        model, data, &refs, &x, None, &labels, key, scale, times, out,
-    )
-}
-
-/// Full-batch step: the whole graph forward on every rank, loss over this rank's share of the
-/// training nodes.
-#[allow(clippy::too_many_arguments)]
-pub fn full_batch_step(
-    model: &mut Model,
-    data: &TrainData,
-    full: &Block,
-    seeds: &[NodeId],
-    key: BatchKey,
-    scale: f32,
-    times: &mut PhaseTimes,
-) -> Result<StepOutput> {
-    let refs: Vec<&Block> = vec![full; model.cfg.layers];
-    let labels: Vec<i64> = seeds.iter().map(|&s| data.labels[s as usize]).collect();
-    let out = StepOutput {
-        loss_sum: 0.0,
-        nodes: (full.num_dst * model.cfg.layers) as u64,
-        edges: (full.num_edges() * model.cfg.layers) as u64,
-        input_rows: full.num_src() as u64,
-    };
-    forward_backward(
-        model,
-        data,
-        &refs,
-        &data.features,
-        Some(seeds),
-        &labels,
-        key,
-        scale,
-        times,
-        out,
-    )
-}
-
-/// Forward, loss of the rows `loss_rows` (all output rows when `None`), backward.
-#[allow(clippy::too_many_arguments)]
-fn forward_backward(
-    model: &mut Model,
-    data: &TrainData,
-    blocks: &[&Block],
-    x: &Array2<f32>,
-    loss_rows: Option<&[NodeId]>,
-    labels: &[i64],
-    key: BatchKey,
-    scale: f32,
-    times: &mut PhaseTimes,
-    mut out: StepOutput,
-) -> Result<StepOutput> {
+    if seeds.is_empty() {
+        return Ok(out);
+    }
+    let refs: Vec<&Block> = blocks.iter().collect();
     let t = Instant::now();
     let ctx = DropoutCtx {
         training: true,
-        stream: crate::sample::rng::hash_key(&[key.seed, key.epoch, key.batch, 0x64726f70]),
+        stream: dropout_stream(key),
         orig_ids: data.orig_ids.as_deref(),
     };
-    let (logits, cache) = model.forward(blocks, x, &ctx);
-    let picked;
-    let logits_for_loss = match loss_rows {
-        Some(rows) => {
-            picked = gather_rows(&logits, rows);
-            &picked
-        }
-        None => &logits,
-    };
-    let (loss_sum, mut d_logits) = cross_entropy(logits_for_loss, labels);
+    let (logits, cache) = model.forward(&refs, &x, &ctx);
+    let (loss_sum, mut d_logits) = cross_entropy(&logits, &labels);
     times.forward += t.elapsed().as_secs_f64();
 
     let t = Instant::now();
     d_logits.mapv_inplace(|g| g * scale);
-    let d_out = match loss_rows {
-        Some(rows) => {
-            let mut full = Array2::<f32>::zeros(logits.raw_dim());
-            for (i, &r) in rows.iter().enumerate() {
-                full.row_mut(r as usize).assign(&d_logits.row(i));
-            }
-            full
-        }
-        None => d_logits,
-    };
-    model.backward(blocks, cache, &d_out);
+    model.backward(&refs, cache, &d_logits);
     times.backward += t.elapsed().as_secs_f64();
     out.loss_sum = loss_sum;
     Ok(out)
+}
+
+/// Full-batch step over a partitioned graph: each rank computes every layer for the vertices
+/// it owns, after fetching its halo's previous-layer rows; backward sends the halo gradients
+/// back along the same plan. The loss covers the rank's own training vertices. Collective.
+#[allow(clippy::too_many_arguments)]
+pub fn full_batch_step(
+    model: &mut Model,
+    data: &TrainData,
+    group: &Group,
+    plan: &HaloPlan,
+    transpose: &LazyTranspose,
+    key: BatchKey,
+    scale: f32,
+    times: &mut PhaseTimes,
+) -> Result<StepOutput> {
+    let own = data.part.local_nodes();
+    let ctx = DropoutCtx {
+        training: true,
+        stream: dropout_stream(key),
+        orig_ids: data.orig_ids.as_deref(),
+    };
+    let t = Instant::now();
+    let mut caches = Vec::with_capacity(model.layers.len());
+    let mut h = data.store.own_rows().clone();
+    for layer in &model.layers {
+        let remote = plan.halo.forward(group, "halo_rows", h.view());
+        let h_src = concatenate(Axis(0), &[h.view(), remote.view()]).expect("same width");
+        let (out, cache) = layer.forward(&model.params, &plan.block, h_src.view(), &ctx);
+        caches.push(cache);
+        h = out;
+    }
+    let first = data.part.first_node;
+    let rows: Vec<usize> = data
+        .splits()
+        .train
+        .iter()
+        .map(|&v| (v as u64 - first) as usize)
+        .collect();
+    let labels: Vec<i64> = rows.iter().map(|&r| data.labels[r]).collect();
+    let picked = h.select(Axis(0), &rows);
+    let (loss_sum, mut d_picked) = cross_entropy(&picked, &labels);
+    times.forward += t.elapsed().as_secs_f64();
+
+    let t = Instant::now();
+    d_picked.mapv_inplace(|g| g * scale);
+    let mut d_h = Array2::<f32>::zeros(h.raw_dim());
+    for (i, &r) in rows.iter().enumerate() {
+        d_h.row_mut(r).assign(&d_picked.row(i));
+    }
+    for (l, (layer, cache)) in model.layers.iter().zip(caches).enumerate().rev() {
+        let need_src = l > 0;
+        let d_src = layer.backward(
+            &mut model.params,
+            &plan.block,
+            transpose,
+            cache,
+            d_h.view(),
+            need_src,
+        );
+        if let Some(d_src) = d_src {
+            let mut d_own = d_src.slice(s![..own, ..]).to_owned();
+            plan.halo
+                .backward(group, "halo_grads", d_src.slice(s![own.., ..]), &mut d_own);
+            d_h = d_own;
+        }
+    }
+    times.backward += t.elapsed().as_secs_f64();
+    Ok(StepOutput {
+        loss_sum,
+        seeds: rows.len() as u64,
+        nodes: (own * model.layers.len()) as u64,
+        edges: (plan.block.num_edges() * model.layers.len()) as u64,
+        input_rows: plan.block.num_src() as u64,
+    })
 }
