@@ -172,27 +172,6 @@ impl MetricsWriter {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn auc_of_perfect_random_and_reversed_scores() {
-        let y = [false, false, true, true];
-        assert_eq!(roc_auc(&[0.1, 0.2, 0.8, 0.9], &y), 1.0);
-        assert_eq!(roc_auc(&[0.9, 0.8, 0.2, 0.1], &y), 0.0);
-        assert_eq!(roc_auc(&[0.5, 0.5, 0.5, 0.5], &y), 0.5);
-        // One inversion out of four pairs.
-        assert_eq!(roc_auc(&[0.1, 0.85, 0.8, 0.9], &y), 0.75);
-    }
-
-    #[test]
-    fn accuracy_counts_argmax() {
-        let logits = ndarray::arr2(&[[0.0, 1.0], [2.0, 1.0], [0.0, 3.0]]);
-        assert!((accuracy(&logits, &[0, 1, 2], &[1, 0, 0]) - 2.0 / 3.0).abs() < 1e-12);
-    }
-}
-
 /// The metric of `rows` (local rows of `logits`, labels indexed the same way) over all ranks:
 /// accuracy from summed counts, ROC-AUC from the gathered scores. Collective.
 pub fn distributed_metric(
@@ -228,5 +207,26 @@ pub fn distributed_metric(
             let positive: Vec<bool> = all_y.iter().map(|&l| l == 1).collect();
             roc_auc(&all_scores, &positive)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auc_of_perfect_random_and_reversed_scores() {
+        let y = [false, false, true, true];
+        assert_eq!(roc_auc(&[0.1, 0.2, 0.8, 0.9], &y), 1.0);
+        assert_eq!(roc_auc(&[0.9, 0.8, 0.2, 0.1], &y), 0.0);
+        assert_eq!(roc_auc(&[0.5, 0.5, 0.5, 0.5], &y), 0.5);
+        // One inversion out of four pairs.
+        assert_eq!(roc_auc(&[0.1, 0.85, 0.8, 0.9], &y), 0.75);
+    }
+
+    #[test]
+    fn accuracy_counts_argmax() {
+        let logits = ndarray::arr2(&[[0.0, 1.0], [2.0, 1.0], [0.0, 3.0]]);
+        assert!((accuracy(&logits, &[0, 1, 2], &[1, 0, 0]) - 2.0 / 3.0).abs() < 1e-12);
     }
 }
