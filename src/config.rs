@@ -50,6 +50,10 @@ pub struct TrainConfig {
     pub strategy: String,
     /// Rayon threads per rank (default: cores of the node / ranks on the node).
     pub threads: Option<usize>,
+    /// Per-rank cache of remote feature rows, in MiB (0: no cache).
+    pub cache_mb: f64,
+    /// Mini-batches sampled before training to rank remote rows by access frequency.
+    pub cache_presample_batches: usize,
     /// Which split of the synthetic default to use etc. is fixed by the dataset; this names the
     /// data set the config was written for (documentation only).
     pub dataset: Option<String>,
@@ -77,6 +81,8 @@ impl Default for TrainConfig {
             checkpoint_every: 0,
             strategy: "gdp".into(),
             threads: None,
+            cache_mb: 0.0,
+            cache_presample_batches: 8,
             dataset: None,
         }
     }
@@ -144,6 +150,12 @@ impl TrainConfig {
         }
         if self.max_steps == Some(0) {
             bail!("config: `max_steps` must be positive");
+        }
+        if !(self.cache_mb >= 0.0 && self.cache_mb.is_finite()) {
+            bail!(
+                "config: `cache_mb` = {} must be a non-negative size in MiB",
+                self.cache_mb
+            );
         }
         if self.threads == Some(0) {
             bail!("config: `threads` must be positive");

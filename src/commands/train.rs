@@ -59,6 +59,13 @@ pub struct TrainArgs {
     /// Rayon threads per rank (default: cores of the node / ranks on the node).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Per-rank cache of the hottest remote feature rows, in MiB.
+    #[arg(long)]
+    pub cache_mb: Option<f64>,
+    /// Debugging and tests: each rank writes the edges of every sampled block, keyed by
+    /// original ids, to DIR/blocks-rank<R>.txt.
+    #[arg(long, value_name = "DIR")]
+    pub dump_blocks: Option<PathBuf>,
     /// Per-epoch JSON lines.
     #[arg(long)]
     pub metrics: Option<PathBuf>,
@@ -100,7 +107,8 @@ impl TrainArgs {
             eval_every,
             feature_norm,
             strategy,
-            checkpoint_every
+            checkpoint_every,
+            cache_mb
         );
         if self.full_batch {
             cfg.full_batch = true;
@@ -140,6 +148,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         checkpoint: args.checkpoint.clone(),
         resume: args.resume,
         summary: args.summary.clone(),
+        dump_blocks: args.dump_blocks.clone(),
     };
     let mut trainer = Trainer::new(cfg, files, &world)?;
     let summary = trainer.run()?;

@@ -22,6 +22,15 @@ pub struct StoreStats {
 }
 
 impl StoreStats {
+    /// Counters accumulated since `earlier`.
+    pub fn since(&self, earlier: &StoreStats) -> StoreStats {
+        StoreStats {
+            local_rows: self.local_rows - earlier.local_rows,
+            cache_hits: self.cache_hits - earlier.cache_hits,
+            fetched_rows: self.fetched_rows - earlier.fetched_rows,
+        }
+    }
+
     /// Fraction of remote accesses the cache served (NaN without remote accesses).
     pub fn hit_rate(&self) -> f64 {
         self.cache_hits as f64 / (self.cache_hits + self.fetched_rows) as f64

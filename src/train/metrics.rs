@@ -133,8 +133,10 @@ pub struct EpochRecord {
     pub nodes: u64,
     pub edges: u64,
     pub input_rows: u64,
+    /// Per-rank phase seconds, bytes moved per operation and cache counters, with their
+    /// max and mean over ranks (rank 0's record only).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub comm: Option<serde_json::Value>,
+    pub ranks: Option<serde_json::Value>,
 }
 
 /// Appends JSON lines to a metrics file (created fresh, or appended to on resume).

@@ -1,9 +1,12 @@
 //! The training loop: epochs of global mini-batches, gradient allreduce, Adam, evaluation at
 //! the best validation epoch, per-epoch JSON, checkpoints and bitwise-exact resume.
 
+pub mod cache;
 pub mod checkpoint;
 pub mod data;
+pub mod dump;
 pub mod metrics;
+pub mod report;
 pub mod strategy;
 
 use crate::comm::World;
@@ -34,6 +37,8 @@ pub struct RunFiles {
     pub resume: bool,
     /// Summary JSON written at the end.
     pub summary: Option<PathBuf>,
+    /// Directory where each rank writes the edges of its sampled blocks (tests, debugging).
+    pub dump_blocks: Option<PathBuf>,
 }
 
 /// The summary of a run (also printed as the last JSON line).
@@ -81,6 +86,7 @@ pub struct Trainer<'w> {
     /// This rank's block of the whole graph and its halo exchange: full-batch training and
     /// exact evaluation (built on first use, collectively).
     full: Option<(HaloPlan, LazyTranspose)>,
+    dump: Option<dump::BlockDump>,
 }
 
 impl<'w> Trainer<'w> {
@@ -127,11 +133,38 @@ impl<'w> Trainer<'w> {
             model,
             adam,
             full: None,
+            dump: None,
         };
+        if let Some(dir) = &t.files.dump_blocks {
+            t.dump = Some(dump::BlockDump::create(dir, world.rank())?);
+        }
         if t.files.resume {
             t.restore()?;
         }
+        if t.cfg.cache_mb > 0.0 && !t.cfg.full_batch && world.size() > 1 {
+            t.fill_cache();
+        }
         Ok(t)
+    }
+
+    /// Fill each rank's cache with the remote rows a presampling pass reads most. Collective.
+    fn fill_cache(&mut self) {
+        let batches = self.batches();
+        let take = self.cfg.cache_presample_batches.min(batches.len());
+        let hot = cache::hottest_remote_rows(
+            &self.data,
+            self.world,
+            &batches[..take],
+            &self.cfg.fanouts,
+            self.cfg.seed,
+        );
+        let budget = (self.cfg.cache_mb * 1024.0 * 1024.0) as usize;
+        self.data.store.fill_cache(self.world, &hot, budget);
+        log::info!(
+            "feature cache: {} remote rows ({:.1} MiB) from {take} presampled batches",
+            self.data.store.cached_rows(),
+            (self.data.store.cached_rows() * self.data.feature_dim() * 4) as f64 / 1048576.0
+        );
     }
 
     fn restore(&mut self) -> Result<()> {
@@ -187,6 +220,8 @@ impl<'w> Trainer<'w> {
         while self.pos.epoch < self.cfg.epochs && !self.steps_exhausted() {
             let epoch = self.pos.epoch;
             let t_epoch = Instant::now();
+            let comm_before = self.world.stats().snapshot();
+            let store_before = self.data.store.stats;
             let EpochOutcome {
                 loss,
                 times,
@@ -213,6 +248,18 @@ impl<'w> Trainer<'w> {
                 (None, None, None)
             };
             total.add(&times);
+            let store = self.data.store.stats.since(&store_before);
+            let comm = report::gather(
+                self.world,
+                &report::RankReport {
+                    rank: self.world.rank(),
+                    seconds: times.clone(),
+                    comm: self.world.stats().since(&comm_before),
+                    store,
+                    cache_hit_rate: (store.cache_hits + store.fetched_rows > 0)
+                        .then(|| store.hit_rate()),
+                },
+            );
             let record = EpochRecord {
                 epoch,
                 steps: self.pos.step,
@@ -226,7 +273,7 @@ impl<'w> Trainer<'w> {
                 nodes: counts.0,
                 edges: counts.1,
                 input_rows: counts.2,
-                comm: None,
+                ranks: comm,
             };
             if self.world.rank() == 0 {
                 log::info!(
@@ -391,6 +438,7 @@ impl<'w> Trainer<'w> {
                     self.cfg.uses_self_loops(),
                     scale,
                     &mut times,
+                    self.dump.as_mut().map(|d| (d, self.pos.step)),
                 )?
             };
             let t = Instant::now();

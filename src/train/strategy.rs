@@ -6,6 +6,7 @@
 //! whatever the rank count (ARCHITECTURE invariant 4).
 
 use super::data::TrainData;
+use super::dump::BlockDump;
 use super::metrics::PhaseTimes;
 use crate::comm::Group;
 use crate::dist::inference::HaloPlan;
@@ -56,6 +57,7 @@ pub fn gdp_minibatch_step(
     self_loops: bool,
     scale: f32,
     times: &mut PhaseTimes,
+    dump: Option<(&mut BlockDump, u64)>,
 ) -> Result<StepOutput> {
     let seeds: Vec<NodeId> = batch.iter().copied().filter(|&v| data.owns(v)).collect();
     let t = Instant::now();
@@ -65,6 +67,9 @@ pub fn gdp_minibatch_step(
     } else {
         sample_blocks_distributed(group, &graph, &data.offsets, &seeds, fanouts, key)
     };
+    if let Some((dump, step)) = dump {
+        dump.write(step, &blocks, data)?;
+    }
     if self_loops {
         blocks = blocks.iter().map(Block::with_self_loops).collect();
     }
