@@ -1,0 +1,344 @@
+//! Distributed data-parallel training (GDP) over MPI: equivalence with one rank, uneven
+//! seeds, the feature cache, and failure on one rank. Every `mpirun` runs with
+//! `--oversubscribe` and a timeout, so a deadlock fails the test instead of hanging CI.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_gnnpar");
+const TIMEOUT: Duration = Duration::from_secs(180);
+
+fn have_mpirun() -> bool {
+    let ok = Command::new("mpirun")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("SKIPPED: mpirun not found on PATH; install openmpi-bin to run the MPI tests");
+    }
+    ok
+}
+
+/// Run `cmd` to completion or kill it after `TIMEOUT`.
+fn run_with_timeout(mut cmd: Command) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if start.elapsed() > TIMEOUT {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "timed out after {TIMEOUT:?} (deadlock?)\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn gnnpar(args: &[&str]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args);
+    let out = run_with_timeout(cmd);
+    assert!(
+        out.status.success(),
+        "gnnpar {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn mpirun(np: usize, args: &[&str]) -> Output {
+    let mut cmd = Command::new("mpirun");
+    cmd.args([
+        "-np",
+        &np.to_string(),
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+    ])
+    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+    .arg(BIN)
+    .args(args);
+    run_with_timeout(cmd)
+}
+
+fn mpirun_ok(np: usize, args: &[&str]) -> Output {
+    let out = mpirun(np, args);
+    assert!(
+        out.status.success(),
+        "mpirun -np {np} gnnpar {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn read_params(path: &Path) -> Vec<f32> {
+    let f = hdf5::File::open(path).expect("checkpoint");
+    f.dataset("params").unwrap().read_raw::<f32>().unwrap()
+}
+
+fn rel_diff(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
+    let den: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum();
+    (num / den).sqrt()
+}
+
+/// The union over ranks of the dumped edges of step `step`: (layer, dst, src) by original id.
+fn dumped_edges(dir: &Path, step: u64) -> BTreeSet<(u32, u64, u64)> {
+    let mut set = BTreeSet::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        for line in text.lines() {
+            let f: Vec<u64> = line.split(' ').map(|x| x.parse().unwrap()).collect();
+            if f[0] == step {
+                set.insert((f[1] as u32, f[2], f[3]));
+            }
+        }
+    }
+    set
+}
+
+struct Fixture {
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    /// An SBM dataset and its METIS partitions into 2 and 4 parts.
+    fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let ds = dir.path().join("sbm.h5");
+        gnnpar(&[
+            "generate",
+            "sbm",
+            "--nodes",
+            "3000",
+            "--edges",
+            "60000",
+            "--features",
+            "16",
+            "--classes",
+            "4",
+            "--seed",
+            "3",
+            "-o",
+            ds.to_str().unwrap(),
+        ]);
+        for p in [2, 4] {
+            let out = dir.path().join(format!("parts{p}"));
+            gnnpar(&[
+                "partition",
+                ds.to_str().unwrap(),
+                "--parts",
+                &p.to_string(),
+                "-o",
+                out.to_str().unwrap(),
+            ]);
+        }
+        Fixture { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+const TRAIN: &[&str] = &[
+    "train",
+    "--model",
+    "sage",
+    "--layers",
+    "2",
+    "--hidden",
+    "16",
+    "--fanouts",
+    "5,3",
+    "--batch-size",
+    "256",
+    "--max-steps",
+    "5",
+    "--epochs",
+    "2",
+    "--eval-every",
+    "0",
+    "--dropout",
+    "0.3",
+    "--lr",
+    "0.01",
+    "--threads",
+    "1",
+];
+
+fn train_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    TRAIN.iter().copied().chain(extra.iter().copied()).collect()
+}
+
+#[test]
+fn gdp_on_1_2_and_4_ranks_samples_the_same_batches_and_trains_the_same_model() {
+    if !have_mpirun() {
+        return;
+    }
+    let fx = Fixture::new();
+    let ds = fx.path("sbm.h5");
+    let runs = [
+        (1, ds.clone()),
+        (2, fx.path("parts2")),
+        (4, fx.path("parts4")),
+        (2, ds.clone()), // a dataset file split into contiguous ranges
+    ];
+    let mut reference: Option<(Vec<f32>, Vec<BTreeSet<(u32, u64, u64)>>)> = None;
+    for (i, (np, data)) in runs.iter().enumerate() {
+        let dump = fx.path(&format!("dump{i}"));
+        std::fs::create_dir(&dump).unwrap();
+        let ck = fx.path(&format!("ck{i}.h5"));
+        let args = train_args(&[
+            "--data",
+            data.to_str().unwrap(),
+            "--checkpoint",
+            ck.to_str().unwrap(),
+            "--dump-blocks",
+            dump.to_str().unwrap(),
+        ]);
+        mpirun_ok(*np, &args);
+        let params = read_params(&ck);
+        let edges: Vec<_> = (0..5).map(|s| dumped_edges(&dump, s)).collect();
+        assert!(
+            edges.iter().all(|e| !e.is_empty()),
+            "every step sampled edges"
+        );
+        match &reference {
+            None => reference = Some((params, edges)),
+            Some((p0, e0)) => {
+                for (s, (a, b)) in e0.iter().zip(&edges).enumerate() {
+                    assert_eq!(
+                        a, b,
+                        "step {s}: global mini-batch differs on {np} ranks ({data:?})"
+                    );
+                }
+                let d = rel_diff(p0, &params);
+                eprintln!("{np} ranks on {data:?}: relative parameter difference {d:.2e}");
+                assert!(d <= 1e-4, "{np} ranks: relative difference {d} > 1e-4");
+            }
+        }
+    }
+}
+
+#[test]
+fn uneven_seeds_and_a_rank_without_any_complete_and_agree() {
+    if !have_mpirun() {
+        return;
+    }
+    use gnnpar::graph::format::{read_dataset, write_dataset};
+    let fx = Fixture::new();
+    // Keep training vertices only in the first quarter of the ids: split into 4 contiguous
+    // ranges, ranks 1-3 own no training seed at all.
+    let mut ds = read_dataset(&fx.path("sbm.h5")).unwrap();
+    let quarter = (ds.num_nodes / 4) as u32;
+    ds.splits.train.retain(|&v| v < quarter / 2);
+    assert!(!ds.splits.train.is_empty());
+    let skewed = fx.path("skewed.h5");
+    write_dataset(&ds, &skewed).unwrap();
+    let mut params = Vec::new();
+    for np in [1, 4] {
+        let ck = fx.path(&format!("skewed{np}.h5"));
+        let args = train_args(&[
+            "--data",
+            skewed.to_str().unwrap(),
+            "--checkpoint",
+            ck.to_str().unwrap(),
+        ]);
+        mpirun_ok(np, &args);
+        params.push(read_params(&ck));
+    }
+    let d = rel_diff(&params[0], &params[1]);
+    assert!(d <= 1e-4, "relative difference {d}");
+}
+
+#[test]
+fn a_cache_cuts_fetched_bytes_and_changes_no_parameter() {
+    if !have_mpirun() {
+        return;
+    }
+    let fx = Fixture::new();
+    let parts = fx.path("parts2");
+    let mut fetched = Vec::new();
+    let mut params = Vec::new();
+    for cache in ["0", "1"] {
+        let ck = fx.path(&format!("cache{cache}.h5"));
+        let metrics = fx.path(&format!("cache{cache}.jsonl"));
+        let args = train_args(&[
+            "--data",
+            parts.to_str().unwrap(),
+            "--checkpoint",
+            ck.to_str().unwrap(),
+            "--metrics",
+            metrics.to_str().unwrap(),
+            "--cache-mb",
+            cache,
+        ]);
+        mpirun_ok(2, &args);
+        params.push(read_params(&ck));
+        let text = std::fs::read_to_string(&metrics).unwrap();
+        let mut bytes = 0.0;
+        let mut hit_rate = 0.0;
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let mean = &v["ranks"]["mean"];
+            bytes += mean["comm.store_rows.bytes_received"]
+                .as_f64()
+                .unwrap_or(0.0);
+            hit_rate = v["ranks"]["mean"]["cache_hit_rate"].as_f64().unwrap_or(0.0);
+        }
+        eprintln!(
+            "cache {cache} MiB: {bytes} feature bytes received per rank, hit rate {hit_rate:.3}"
+        );
+        fetched.push((bytes, hit_rate));
+    }
+    assert!(
+        fetched[0].0 > 0.0,
+        "without a cache, remote rows are fetched"
+    );
+    assert!(
+        fetched[1].0 < 0.5 * fetched[0].0,
+        "the cache should at least halve the fetched bytes: {fetched:?}"
+    );
+    assert!(fetched[1].1 > 0.5, "hit rate {fetched:?}");
+    assert_eq!(params[0], params[1], "the cache must not change the model");
+}
+
+#[test]
+fn a_failure_on_one_rank_ends_the_job_naming_that_rank() {
+    if !have_mpirun() {
+        return;
+    }
+    let fx = Fixture::new();
+    let parts = fx.path("parts4");
+    // Truncate part 2: only rank 2 fails to read its part; the others wait in a collective.
+    let victim = parts.join("part-00002.h5");
+    let bytes = std::fs::read(&victim).unwrap();
+    std::fs::write(&victim, &bytes[..bytes.len() / 3]).unwrap();
+    let start = Instant::now();
+    let out = mpirun(4, &train_args(&["--data", parts.to_str().unwrap()]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the job must fail");
+    assert!(
+        stderr.contains("error on rank 2 of 4") && stderr.contains("part-00002.h5"),
+        "message must name rank 2 and its file:\n{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    eprintln!("failed job ended after {:?}", start.elapsed());
+}
