@@ -98,8 +98,11 @@ fn rel_diff(a: &[f32], b: &[f32]) -> f64 {
     (num / den).sqrt()
 }
 
-/// The union over ranks of the dumped edges of step `step`: (layer, dst, src) by original id.
-fn dumped_edges(dir: &Path, step: u64) -> BTreeSet<(u32, u64, u64)> {
+/// Sampled edges of one step: (layer, dst, src) by original id.
+type EdgeSet = BTreeSet<(u32, u64, u64)>;
+
+/// The union over ranks of the dumped edges of step `step`.
+fn dumped_edges(dir: &Path, step: u64) -> EdgeSet {
     let mut set = BTreeSet::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
@@ -200,7 +203,7 @@ fn gdp_on_1_2_and_4_ranks_samples_the_same_batches_and_trains_the_same_model() {
         (4, fx.path("parts4")),
         (2, ds.clone()), // a dataset file split into contiguous ranges
     ];
-    let mut reference: Option<(Vec<f32>, Vec<BTreeSet<(u32, u64, u64)>>)> = None;
+    let mut reference: Option<(Vec<f32>, Vec<EdgeSet>)> = None;
     for (i, (np, data)) in runs.iter().enumerate() {
         let dump = fx.path(&format!("dump{i}"));
         std::fs::create_dir(&dump).unwrap();
