@@ -106,7 +106,7 @@ fn dumped_edges(dir: &Path, step: u64) -> EdgeSet {
     let mut set = BTreeSet::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-        for line in text.lines() {
+        for line in text.lines().filter_map(|l| l.strip_prefix("E ")) {
             let f: Vec<u64> = line.split(' ').map(|x| x.parse().unwrap()).collect();
             if f[0] == step {
                 set.insert((f[1] as u32, f[2], f[3]));

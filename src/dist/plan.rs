@@ -23,8 +23,22 @@ pub struct RowExchange {
 
 impl RowExchange {
     /// Build the plan for `wanted` global ids (any owner, this rank included; duplicates
-    /// allowed). Collective over `group`: every rank must call it, possibly with no ids.
+    /// allowed) of a matrix whose rows on each owner are its vertices in id order (row
+    /// `v - offsets[owner]`). Collective over `group`: every rank must call it, possibly with
+    /// no ids.
     pub fn new(group: &Group, offsets: &[u64], wanted: &[NodeId]) -> RowExchange {
+        let first = offsets[group.rank()];
+        RowExchange::with_rows(group, offsets, wanted, |v| (v as u64 - first) as u32)
+    }
+
+    /// Like [`RowExchange::new`] for a matrix whose rows on the owner are ordered otherwise:
+    /// `owner_row(v)`, called on the owner of `v`, gives the row holding `v`.
+    pub fn with_rows(
+        group: &Group,
+        offsets: &[u64],
+        wanted: &[NodeId],
+        owner_row: impl Fn(NodeId) -> u32,
+    ) -> RowExchange {
         let ranks = group.size();
         let mut counts = vec![0usize; ranks];
         let owners: Vec<usize> = wanted
@@ -52,8 +66,7 @@ impl RowExchange {
             starts[o] += 1;
         }
         let (asked, asked_counts) = group.alltoallv("plan_ids", &request, &counts);
-        let first = offsets[group.rank()];
-        let send_rows = asked.iter().map(|&v| (v as u64 - first) as u32).collect();
+        let send_rows = asked.iter().map(|&v| owner_row(v)).collect();
         RowExchange {
             send_rows,
             send_counts: asked_counts,

@@ -7,8 +7,9 @@ use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::Path;
 
-/// Appends `step layer dst src` lines (original ids; layer 0 = input layer) to
-/// `DIR/blocks-rank<R>.txt`.
+/// Appends to `DIR/blocks-rank<R>.txt`, by original ids (layer 0 = input layer), one line
+/// `D step layer dst` per destination this rank computes and one line `E step layer dst src`
+/// per edge it aggregates.
 pub struct BlockDump {
     out: std::io::BufWriter<std::fs::File>,
 }
@@ -29,9 +30,10 @@ impl BlockDump {
         for (layer, b) in blocks.iter().enumerate() {
             for i in 0..b.num_dst {
                 let dst = data.orig_of(b.src_nodes[i]);
+                writeln!(self.out, "D {step} {layer} {dst}")?;
                 for &s in b.in_edges(i) {
                     let src = data.orig_of(b.src_nodes[s as usize]);
-                    writeln!(self.out, "{step} {layer} {dst} {src}")?;
+                    writeln!(self.out, "E {step} {layer} {dst} {src}")?;
                 }
             }
         }

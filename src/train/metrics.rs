@@ -133,6 +133,10 @@ pub struct EpochRecord {
     pub nodes: u64,
     pub edges: u64,
     pub input_rows: u64,
+    /// Split strategy: per layer (input first), edges per rank (max, mean, imbalance = max /
+    /// mean) and the % of edges whose source lives on another rank (GSplit's figure 5).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub split: Option<serde_json::Value>,
     /// Per-rank phase seconds, bytes moved per operation and cache counters, with their
     /// max and mean over ranks (rank 0's record only).
     #[serde(skip_serializing_if = "Option::is_none")]

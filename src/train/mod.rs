@@ -7,6 +7,7 @@ pub mod data;
 pub mod dump;
 pub mod metrics;
 pub mod report;
+pub mod split;
 pub mod strategy;
 
 use crate::comm::World;
@@ -72,6 +73,8 @@ struct EpochOutcome {
     counts: (u64, u64, u64),
     /// False when `max_steps` stopped the epoch early.
     finished: bool,
+    /// Split strategy only: this rank's edges per layer (input first) and cross-rank edges.
+    split: Vec<split::SplitLayerStats>,
 }
 
 /// One training run on one rank.
@@ -227,6 +230,7 @@ impl<'w> Trainer<'w> {
                 times,
                 counts,
                 finished,
+                split,
             } = self.train_epoch()?;
             final_loss = loss;
             let epoch_seconds = t_epoch.elapsed().as_secs_f64();
@@ -258,8 +262,16 @@ impl<'w> Trainer<'w> {
                     store,
                     cache_hit_rate: (store.cache_hits + store.fetched_rows > 0)
                         .then(|| store.hit_rate()),
+                    split: split
+                        .iter()
+                        .enumerate()
+                        .map(|(l, s)| (format!("layer{l}"), *s))
+                        .collect(),
                 },
             );
+            let split_summary = comm
+                .as_ref()
+                .and_then(|c| report::split_summary(c, split.len()));
             let record = EpochRecord {
                 epoch,
                 steps: self.pos.step,
@@ -274,6 +286,7 @@ impl<'w> Trainer<'w> {
                 edges: counts.1,
                 input_rows: counts.2,
                 ranks: comm,
+                split: split_summary,
             };
             if self.world.rank() == 0 {
                 log::info!(
@@ -391,6 +404,7 @@ impl<'w> Trainer<'w> {
         let mut times = PhaseTimes::default();
         let (mut loss_sum, mut loss_count) = (0.0f64, 0usize);
         let mut counts = (0u64, 0u64, 0u64);
+        let mut split_stats: Vec<split::SplitLayerStats> = Vec::new();
         let mut progress = crate::util::progress::Progress::new(
             &format!("epoch {}", self.pos.epoch),
             (batches.len() - self.pos.batch.min(batches.len())) as u64,
@@ -403,6 +417,7 @@ impl<'w> Trainer<'w> {
                     times,
                     counts,
                     finished: false,
+                    split: split_stats,
                 });
             }
             let b = self.pos.batch;
@@ -414,7 +429,28 @@ impl<'w> Trainer<'w> {
             };
             let scale = 1.0 / batch.len() as f32;
             self.model.params.zero_grads();
-            let out = if self.cfg.full_batch {
+            let out = if self.cfg.strategy == "split" && !self.cfg.full_batch {
+                let (out, stats) = split::split_step(
+                    &mut self.model,
+                    &self.data,
+                    self.world,
+                    batch,
+                    &self.cfg.fanouts,
+                    key,
+                    self.cfg.uses_self_loops(),
+                    scale,
+                    &mut times,
+                    self.dump.as_mut().map(|d| (d, self.pos.step)),
+                )?;
+                if split_stats.is_empty() {
+                    split_stats = vec![split::SplitLayerStats::default(); stats.len()];
+                }
+                for (acc, s) in split_stats.iter_mut().zip(stats) {
+                    acc.edges += s.edges;
+                    acc.cross_edges += s.cross_edges;
+                }
+                out
+            } else if self.cfg.full_batch {
                 self.ensure_full_plan();
                 let (plan, transpose) = self.full.as_ref().expect("built above");
                 strategy::full_batch_step(
@@ -480,6 +516,7 @@ impl<'w> Trainer<'w> {
             times,
             counts,
             finished: true,
+            split: split_stats,
         })
     }
 

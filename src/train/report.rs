@@ -3,6 +3,7 @@
 //! what the slowest rank costs everyone, the mean what the work costs on average.
 
 use super::metrics::PhaseTimes;
+use super::split::SplitLayerStats;
 use crate::comm::{OpStats, World};
 use crate::dist::store::StoreStats;
 use serde::Serialize;
@@ -17,6 +18,42 @@ pub struct RankReport {
     pub comm: BTreeMap<&'static str, OpStats>,
     pub store: StoreStats,
     pub cache_hit_rate: Option<f64>,
+    /// Split strategy: edges and cross-rank edges per layer (`layer0` = input layer).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub split: BTreeMap<String, SplitLayerStats>,
+}
+
+/// GSplit's per-layer statistics from a gathered report: edges per rank (max, mean,
+/// imbalance) and the share of cross-rank edges, for `layers` layers.
+pub fn split_summary(gathered: &Value, layers: usize) -> Option<Value> {
+    if layers == 0 {
+        return None;
+    }
+    let ranks = gathered["ranks"].as_array()?;
+    let per_layer: Vec<Value> = (0..layers)
+        .map(|l| {
+            let key = format!("layer{l}");
+            let edges: Vec<f64> = ranks
+                .iter()
+                .map(|r| r["split"][&key]["edges"].as_f64().unwrap_or(0.0))
+                .collect();
+            let cross: f64 = ranks
+                .iter()
+                .map(|r| r["split"][&key]["cross_edges"].as_f64().unwrap_or(0.0))
+                .sum();
+            let total: f64 = edges.iter().sum();
+            let max = edges.iter().cloned().fold(0.0, f64::max);
+            let mean = total / edges.len().max(1) as f64;
+            serde_json::json!({
+                "layer": l,
+                "edges_max": max,
+                "edges_mean": mean,
+                "imbalance": if mean > 0.0 { max / mean } else { f64::NAN },
+                "cross_pct": if total > 0.0 { 100.0 * cross / total } else { 0.0 },
+            })
+        })
+        .collect();
+    Some(Value::Array(per_layer))
 }
 
 /// Gather every rank's report on rank 0: `{"ranks": [...], "max": {...}, "mean": {...}}` with
