@@ -1,5 +1,6 @@
-//! Distributed data-parallel training (GDP) over MPI: equivalence with one rank, uneven
-//! seeds, the feature cache, and failure on one rank. Every `mpirun` runs with
+//! Distributed training over MPI: GDP and split parallelism against one rank (same global
+//! mini-batches, same parameters), no redundant computation under split, uneven seeds, the
+//! feature cache, and failure on one rank. Every `mpirun` runs with
 //! `--oversubscribe` and a timeout, so a deadlock fails the test instead of hanging CI.
 
 use std::collections::BTreeSet;
@@ -100,6 +101,31 @@ fn rel_diff(a: &[f32], b: &[f32]) -> f64 {
 
 /// Sampled edges of one step: (layer, dst, src) by original id.
 type EdgeSet = BTreeSet<(u32, u64, u64)>;
+
+/// Destinations each rank computed at step `step`: (layer, dst) by original id, per rank file.
+fn dumped_dsts(dir: &Path, step: u64) -> Vec<Vec<(u32, u64)>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .filter_map(|l| l.strip_prefix("D "))
+                .map(|l| {
+                    let f: Vec<u64> = l.split(' ').map(|x| x.parse().unwrap()).collect();
+                    (f[0], f[1] as u32, f[2])
+                })
+                .filter(|&(s, _, _)| s == step)
+                .map(|(_, l, v)| (l, v))
+                .collect()
+        })
+        .collect()
+}
 
 /// The union over ranks of the dumped edges of step `step`.
 fn dumped_edges(dir: &Path, step: u64) -> EdgeSet {
@@ -344,4 +370,71 @@ fn a_failure_on_one_rank_ends_the_job_naming_that_rank() {
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
     eprintln!("failed job ended after {:?}", start.elapsed());
+}
+
+#[test]
+fn split_on_2_and_4_ranks_trains_the_same_model_as_1_rank_without_redundant_work() {
+    if !have_mpirun() {
+        return;
+    }
+    let fx = Fixture::new();
+    let ds = fx.path("sbm.h5");
+    let reference_dump = fx.path("ref-dump");
+    std::fs::create_dir(&reference_dump).unwrap();
+    let ref_ck = fx.path("ref.h5");
+    mpirun_ok(
+        1,
+        &train_args(&[
+            "--data", ds.to_str().unwrap(), "--checkpoint", ref_ck.to_str().unwrap(),
+            "--dump-blocks", reference_dump.to_str().unwrap(),
+        ]),
+    );
+    let reference = read_params(&ref_ck);
+    for (np, parts) in [(2, "parts2"), (4, "parts4")] {
+        let dump = fx.path(&format!("split-dump{np}"));
+        std::fs::create_dir(&dump).unwrap();
+        let ck = fx.path(&format!("split{np}.h5"));
+        let metrics = fx.path(&format!("split{np}.jsonl"));
+        mpirun_ok(
+            np,
+            &train_args(&[
+                "--strategy", "split", "--data", fx.path(parts).to_str().unwrap(),
+                "--checkpoint", ck.to_str().unwrap(), "--dump-blocks", dump.to_str().unwrap(),
+                "--metrics", metrics.to_str().unwrap(),
+            ]),
+        );
+        for step in 0..5 {
+            // Same global mini-batch as one rank...
+            assert_eq!(
+                dumped_edges(&reference_dump, step),
+                dumped_edges(&dump, step),
+                "split on {np} ranks, step {step}: sampled edges differ from 1 rank"
+            );
+            // ...and every (layer, vertex) computed by exactly one rank.
+            let per_rank = dumped_dsts(&dump, step);
+            assert_eq!(per_rank.len(), np);
+            let mut all: Vec<(u32, u64)> = per_rank.concat();
+            let total = all.len();
+            all.sort_unstable();
+            all.dedup();
+            assert_eq!(all.len(), total, "step {step}: a (layer, vertex) computed twice");
+            let single: BTreeSet<(u32, u64)> = dumped_dsts(&reference_dump, step)
+                .concat()
+                .into_iter()
+                .collect();
+            assert_eq!(all.into_iter().collect::<BTreeSet<_>>(), single);
+        }
+        let d = rel_diff(&reference, &read_params(&ck));
+        eprintln!("split on {np} ranks: relative parameter difference {d:.2e}");
+        assert!(d <= 1e-4, "split on {np} ranks: relative difference {d}");
+        let line = std::fs::read_to_string(&metrics).unwrap();
+        let v: serde_json::Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+        let layers = v["split"].as_array().expect("split statistics in the epoch JSON");
+        assert_eq!(layers.len(), 2);
+        for l in layers {
+            let imb = l["imbalance"].as_f64().unwrap();
+            let cross = l["cross_pct"].as_f64().unwrap();
+            assert!((1.0..10.0).contains(&imb) && (0.0..=100.0).contains(&cross), "{l}");
+        }
+    }
 }
