@@ -8,10 +8,11 @@ Prints one JSON line on stdout (see README.md); logs go to stderr.
 
 * sage: 3 x SAGEConv(aggr='mean'), hidden 256, ReLU and dropout 0.5 between layers;
   NeighborLoader with fanouts 15,10,5 from the seeds outward (PyG's own convention), batch 1024
-  seeds, all training vertices once per epoch, shuffled; Adam lr 0.003. Each layer is trimmed to
-  the hops it still needs (`trim_to_layer`, PyG's hierarchical sampling), which computes the
-  same seed outputs as running every layer on the whole sampled subgraph, with less work.
-  Neighbour sampling needs torch_sparse or pyg-lib (setup.sh builds torch_sparse).
+  seeds, all training vertices once per epoch, shuffled; Adam lr 0.003. Every layer runs on the
+  whole sampled subgraph and the loss takes the seeds' rows (PyG's standard form). Neighbour
+  sampling needs torch_sparse or pyg-lib (setup.sh builds torch_sparse; pyg-lib is not on PyPI).
+  Only pyg-lib reports per-hop counts: with it, each layer is trimmed to the hops it still needs
+  (`trim_to_layer`), which gives the seeds the same outputs with less work.
 * gcn: 2 x GCNConv (symmetric normalisation, self-loops added where missing, normalisation
   cached), hidden 256, ReLU and dropout 0.5 between layers, Adam lr 0.01, on a torch CSR
   adjacency (`adj_t`, rows = receiving vertex), which is gnnpar's CSR as stored.
@@ -132,8 +133,10 @@ def train_sage(args, data: common.Graph, run: common.Run) -> None:
                 except StopIteration:
                     break
             with train_t:
-                out = model(batch.x, batch.edge_index, batch.num_sampled_nodes,
-                            batch.num_sampled_edges)
+                # Per-hop counts exist only with pyg-lib's sampler (None-less attributes are
+                # absent otherwise); without them no trimming.
+                out = model(batch.x, batch.edge_index, getattr(batch, "num_sampled_nodes", None),
+                            getattr(batch, "num_sampled_edges", None))
                 loss = F.cross_entropy(out[:batch.batch_size], batch.y[:batch.batch_size])
                 opt.zero_grad()
                 loss.backward()
@@ -190,7 +193,8 @@ def main() -> None:
     sampler = ("pyg_lib" if pyg_typing.WITH_PYG_LIB
                else "torch_sparse" if pyg_typing.WITH_TORCH_SPARSE else None)
     run.finish({"torch_version": torch.__version__,
-                "sampler": sampler if args.model == "sage" else None})
+                "sampler": sampler if args.model == "sage" else None,
+                "trim_to_layer": args.model == "sage" and pyg_typing.WITH_PYG_LIB})
 
 
 if __name__ == "__main__":

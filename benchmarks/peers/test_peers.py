@@ -192,19 +192,39 @@ class SystemsAgreeTests(unittest.TestCase):
         np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-5)
 
     def test_scripts_print_one_json_line(self):
-        for script in ("dgl_bench.py", "pyg_bench.py"):
-            out = subprocess.run(
-                [sys.executable, str(HERE / script), "--data", str(self.path), "--model", "gcn",
-                 "--epochs", "3", "--threads", "1"],
-                capture_output=True, text=True, check=True).stdout.strip().splitlines()
-            self.assertEqual(len(out), 1, out)
-            result = json.loads(out[0])
-            self.assertEqual(result["system"], script.split("_")[0])
-            self.assertEqual(result["epochs"], 3)
-            self.assertEqual(len(result["epoch_seconds"]), 3)
-            self.assertEqual(result["metric_name"], "accuracy")
-            self.assertEqual(result["dataset"], "tiny")
-            self.assertGreater(result["peak_rss_mb"], 0)
+        runs = [(script, model) for script in ("dgl_bench.py", "pyg_bench.py")
+                for model in ("gcn", "sage")]
+        for script, model in runs:
+            if script == "pyg_bench.py" and model == "sage" and not (
+                    have("torch_sparse") or have("pyg_lib")):
+                print("SKIPPED: PyG SAGE needs torch_sparse or pyg_lib", file=sys.stderr)
+                continue
+            with self.subTest(script=script, model=model):
+                proc = subprocess.run(
+                    [sys.executable, str(HERE / script), "--data", str(self.path), "--model",
+                     model, "--epochs", "3", "--threads", "1", "--batch-size", "2"],
+                    capture_output=True, text=True)
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                out = proc.stdout.strip().splitlines()
+                self.assertEqual(len(out), 1, out)
+                result = json.loads(out[0])
+                self.assertEqual(result["system"], script.split("_")[0])
+                self.assertEqual(result["model"], model)
+                self.assertEqual(len(result["epoch_seconds"]), 3)
+                self.assertEqual(result["metric_name"], "accuracy")
+                self.assertEqual(result["dataset"], "tiny")
+                self.assertIn(result["best_epoch"], [0, 1, 2])
+                self.assertGreater(result["peak_rss_mb"], 0)
+                if model == "sage":
+                    # 3 training seeds in batches of 2: two mini-batches sampled per epoch.
+                    self.assertGreater(result["sample_seconds"], 0)
+
+    def test_bad_option_is_refused(self):
+        proc = subprocess.run(
+            [sys.executable, str(HERE / "dgl_bench.py"), "--data", str(self.path),
+             "--fanouts", "15,10"], capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("--fanouts has 2 entries but --layers is 3", proc.stderr)
 
 
 if __name__ == "__main__":
