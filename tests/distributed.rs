@@ -188,8 +188,6 @@ impl Fixture {
 
 const TRAIN: &[&str] = &[
     "train",
-    "--model",
-    "sage",
     "--layers",
     "2",
     "--hidden",
@@ -385,8 +383,12 @@ fn split_on_2_and_4_ranks_trains_the_same_model_as_1_rank_without_redundant_work
     mpirun_ok(
         1,
         &train_args(&[
-            "--data", ds.to_str().unwrap(), "--checkpoint", ref_ck.to_str().unwrap(),
-            "--dump-blocks", reference_dump.to_str().unwrap(),
+            "--data",
+            ds.to_str().unwrap(),
+            "--checkpoint",
+            ref_ck.to_str().unwrap(),
+            "--dump-blocks",
+            reference_dump.to_str().unwrap(),
         ]),
     );
     let reference = read_params(&ref_ck);
@@ -398,9 +400,16 @@ fn split_on_2_and_4_ranks_trains_the_same_model_as_1_rank_without_redundant_work
         mpirun_ok(
             np,
             &train_args(&[
-                "--strategy", "split", "--data", fx.path(parts).to_str().unwrap(),
-                "--checkpoint", ck.to_str().unwrap(), "--dump-blocks", dump.to_str().unwrap(),
-                "--metrics", metrics.to_str().unwrap(),
+                "--strategy",
+                "split",
+                "--data",
+                fx.path(parts).to_str().unwrap(),
+                "--checkpoint",
+                ck.to_str().unwrap(),
+                "--dump-blocks",
+                dump.to_str().unwrap(),
+                "--metrics",
+                metrics.to_str().unwrap(),
             ]),
         );
         for step in 0..5 {
@@ -417,7 +426,11 @@ fn split_on_2_and_4_ranks_trains_the_same_model_as_1_rank_without_redundant_work
             let total = all.len();
             all.sort_unstable();
             all.dedup();
-            assert_eq!(all.len(), total, "step {step}: a (layer, vertex) computed twice");
+            assert_eq!(
+                all.len(),
+                total,
+                "step {step}: a (layer, vertex) computed twice"
+            );
             let single: BTreeSet<(u32, u64)> = dumped_dsts(&reference_dump, step)
                 .concat()
                 .into_iter()
@@ -429,12 +442,52 @@ fn split_on_2_and_4_ranks_trains_the_same_model_as_1_rank_without_redundant_work
         assert!(d <= 1e-4, "split on {np} ranks: relative difference {d}");
         let line = std::fs::read_to_string(&metrics).unwrap();
         let v: serde_json::Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
-        let layers = v["split"].as_array().expect("split statistics in the epoch JSON");
+        let layers = v["split"]
+            .as_array()
+            .expect("split statistics in the epoch JSON");
         assert_eq!(layers.len(), 2);
         for l in layers {
             let imb = l["imbalance"].as_f64().unwrap();
             let cross = l["cross_pct"].as_f64().unwrap();
-            assert!((1.0..10.0).contains(&imb) && (0.0..=100.0).contains(&cross), "{l}");
+            assert!(
+                (1.0..10.0).contains(&imb) && (0.0..=100.0).contains(&cross),
+                "{l}"
+            );
+        }
+    }
+}
+
+#[test]
+fn dnp_and_split_with_sage_and_gat_on_2_and_4_ranks_train_the_same_model_as_1_rank() {
+    if !have_mpirun() {
+        return;
+    }
+    let fx = Fixture::new();
+    let ds = fx.path("sbm.h5");
+    for model in ["sage", "gat"] {
+        let ref_ck = fx.path(&format!("ref-{model}.h5"));
+        let mut args = train_args(&["--data", ds.to_str().unwrap()]);
+        args.extend(["--model", model, "--checkpoint", ref_ck.to_str().unwrap()]);
+        mpirun_ok(1, &args);
+        let reference = read_params(&ref_ck);
+        for strategy in ["dnp", "split"] {
+            for (np, parts) in [(2, "parts2"), (4, "parts4")] {
+                let ck = fx.path(&format!("{strategy}-{model}-{np}.h5"));
+                let parts = fx.path(parts);
+                let mut args = train_args(&["--data", parts.to_str().unwrap()]);
+                args.extend([
+                    "--model",
+                    model,
+                    "--strategy",
+                    strategy,
+                    "--checkpoint",
+                    ck.to_str().unwrap(),
+                ]);
+                mpirun_ok(np, &args);
+                let d = rel_diff(&reference, &read_params(&ck));
+                eprintln!("{strategy} {model} on {np} ranks: relative difference {d:.2e}");
+                assert!(d <= 1e-4, "{strategy} {model} on {np} ranks: {d}");
+            }
         }
     }
 }

@@ -8,6 +8,36 @@ use crate::graph::NodeId;
 use ndarray::{Array2, ArrayView2};
 use rayon::prelude::*;
 
+/// Group `wanted` by owner (stably): the request buffer, the count per owner, and each
+/// wanted id's position in the request buffer (= in the reply buffer).
+fn route(offsets: &[u64], ranks: usize, wanted: &[NodeId]) -> (Vec<NodeId>, Vec<usize>, Vec<u32>) {
+    let mut counts = vec![0usize; ranks];
+    let owners: Vec<usize> = wanted
+        .iter()
+        .map(|&v| {
+            let o = owner_of(offsets, v as u64);
+            counts[o] += 1;
+            o
+        })
+        .collect();
+    let mut starts: Vec<usize> = counts
+        .iter()
+        .scan(0, |acc, &c| {
+            let s = *acc;
+            *acc += c;
+            Some(s)
+        })
+        .collect();
+    let mut request = vec![0 as NodeId; wanted.len()];
+    let mut recv_pos = vec![0u32; wanted.len()];
+    for (i, (&v, &o)) in wanted.iter().zip(&owners).enumerate() {
+        request[starts[o]] = v;
+        recv_pos[i] = starts[o] as u32;
+        starts[o] += 1;
+    }
+    (request, counts, recv_pos)
+}
+
 /// A plan for moving rows of a row-partitioned matrix to the ranks that need them.
 #[derive(Clone, Debug, Default)]
 pub struct RowExchange {
@@ -39,32 +69,7 @@ impl RowExchange {
         wanted: &[NodeId],
         owner_row: impl Fn(NodeId) -> u32,
     ) -> RowExchange {
-        let ranks = group.size();
-        let mut counts = vec![0usize; ranks];
-        let owners: Vec<usize> = wanted
-            .iter()
-            .map(|&v| {
-                let o = owner_of(offsets, v as u64);
-                counts[o] += 1;
-                o
-            })
-            .collect();
-        // Stable grouping by owner: position of each wanted id inside its owner's chunk.
-        let mut starts: Vec<usize> = counts
-            .iter()
-            .scan(0, |acc, &c| {
-                let s = *acc;
-                *acc += c;
-                Some(s)
-            })
-            .collect();
-        let mut request = vec![0 as NodeId; wanted.len()];
-        let mut recv_pos = vec![0u32; wanted.len()];
-        for (i, (&v, &o)) in wanted.iter().zip(&owners).enumerate() {
-            request[starts[o]] = v;
-            recv_pos[i] = starts[o] as u32;
-            starts[o] += 1;
-        }
+        let (request, counts, recv_pos) = route(offsets, group.size(), wanted);
         let (asked, asked_counts) = group.alltoallv("plan_ids", &request, &counts);
         let send_rows = asked.iter().map(|&v| owner_row(v)).collect();
         RowExchange {
@@ -73,6 +78,39 @@ impl RowExchange {
             recv_counts: counts,
             recv_pos,
         }
+    }
+
+    /// A plan whose rows on each owner are the distinct ids it was asked for, in order of
+    /// first request (rank order, then request order): the owner computes each requested
+    /// vertex once, however many ranks ask for it. Returns the plan and this rank's distinct
+    /// requested ids (the rows it must provide). Collective.
+    pub fn to_owners(
+        group: &Group,
+        offsets: &[u64],
+        wanted: &[NodeId],
+    ) -> (RowExchange, Vec<NodeId>) {
+        let (request, counts, recv_pos) = route(offsets, group.size(), wanted);
+        let (asked, asked_counts) = group.alltoallv("plan_ids", &request, &counts);
+        let mut distinct = Vec::new();
+        let mut slot: std::collections::HashMap<NodeId, u32> = std::collections::HashMap::new();
+        let send_rows = asked
+            .iter()
+            .map(|&v| {
+                *slot.entry(v).or_insert_with(|| {
+                    distinct.push(v);
+                    (distinct.len() - 1) as u32
+                })
+            })
+            .collect();
+        (
+            RowExchange {
+                send_rows,
+                send_counts: asked_counts,
+                recv_counts: counts,
+                recv_pos,
+            },
+            distinct,
+        )
     }
 
     /// Number of wanted rows.

@@ -4,6 +4,7 @@
 pub mod cache;
 pub mod checkpoint;
 pub mod data;
+pub mod dnp;
 pub mod dump;
 pub mod metrics;
 pub mod report;
@@ -450,6 +451,18 @@ impl<'w> Trainer<'w> {
                     acc.cross_edges += s.cross_edges;
                 }
                 out
+            } else if self.cfg.strategy == "dnp" && !self.cfg.full_batch {
+                dnp::dnp_step(
+                    &mut self.model,
+                    &mut self.data,
+                    self.world,
+                    batch,
+                    &self.cfg.fanouts,
+                    key,
+                    self.cfg.uses_self_loops(),
+                    scale,
+                    &mut times,
+                )?
             } else if self.cfg.full_batch {
                 self.ensure_full_plan();
                 let (plan, transpose) = self.full.as_ref().expect("built above");
