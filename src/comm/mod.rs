@@ -208,8 +208,9 @@ fn install_panic_abort() {
 }
 
 /// Rayon threads for this rank: `requested` if given, else `SLURM_CPUS_PER_TASK`, else the
-/// cores of this node divided by the ranks on it (as the launcher reports them), at least 1.
-pub fn threads_per_rank(requested: Option<usize>) -> usize {
+/// cores of this node divided by `ranks_on_node` (the size of the node-local communicator),
+/// at least 1.
+pub fn threads_per_rank(requested: Option<usize>, ranks_on_node: usize) -> usize {
     if let Some(t) = requested {
         return t;
     }
@@ -217,12 +218,5 @@ pub fn threads_per_rank(requested: Option<usize>) -> usize {
         return t.max(1);
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let local_ranks = env_usize(&[
-        "OMPI_COMM_WORLD_LOCAL_SIZE",
-        "MPI_LOCALNRANKS",
-        "SLURM_NTASKS_PER_NODE",
-    ])
-    .unwrap_or(1)
-    .max(1);
-    (cores / local_ranks).max(1)
+    (cores / ranks_on_node.max(1)).max(1)
 }

@@ -128,7 +128,7 @@ impl TrainArgs {
 pub fn run(args: TrainArgs) -> Result<()> {
     let cfg = args.resolve()?;
     let world = World::init()?;
-    let threads = crate::comm::threads_per_rank(cfg.threads);
+    let threads = crate::comm::threads_per_rank(cfg.threads, world.node().size());
     // The global pool can only be built once per process; a second build (tests calling
     // the library twice) keeps the first, which is fine.
     let _ = rayon::ThreadPoolBuilder::new()
@@ -136,10 +136,16 @@ pub fn run(args: TrainArgs) -> Result<()> {
         .build_global();
     if world.rank() == 0 {
         log::info!(
-            "resolved config: {} ({} ranks, {} threads per rank)",
+            "resolved config: {} ({} ranks on {} node(s), {} threads per rank{})",
             serde_json::to_string(&cfg)?,
             world.size(),
-            rayon::current_num_threads()
+            world.node_index().1,
+            rayon::current_num_threads(),
+            if cfg.threads.is_some() {
+                ", as requested"
+            } else {
+                ", cores / ranks on the node"
+            }
         );
     }
     let files = RunFiles {

@@ -380,6 +380,29 @@ impl<'w> Trainer<'w> {
         Ok(())
     }
 
+    /// Debug builds: every rank must hold bit-identical parameters after every step (the
+    /// allreduce makes the gradients identical, and Adam is elementwise).
+    #[cfg(debug_assertions)]
+    fn check_identical_params(&self) -> Result<()> {
+        let hash = self
+            .model
+            .params
+            .values
+            .iter()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, v| {
+                (h ^ v.to_bits() as u64).wrapping_mul(0x0100_0000_01b3)
+            });
+        let all = self.world.allgather_u64(hash);
+        if all.iter().any(|&h| h != all[0]) {
+            bail!(
+                "parameters differ across ranks after step {} (hashes {all:x?}): a strategy \
+                 broke data-parallel consistency",
+                self.pos.step
+            );
+        }
+        Ok(())
+    }
+
     fn steps_exhausted(&self) -> bool {
         self.cfg.max_steps.is_some_and(|m| self.pos.step >= m)
     }
@@ -519,6 +542,8 @@ impl<'w> Trainer<'w> {
             self.adam
                 .step(&mut self.model.params.values, &self.model.params.grads);
             times.optimizer += t.elapsed().as_secs_f64();
+            #[cfg(debug_assertions)]
+            self.check_identical_params()?;
             self.pos.step += 1;
             self.pos.batch += 1;
             progress.inc(1);
