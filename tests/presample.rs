@@ -77,10 +77,7 @@ fn presample(data: &Path, epochs: u64, seed: u64, batch: u64, out: &Path) -> Val
 fn column_rel_l1(a: &VertexEdgeWeights, b: &VertexEdgeWeights, c: usize) -> f64 {
     let ca = a.vertex_weights.column(c);
     let cb = b.vertex_weights.column(c);
-    let (ta, tb) = (
-        ca.iter().sum::<i64>() as f64,
-        cb.iter().sum::<i64>() as f64,
-    );
+    let (ta, tb) = (ca.iter().sum::<i64>() as f64, cb.iter().sum::<i64>() as f64);
     ca.iter()
         .zip(cb.iter())
         .map(|(&x, &y)| (x as f64 / ta - y as f64 / tb).abs())
@@ -108,10 +105,7 @@ fn weights_are_stable_between_10_and_20_epochs() {
     // Every training seed is in every epoch exactly once: column 0 is the same to rounding.
     assert!(column_rel_l1(&a, &b, 0) < 1e-6);
     let (ea, eb) = (&a.edge_weights, &b.edge_weights);
-    let (ta, tb) = (
-        ea.iter().sum::<i64>() as f64,
-        eb.iter().sum::<i64>() as f64,
-    );
+    let (ta, tb) = (ea.iter().sum::<i64>() as f64, eb.iter().sum::<i64>() as f64);
     let de: f64 = ea
         .iter()
         .zip(eb)
@@ -155,9 +149,33 @@ fn weights_are_deterministic_and_independent_of_threads() {
     // A different seed samples differently.
     let other = dir.path().join("other.h5");
     presample(&data, 3, 8, 100, &other);
-    assert_ne!(read_weights(&other).unwrap().edge_weights, files[0].edge_weights);
+    assert_ne!(
+        read_weights(&other).unwrap().edge_weights,
+        files[0].edge_weights
+    );
+    // --no-edge-weights: the same vertex weights, every edge weight 0.
+    let nodes_only = dir.path().join("nodes-only.h5");
+    let j = ok_json(&[
+        "presample",
+        s(&data),
+        "--epochs",
+        "3",
+        "--fanouts",
+        "10,5",
+        "--batch-size",
+        "100",
+        "--seed",
+        "7",
+        "--no-edge-weights",
+        "-o",
+        s(&nodes_only),
+    ]);
+    assert_eq!(j["presample"]["edge_weights"], false);
+    let n = read_weights(&nodes_only).unwrap();
+    assert_eq!(n.vertex_weights, files[0].vertex_weights);
+    assert!(n.edge_weights.iter().all(|&w| w == 0));
     // Edge weights are aligned with the stored edges; some edges are never sampled.
-    assert!(files[0].edge_weights.iter().any(|&w| w == 0));
+    assert!(files[0].edge_weights.contains(&0));
     assert!(files[0].edge_weights.iter().any(|&w| w > 0));
 }
 
@@ -288,7 +306,12 @@ fn weighted_partition_beats_random_on_cuts_and_unweighted_metis_on_balance() {
         per_hop(&random, "cross_edge_percent"),
     );
     for h in 0..3 {
-        assert!(wc[h] < rc[h], "hop {h}: weighted {} vs random {}", wc[h], rc[h]);
+        assert!(
+            wc[h] < rc[h],
+            "hop {h}: weighted {} vs random {}",
+            wc[h],
+            rc[h]
+        );
     }
     let max = |v: Vec<f64>| v.into_iter().fold(0.0f64, f64::max);
     let wi = max(per_hop(&weighted, "vertex_imbalance"));
@@ -299,5 +322,8 @@ fn weighted_partition_beats_random_on_cuts_and_unweighted_metis_on_balance() {
     );
     let we = max(per_hop(&weighted, "edge_imbalance"));
     let ve = max(per_hop(&vertices, "edge_imbalance"));
-    assert!(we < ve, "worst per-layer edge imbalance: weighted {we} vs unweighted {ve}");
+    assert!(
+        we < ve,
+        "worst per-layer edge imbalance: weighted {we} vs unweighted {ve}"
+    );
 }

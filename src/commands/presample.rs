@@ -10,10 +10,10 @@
 
 use crate::config::TrainConfig;
 use crate::graph::{format, parts};
+use crate::partition::weights::write_weights;
 use crate::presample::{
     self, part_of_original_ids, LayerCounts, SamplerSpec, SplitStats, SplitStatsAccumulator,
 };
-use crate::partition::weights::write_weights;
 use crate::util::rss::peak_rss_mb;
 use anyhow::{bail, Result};
 use clap::Args;
@@ -45,6 +45,10 @@ pub struct PresampleArgs {
     /// Output weights file (HDF5; written under a temporary name, then renamed).
     #[arg(long, short = 'o', value_name = "weights.h5")]
     pub output: Option<PathBuf>,
+    /// Write every edge weight as 0 (METIS then minimises the plain edge cut): the
+    /// "node weights only" variant of GSplit's partitioning ablation.
+    #[arg(long, requires = "output")]
+    pub no_edge_weights: bool,
     /// Measure the split statistics of this partition directory over the sampled batches.
     #[arg(long, value_name = "parts/")]
     pub evaluate: Option<PathBuf>,
@@ -63,6 +67,8 @@ pub struct PresampleReport {
     pub batches: u64,
     /// The weights file written, if any.
     pub weights: Option<String>,
+    /// Whether its edge weights were zeroed (`--no-edge-weights`).
+    pub edge_weights: bool,
     /// `weight = round(count / epochs · weight_scale)` (null without `-o`).
     pub weight_scale: Option<f64>,
     /// Per weight column (hops from the seeds outward, then input rows): mean count per epoch
@@ -148,7 +154,10 @@ pub fn run(args: PresampleArgs) -> Result<PresampleReport> {
 
     let weight_scale = match &args.output {
         Some(path) => {
-            let (weights, scale) = counts.to_weights(spec.epochs)?;
+            let (mut weights, scale) = counts.to_weights(spec.epochs)?;
+            if args.no_edge_weights {
+                weights.edge_weights.iter_mut().for_each(|w| *w = 0);
+            }
             write_weights(&weights, path)?;
             log::info!("wrote `{}`", path.display());
             Some(scale)
@@ -170,6 +179,7 @@ pub fn run(args: PresampleArgs) -> Result<PresampleReport> {
         seed: spec.seed,
         batches,
         weights: args.output.as_ref().map(|p| p.display().to_string()),
+        edge_weights: args.output.is_some() && !args.no_edge_weights,
         weight_scale,
         vertex_count_per_epoch: (0..counts.columns())
             .map(|c| per_epoch(counts.column_total(c)))

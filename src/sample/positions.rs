@@ -142,7 +142,11 @@ impl Floyd {
             for i in 0..k {
                 let j = deg - k + i;
                 let t = draw(i, j);
-                let pick = if bits[t / 64] >> (t % 64) & 1 == 1 { j } else { t };
+                let pick = if bits[t / 64] >> (t % 64) & 1 == 1 {
+                    j
+                } else {
+                    t
+                };
                 bits[pick / 64] |= 1 << (pick % 64);
                 chosen.push(pick);
             }
@@ -215,11 +219,11 @@ mod tests {
                             ds.graph.indptr[row] as usize,
                             ds.graph.indptr[row + 1] as usize,
                         );
-                        let pos = &got.positions[got.sampled.offsets[i]..got.sampled.offsets[i + 1]];
+                        let pos =
+                            &got.positions[got.sampled.offsets[i]..got.sampled.offsets[i + 1]];
                         assert!(pos.iter().all(|&e| (lo..hi).contains(&e)), "row {row}");
                         assert!(pos.windows(2).all(|w| w[0] < w[1]), "distinct, increasing");
-                        let read: Vec<NodeId> =
-                            pos.iter().map(|&e| ds.graph.indices[e]).collect();
+                        let read: Vec<NodeId> = pos.iter().map(|&e| ds.graph.indices[e]).collect();
                         assert_eq!(read, want.row(i), "fanout {fanout} vertex {v}");
                     }
                 }
