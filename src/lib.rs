@@ -17,6 +17,7 @@ pub mod dist;
 pub mod graph;
 pub mod nn;
 pub mod partition;
+pub mod presample;
 pub mod sample;
 pub mod tensor;
 pub mod train;

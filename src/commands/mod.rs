@@ -4,6 +4,7 @@ pub mod generate;
 pub mod info;
 pub mod partition;
 pub mod prepare;
+pub mod presample;
 pub mod train;
 
 use anyhow::Result;
@@ -30,6 +31,8 @@ pub enum Command {
     Partition(partition::PartitionArgs),
     /// Train a GNN (GraphSAGE, GCN, GAT) on a dataset, a partition, or the synthetic default.
     Train(train::TrainArgs),
+    /// Pre-sample training mini-batches into partition weights; measure a partition's split statistics.
+    Presample(presample::PresampleArgs),
 }
 
 /// Run the parsed command line.
@@ -40,5 +43,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Prepare(args) => prepare::run(args),
         Command::Partition(args) => partition::run(args).map(|_| ()),
         Command::Train(args) => train::run(args),
+        Command::Presample(args) => presample::run(args).map(|_| ()),
     }
 }

@@ -22,6 +22,7 @@ pub mod batches;
 pub mod block;
 pub mod build;
 pub mod neighbor;
+pub mod positions;
 pub mod rng;
 
 pub use batches::{epoch_batches, seed_order_key};

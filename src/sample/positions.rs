@@ -1,0 +1,233 @@
+//! Neighbour sampling that also says WHICH stored edges were drawn.
+//!
+//! [`sample_neighbor_positions`] draws exactly what [`sample_neighbors`](super::sample_neighbors)
+//! draws (same counter-based keys through the public [`rng`](super::rng) helpers, same Floyd
+//! algorithm, same increasing position order) and returns, alongside the neighbours, the index
+//! of every sampled edge in the dataset's `indices` array. Pre-sampling counts how often each
+//! stored edge is sampled with it; training keeps using the faster `sample_neighbors`.
+//!
+//! The two must stay in step: the unit test below checks that, for every fanout path (all
+//! neighbours, few draws, many draws), the positions read back exactly the neighbours that
+//! `sample_neighbors` returns. A change to the draw in `neighbor.rs` must be mirrored here.
+
+use super::neighbor::{sample_count, Adjacency, LayerKey, LocalGraph, Sampled};
+use super::rng::{below, HashKey};
+use crate::graph::NodeId;
+use rayon::prelude::*;
+
+/// Sampled neighbours and the stored edges they came from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SampledEdges {
+    /// The neighbours, exactly as `sample_neighbors` returns them.
+    pub sampled: Sampled,
+    /// `positions[i]` is the index into the dataset's `graph.indices` of the edge that
+    /// produced `sampled.neighbors[i]`.
+    pub positions: Vec<usize>,
+}
+
+/// Query vertices per rayon task (fixed, so the split never depends on the thread count).
+const CHUNK: usize = 512;
+
+/// [`sample_neighbors`](super::sample_neighbors) on a [`LocalGraph`], also returning the
+/// position in `graph.dataset().graph.indices` of every sampled edge.
+///
+/// # Panics
+/// When a vertex is not owned by `graph` (as `sample_neighbors`).
+pub fn sample_neighbor_positions(
+    graph: &LocalGraph,
+    vertices: &[NodeId],
+    fanout: i32,
+    key: LayerKey,
+) -> SampledEdges {
+    let ds = graph.dataset();
+    let first = ds.first_node;
+    let row_start = |v: NodeId| ds.graph.indptr[(v as u64 - first) as usize] as usize;
+
+    let mut offsets = Vec::with_capacity(vertices.len() + 1);
+    offsets.push(0usize);
+    let mut total = 0usize;
+    for &v in vertices {
+        assert!(
+            graph.owns(v),
+            "sample_neighbor_positions: vertex {v} is not owned here"
+        );
+        total += sample_count(fanout, graph.neighbors(v).len());
+        offsets.push(total);
+    }
+    let mut positions = vec![0usize; total];
+
+    // Each chunk of queries writes its own slice of the output.
+    let mut outs: Vec<(&[NodeId], &mut [usize])> =
+        Vec::with_capacity(vertices.len().div_ceil(CHUNK));
+    let mut rest: &mut [usize] = &mut positions;
+    for (c, chunk) in vertices.chunks(CHUNK).enumerate() {
+        let len = offsets[c * CHUNK + chunk.len()] - offsets[c * CHUNK];
+        let (head, tail) = rest.split_at_mut(len);
+        outs.push((chunk, head));
+        rest = tail;
+    }
+
+    // The same prefix as `LayerKey::prefix` in neighbor.rs.
+    let prefix = HashKey::new()
+        .push(key.seed)
+        .push(key.epoch)
+        .push(key.batch)
+        .push(key.layer as u64);
+    outs.into_par_iter().for_each(|(chunk, out)| {
+        let mut floyd = Floyd::default();
+        let mut at = 0;
+        for &v in chunk {
+            let deg = graph.neighbors(v).len();
+            let start = row_start(v);
+            let k = sample_count(fanout, deg);
+            let dst = &mut out[at..at + k];
+            at += k;
+            if k == deg {
+                for (i, d) in dst.iter_mut().enumerate() {
+                    *d = start + i;
+                }
+            } else {
+                floyd.choose(prefix.push(graph.orig_id(v)), deg, k);
+                for (d, &p) in dst.iter_mut().zip(&floyd.chosen) {
+                    *d = start + p;
+                }
+            }
+        }
+    });
+
+    let neighbors = positions.iter().map(|&e| ds.graph.indices[e]).collect();
+    SampledEdges {
+        sampled: Sampled { offsets, neighbors },
+        positions,
+    }
+}
+
+/// Up to this many draws, membership is a binary search in the sorted picks; above it, a bit
+/// set over the neighbour list (so a large fanout costs O(k log k), not O(k²)).
+const SORTED_MAX: usize = 64;
+
+/// Per-task buffers reused across vertices.
+#[derive(Default)]
+struct Floyd {
+    /// Chosen positions, sorted increasingly after [`Floyd::choose`].
+    chosen: Vec<usize>,
+    /// Membership bits for large draws; all zero between draws.
+    bits: Vec<u64>,
+}
+
+impl Floyd {
+    /// Floyd's algorithm as in neighbor.rs: draw `i` of `k` picks
+    /// `t = below(hash(vkey, i), j + 1)` with `j = deg - k + i`, and takes `j` instead when `t`
+    /// was already chosen. The chosen SET does not depend on how membership is tested.
+    fn choose(&mut self, vkey: HashKey, deg: usize, k: usize) {
+        let chosen = &mut self.chosen;
+        chosen.clear();
+        let draw = |i: usize, j: usize| below(vkey.push(i as u64).finish(), j as u64 + 1) as usize;
+        if k <= SORTED_MAX {
+            for i in 0..k {
+                let j = deg - k + i;
+                let t = draw(i, j);
+                // Every earlier pick is < j, so `j` itself is always new and goes last.
+                match chosen.binary_search(&t) {
+                    Ok(_) => chosen.push(j),
+                    Err(at) => chosen.insert(at, t),
+                }
+            }
+        } else {
+            let words = deg.div_ceil(64);
+            if self.bits.len() < words {
+                self.bits.resize(words, 0);
+            }
+            let bits = &mut self.bits;
+            for i in 0..k {
+                let j = deg - k + i;
+                let t = draw(i, j);
+                let pick = if bits[t / 64] >> (t % 64) & 1 == 1 {
+                    j
+                } else {
+                    t
+                };
+                bits[pick / 64] |= 1 << (pick % 64);
+                chosen.push(pick);
+            }
+            for &p in chosen.iter() {
+                bits[p / 64] = 0;
+            }
+            chosen.sort_unstable();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{Csr, Dataset, Splits};
+    use crate::sample::sample_neighbors;
+
+    /// A graph whose rows have degrees 0..=199, neighbours scattered (and repeated) so that a
+    /// wrong position would read a different neighbour.
+    fn graph(first_node: u64, num_nodes: u64) -> Dataset {
+        let rows = 200u32;
+        let (mut src, mut dst) = (Vec::new(), Vec::new());
+        for r in 0..rows {
+            for i in 0..r {
+                src.push(r);
+                dst.push((r * 7919 + i * 104_729) % num_nodes as u32);
+            }
+        }
+        Dataset {
+            name: "positions".into(),
+            num_nodes,
+            first_node,
+            graph: Csr::from_edges(rows as usize, &src, &dst),
+            features: None,
+            labels: None,
+            num_classes: 0,
+            splits: Splits::default(),
+            directed: true,
+        }
+    }
+
+    #[test]
+    fn positions_read_back_exactly_what_sample_neighbors_draws() {
+        for first in [0u64, 300] {
+            let ds = graph(first, 1000);
+            let orig: Vec<u64> = (0..1000u64).map(|v| (v * 37 + 11) % 1000).collect();
+            let g = LocalGraph::new(&ds, Some(&orig));
+            // Repeats and scattered order, as a frontier could be.
+            let vertices: Vec<NodeId> = (0..200u32)
+                .rev()
+                .chain([5, 5, 150])
+                .map(|v| v + first as u32)
+                .collect();
+            // -1: all; 3 and 15: the linear path; 40 and 120: the bit-set path.
+            for fanout in [-1, 1, 3, 15, 40, 120] {
+                for batch in 0..3 {
+                    let key = LayerKey {
+                        seed: 9,
+                        epoch: 2,
+                        batch,
+                        layer: 1,
+                    };
+                    let want = sample_neighbors(&g, &vertices, fanout, key);
+                    let got = sample_neighbor_positions(&g, &vertices, fanout, key);
+                    assert_eq!(got.sampled, want, "fanout {fanout} batch {batch}");
+                    assert_eq!(got.positions.len(), want.neighbors.len());
+                    for (i, &v) in vertices.iter().enumerate() {
+                        let row = (v as u64 - first) as usize;
+                        let (lo, hi) = (
+                            ds.graph.indptr[row] as usize,
+                            ds.graph.indptr[row + 1] as usize,
+                        );
+                        let pos =
+                            &got.positions[got.sampled.offsets[i]..got.sampled.offsets[i + 1]];
+                        assert!(pos.iter().all(|&e| (lo..hi).contains(&e)), "row {row}");
+                        assert!(pos.windows(2).all(|w| w[0] < w[1]), "distinct, increasing");
+                        let read: Vec<NodeId> = pos.iter().map(|&e| ds.graph.indices[e]).collect();
+                        assert_eq!(read, want.row(i), "fanout {fanout} vertex {v}");
+                    }
+                }
+            }
+        }
+    }
+}
