@@ -1,5 +1,6 @@
 //! The `gnnpar` command line: one sub-command per file, each with its own argument struct.
 
+pub mod export;
 pub mod generate;
 pub mod info;
 pub mod partition;
@@ -28,6 +29,8 @@ pub enum Command {
     Prepare(prepare::PrepareArgs),
     /// Partition a dataset into parts with contiguous vertex ids (METIS, random or hash).
     Partition(partition::PartitionArgs),
+    /// Export a dataset's graph for another tool (METIS text graph for `gpmetis`).
+    Export(export::ExportArgs),
     /// Train a GNN (GraphSAGE, GCN, GAT) on a dataset, a partition, or the synthetic default.
     Train(train::TrainArgs),
 }
@@ -40,5 +43,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Prepare(args) => prepare::run(args),
         Command::Partition(args) => partition::run(args).map(|_| ()),
         Command::Train(args) => train::run(args),
+        Command::Export(args) => export::run(args),
     }
 }
