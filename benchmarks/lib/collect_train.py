@@ -9,7 +9,7 @@ systems can be read side by side:
 
     workload, model, dataset, system, version, status ("ok", "skipped", "failed"), note,
     epochs, epoch_time_median, epoch_seconds, peak_rss_mb (measured from outside, the same way
-    for every system), wall_seconds, metric_name, val, test, best_epoch, final_loss,
+    for every system), wall_seconds and cpu_seconds (whole process), metric_name, val, test, best_epoch, final_loss,
     split_per_epoch (seconds per epoch by phase: gnnpar's sample / gather / forward / backward /
     optimizer, the peers' sample / train), threads, loadavg_before, loadavg_after.
 """
@@ -111,7 +111,7 @@ def peer_fields(base: str) -> dict:
         "split_per_epoch": {"sample": round(out.get("sample_seconds", 0.0) / runs, 4),
                             "train": round(out.get("train_seconds", 0.0) / runs, 4)},
     }
-    if "sampler" in out:
+    if out.get("sampler"):
         fields["sampler"] = out["sampler"]
     return fields
 
@@ -139,6 +139,9 @@ def collect(runs: str, workload: str, system: str, threads: int) -> dict:
         measured = json.load(f)
     line["wall_seconds"] = measured["wall_seconds"]
     line["peak_rss_mb"] = measured["peak_rss_mb"]
+    # CPU seconds of the whole process (start-up, loading, training, evaluation): less
+    # sensitive than wall time to other work sharing the cores.
+    line["cpu_seconds"] = round(measured["user_seconds"] + measured["system_seconds"], 3)
     if measured["rc"] != 0:
         line["status"] = "failed"
         line["note"] = f"exit {measured['rc']}: {tail(base + '.err')}"
