@@ -50,8 +50,19 @@ fn tiny_graph_in_metis_text_format() {
     let input = dir.path().join("tiny.h5");
     let output = dir.path().join("tiny.metis");
     format::write_dataset(&tiny_undirected(), &input).unwrap();
-    let out = gnnpar(&["export", path_str(&input), "--format", "metis", "-o", path_str(&output)]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = gnnpar(&[
+        "export",
+        path_str(&input),
+        "--format",
+        "metis",
+        "-o",
+        path_str(&output),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = std::fs::read_to_string(&output).unwrap();
     assert_eq!(text, "5 4\n2 3\n1 3\n1 2 4\n3\n\n");
     // The last stdout line is the machine-readable report.
@@ -90,8 +101,15 @@ fn directed_graph_needs_symmetrize_and_leaves_no_file() {
         "-o",
         path_str(&output),
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(std::fs::read_to_string(&output).unwrap(), "3 2\n2\n1 3\n2\n");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&output).unwrap(),
+        "3 2\n2\n1 3\n2\n"
+    );
 }
 
 #[test]
@@ -130,7 +148,11 @@ fn gpmetis_reads_the_export() {
     both(0, 50);
     format::write_dataset(&dataset(n as usize, &src, &dst, false), &input).unwrap();
     let out = gnnpar(&["export", path_str(&input), "-o", path_str(&output)]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let run = Command::new("gpmetis")
         .arg("-seed=0")
         .arg(&output)

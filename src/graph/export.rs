@@ -165,7 +165,10 @@ mod tests {
     fn directed_graph_needs_symmetrize() {
         let graph = Csr::from_edges(3, &[0, 1], &[1, 2]);
         let err = text_of(&graph, true, false).unwrap_err().to_string();
-        assert!(err.contains("test.h5") && err.contains("--symmetrize"), "{err}");
+        assert!(
+            err.contains("test.h5") && err.contains("--symmetrize"),
+            "{err}"
+        );
         let text = text_of(&graph, true, true).unwrap();
         assert_eq!(text, "3 2\n2\n1 3\n2\n");
     }
