@@ -1,5 +1,6 @@
 //! The `gnnpar` command line: one sub-command per file, each with its own argument struct.
 
+pub mod export;
 pub mod generate;
 pub mod info;
 pub mod partition;
@@ -29,6 +30,8 @@ pub enum Command {
     Prepare(prepare::PrepareArgs),
     /// Partition a dataset into parts with contiguous vertex ids (METIS, random or hash).
     Partition(partition::PartitionArgs),
+    /// Export a dataset's graph for another tool (METIS text graph for `gpmetis`).
+    Export(export::ExportArgs),
     /// Train a GNN (GraphSAGE, GCN, GAT) on a dataset, a partition, or the synthetic default.
     Train(train::TrainArgs),
     /// Pre-sample training mini-batches into partition weights; measure a partition's split statistics.
@@ -44,5 +47,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Partition(args) => partition::run(args).map(|_| ()),
         Command::Train(args) => train::run(args),
         Command::Presample(args) => presample::run(args).map(|_| ()),
+        Command::Export(args) => export::run(args),
     }
 }

@@ -5,6 +5,7 @@
 //! neighbour ids are global (ARCHITECTURE invariant 1, contiguous ownership).
 
 pub mod csr;
+pub mod export;
 pub mod format;
 pub mod generate;
 pub mod import;
