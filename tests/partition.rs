@@ -556,3 +556,42 @@ fn command_line_reports_json_stats() {
     let meta = check_partition(&ds, &out, 3);
     assert_eq!(json["edge_cut"], meta.edge_cut);
 }
+
+#[test]
+fn metis_cuts_far_fewer_edges_than_random_on_tolokers() {
+    let _serial = serial();
+    let data = std::env::var_os("GNNPAR_DATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/datasets"))
+        });
+    let npz = data.join("heterophilous/tolokers.npz");
+    if !npz.is_file() {
+        eprintln!(
+            "SKIPPED: metis_cuts_far_fewer_edges_than_random_on_tolokers: `{}` not found (set \
+             GNNPAR_DATA to the datasets directory)",
+            npz.display()
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("tolokers.h5");
+    let output = Command::new(env!("CARGO_BIN_EXE_gnnpar"))
+        .arg("prepare")
+        .arg(&npz)
+        .arg("-o")
+        .arg(&input)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "gnnpar prepare tolokers.npz failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let (metis, random) = metis_and_random_cut(&input, 4, tmp.path());
+    assert!(random > 0);
+    assert!(
+        (metis as f64) < 0.6 * random as f64,
+        "Tolokers: METIS cut {metis} is not below 0.6 × random {random}"
+    );
+}

@@ -1,0 +1,191 @@
+//! Helpers shared by the integration tests that run the `gnnpar` binary: where the binary and
+//! the real datasets are, running a command under a timeout, temporary directories, loud
+//! `SKIPPED` lines, and reading training outputs (summary JSON, checkpoint parameters).
+//!
+//! Each test file includes this module with `mod common;` and uses only some of it.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `gnnpar` binary Cargo built for these tests.
+pub const GNNPAR: &str = env!("CARGO_BIN_EXE_gnnpar");
+
+/// The directory of the real datasets: `GNNPAR_DATA`, or `../shared/datasets` next to the crate.
+pub fn data_dir() -> PathBuf {
+    std::env::var_os("GNNPAR_DATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/datasets"))
+        })
+}
+
+/// `rel` inside the datasets directory, or `None` after a loud `SKIPPED` line naming `test`.
+pub fn dataset(rel: &str, test: &str) -> Option<PathBuf> {
+    let path = data_dir().join(rel);
+    if path.is_file() {
+        Some(path)
+    } else {
+        eprintln!(
+            "SKIPPED: {test}: `{}` not found (set GNNPAR_DATA to the datasets directory)",
+            path.display()
+        );
+        None
+    }
+}
+
+/// Whether `mpirun` is on `PATH`; prints a loud `SKIPPED` line naming `test` when it is not.
+pub fn have_mpirun(test: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).any(|d| d.join("mpirun").is_file()))
+        .unwrap_or(false);
+    if !found {
+        eprintln!("SKIPPED: {test}: `mpirun` is not on PATH");
+    }
+    found
+}
+
+/// A fresh temporary directory, removed when dropped.
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("cannot create a temporary directory")
+}
+
+/// What a finished command produced.
+#[derive(Debug)]
+pub struct Outcome {
+    pub success: bool,
+    /// Exit code (`None` when killed by a signal).
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub seconds: f64,
+}
+
+impl Outcome {
+    /// Panic with the command's output unless it succeeded.
+    pub fn expect_ok(self, what: &str) -> Outcome {
+        assert!(
+            self.success,
+            "{what} failed (exit {:?}):\nstdout:\n{}\nstderr:\n{}",
+            self.code, self.stdout, self.stderr
+        );
+        self
+    }
+
+    /// The last non-empty stdout line parsed as JSON (`gnnpar train` prints its summary there).
+    pub fn last_json(&self) -> serde_json::Value {
+        let line = self
+            .stdout
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or_else(|| panic!("no stdout; stderr:\n{}", self.stderr));
+        serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("last stdout line is not JSON ({e}): {line}"))
+    }
+}
+
+/// Run `cmd` to completion, or kill it after `timeout` and panic. Both pipes are drained on
+/// their own threads so a chatty child never blocks on a full pipe.
+pub fn run_with_timeout(mut cmd: Command, timeout: Duration) -> Outcome {
+    let started = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot spawn {cmd:?}: {e}"));
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = pipe.read_to_string(&mut s);
+            s
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("piped stdout")));
+    let err = drain(Box::new(child.stderr.take().expect("piped stderr")));
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("cannot wait for child") {
+            break status;
+        }
+        if started.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stderr = err.join().unwrap_or_default();
+            panic!(
+                "{cmd:?} did not finish within {} s and was killed; stderr:\n{stderr}",
+                timeout.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Outcome {
+        success: status.success(),
+        code: status.code(),
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+        seconds: started.elapsed().as_secs_f64(),
+    }
+}
+
+/// `gnnpar <args>` with a timeout; `RUST_LOG` is pinned to `info` so stderr is predictable.
+pub fn gnnpar<S: AsRef<std::ffi::OsStr>>(args: &[S], timeout: Duration) -> Outcome {
+    let mut cmd = Command::new(GNNPAR);
+    cmd.args(args).env("RUST_LOG", "info");
+    run_with_timeout(cmd, timeout)
+}
+
+/// A path as `&str` (test paths are UTF-8).
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 path")
+}
+
+/// `gnnpar prepare <input> -o <dir>/<name>.h5`; returns the dataset path.
+pub fn prepare(input: &Path, dir: &Path, name: &str) -> PathBuf {
+    let out = dir.join(format!("{name}.h5"));
+    gnnpar(
+        &["prepare", s(input), "-o", s(&out)],
+        Duration::from_secs(300),
+    )
+    .expect_ok(&format!("gnnpar prepare {}", input.display()));
+    out
+}
+
+/// A float dataset of a checkpoint (`params`, `adam_m`, `adam_v`), read with the `hdf5` crate.
+pub fn read_f32s(checkpoint: &Path, name: &str) -> Vec<f32> {
+    let file = hdf5::File::open(checkpoint)
+        .unwrap_or_else(|e| panic!("cannot open `{}`: {e}", checkpoint.display()));
+    file.dataset(name)
+        .and_then(|d| d.read_raw::<f32>())
+        .unwrap_or_else(|e| panic!("cannot read `{name}` of `{}`: {e}", checkpoint.display()))
+}
+
+/// An integer attribute of a checkpoint (`epoch`, `step`, `batch`, `adam_t`).
+pub fn read_u64_attr(checkpoint: &Path, name: &str) -> u64 {
+    let file = hdf5::File::open(checkpoint)
+        .unwrap_or_else(|e| panic!("cannot open `{}`: {e}", checkpoint.display()));
+    file.attr(name)
+        .and_then(|a| a.read_scalar::<u64>())
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot read attribute `{name}` of `{}`: {e}",
+                checkpoint.display()
+            )
+        })
+}
+
+/// Bit patterns of a float slice, so equality is exact (and NaN equals the same NaN).
+pub fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Largest |a - b| / max(|a|, |b|, floor) over two equally long slices.
+pub fn max_rel_diff(a: &[f32], b: &[f32], floor: f32) -> f32 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| (x - y).abs() / x.abs().max(y.abs()).max(floor))
+        .fold(0.0, f32::max)
+}

@@ -1,0 +1,597 @@
+//! `gnnpar train` end to end: bitwise-exact resume (mini-batch and full-batch, at an epoch
+//! boundary and mid-epoch), determinism for a seed and across thread counts, the per-epoch
+//! JSON lines and the summary, every bad-input case of issue 3, and 2 MPI ranks training the
+//! same model as 1.
+
+mod common;
+
+use common::{bits, gnnpar, max_rel_diff, read_f32s, read_u64_attr, s, Outcome};
+use gnnpar::graph::{format, Csr, Dataset, Labels, NodeId, Splits};
+use ndarray::Array2;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// Longest a single small training run may take before it is killed.
+const RUN_TIMEOUT: Duration = Duration::from_secs(300);
+/// Longest an `mpirun` of the synthetic default may take.
+const MPI_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A small SBM (2,000 vertices, 20,000 edges, 16 features, 4 classes, 50/25/25 split) written
+/// by `gnnpar generate` into `dir`.
+fn small_sbm(dir: &Path) -> PathBuf {
+    let out = dir.join("sbm.h5");
+    gnnpar(
+        &[
+            "generate",
+            "sbm",
+            "--nodes",
+            "2000",
+            "--edges",
+            "20000",
+            "--features",
+            "16",
+            "--classes",
+            "4",
+            "--seed",
+            "7",
+            "-o",
+            s(&out),
+        ],
+        RUN_TIMEOUT,
+    )
+    .expect_ok("gnnpar generate sbm");
+    out
+}
+
+/// Mini-batch GraphSAGE with dropout on the small SBM: 1,000 training vertices in batches of
+/// 256 make 4 steps per epoch.
+const MINIBATCH: &str = r#"
+model = "sage"
+layers = 2
+hidden = 16
+fanouts = [5, 5]
+batch_size = 256
+dropout = 0.5
+lr = 0.01
+seed = 3
+"#;
+
+/// Full-batch GCN with dropout and weight decay: one step per epoch.
+const FULLBATCH: &str = r#"
+model = "gcn"
+layers = 2
+hidden = 16
+full_batch = true
+dropout = 0.5
+lr = 0.01
+weight_decay = 0.0005
+seed = 3
+"#;
+
+/// A run configuration written to `dir/<tag>.toml` (options given on the command line override
+/// it; clap refuses an option given twice, so the shared settings live in the file).
+fn config_file(dir: &Path, tag: &str, toml: &str) -> PathBuf {
+    let path = dir.join(format!("{tag}.toml"));
+    std::fs::write(&path, toml).unwrap();
+    path
+}
+
+/// `gnnpar train --data <data> --config <config> <extra>`; panics unless it succeeds.
+fn train(data: &Path, config: &Path, extra: &[&str]) -> Outcome {
+    let mut args = vec!["train", "--data", s(data), "--config", s(config)];
+    args.extend_from_slice(extra);
+    gnnpar(&args, RUN_TIMEOUT).expect_ok(&format!("gnnpar {}", args.join(" ")))
+}
+
+/// Parameters, Adam moments and step count of a checkpoint, for exact comparison.
+fn state(ck: &Path) -> (Vec<u32>, Vec<u32>, Vec<u32>, u64, u64) {
+    (
+        bits(&read_f32s(ck, "params")),
+        bits(&read_f32s(ck, "adam_m")),
+        bits(&read_f32s(ck, "adam_v")),
+        read_u64_attr(ck, "adam_t"),
+        read_u64_attr(ck, "step"),
+    )
+}
+
+/// Train `epochs` epochs straight through, then again interrupted by `first` (extra options of
+/// the first leg: `--epochs k` or `--max-steps s`) and resumed to `epochs`; the two final
+/// checkpoints must agree bit for bit.
+fn check_resume(toml: &str, epochs: usize, first: &[&str], expected_steps: u64) {
+    let tmp = common::tempdir();
+    let data = small_sbm(tmp.path());
+    let config = &config_file(tmp.path(), "run", toml);
+    let (a, b) = (tmp.path().join("a.h5"), tmp.path().join("b.h5"));
+    let n = epochs.to_string();
+    train(&data, config, &["--epochs", &n, "--checkpoint", s(&a)]);
+
+    // The first leg stops early: `first` is `--epochs k` or `--max-steps s` (then with
+    // `--epochs N`, so it stops mid-way through the same schedule).
+    let mut leg1 = vec!["--checkpoint", s(&b)];
+    if !first.contains(&"--epochs") {
+        leg1.extend_from_slice(&["--epochs", n.as_str()]);
+    }
+    leg1.extend_from_slice(first);
+    train(&data, config, &leg1);
+    let interrupted = state(&b);
+    let resumed_out = train(
+        &data,
+        config,
+        &["--epochs", &n, "--checkpoint", s(&b), "--resume"],
+    );
+    assert!(
+        resumed_out.stderr.contains("resumed from"),
+        "the second leg did not say it resumed:\n{}",
+        resumed_out.stderr
+    );
+
+    let (straight, resumed) = (state(&a), state(&b));
+    assert_eq!(
+        straight.4, expected_steps,
+        "uninterrupted run took the wrong step count"
+    );
+    assert!(
+        interrupted.4 > 0 && interrupted.4 < expected_steps,
+        "the first leg ({first:?}) stopped at step {} of {expected_steps}",
+        interrupted.4
+    );
+    assert_ne!(
+        interrupted.0, straight.0,
+        "the interrupted checkpoint already equals the final one; the test proves nothing"
+    );
+    assert_eq!(resumed.4, straight.4, "step counts differ");
+    assert_eq!(resumed.3, straight.3, "Adam step counters differ");
+    assert!(
+        resumed.0 == straight.0,
+        "`params` differ after resume ({first:?})"
+    );
+    assert!(
+        resumed.1 == straight.1,
+        "`adam_m` differs after resume ({first:?})"
+    );
+    assert!(
+        resumed.2 == straight.2,
+        "`adam_v` differs after resume ({first:?})"
+    );
+}
+
+#[test]
+fn minibatch_resume_at_an_epoch_boundary_is_bitwise_exact() {
+    // 3 epochs × 4 steps; the first leg stops after epoch 1.
+    check_resume(MINIBATCH, 3, &["--epochs", "1"], 12);
+}
+
+#[test]
+fn minibatch_resume_mid_epoch_is_bitwise_exact() {
+    // `--max-steps 6` stops halfway through the second epoch.
+    check_resume(MINIBATCH, 3, &["--max-steps", "6"], 12);
+}
+
+#[test]
+fn fullbatch_resume_is_bitwise_exact() {
+    check_resume(FULLBATCH, 6, &["--epochs", "2"], 6);
+    check_resume(FULLBATCH, 6, &["--max-steps", "5"], 6);
+}
+
+#[test]
+fn same_seed_same_parameters_other_seed_other_parameters() {
+    let tmp = common::tempdir();
+    let data = small_sbm(tmp.path());
+    let ck = |name: &str| tmp.path().join(name);
+    for (toml, tag) in [(MINIBATCH, "mb"), (FULLBATCH, "fb")] {
+        let config = &config_file(tmp.path(), tag, toml);
+        let (a, b, c) = (
+            ck(&format!("{tag}-a.h5")),
+            ck(&format!("{tag}-b.h5")),
+            ck(&format!("{tag}-c.h5")),
+        );
+        train(&data, config, &["--epochs", "2", "--checkpoint", s(&a)]);
+        train(&data, config, &["--epochs", "2", "--checkpoint", s(&b)]);
+        // `--seed` overrides the one in the config file.
+        train(
+            &data,
+            config,
+            &["--epochs", "2", "--checkpoint", s(&c), "--seed", "4"],
+        );
+        let (pa, pb, pc) = (
+            read_f32s(&a, "params"),
+            read_f32s(&b, "params"),
+            read_f32s(&c, "params"),
+        );
+        assert!(bits(&pa) == bits(&pb), "{tag}: two identical runs differ");
+        assert_ne!(
+            bits(&pa),
+            bits(&pc),
+            "{tag}: --seed 4 gave the parameters of --seed 3"
+        );
+    }
+}
+
+#[test]
+fn one_and_two_threads_train_identical_parameters() {
+    let tmp = common::tempdir();
+    let data = small_sbm(tmp.path());
+    for (toml, tag) in [(MINIBATCH, "mb"), (FULLBATCH, "fb")] {
+        let config = &config_file(tmp.path(), tag, toml);
+        let one = tmp.path().join(format!("{tag}-t1.h5"));
+        let two = tmp.path().join(format!("{tag}-t2.h5"));
+        train(
+            &data,
+            config,
+            &["--epochs", "2", "--threads", "1", "--checkpoint", s(&one)],
+        );
+        let out = train(
+            &data,
+            config,
+            &["--epochs", "2", "--threads", "2", "--checkpoint", s(&two)],
+        );
+        assert_eq!(
+            out.last_json()["threads"],
+            2,
+            "--threads 2 was not honoured"
+        );
+        assert!(
+            bits(&read_f32s(&one, "params")) == bits(&read_f32s(&two, "params")),
+            "{tag}: --threads 1 and --threads 2 trained different parameters"
+        );
+    }
+}
+
+#[test]
+fn metrics_lines_and_summary_report_the_best_validation_epoch() {
+    let tmp = common::tempdir();
+    let data = small_sbm(tmp.path());
+    let metrics = tmp.path().join("metrics.jsonl");
+    let summary_path = tmp.path().join("summary.json");
+    let epochs = 5;
+    let out = train(
+        &data,
+        &config_file(tmp.path(), "mb", MINIBATCH),
+        &[
+            "--epochs",
+            &epochs.to_string(),
+            "--eval-every",
+            "1",
+            "--metrics",
+            s(&metrics),
+            "--summary",
+            s(&summary_path),
+        ],
+    );
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&metrics)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line ({e}): {l}")))
+        .collect();
+    assert_eq!(lines.len(), epochs, "one line per epoch expected");
+    for (i, line) in lines.iter().enumerate() {
+        assert_eq!(line["epoch"], i, "epochs out of order: {line}");
+        assert!(line["loss"].as_f64().is_some_and(f64::is_finite), "{line}");
+        for key in ["train", "val", "test"] {
+            let v = line[key]
+                .as_f64()
+                .unwrap_or_else(|| panic!("no `{key}` in {line}"));
+            assert!((0.0..=1.0).contains(&v), "`{key}` = {v} out of [0, 1]");
+        }
+        for phase in [
+            "sample",
+            "gather",
+            "forward",
+            "backward",
+            "allreduce",
+            "optimizer",
+            "eval",
+        ] {
+            let secs = line["seconds"][phase]
+                .as_f64()
+                .unwrap_or_else(|| panic!("no `seconds.{phase}` in {line}"));
+            assert!(secs >= 0.0, "negative seconds.{phase} in {line}");
+        }
+        // Two layers over 4 batches: at least the 1,000 seeds and some edges every epoch.
+        assert!(line["nodes"].as_u64().is_some_and(|n| n >= 1000), "{line}");
+        assert!(line["edges"].as_u64().is_some_and(|n| n > 0), "{line}");
+        assert_eq!(line["steps"], 4 * (i + 1), "{line}");
+    }
+    // The best validation epoch (the first one on ties) and its test metric.
+    let best = lines
+        .iter()
+        .fold(None::<&serde_json::Value>, |best, l| match best {
+            Some(b) if b["val"].as_f64() >= l["val"].as_f64() => Some(b),
+            _ => Some(l),
+        })
+        .unwrap();
+    let printed = out.last_json();
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary_path).unwrap()).unwrap();
+    for summary in [&printed, &written] {
+        assert_eq!(summary["best_epoch"], best["epoch"], "{summary}");
+        assert_eq!(summary["val"], best["val"], "{summary}");
+        assert_eq!(summary["test"], best["test"], "{summary}");
+        assert_eq!(summary["epochs_run"], epochs);
+        assert_eq!(summary["metric"], "accuracy");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input
+
+/// Run `gnnpar train <args>` expecting a clean failure whose stderr mentions every one of
+/// `needles`; returns stderr.
+fn expect_failure(args: &[&str], needles: &[&str]) -> String {
+    let out = gnnpar(args, RUN_TIMEOUT);
+    assert!(
+        !out.success,
+        "`gnnpar {}` succeeded but should have failed:\n{}",
+        args.join(" "),
+        out.stderr
+    );
+    assert_eq!(
+        out.code,
+        Some(1),
+        "`gnnpar {}` should exit 1:\n{}",
+        args.join(" "),
+        out.stderr
+    );
+    let err = out.stderr.to_lowercase();
+    assert!(
+        !err.contains("panicked") && !err.contains("rust_backtrace"),
+        "`gnnpar {}` panicked:\n{}",
+        args.join(" "),
+        out.stderr
+    );
+    for needle in needles {
+        assert!(
+            out.stderr.contains(needle),
+            "`gnnpar {}`: the error does not mention `{needle}`:\n{}",
+            args.join(" "),
+            out.stderr
+        );
+    }
+    out.stderr
+}
+
+#[test]
+fn inconsistent_options_are_refused_by_name() {
+    let tmp = common::tempdir();
+    let data = small_sbm(tmp.path());
+    let d = s(&data);
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["--layers", "3", "--fanouts", "10,5"],
+            &["fanouts", "layers"],
+        ),
+        (&["--hidden", "0"], &["hidden"]),
+        (&["--lr", "0"], &["lr"]),
+        (&["--lr=-0.01"], &["lr"]),
+        (&["--model", "transformer"], &["model", "transformer"]),
+    ];
+    for (extra, needles) in cases {
+        let mut args = vec!["train", "--data", d, "--epochs", "1"];
+        args.extend_from_slice(extra);
+        expect_failure(&args, needles);
+    }
+}
+
+#[test]
+fn bad_config_files_are_refused_by_name() {
+    let tmp = common::tempdir();
+    let data = small_sbm(tmp.path());
+    let bad = tmp.path().join("typo.toml");
+    std::fs::write(&bad, "model = \"sage\"\nhiden = 64\n").unwrap();
+    expect_failure(
+        &["train", "--data", s(&data), "--config", s(&bad)],
+        &["hiden", "typo.toml"],
+    );
+    let missing = tmp.path().join("missing.toml");
+    expect_failure(
+        &["train", "--data", s(&data), "--config", s(&missing)],
+        &["missing.toml"],
+    );
+}
+
+/// A 40-vertex ring; `features`, `labels` and the split are chosen by the caller.
+fn ring(features: bool, labels: bool, train: Vec<NodeId>) -> Dataset {
+    let n = 40;
+    let src: Vec<NodeId> = (0..n as NodeId).collect();
+    let dst: Vec<NodeId> = (0..n as NodeId).map(|v| (v + 1) % n as NodeId).collect();
+    Dataset {
+        name: "ring".into(),
+        num_nodes: n as u64,
+        first_node: 0,
+        graph: Csr::from_edges(n, &src, &dst),
+        features: features.then(|| Array2::from_shape_fn((n, 3), |(v, j)| (v * 3 + j) as f32)),
+        labels: labels.then(|| Labels::Class((0..n as i64).map(|v| v % 2).collect())),
+        num_classes: if labels { 2 } else { 0 },
+        splits: Splits {
+            train,
+            val: (20..30).collect(),
+            test: (30..40).collect(),
+        },
+        directed: true,
+    }
+}
+
+#[test]
+fn datasets_missing_what_training_needs_are_refused() {
+    let tmp = common::tempdir();
+    let dir = tmp.path();
+    // Edge lists through `gnnpar prepare`: one with features but no labels, one with labels
+    // but no features.
+    let edges = dir.join("edges.csv");
+    std::fs::write(&edges, "src,dst\n0,1\n1,2\n2,3\n3,0\n").unwrap();
+    let feats = dir.join("feats.csv");
+    std::fs::write(&feats, "0,1.0,0.0\n1,0.0,1.0\n2,1.0,1.0\n3,0.5,0.5\n").unwrap();
+    let labels = dir.join("labels.csv");
+    std::fs::write(&labels, "id,target\n0,0\n1,1\n2,0\n3,1\n").unwrap();
+    let unlabelled = dir.join("unlabelled.h5");
+    let featureless = dir.join("featureless.h5");
+    for (out, table) in [
+        (&unlabelled, ["--features", s(&feats)]),
+        (&featureless, ["--labels", s(&labels)]),
+    ] {
+        let mut args = vec!["prepare", s(&edges), "--format", "edgelist", "-o", s(out)];
+        args.extend_from_slice(&table);
+        gnnpar(&args, RUN_TIMEOUT).expect_ok("gnnpar prepare of an edge list");
+    }
+    expect_failure(
+        &["train", "--data", s(&unlabelled), "--full-batch"],
+        &["labels"],
+    );
+    expect_failure(
+        &["train", "--data", s(&featureless), "--full-batch"],
+        &["features"],
+    );
+
+    let no_train = dir.join("no-train.h5");
+    format::write_dataset(&ring(true, true, Vec::new()), &no_train).unwrap();
+    expect_failure(
+        &["train", "--data", s(&no_train), "--full-batch"],
+        &["train_idx"],
+    );
+
+    let missing = dir.join("nowhere.h5");
+    expect_failure(
+        &["train", "--data", s(&missing), "--full-batch"],
+        &["nowhere.h5"],
+    );
+}
+
+#[test]
+fn a_diverging_loss_stops_naming_epoch_and_step() {
+    let tmp = common::tempdir();
+    let data = small_sbm(tmp.path());
+    let ck = tmp.path().join("ck.h5");
+    let err = expect_failure(
+        &[
+            "train",
+            "--data",
+            s(&data),
+            "--full-batch",
+            "--model",
+            "gcn",
+            "--dropout",
+            "0",
+            "--epochs",
+            "20",
+            "--lr",
+            "1e30",
+            "--checkpoint",
+            s(&ck),
+        ],
+        &["loss", "epoch", "step"],
+    );
+    assert!(
+        err.contains("NaN") || err.contains("inf"),
+        "the error does not say the loss was not finite:\n{err}"
+    );
+    assert!(!ck.exists(), "a diverged run left a checkpoint behind");
+}
+
+#[test]
+fn an_unwritable_checkpoint_is_refused_before_training() {
+    let tmp = common::tempdir();
+    let data = small_sbm(tmp.path());
+    // A path below a regular file cannot be created, even by root.
+    let blocker = tmp.path().join("not-a-dir");
+    std::fs::write(&blocker, b"x").unwrap();
+    let ck = blocker.join("ck.h5");
+    let err = expect_failure(
+        &[
+            "train",
+            "--data",
+            s(&data),
+            "--epochs",
+            "1",
+            "--checkpoint",
+            s(&ck),
+        ],
+        &["checkpoint", "not-a-dir"],
+    );
+    assert!(
+        !err.contains("epoch 0"),
+        "training started before the checkpoint path was checked:\n{err}"
+    );
+}
+
+#[test]
+fn resume_refuses_a_different_model_and_needs_a_checkpoint() {
+    let tmp = common::tempdir();
+    let data = small_sbm(tmp.path());
+    let ck = tmp.path().join("sage.h5");
+    let config = config_file(tmp.path(), "mb", MINIBATCH);
+    train(&data, &config, &["--epochs", "1", "--checkpoint", s(&ck)]);
+    let before = read_f32s(&ck, "params");
+    let mut gcn: Vec<&str> = vec!["train", "--data", s(&data), "--config", s(&config)];
+    gcn.extend_from_slice(&[
+        "--model",
+        "gcn",
+        "--epochs",
+        "2",
+        "--checkpoint",
+        s(&ck),
+        "--resume",
+    ]);
+    expect_failure(&gcn, &["sage.h5", "different model"]);
+    assert!(
+        bits(&before) == bits(&read_f32s(&ck, "params")),
+        "a refused resume changed the checkpoint"
+    );
+    expect_failure(
+        &["train", "--data", s(&data), "--epochs", "1", "--resume"],
+        &["--resume", "--checkpoint"],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// MPI
+
+#[test]
+fn two_mpi_ranks_train_the_same_parameters_as_one() {
+    if !common::have_mpirun("two_mpi_ranks_train_the_same_parameters_as_one") {
+        return;
+    }
+    let tmp = common::tempdir();
+    let one = tmp.path().join("np1.h5");
+    let two = tmp.path().join("np2.h5");
+    let steps = ["--max-steps", "5"];
+    let mut single = vec!["train"];
+    single.extend_from_slice(&steps);
+    single.extend_from_slice(&["--checkpoint", s(&one)]);
+    gnnpar(&single, MPI_TIMEOUT).expect_ok("gnnpar train on 1 rank");
+
+    let mut cmd = Command::new("mpirun");
+    cmd.args(["--oversubscribe", "--bind-to", "none", "-np", "2"])
+        .arg(common::GNNPAR)
+        .arg("train")
+        .args(steps)
+        .args(["--threads", "1", "--checkpoint", s(&two)])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("RUST_LOG", "info");
+    let out = common::run_with_timeout(cmd, MPI_TIMEOUT).expect_ok("mpirun -np 2 gnnpar train");
+    assert_eq!(
+        out.last_json()["ranks"],
+        2,
+        "the job did not run on 2 ranks"
+    );
+    assert_eq!(read_u64_attr(&one, "step"), 5);
+    assert_eq!(read_u64_attr(&two, "step"), 5);
+
+    let (p1, p2) = (read_f32s(&one, "params"), read_f32s(&two, "params"));
+    let init_differs = max_rel_diff(&p1, &p2, 1e-3);
+    let norm = |v: &[f32]| v.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+    let diff: Vec<f32> = p1.iter().zip(&p2).map(|(a, b)| a - b).collect();
+    let rel = norm(&diff) / norm(&p1);
+    eprintln!(
+        "1 vs 2 ranks after 5 steps: relative L2 difference {rel:.3e}, max element-wise {init_differs:.3e}"
+    );
+    assert!(
+        rel <= 1e-4,
+        "2 ranks trained different parameters (relative difference {rel:.3e})"
+    );
+    assert!(
+        init_differs <= 1e-3,
+        "an element differs by {init_differs:.3e} relative (floor 1e-3)"
+    );
+}
