@@ -66,7 +66,11 @@ impl TrainData {
             }
             Some(p) => split_contiguous(format::read_dataset(p)?, rank, ranks),
         };
+        let source = path.map_or("the synthetic default".to_string(), |p| {
+            format!("`{}`", p.display())
+        });
         TrainData::from_part(part, offsets, orig_ids, cfg, world)
+            .with_context(|| format!("cannot train on {source}"))
     }
 
     /// Check a part has what training needs, normalise its features, and gather the global

@@ -27,9 +27,14 @@ impl AtomicOutput {
         };
         if !parent.is_dir() {
             anyhow::bail!(
-                "cannot write `{}`: directory `{}` does not exist",
+                "cannot write `{}`: `{}` {}",
                 path.display(),
-                parent.display()
+                parent.display(),
+                if parent.exists() {
+                    "is not a directory"
+                } else {
+                    "does not exist"
+                }
             );
         }
         let tmp_name = format!(
