@@ -21,7 +21,7 @@
 #   CACHE_MB      cache size of the cached runs (default 64)
 #   CORES         cores of the machine (default nproc); threads per rank = max(1, CORES/ranks)
 #   RUN_TIMEOUT   seconds before one run is killed and recorded as failed (default 600)
-#   FACEBOOK_STEPS, SBM_STEPS   optimizer steps measured on these graphs (default 3 and 4;
+#   FACEBOOK_STEPS, SBM_STEPS   optimizer steps measured on these graphs (default 5 and 8;
 #                 their full epochs take minutes on 2 cores). Tolokers runs two full epochs
 #                 and the second (warm) one is measured.
 #
@@ -38,8 +38,8 @@ CONFIG="inputs/sage-bench.toml"
 BATCH_SIZE=1024 # passed explicitly so that steps per epoch = ceil(train / BATCH_SIZE)
 CORES="${CORES:-$(nproc)}"
 RUN_TIMEOUT="${RUN_TIMEOUT:-600}"
-FACEBOOK_STEPS="${FACEBOOK_STEPS:-3}"
-SBM_STEPS="${SBM_STEPS:-4}"
+FACEBOOK_STEPS="${FACEBOOK_STEPS:-5}"
+SBM_STEPS="${SBM_STEPS:-8}"
 ALL_DATASETS="tolokers facebook sbm200k"
 
 if [[ -z "${GNNPAR_DATA:-}" ]]; then
