@@ -1,0 +1,464 @@
+#!/usr/bin/env python3
+"""Reporting helper of the distributed-training benchmarks (python3 stdlib only).
+
+`gdp_scaling.sh` and `strategies.sh` run `gnnpar train` and call this script to
+
+* ``record``: turn one run (its `--metrics` JSON lines, its stdout, its stderr) into one result
+  JSON line: epoch time, phase breakdown (max over ranks), bytes moved per operation kind
+  (summed over ranks), feature bytes, cache hit rate, split statistics; or a ``failed`` line
+  that quotes the command and the end of its stderr;
+* ``table``: print a markdown table of a results file;
+* ``svg``: draw the results as SVG bar charts written as plain text (matplotlib is not
+  available on the benchmark machines).
+
+Conventions, so that runs stopped early by ``--max-steps`` compare with full epochs:
+
+* the measured epoch is the last line of the metrics file; its steps are the optimizer steps
+  taken in it; ``epoch_seconds`` is rank 0's wall time of that epoch (evaluation excluded —
+  every step ends in a collective, so the ranks finish an epoch together);
+* ``phases_max`` are the per-phase seconds of that epoch, max over ranks;
+* ``epoch_seconds_full`` scales the measured epoch to a whole epoch
+  (× steps_per_epoch / steps); it equals the measurement when the epoch ran to its end;
+* bytes are ``bytes_sent`` summed over ranks (bytes a rank keeps for itself are not counted
+  by `comm`), for the training kinds; the ``eval_*`` kinds of the final evaluation are kept
+  apart.
+"""
+
+import argparse
+import json
+import math
+import sys
+
+PHASES = ["sample", "gather", "forward", "backward", "allreduce", "optimizer"]
+PHASE_COLOURS = {
+    "sample": "#4e79a7",
+    "gather": "#f28e2b",
+    "forward": "#59a14f",
+    "backward": "#e15759",
+    "allreduce": "#b07aa1",
+    "optimizer": "#9c755f",
+}
+# Operation kinds of `comm`, grouped for the tables and charts.
+SAMPLING_KINDS = {"sample_ids", "sample_counts", "sample_nbrs", "split_frontier_ids", "plan_ids", "train_ids"}
+ALLREDUCE_KINDS = {"allreduce", "allreduce_small"}
+BYTE_GROUPS = ["features", "hidden rows + grads", "sampling", "allreduce", "other"]
+BYTE_COLOURS = {
+    "features": "#f28e2b",
+    "hidden rows + grads": "#76b7b2",
+    "sampling": "#4e79a7",
+    "allreduce": "#b07aa1",
+    "other": "#bab0ac",
+}
+MB = 1e6
+
+
+# ---------------------------------------------------------------------------------------------
+# record
+
+
+def parse_meta(pairs):
+    """`key=value` pairs from the shell; values that parse as JSON numbers become numbers."""
+    meta = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"plot_svg.py record: --meta expects key=value, got {pair!r}")
+        try:
+            meta[key] = json.loads(value) if value and value[0] in "-0123456789" else value
+        except json.JSONDecodeError:
+            meta[key] = value
+    return meta
+
+
+def last_json_line(path):
+    """The last line of `path` that parses as a JSON object, or None."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                continue
+    return None
+
+
+def tail(path, n_lines):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return "\n".join(f.read().splitlines()[-n_lines:])
+    except OSError as e:
+        return f"(no stderr: {e})"
+
+
+def read_metrics(path):
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                records.append(json.loads(line))
+    return records
+
+
+def byte_totals(rank_reports):
+    """bytes_sent per operation kind, summed over ranks; training kinds and eval kinds apart."""
+    train, evaluation = {}, {}
+    for report in rank_reports:
+        for kind, c in report.get("comm", {}).items():
+            dest = evaluation if kind.startswith("eval_") else train
+            dest[kind] = dest.get(kind, 0) + c.get("bytes_sent", 0)
+    return train, evaluation
+
+
+def feature_bytes(strategy, train_bytes):
+    """Bytes of input-feature rows moved.
+
+    GDP fetches remote feature rows through the store (`store_rows`). Split shuffles the rows
+    of every layer with `split_rows` and sends the gradients of hidden rows (layers ≥ 1 only)
+    back with `split_grads`; a hidden row and its gradient have the same width (SAGE/GCN), so
+    the layer-0 (feature) share is exactly `split_rows − split_grads` summed over ranks.
+    """
+    if strategy == "split":
+        return train_bytes.get("split_rows", 0) - train_bytes.get("split_grads", 0)
+    return train_bytes.get("store_rows", 0)
+
+
+def byte_groups(strategy, train_bytes):
+    feats = feature_bytes(strategy, train_bytes)
+    groups = dict.fromkeys(BYTE_GROUPS, 0)
+    groups["features"] = feats
+    for kind, b in train_bytes.items():
+        if kind in ("store_rows",):
+            continue
+        if kind in ("split_rows", "split_grads"):
+            groups["hidden rows + grads"] += b
+        elif kind in SAMPLING_KINDS:
+            groups["sampling"] += b
+        elif kind in ALLREDUCE_KINDS:
+            groups["allreduce"] += b
+        else:
+            groups["other"] += b
+    if strategy == "split":
+        groups["hidden rows + grads"] -= feats
+    return groups
+
+
+def cmd_record(args):
+    meta = parse_meta(args.meta)
+    result = dict(meta)
+    rc = int(meta.get("rc", 1))
+    summary = last_json_line(args.stdout)
+    records = []
+    if rc == 0:
+        try:
+            records = read_metrics(args.metrics)
+        except (OSError, json.JSONDecodeError) as e:
+            result["status"] = "failed"
+            result["error"] = f"metrics file {args.metrics}: {e}"
+    if rc != 0 or not records:
+        # The caller may classify the failure (e.g. "not implemented": the strategy is unknown).
+        result["status"] = meta.get("status", "failed")
+        # Ranks write to one stderr: keep the last "gnnpar: error:" of an interleaved line.
+        errors = [l[max(l.rfind("gnnpar: error:"), 0):]
+                  for l in tail(args.stderr, 500).splitlines() if "error" in l.lower()]
+        if rc == 124 or rc == 137:
+            result.setdefault("error", f"timed out (exit status {rc})")
+        result.setdefault(
+            "error", errors[0].strip() if errors else ("no metrics" if rc == 0 else f"exit status {rc}")
+        )
+        result["stderr_tail"] = tail(args.stderr, 25)
+        print(json.dumps(result, sort_keys=True))
+        return
+    last = records[-1]
+    prev_steps = records[-2]["steps"] if len(records) > 1 else 0
+    steps = last["steps"] - prev_steps
+    ranks = last.get("ranks") or {"ranks": [], "max": {}, "mean": {}}
+    rmax = ranks.get("max", {})
+    phases_max = {p: rmax.get(f"seconds.{p}", last["seconds"].get(p, 0.0)) for p in PHASES}
+    train_bytes, eval_bytes = byte_totals(ranks.get("ranks", []))
+    strategy = meta.get("strategy", "gdp")
+    store = {k: 0 for k in ("cache_hits", "fetched_rows", "local_rows")}
+    for report in ranks.get("ranks", []):
+        for k in store:
+            store[k] += report.get("store", {}).get(k, 0)
+    remote = store["cache_hits"] + store["fetched_rows"]
+    full_steps = int(meta.get("steps_per_epoch", steps)) or steps
+    scale = full_steps / steps if steps else float("nan")
+    result.update(
+        {
+            "status": "ok",
+            "epoch": last["epoch"],
+            "steps": steps,
+            "epoch_complete": steps >= full_steps,
+            "epoch_seconds": last["epoch_seconds"],
+            "step_seconds": last["epoch_seconds"] / steps if steps else None,
+            "epoch_seconds_full": last["epoch_seconds"] * scale,
+            "phases_max": phases_max,
+            "phases_rank0": {p: last["seconds"].get(p, 0.0) for p in PHASES},
+            "eval_seconds": last["seconds"].get("eval", 0.0),
+            "bytes_by_kind": train_bytes,
+            "eval_bytes_by_kind": eval_bytes,
+            "bytes_total": sum(train_bytes.values()),
+            "feature_bytes": feature_bytes(strategy, train_bytes),
+            "bytes_by_group": byte_groups(strategy, train_bytes),
+            "store": store,
+            # Remote feature rows served by the cache, over all remote rows needed (GDP).
+            "cache_hit_rate": (store["cache_hits"] / remote) if remote else None,
+            "loss": last.get("loss"),
+            "nodes": last.get("nodes"),
+            "edges": last.get("edges"),
+            "input_rows": last.get("input_rows"),
+        }
+    )
+    if last.get("split"):
+        result["split"] = last["split"]
+    if summary:
+        result["peak_rss_mb"] = summary.get("peak_rss_mb")
+        result["total_seconds"] = summary.get("total_seconds")
+    print(json.dumps(result, sort_keys=True))
+
+
+# ---------------------------------------------------------------------------------------------
+# table
+
+
+def load_results(path):
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def fmt(x, digits=3):
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:.{digits}f}"
+
+
+def per_step_mb(r, b):
+    return b / MB / r["steps"]
+
+
+def run_label(r):
+    label = f"{r['strategy']} ×{r['ranks']}"
+    if r.get("cache_mb"):
+        label += f" +{r['cache_mb']:g}MB"
+    return label
+
+
+def cmd_table(args):
+    results = load_results(args.results)
+    split_layers = max((len(r.get("split", [])) for r in results), default=0)
+    head = [
+        "dataset", "strategy", "ranks", "thr", "cache MB", "steps", "epoch s",
+        "s/step", *[f"{p} s/step" for p in PHASES],
+        "feature MB/step", "total MB/step", "cache hit %", "loadavg",
+    ]
+    if args.split:
+        head += [f"L{i} imb / cross %" for i in range(split_layers)]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for r in results:
+        if r.get("status") != "ok":
+            cells = [r.get("dataset", "?"), r.get("strategy", "?"), str(r.get("ranks", "?")),
+                     str(r.get("threads", "?")), fmt(r.get("cache_mb"), 0),
+                     f"**{r.get('status')}**: {r.get('error', '')}"]
+            cells += [""] * (len(head) - len(cells))
+            print("| " + " | ".join(cells) + " |")
+            continue
+        steps = r["steps"]
+        steps_cell = f"{steps}" if r["epoch_complete"] else f"{steps} of {r['steps_per_epoch']}"
+        epoch_cell = fmt(r["epoch_seconds_full"], 2) + ("" if r["epoch_complete"] else " (est.)")
+        hit = r.get("cache_hit_rate")
+        cells = [
+            r["dataset"], r["strategy"], str(r["ranks"]), str(r["threads"]),
+            fmt(r.get("cache_mb") or 0, 0), steps_cell, epoch_cell, fmt(r["step_seconds"]),
+            *[fmt(r["phases_max"][p] / steps) for p in PHASES],
+            fmt(per_step_mb(r, r["feature_bytes"]), 2), fmt(per_step_mb(r, r["bytes_total"]), 2),
+            "–" if hit is None else fmt(100 * hit, 1),
+            str(r.get("loadavg_before", "")).split(" ")[0],
+        ]
+        if args.split:
+            layers = r.get("split", [])
+            for i in range(split_layers):
+                cells.append(f"{layers[i]['imbalance']:.3f} / {layers[i]['cross_pct']:.1f}"
+                             if i < len(layers) else "")
+        print("| " + " | ".join(cells) + " |")
+    print()
+    print(TABLE_NOTES)
+
+
+TABLE_NOTES = """\
+*steps*: optimizer steps measured ("k of n": stopped by `--max-steps` after k of the n steps of an
+epoch); *epoch s*: rank 0's wall time of the measured epoch, evaluation excluded ("est.": scaled
+to n steps); phase columns: seconds per step, max over ranks (a phase ending in a collective
+also holds the time spent waiting for the slowest rank); *MB/step*: `bytes_sent` summed over
+ranks (bytes a rank keeps are not counted; `allreduce` counts the gradient buffer once per
+rank, also at 1 rank where nothing moves); *feature MB*: GDP `store_rows`, split layer-0 rows
+(`split_rows` − `split_grads`); *cache hit %*: remote feature rows served by the cache;
+*loadavg*: 1-minute load of the 2-core machine when the run started."""
+
+
+# ---------------------------------------------------------------------------------------------
+# svg
+
+
+def esc(s):
+    return str(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def nice_ceiling(x):
+    """A round axis maximum ≥ x (1, 2, 2.5, 5 × 10^k)."""
+    if x <= 0:
+        return 1.0
+    k = math.floor(math.log10(x))
+    for m in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
+        if m * 10**k >= x * 0.999:
+            return m * 10**k
+    return 10 ** (k + 1)
+
+
+def stacked_bar_svg(title, ylabel, panels, series, colours):
+    """Panels side by side, each with its own y scale; every bar is a stack of `series`.
+
+    panels: [{"title": str, "subtitle": str, "bars": [{"label": str, "values": {name: v}}]}]
+    """
+    pw, ph = 300, 260  # panel plot area
+    left, top, gap = 60, 70, 50
+    bottom = 70
+    width = max(left + len(panels) * (pw + gap) + 150, 8 * len(title))
+    height = top + ph + bottom
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'font-family="sans-serif" font-size="11">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<text x="{width / 2}" y="20" text-anchor="middle" font-size="15">{esc(title)}</text>',
+    ]
+    for i, panel in enumerate(panels):
+        x0 = left + i * (pw + gap)
+        bars = panel["bars"]
+        ymax = nice_ceiling(max((sum(b["values"].get(s, 0) for s in series) for b in bars),
+                                default=1.0))
+        out.append(f'<text x="{x0 + pw / 2}" y="{top - 30}" text-anchor="middle" '
+                   f'font-size="13">{esc(panel["title"])}</text>')
+        if panel.get("subtitle"):
+            out.append(f'<text x="{x0 + pw / 2}" y="{top - 14}" text-anchor="middle" '
+                       f'fill="#555">{esc(panel["subtitle"])}</text>')
+        for t in range(6):
+            v = ymax * t / 5
+            y = top + ph - ph * t / 5
+            out.append(f'<line x1="{x0}" y1="{y}" x2="{x0 + pw}" y2="{y}" stroke="#ddd"/>')
+            out.append(f'<text x="{x0 - 4}" y="{y + 4}" text-anchor="end">{v:g}</text>')
+        out.append(f'<line x1="{x0}" y1="{top}" x2="{x0}" y2="{top + ph}" stroke="black"/>')
+        out.append(f'<line x1="{x0}" y1="{top + ph}" x2="{x0 + pw}" y2="{top + ph}" '
+                   f'stroke="black"/>')
+        if i == 0:
+            out.append(f'<text transform="translate({x0 - 45},{top + ph / 2}) rotate(-90)" '
+                       f'text-anchor="middle">{esc(ylabel)}</text>')
+        slot = pw / max(len(bars), 1)
+        bw = slot * 0.65
+        for j, bar in enumerate(bars):
+            bx = x0 + j * slot + (slot - bw) / 2
+            y = top + ph
+            total = 0.0
+            for s in series:
+                v = bar["values"].get(s, 0)
+                if v <= 0:
+                    continue
+                h = ph * v / ymax
+                y -= h
+                total += v
+                out.append(f'<rect x="{bx:.1f}" y="{y:.1f}" width="{bw:.1f}" height="{h:.1f}" '
+                           f'fill="{colours[s]}"><title>{esc(bar["label"])} {esc(s)}: '
+                           f'{v:.4g}</title></rect>')
+            if bar.get("failed"):
+                out.append(f'<text x="{bx + bw / 2}" y="{top + ph - 6}" text-anchor="middle" '
+                           f'fill="red">{esc(bar["failed"])}</text>')
+            else:
+                out.append(f'<text x="{bx + bw / 2}" y="{y - 3:.1f}" text-anchor="middle" '
+                           f'font-size="9">{total:.3g}</text>')
+            lx, ly = bx + bw / 2, top + ph + 12
+            out.append(f'<text transform="translate({lx:.1f},{ly}) rotate(30)" '
+                       f'font-size="10">{esc(bar["label"])}</text>')
+    lx = left + len(panels) * (pw + gap) - 10
+    for k, s in enumerate(reversed(series)):
+        y = top + k * 18
+        out.append(f'<rect x="{lx}" y="{y}" width="12" height="12" fill="{colours[s]}"/>')
+        out.append(f'<text x="{lx + 16}" y="{y + 10}">{esc(s)}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def panels_by_dataset(results, value_fn, subtitle_fn):
+    datasets = []
+    for r in results:
+        if r.get("dataset") not in datasets and r.get("status") in ("ok", "failed"):
+            datasets.append(r["dataset"])
+    panels = []
+    for d in datasets:
+        runs = [r for r in results if r.get("dataset") == d and r.get("status") in ("ok", "failed")]
+        bars = []
+        for r in runs:
+            if r["status"] == "ok":
+                bars.append({"label": run_label(r), "values": value_fn(r)})
+            else:
+                bars.append({"label": run_label(r), "values": {}, "failed": "failed"})
+        ok = [r for r in runs if r["status"] == "ok"]
+        panels.append({"title": d, "subtitle": subtitle_fn(ok[0]) if ok else "", "bars": bars})
+    return panels
+
+
+def epoch_subtitle(r):
+    if r["epoch_complete"]:
+        return f"full epoch of {r['steps_per_epoch']} steps"
+    return f"scaled from {r['steps']} of {r['steps_per_epoch']} steps"
+
+
+def cmd_svg(args):
+    results = load_results(args.results)
+
+    def phase_values(r):
+        scale = r["epoch_seconds_full"] / r["epoch_seconds"] if r["epoch_seconds"] else 1.0
+        return {p: r["phases_max"][p] * scale for p in PHASES}
+
+    time_svg = stacked_bar_svg(
+        args.title + ": epoch time by phase (max over ranks)", "seconds per epoch",
+        panels_by_dataset(results, phase_values, epoch_subtitle), PHASES, PHASE_COLOURS)
+    with open(args.time_out, "w", encoding="utf-8") as f:
+        f.write(time_svg)
+
+    def byte_values(r):
+        return {g: b / MB / r["steps"] for g, b in r["bytes_by_group"].items()}
+
+    bytes_svg = stacked_bar_svg(
+        args.title + ": bytes moved per step (sum over ranks)", "MB per step",
+        panels_by_dataset(results, byte_values, lambda r: "training only, eval excluded"),
+        BYTE_GROUPS, BYTE_COLOURS)
+    with open(args.bytes_out, "w", encoding="utf-8") as f:
+        f.write(bytes_svg)
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    rec = sub.add_parser("record", help="one run → one result JSON line on stdout")
+    rec.add_argument("--metrics", required=True)
+    rec.add_argument("--stdout", required=True)
+    rec.add_argument("--stderr", required=True)
+    rec.add_argument("--meta", nargs="*", default=[], help="key=value pairs copied into the line")
+    tab = sub.add_parser("table", help="markdown table of a results file")
+    tab.add_argument("results")
+    tab.add_argument("--split", action="store_true", help="add split's per-layer statistics")
+    svg = sub.add_parser("svg", help="SVG charts of a results file")
+    svg.add_argument("results")
+    svg.add_argument("--title", required=True)
+    svg.add_argument("--time-out", required=True)
+    svg.add_argument("--bytes-out", required=True)
+    args = ap.parse_args(argv)
+    {"record": cmd_record, "table": cmd_table, "svg": cmd_svg}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
