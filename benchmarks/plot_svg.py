@@ -117,13 +117,11 @@ def byte_totals(rank_reports):
 def feature_bytes(strategy, train_bytes):
     """Bytes of input-feature rows moved.
 
-    GDP fetches remote feature rows through the store (`store_rows`). Split shuffles the rows
-    of every layer with `split_rows` and sends the gradients of hidden rows (layers ≥ 1 only)
-    back with `split_grads`; a hidden row and its gradient have the same width (SAGE/GCN), so
-    the layer-0 (feature) share is exactly `split_rows − split_grads` summed over ranks.
+    GDP and DNP fetch remote feature rows through the store (`store_rows`); split shuffles the
+    input layer's feature rows as `split_features` (hidden rows as `split_rows`).
     """
     if strategy == "split":
-        return train_bytes.get("split_rows", 0) - train_bytes.get("split_grads", 0)
+        return train_bytes.get("split_features", 0)
     return train_bytes.get("store_rows", 0)
 
 
@@ -132,7 +130,7 @@ def byte_groups(strategy, train_bytes):
     groups = dict.fromkeys(BYTE_GROUPS, 0)
     groups["features"] = feats
     for kind, b in train_bytes.items():
-        if kind in ("store_rows",):
+        if kind in ("store_rows", "split_features"):
             continue
         if kind in ("split_rows", "split_grads"):
             groups["hidden rows + grads"] += b
@@ -296,8 +294,7 @@ epoch); *epoch s*: rank 0's wall time of the measured epoch, evaluation excluded
 to n steps); phase columns: seconds per step, max over ranks (a phase ending in a collective
 also holds the time spent waiting for the slowest rank); *MB/step*: `bytes_sent` summed over
 ranks (bytes a rank keeps are not counted; `allreduce` counts the gradient buffer once per
-rank, also at 1 rank where nothing moves); *feature MB*: GDP `store_rows`, split layer-0 rows
-(`split_rows` − `split_grads`); *cache hit %*: remote feature rows served by the cache;
+rank; nothing at 1 rank); *feature MB*: GDP / DNP `store_rows`, split `split_features`; *cache hit %*: remote feature rows served by the cache;
 *loadavg*: 1-minute load of the 2-core machine when the run started."""
 
 

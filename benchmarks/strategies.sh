@@ -2,8 +2,7 @@
 # Strategy comparison (issue 5, second benchmark): split vs DNP vs SNP vs GDP at 2 and 4 MPI
 # ranks on Tolokers, Facebook and the 200k-vertex SBM graph, on METIS partitions, no cache.
 # Records per run: epoch time and its breakdown (max over ranks), bytes per operation kind,
-# feature bytes (GDP: `store_rows`; split: the layer-0 share of `split_rows`, see
-# plot_svg.py), and split's per-layer imbalance and cross-split edge %.
+# feature bytes (GDP/DNP: `store_rows`; split: `split_features`), and split's per-layer imbalance and cross-split edge %.
 #
 # GDP and split run back to back on each graph and rank count, so that they see similar load.
 # DNP and SNP are attempted too: while `gnnpar train` rejects them as an unknown strategy they

@@ -78,6 +78,9 @@ impl Group {
     /// Sum `buf` element-wise over the group, in place (gradient allreduce).
     pub fn allreduce_sum_f32(&self, buf: &mut [f32]) {
         let Some(c) = &self.comm else { return };
+        if self.size == 1 {
+            return; // nothing to move; recording bytes here would mislead the reports
+        }
         let t = Instant::now();
         let send = buf.to_vec();
         c.all_reduce_into(&send[..], buf, SystemOperation::sum());
@@ -88,6 +91,9 @@ impl Group {
     /// Sum `buf` element-wise over the group, in place (loss sums, counts, metrics).
     pub fn allreduce_sum_f64(&self, buf: &mut [f64]) {
         let Some(c) = &self.comm else { return };
+        if self.size == 1 {
+            return;
+        }
         let t = Instant::now();
         let send = buf.to_vec();
         c.all_reduce_into(&send[..], buf, SystemOperation::sum());

@@ -178,13 +178,19 @@ fn position_map(ids: &[NodeId]) -> HashMap<NodeId, u32> {
 }
 
 /// Assemble a layer's source rows: owned ones from `input`, remote ones through the plan.
-fn layer_input(group: &Group, layer: &SplitLayer, input: &Array2<f32>) -> Array2<f32> {
+/// `kind` names the exchange in the byte counts (input features and hidden rows apart).
+fn layer_input(
+    group: &Group,
+    layer: &SplitLayer,
+    input: &Array2<f32>,
+    kind: &'static str,
+) -> Array2<f32> {
     let d = input.ncols();
     let mut h = Array2::<f32>::zeros((layer.block.num_src(), d));
     for (&p, &r) in layer.own_pos.iter().zip(&layer.own_rows) {
         h.row_mut(p as usize).assign(&input.row(r as usize));
     }
-    let remote = layer.plan.forward(group, "split_rows", input.view());
+    let remote = layer.plan.forward(group, kind, input.view());
     for (k, &p) in layer.remote_pos.iter().enumerate() {
         h.row_mut(p as usize).assign(&remote.row(k));
     }
@@ -231,11 +237,16 @@ pub fn split_step(
     let mut caches = Vec::with_capacity(sb.layers.len());
     let mut h: Option<Array2<f32>> = None;
     let t_fwd = Instant::now();
-    for (layer, sl) in model.layers.iter().zip(&sb.layers) {
+    for (l, (layer, sl)) in model.layers.iter().zip(&sb.layers).enumerate() {
         let t = Instant::now();
         let input = h.as_ref().unwrap_or(data.store.own_rows());
         input_rows.push(input.nrows());
-        let h_src = layer_input(group, sl, input);
+        let kind = if l == 0 {
+            "split_features"
+        } else {
+            "split_rows"
+        };
+        let h_src = layer_input(group, sl, input, kind);
         times.gather += t.elapsed().as_secs_f64();
         let (out, cache) = layer.forward(&model.params, &sl.block, h_src.view(), &ctx);
         caches.push(cache);
