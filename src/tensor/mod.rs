@@ -4,7 +4,8 @@
 //! split into chunks whose boundaries depend only on the problem shape, and every reduction
 //! combines its partial results in a fixed order.
 //!
-//! * [`gemm`]: matrix products (`A·B`, `Aᵀ·B`, `A·Bᵀ`) split over row blocks;
+//! * [`gemm`]: matrix products (`A·B`, `Aᵀ·B`, `A·Bᵀ`) split over tiles of the output;
+//! * [`sgemm`]: the packed AVX-512 kernel those tiles run;
 //! * [`gather`]: gather rows, scatter-add rows, column sums;
 //! * [`aggregate`]: CSR aggregation over a [`crate::sample::Block`] (sum, mean, per-edge
 //!   weights such as GCN's symmetric normalisation) and its transpose;
@@ -21,6 +22,7 @@ pub mod dropout;
 pub mod gather;
 pub mod gemm;
 pub mod loss;
+pub mod sgemm;
 pub mod softmax;
 
 use ndarray::{ArrayView2, CowArray, Ix2};
