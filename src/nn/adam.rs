@@ -60,21 +60,23 @@ impl Adam {
             .zip(self.m.par_chunks_mut(CHUNK))
             .zip(self.v.par_chunks_mut(CHUNK))
             .for_each(|(((p, g), m), v)| {
-                for i in 0..p.len() {
-                    let mut grad = g[i];
-                    if wd != 0.0 {
-                        if decoupled {
-                            p[i] *= 1.0 - lr * wd;
-                        } else {
-                            grad += wd * p[i];
+                crate::tensor::simd::dispatch(|| {
+                    for i in 0..p.len() {
+                        let mut grad = g[i];
+                        if wd != 0.0 {
+                            if decoupled {
+                                p[i] *= 1.0 - lr * wd;
+                            } else {
+                                grad += wd * p[i];
+                            }
                         }
+                        // PyTorch: exp_avg.lerp_(grad, 1 − β1); exp_avg_sq.mul_(β2).addcmul_(…).
+                        m[i] += (1.0 - b1) * (grad - m[i]);
+                        v[i] = v[i] * b2 + (1.0 - b2) * grad * grad;
+                        let denom = v[i].sqrt() / bc2_sqrt + eps;
+                        p[i] -= step_size * m[i] / denom;
                     }
-                    // PyTorch: exp_avg.lerp_(grad, 1 − β1); exp_avg_sq.mul_(β2).addcmul_(…).
-                    m[i] += (1.0 - b1) * (grad - m[i]);
-                    v[i] = v[i] * b2 + (1.0 - b2) * grad * grad;
-                    let denom = v[i].sqrt() / bc2_sqrt + eps;
-                    p[i] -= step_size * m[i] / denom;
-                }
+                })
             });
     }
 

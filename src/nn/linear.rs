@@ -21,7 +21,7 @@ pub fn add_bias(mut z: ArrayViewMut2<f32>, bias: ArrayView2<f32>) {
         .expect("standard layout")
         .par_chunks_mut(cols)
         .with_min_len(crate::tensor::rows_per_task(cols))
-        .for_each(|row| axpy(1.0, b, row));
+        .for_each(|row| crate::tensor::simd::dispatch(|| axpy(1.0, b, row)));
 }
 
 /// `grad(bias) += Σ_rows dz`.

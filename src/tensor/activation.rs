@@ -74,7 +74,7 @@ impl Activation {
     pub fn forward_in_place(self, mut x: ArrayViewMut2<f32>) {
         let x = x.as_slice_mut().expect("activation: standard layout");
         x.par_chunks_mut(1 << 14)
-            .for_each(|c| c.iter_mut().for_each(|v| *v = self.value(*v)));
+            .for_each(|c| super::simd::dispatch(|| c.iter_mut().for_each(|v| *v = self.value(*v))));
     }
 
     /// `grad ← grad ⊙ f'(x)`, given the forward output `y`.
@@ -85,9 +85,11 @@ impl Activation {
         g.par_chunks_mut(1 << 14)
             .zip(y.par_chunks(1 << 14))
             .for_each(|(g, y)| {
-                for (gi, &yi) in g.iter_mut().zip(y) {
-                    *gi *= self.derivative_from_output(yi);
-                }
+                super::simd::dispatch(|| {
+                    for (gi, &yi) in g.iter_mut().zip(y) {
+                        *gi *= self.derivative_from_output(yi);
+                    }
+                })
             });
     }
 }

@@ -105,14 +105,16 @@ pub fn aggregate(block: &Block, x: ArrayView2<f32>, weights: EdgeWeights) -> Arr
         .enumerate()
         .with_min_len(super::rows_per_task(cols * avg_degree))
         .for_each(|(i, row)| {
-            for e in block.indptr[i]..block.indptr[i + 1] {
-                let u = block.indices[e] as usize;
-                axpy(
-                    weights.weight(block, i, e),
-                    &xs[u * cols..(u + 1) * cols],
-                    row,
-                );
-            }
+            super::simd::dispatch(|| {
+                for e in block.indptr[i]..block.indptr[i + 1] {
+                    let u = block.indices[e] as usize;
+                    axpy(
+                        weights.weight(block, i, e),
+                        &xs[u * cols..(u + 1) * cols],
+                        row,
+                    );
+                }
+            })
         });
     out
 }
@@ -144,11 +146,13 @@ pub fn aggregate_transpose(
         .enumerate()
         .with_min_len(super::rows_per_task(cols * avg_degree))
         .for_each(|(u, row)| {
-            for k in bt.indptr[u]..bt.indptr[u + 1] {
-                let v = bt.dst[k] as usize;
-                let w = weights.weight(block, v, bt.edge[k] as usize);
-                axpy(w, &ds[v * cols..(v + 1) * cols], row);
-            }
+            super::simd::dispatch(|| {
+                for k in bt.indptr[u]..bt.indptr[u + 1] {
+                    let v = bt.dst[k] as usize;
+                    let w = weights.weight(block, v, bt.edge[k] as usize);
+                    axpy(w, &ds[v * cols..(v + 1) * cols], row);
+                }
+            })
         });
     dx
 }

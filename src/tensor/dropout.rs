@@ -96,13 +96,15 @@ impl DropoutMask {
             .with_min_len(super::rows_per_task(cols * 4))
             .for_each(|(row, &key)| {
                 let seed = self.row_seed(key);
-                for (c, v) in row.iter_mut().enumerate() {
-                    *v = if self.keep_row(seed, c) {
-                        *v * self.scale
-                    } else {
-                        0.0
-                    };
-                }
+                super::simd::dispatch(|| {
+                    for (c, v) in row.iter_mut().enumerate() {
+                        *v = if self.keep_row(seed, c) {
+                            *v * self.scale
+                        } else {
+                            0.0
+                        };
+                    }
+                })
             });
     }
 

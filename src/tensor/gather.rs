@@ -84,10 +84,12 @@ fn add_grouped_rows(
         .enumerate()
         .with_min_len(super::rows_per_task(cols * 2))
         .for_each(|(t, row)| {
-            for &i in &order[start[t]..start[t + 1]] {
-                let i = i as usize;
-                axpy(1.0, &s[i * cols..(i + 1) * cols], row);
-            }
+            super::simd::dispatch(|| {
+                for &i in &order[start[t]..start[t + 1]] {
+                    let i = i as usize;
+                    axpy(1.0, &s[i * cols..(i + 1) * cols], row);
+                }
+            })
         });
 }
 
@@ -122,9 +124,11 @@ pub fn column_sums(a: ArrayView2<f32>) -> Array1<f32> {
         .par_chunks(chunk_rows * cols)
         .map(|blk| {
             let mut acc = vec![0f32; cols];
-            for row in blk.chunks_exact(cols) {
-                axpy(1.0, row, &mut acc);
-            }
+            super::simd::dispatch(|| {
+                for row in blk.chunks_exact(cols) {
+                    axpy(1.0, row, &mut acc);
+                }
+            });
             acc
         })
         .collect();

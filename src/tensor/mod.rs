@@ -6,6 +6,7 @@
 //!
 //! * [`gemm`]: matrix products (`A·B`, `Aᵀ·B`, `A·Bᵀ`) split over tiles of the output;
 //! * [`sgemm`]: the packed AVX-512 kernel those tiles run;
+//! * [`simd`]: runs element-wise loops compiled for AVX2 / AVX-512 when the CPU has them;
 //! * [`gather`]: gather rows, scatter-add rows, column sums;
 //! * [`aggregate`]: CSR aggregation over a [`crate::sample::Block`] (sum, mean, per-edge
 //!   weights such as GCN's symmetric normalisation) and its transpose;
@@ -23,6 +24,7 @@ pub mod gather;
 pub mod gemm;
 pub mod loss;
 pub mod sgemm;
+pub mod simd;
 pub mod softmax;
 
 use ndarray::{ArrayView2, CowArray, Ix2};
