@@ -123,8 +123,13 @@ pub struct ForwardCache {
 
 impl Model {
     /// Build the layers and initialise the parameters from `seed` (Glorot weights, zero biases).
+    ///
+    /// Also tunes the allocator once per process to reuse freed memory across steps
+    /// ([`crate::tensor::memory::keep_freed_memory`]): training re-allocates the same large
+    /// matrices every mini-batch, and fresh pages are slow to fault in.
     pub fn new(cfg: ModelConfig, seed: u64) -> Result<Model> {
         cfg.validate()?;
+        crate::tensor::memory::keep_freed_memory();
         let mut params = ParamStore::new();
         let mut layers = Vec::with_capacity(cfg.layers);
         let mut in_dim = cfg.in_dim;

@@ -14,6 +14,7 @@
 //! * [`attention`]: GAT edge scores and weighted multi-head aggregation, with backward;
 //! * [`activation`]: ReLU, ELU, LeakyReLU and their backward;
 //! * [`dropout`]: inverted dropout with counter-based masks keyed by original vertex ids;
+//! * [`memory`]: keep freed memory for reuse across mini-batches (no fresh page faults);
 //! * [`loss`]: cross-entropy and binary cross-entropy with logits.
 
 pub mod activation;
@@ -23,6 +24,7 @@ pub mod dropout;
 pub mod gather;
 pub mod gemm;
 pub mod loss;
+pub mod memory;
 pub mod sgemm;
 pub mod simd;
 pub mod softmax;
