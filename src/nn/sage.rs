@@ -15,6 +15,7 @@ use super::params::ParamStore;
 use crate::sample::Block;
 use crate::tensor::aggregate::{aggregate, aggregate_transpose, EdgeWeights, LazyTranspose};
 use crate::tensor::gemm::{add_matmul_nt_rows, add_matmul_tn, gemm_into, matmul, matmul_nt};
+use crate::tensor::sparse::{add_spmm_tn, spmm, spmm_into, CsrMatrix, CsrTranspose};
 
 /// SAGEConv (mean, root weight).
 #[derive(Clone, Debug, PartialEq)]
@@ -36,6 +37,8 @@ pub enum SageCache {
     },
     /// Projected first: the whole input.
     ProjectFirst { h_in: Array2<f32> },
+    /// Sparse input rows, always projected first (the products cost only their non-zeros).
+    Sparse { x: CsrMatrix },
 }
 
 impl SageConv {
@@ -100,6 +103,28 @@ impl SageConv {
         }
     }
 
+    /// [`SageConv::forward`] on sparse input rows (`block.num_src()` of them): project first,
+    /// `X·W_neigh` and `X_dst·W_self` over the non-zeros only.
+    pub fn forward_sparse(
+        &self,
+        params: &ParamStore,
+        block: &Block,
+        x: CsrMatrix,
+    ) -> (Array2<f32>, SageCache) {
+        assert_eq!(x.nrows(), block.num_src(), "sage: sparse input rows");
+        let projected = spmm(&x, block.num_src(), params.view(self.w_neigh));
+        let mut z = aggregate(block, projected.view(), EdgeWeights::Mean);
+        spmm_into(
+            &x,
+            block.num_dst,
+            params.view(self.w_self),
+            z.view_mut(),
+            true,
+        );
+        add_bias(z.view_mut(), params.view(self.bias));
+        (z, SageCache::Sparse { x })
+    }
+
     /// Accumulate gradients; return d `h_in` (`num_src` rows) when asked.
     pub fn backward(
         &self,
@@ -126,6 +151,19 @@ impl SageConv {
                     d_agg.view(),
                     EdgeWeights::Mean,
                 );
+                add_matmul_nt_rows(dz, params.view(self.w_self), d_in.view_mut());
+                Some(d_in)
+            }
+            SageCache::Sparse { x } => {
+                let d_proj =
+                    aggregate_transpose(block, transpose.get(block), dz, EdgeWeights::Mean);
+                let xt = CsrTranspose::new(&x);
+                add_spmm_tn(&xt, nd, dz, params.grad_mut(self.w_self));
+                add_spmm_tn(&xt, x.nrows(), d_proj.view(), params.grad_mut(self.w_neigh));
+                if !need_d_in {
+                    return None;
+                }
+                let mut d_in = matmul_nt(d_proj.view(), params.view(self.w_neigh));
                 add_matmul_nt_rows(dz, params.view(self.w_self), d_in.view_mut());
                 Some(d_in)
             }

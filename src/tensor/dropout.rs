@@ -108,6 +108,26 @@ impl DropoutMask {
             });
     }
 
+    /// [`DropoutMask::apply_in_place`] on the stored entries of a sparse matrix: the same
+    /// mask as on its dense form, whose zeros stay zero whatever the mask says.
+    pub fn apply_sparse_in_place(&self, x: &mut super::sparse::CsrMatrix, row_keys: &[u64]) {
+        assert_eq!(x.nrows(), row_keys.len(), "dropout: one key per row");
+        x.par_for_each_row_chunk_mut(|r0, indptr, cols, vals| {
+            let base = indptr[0];
+            for (k, w) in indptr.windows(2).enumerate() {
+                let seed = self.row_seed(row_keys[r0 + k]);
+                let span = w[0] - base..w[1] - base;
+                for (&c, v) in cols[span.clone()].iter().zip(&mut vals[span]) {
+                    *v = if self.keep_row(seed, c as usize) {
+                        *v * self.scale
+                    } else {
+                        0.0
+                    };
+                }
+            }
+        });
+    }
+
     /// A masked copy of `x` (see [`DropoutMask::apply_in_place`]).
     pub fn apply(&self, x: ArrayView2<f32>, row_keys: &[u64]) -> Array2<f32> {
         let mut out = super::standard(x).into_owned();
@@ -150,6 +170,22 @@ mod tests {
         // Another stream gives another mask.
         let other = DropoutMask::new(8, 0.5).apply(x.view(), &keys);
         assert_ne!(other, y);
+    }
+
+    #[test]
+    fn sparse_masking_matches_dense_masking() {
+        let x = Array2::from_shape_fn((1500, 50), |(i, j)| {
+            if (i * 7 + j * 3) % 11 == 0 {
+                (i + j) as f32
+            } else {
+                0.0
+            }
+        });
+        let keys: Vec<u64> = (0..1500).map(|i| 3 * i as u64 + 1).collect();
+        let mask = DropoutMask::new(99, 0.4);
+        let mut s = crate::tensor::sparse::CsrMatrix::from_dense(x.view());
+        mask.apply_sparse_in_place(&mut s, &keys);
+        assert_eq!(s.to_dense(), mask.apply(x.view(), &keys));
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! * [`gather`]: gather rows, scatter-add rows, column sums;
 //! * [`aggregate`]: CSR aggregation over a [`crate::sample::Block`] (sum, mean, per-edge
 //!   weights such as GCN's symmetric normalisation) and its transpose;
+//! * [`sparse`]: CSR rows for mostly-zero input features, with the first layer's products;
 //! * [`softmax`]: segment softmax per destination (GAT), row log-softmax;
 //! * [`attention`]: GAT edge scores and weighted multi-head aggregation, with backward;
 //! * [`activation`]: ReLU, ELU, LeakyReLU and their backward;
@@ -28,6 +29,7 @@ pub mod memory;
 pub mod sgemm;
 pub mod simd;
 pub mod softmax;
+pub mod sparse;
 
 use ndarray::{ArrayView2, CowArray, Ix2};
 
