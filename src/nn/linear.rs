@@ -8,7 +8,15 @@ use super::init::glorot_uniform;
 use super::params::ParamStore;
 use crate::tensor::gather::{axpy, column_sums};
 use crate::tensor::gemm::{add_matmul_tn, matmul, matmul_nt};
+use crate::tensor::simd::simd_kernel;
 use crate::tensor::sparse::{add_spmm_tn, spmm, CsrMatrix, CsrTranspose};
+
+simd_kernel! {
+    /// `row += b`.
+    fn add_row(b: &[f32], row: &mut [f32]) {
+        axpy(1.0, b, row)
+    }
+}
 
 /// `z[i, :] += bias` for every row.
 pub fn add_bias(mut z: ArrayViewMut2<f32>, bias: ArrayView2<f32>) {
@@ -22,7 +30,7 @@ pub fn add_bias(mut z: ArrayViewMut2<f32>, bias: ArrayView2<f32>) {
         .expect("standard layout")
         .par_chunks_mut(cols)
         .with_min_len(crate::tensor::rows_per_task(cols))
-        .for_each(|row| crate::tensor::simd::dispatch(|| axpy(1.0, b, row)));
+        .for_each(|row| add_row(b, row));
 }
 
 /// `grad(bias) += Σ_rows dz`.

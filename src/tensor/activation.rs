@@ -8,6 +8,26 @@ use ndarray::{ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use super::simd::simd_kernel;
+
+simd_kernel! {
+    /// `x ← act(x)`.
+    fn activate(act: Activation, x: &mut [f32]) {
+        for v in x.iter_mut() {
+            *v = act.value(*v);
+        }
+    }
+}
+
+simd_kernel! {
+    /// `g ← g ⊙ act'(·)` given the outputs `y`.
+    fn activate_backward(act: Activation, y: &[f32], g: &mut [f32]) {
+        for (gi, &yi) in g.iter_mut().zip(y) {
+            *gi *= act.derivative_from_output(yi);
+        }
+    }
+}
+
 /// An element-wise activation.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Activation {
@@ -73,8 +93,7 @@ impl Activation {
     /// Apply in place.
     pub fn forward_in_place(self, mut x: ArrayViewMut2<f32>) {
         let x = x.as_slice_mut().expect("activation: standard layout");
-        x.par_chunks_mut(1 << 14)
-            .for_each(|c| super::simd::dispatch(|| c.iter_mut().for_each(|v| *v = self.value(*v))));
+        x.par_chunks_mut(1 << 14).for_each(|c| activate(self, c));
     }
 
     /// `grad ← grad ⊙ f'(x)`, given the forward output `y`.
@@ -84,12 +103,6 @@ impl Activation {
         let g = grad.as_slice_mut().expect("activation: standard layout");
         g.par_chunks_mut(1 << 14)
             .zip(y.par_chunks(1 << 14))
-            .for_each(|(g, y)| {
-                super::simd::dispatch(|| {
-                    for (gi, &yi) in g.iter_mut().zip(y) {
-                        *gi *= self.derivative_from_output(yi);
-                    }
-                })
-            });
+            .for_each(|(g, y)| activate_backward(self, y, g));
     }
 }

@@ -10,6 +10,8 @@
 use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 
+use super::simd::simd_kernel;
+
 /// The murmur3 / SplitMix64 64-bit finaliser: a bijective mixer with full avalanche.
 #[inline]
 pub fn mix64(mut x: u64) -> u64 {
@@ -25,6 +27,24 @@ pub fn mix64(mut x: u64) -> u64 {
 #[inline]
 pub fn derive_stream(stream: u64, counter: u64) -> u64 {
     mix64(stream ^ mix64(counter.wrapping_add(0x9e37_79b9_7f4a_7c15)))
+}
+
+simd_kernel! {
+    /// `row ← mask(row)` for the row whose seed is `seed`.
+    fn mask_row(mask: &DropoutMask, seed: u64, row: &mut [f32]) {
+        for (c, v) in row.iter_mut().enumerate() {
+            *v = if mask.keep_row(seed, c) { *v * mask.scale } else { 0.0 };
+        }
+    }
+}
+
+simd_kernel! {
+    /// `dst ← mask(src)` for the row whose seed is `seed`.
+    fn mask_row_copy(mask: &DropoutMask, seed: u64, src: &[f32], dst: &mut [f32]) {
+        for (c, (d, &v)) in dst.iter_mut().zip(src).enumerate() {
+            *d = if mask.keep_row(seed, c) { v * mask.scale } else { 0.0 };
+        }
+    }
 }
 
 /// A dropout mask generator for one stream and drop probability.
@@ -69,7 +89,7 @@ impl DropoutMask {
         self.keep_row(self.row_seed(row_key), col)
     }
 
-    #[inline]
+    #[inline(always)]
     fn keep_row(&self, row_seed: u64, col: usize) -> bool {
         mix64(row_seed.wrapping_add((col as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)))
             < self.keep_below
@@ -94,18 +114,7 @@ impl DropoutMask {
         x.par_chunks_mut(cols)
             .zip(row_keys.par_iter())
             .with_min_len(super::rows_per_task(cols * 4))
-            .for_each(|(row, &key)| {
-                let seed = self.row_seed(key);
-                super::simd::dispatch(|| {
-                    for (c, v) in row.iter_mut().enumerate() {
-                        *v = if self.keep_row(seed, c) {
-                            *v * self.scale
-                        } else {
-                            0.0
-                        };
-                    }
-                })
-            });
+            .for_each(|(row, &key)| mask_row(self, self.row_seed(key), row));
     }
 
     /// [`DropoutMask::apply_in_place`] on the stored entries of a sparse matrix: the same
@@ -128,10 +137,22 @@ impl DropoutMask {
         });
     }
 
-    /// A masked copy of `x` (see [`DropoutMask::apply_in_place`]).
+    /// A masked copy of `x` (see [`DropoutMask::apply_in_place`]), written in one pass.
     pub fn apply(&self, x: ArrayView2<f32>, row_keys: &[u64]) -> Array2<f32> {
-        let mut out = super::standard(x).into_owned();
-        self.apply_in_place(out.view_mut(), row_keys);
+        assert_eq!(x.nrows(), row_keys.len(), "dropout: one key per row");
+        let x = super::standard(x);
+        let cols = x.ncols();
+        let mut out = Array2::zeros(x.dim());
+        if cols == 0 {
+            return out;
+        }
+        out.as_slice_mut()
+            .expect("fresh array")
+            .par_chunks_mut(cols)
+            .zip(x.as_slice().expect("standard layout").par_chunks(cols))
+            .zip(row_keys.par_iter())
+            .with_min_len(super::rows_per_task(cols * 4))
+            .for_each(|((dst, src), &key)| mask_row_copy(self, self.row_seed(key), src, dst));
         out
     }
 }

@@ -16,6 +16,7 @@ use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 
 use super::gather::{axpy, group_by_target};
+use super::simd::simd_kernel;
 
 /// Rows per parallel task when building or transforming a CSR matrix.
 const CHUNK_ROWS: usize = 1024;
@@ -74,24 +75,11 @@ impl CsrMatrix {
             .map(|blk| {
                 let mut counts = Vec::with_capacity(blk.len() / cols);
                 let (mut idx, mut val) = (Vec::new(), Vec::new());
-                super::simd::dispatch(|| {
-                    for row in blk.chunks_exact(cols) {
-                        let before = idx.len();
-                        // Test 16 columns at a time (one vector compare) and look inside only
-                        // the rare groups that hold a non-zero.
-                        for (g, group) in row.chunks(16).enumerate() {
-                            if group.iter().fold(false, |any, &v| any | (v != 0.0)) {
-                                for (j, &v) in group.iter().enumerate() {
-                                    if v != 0.0 {
-                                        idx.push((g * 16 + j) as u32);
-                                        val.push(v);
-                                    }
-                                }
-                            }
-                        }
-                        counts.push(idx.len() - before);
-                    }
-                });
+                for row in blk.chunks_exact(cols) {
+                    let before = idx.len();
+                    push_nonzeros(row, &mut idx, &mut val);
+                    counts.push(idx.len() - before);
+                }
                 (counts, idx, val)
             })
             .collect();
@@ -214,6 +202,34 @@ fn split_by_rows<'a>(
     parts
 }
 
+simd_kernel! {
+    /// Append the non-zeros of `row` (column, value) to `idx` and `val`. Tests 16 columns at
+    /// a time (one vector compare) and looks inside only the rare groups with a non-zero.
+    fn push_nonzeros(row: &[f32], idx: &mut Vec<u32>, val: &mut Vec<f32>) {
+        for (g, group) in row.chunks(16).enumerate() {
+            if group.iter().fold(false, |any, &v| any | (v != 0.0)) {
+                for (j, &v) in group.iter().enumerate() {
+                    if v != 0.0 {
+                        idx.push((g * 16 + j) as u32);
+                        val.push(v);
+                    }
+                }
+            }
+        }
+    }
+}
+
+simd_kernel! {
+    /// `out += Σ_k coef[k] · s[rows[k]]` over rows of `out.len()` floats of `s`, in order.
+    fn add_scaled_rows(s: &[f32], rows: &[u32], coef: &[f32], out: &mut [f32]) {
+        let n = out.len();
+        for (&r, &c) in rows.iter().zip(coef) {
+            let r = r as usize;
+            axpy(c, &s[r * n..(r + 1) * n], out);
+        }
+    }
+}
+
 /// Fraction of non-zeros in up to 64 evenly spaced rows of `x`: a cheap test of whether
 /// [`CsrMatrix::from_dense`] is worth it.
 pub fn sampled_density(x: ArrayView2<f32>) -> f64 {
@@ -272,16 +288,11 @@ pub fn spmm_into(
         .enumerate()
         .with_min_len(super::rows_per_task(n * avg))
         .for_each(|(i, o)| {
-            super::simd::dispatch(|| {
-                if !accumulate {
-                    o.fill(0.0);
-                }
-                let (idx, val) = x.row(i);
-                for (&j, &v) in idx.iter().zip(val) {
-                    let j = j as usize;
-                    axpy(v, &ws[j * n..(j + 1) * n], o);
-                }
-            })
+            if !accumulate {
+                o.fill(0.0);
+            }
+            let (idx, val) = x.row(i);
+            add_scaled_rows(ws, idx, val, o)
         });
 }
 
@@ -351,12 +362,7 @@ pub fn add_spmm_tn(xt: &CsrTranspose, rows: usize, d: ArrayView2<f32>, mut c: Ar
             let (rs, vs) = (&xt.row[span.clone()], &xt.value[span]);
             // Entries are sorted by row: those of the first `rows` rows are a prefix.
             let end = rs.partition_point(|&r| (r as usize) < rows);
-            super::simd::dispatch(|| {
-                for (&r, &v) in rs[..end].iter().zip(&vs[..end]) {
-                    let r = r as usize;
-                    axpy(v, &ds[r * n..(r + 1) * n], out);
-                }
-            })
+            add_scaled_rows(ds, &rs[..end], &vs[..end], out)
         });
 }
 
