@@ -12,7 +12,7 @@ use super::linear::Linear;
 use super::params::ParamStore;
 use super::sage::{SageCache, SageConv};
 use crate::sample::Block;
-use crate::tensor::activation::Activation;
+use crate::tensor::activation::{Activation, Saved};
 use crate::tensor::aggregate::LazyTranspose;
 use crate::tensor::dropout::{derive_stream, DropoutMask};
 use crate::tensor::sparse::CsrMatrix;
@@ -211,8 +211,8 @@ pub struct LayerCache {
     /// The mask and row keys used on the input, when dropout was applied.
     dropout: Option<(DropoutMask, Vec<u64>)>,
     conv: ConvCache,
-    /// The activation's output, when there is an activation.
-    activated: Option<Array2<f32>>,
+    /// What the activation's backward needs, when there is an activation.
+    activated: Option<Saved>,
 }
 
 impl LayerCache {
@@ -319,7 +319,7 @@ impl Layer {
     ) -> (Array2<f32>, LayerCache) {
         let activated = self.activation.map(|act| {
             act.forward_in_place(z.view_mut());
-            z.clone()
+            act.save(z.view())
         });
         (
             z,
@@ -343,15 +343,34 @@ impl Layer {
         d_h_dst: ArrayView2<f32>,
         need_d_src: bool,
     ) -> Option<Array2<f32>> {
+        let dz = standard(d_h_dst).into_owned();
+        self.backward_owned(params, block, transpose, cache, dz, need_d_src)
+    }
+
+    /// [`Layer::backward`] taking the output gradient by value: it is overwritten in place
+    /// (activation backward) instead of copied first.
+    pub fn backward_owned(
+        &self,
+        params: &mut ParamStore,
+        block: &Block,
+        transpose: &LazyTranspose,
+        cache: LayerCache,
+        d_h_dst: Array2<f32>,
+        need_d_src: bool,
+    ) -> Option<Array2<f32>> {
         assert_eq!(
             d_h_dst.nrows(),
             block.num_dst,
             "layer {}: gradient rows",
             self.index
         );
-        let mut dz = standard(d_h_dst).into_owned();
-        if let (Some(act), Some(y)) = (self.activation, &cache.activated) {
-            act.backward_in_place(y.view(), dz.view_mut());
+        let mut dz = if d_h_dst.is_standard_layout() {
+            d_h_dst
+        } else {
+            d_h_dst.as_standard_layout().into_owned()
+        };
+        if let (Some(act), Some(saved)) = (self.activation, &cache.activated) {
+            act.backward_saved(saved, dz.view_mut());
         }
         let d_in =
             self.conv

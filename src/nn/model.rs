@@ -273,7 +273,7 @@ impl Model {
         for (l, layer_cache) in cache.layers.into_iter().enumerate().rev() {
             let layer = &self.layers[l];
             let t = &transposes[owner[l]];
-            match layer.backward(&mut self.params, blocks[l], t, layer_cache, d.view(), l > 0) {
+            match layer.backward_owned(&mut self.params, blocks[l], t, layer_cache, d, l > 0) {
                 Some(next) => d = next,
                 None => break,
             }

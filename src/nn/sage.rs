@@ -30,11 +30,10 @@ pub struct SageConv {
 /// Forward state for the backward pass.
 #[derive(Debug)]
 pub enum SageCache {
-    /// Aggregated first: the destinations' inputs and their neighbour means.
-    AggregateFirst {
-        h_dst: Array2<f32>,
-        agg: Array2<f32>,
-    },
+    /// Aggregated first: the destinations' inputs (the first `num_dst` rows of `h`, which
+    /// holds either just those or the whole input when it was owned anyway) and their
+    /// neighbour means.
+    AggregateFirst { h: Array2<f32>, agg: Array2<f32> },
     /// Projected first: the whole input.
     ProjectFirst { h_in: Array2<f32> },
     /// Sparse input rows, always projected first (the products cost only their non-zeros).
@@ -87,8 +86,14 @@ impl SageConv {
             let mut z = matmul(agg.view(), w_neigh);
             gemm_into(1.0, h_dst, w_self, 1.0, z.view_mut());
             add_bias(z.view_mut(), params.view(self.bias));
-            let h_dst = h_dst.to_owned();
-            (z, SageCache::AggregateFirst { h_dst, agg })
+            // Keep the input without copying when the layer owns it (dropout made it);
+            // otherwise copy only the destination rows.
+            let h = if h_in.is_view() {
+                h_dst.to_owned()
+            } else {
+                h_in.into_owned()
+            };
+            (z, SageCache::AggregateFirst { h, agg })
         } else {
             let projected = matmul(h_in.view(), w_neigh);
             let mut z = aggregate(block, projected.view(), EdgeWeights::Mean);
@@ -138,8 +143,8 @@ impl SageConv {
         let nd = block.num_dst;
         accumulate_bias_grad(params, self.bias, dz);
         match cache {
-            SageCache::AggregateFirst { h_dst, agg } => {
-                add_matmul_tn(h_dst.view(), dz, params.grad_mut(self.w_self));
+            SageCache::AggregateFirst { h, agg } => {
+                add_matmul_tn(h.slice(s![..nd, ..]), dz, params.grad_mut(self.w_self));
                 add_matmul_tn(agg.view(), dz, params.grad_mut(self.w_neigh));
                 if !need_d_in {
                     return None;

@@ -9,7 +9,6 @@
 use std::sync::OnceLock;
 
 use ndarray::{Array2, ArrayView2};
-use rayon::prelude::*;
 
 use super::gather::{axpy, group_by_target};
 use super::simd::simd_kernel;
@@ -157,18 +156,13 @@ pub fn aggregate(block: &Block, x: ArrayView2<f32>, weights: EdgeWeights) -> Arr
     let x = super::standard(x);
     let cols = x.ncols();
     let xs = x.as_slice().expect("standard layout");
-    let mut out = Array2::zeros((block.num_dst, cols));
-    if cols == 0 {
-        return out;
-    }
     let avg_degree = block.num_edges() / block.num_dst.max(1) + 1;
-    out.as_slice_mut()
-        .expect("fresh array")
-        .par_chunks_mut(cols)
-        .enumerate()
-        .with_min_len(super::rows_per_task(cols * avg_degree))
-        .for_each(|(i, row)| aggregate_row(block, xs, weights, i, row));
-    out
+    super::par_rows_from_zero(
+        block.num_dst,
+        cols,
+        super::rows_per_task(cols * avg_degree),
+        |i, row| aggregate_row(block, xs, weights, i, row),
+    )
 }
 
 /// The transpose of [`aggregate`]: `dx[u] = Σ_{e: src_e = u} w_e · dy[dst_e]`, with
@@ -187,18 +181,13 @@ pub fn aggregate_transpose(
     let dy = super::standard(dy);
     let cols = dy.ncols();
     let ds = dy.as_slice().expect("standard layout");
-    let mut dx = Array2::zeros((block.num_src(), cols));
-    if cols == 0 {
-        return dx;
-    }
     let avg_degree = block.num_edges() / block.num_src().max(1) + 1;
-    dx.as_slice_mut()
-        .expect("fresh array")
-        .par_chunks_mut(cols)
-        .enumerate()
-        .with_min_len(super::rows_per_task(cols * avg_degree))
-        .for_each(|(u, row)| aggregate_transpose_row(block, bt, ds, weights, u, row));
-    dx
+    super::par_rows_from_zero(
+        block.num_src(),
+        cols,
+        super::rows_per_task(cols * avg_degree),
+        |u, row| aggregate_transpose_row(block, bt, ds, weights, u, row),
+    )
 }
 
 /// GCN's symmetric normalisation per edge: `1/sqrt(deg_in(dst) · deg_out(src))`, both degrees

@@ -142,18 +142,11 @@ impl DropoutMask {
         assert_eq!(x.nrows(), row_keys.len(), "dropout: one key per row");
         let x = super::standard(x);
         let cols = x.ncols();
-        let mut out = Array2::zeros(x.dim());
-        if cols == 0 {
-            return out;
-        }
-        out.as_slice_mut()
-            .expect("fresh array")
-            .par_chunks_mut(cols)
-            .zip(x.as_slice().expect("standard layout").par_chunks(cols))
-            .zip(row_keys.par_iter())
-            .with_min_len(super::rows_per_task(cols * 4))
-            .for_each(|((dst, src), &key)| mask_row_copy(self, self.row_seed(key), src, dst));
-        out
+        let xs = x.as_slice().expect("standard layout");
+        super::par_rows_from_zero(x.nrows(), cols, super::rows_per_task(cols * 4), |i, dst| {
+            let src = &xs[i * cols..(i + 1) * cols];
+            mask_row_copy(self, self.row_seed(row_keys[i]), src, dst)
+        })
     }
 }
 

@@ -165,10 +165,15 @@ mod fast {
     /// negative strides anywhere.
     pub(super) fn usable(a: &ArrayView2<f32>, b: &ArrayView2<f32>, c: &ArrayViewMut2<f32>) -> bool {
         let unit_cols = c.ncols() <= 1 || c.strides()[1] == 1;
-        let non_negative = [a.strides(), b.strides(), c.strides()]
+        unit_cols && c.strides().iter().all(|&x| x >= 0) && usable_inputs(a, b)
+    }
+
+    /// Whether the fast path applies to these inputs with a standard-layout output.
+    pub(super) fn usable_inputs(a: &ArrayView2<f32>, b: &ArrayView2<f32>) -> bool {
+        let non_negative = [a.strides(), b.strides()]
             .iter()
             .all(|s| s.iter().all(|&x| x >= 0));
-        unit_cols && non_negative && sgemm::available()
+        non_negative && sgemm::available()
     }
 
     fn mat_ref(a: &ArrayView2<f32>) -> MatRef {
@@ -346,7 +351,27 @@ mod fast {
 
 /// `a · b`.
 pub fn matmul(a: ArrayView2<f32>, b: ArrayView2<f32>) -> Array2<f32> {
-    let mut c = Array2::zeros((a.nrows(), b.ncols()));
+    let (m, k, n) = (a.nrows(), a.ncols(), b.ncols());
+    assert_eq!(
+        k,
+        b.nrows(),
+        "gemm: inner dimensions differ ({m}×{k} · {}×{n})",
+        b.nrows()
+    );
+    #[cfg(target_arch = "x86_64")]
+    if k > 0 && m * n > 0 && fast::usable_inputs(&a, &b) {
+        // The packed kernel with beta = 0 writes every output element before it reads any,
+        // so the output needs no zero-filling pass (a serial memset of fresh memory).
+        let mut c = Array2::<f32>::uninit((m, n));
+        // SAFETY: `c` is a fresh standard-layout m×n allocation; the view is only written by
+        // `fast::gemm` (beta = 0) before being read, and then every element is initialised.
+        unsafe {
+            let view = ArrayViewMut2::from_shape_ptr((m, n), c.as_mut_ptr().cast::<f32>());
+            fast::gemm(1.0, a, b, 0.0, view);
+            return c.assume_init();
+        }
+    }
+    let mut c = Array2::zeros((m, n));
     gemm_into(1.0, a, b, 0.0, c.view_mut());
     c
 }

@@ -31,7 +31,8 @@ pub mod simd;
 pub mod softmax;
 pub mod sparse;
 
-use ndarray::{ArrayView2, CowArray, Ix2};
+use ndarray::{Array2, ArrayView2, CowArray, Ix2};
+use rayon::prelude::*;
 
 /// A row-major (standard layout) view of `a`, copying only when `a` is not already one.
 ///
@@ -50,4 +51,34 @@ pub fn standard<'a>(a: ArrayView2<'a, f32>) -> CowArray<'a, f32, Ix2> {
 pub(crate) fn rows_per_task(row_cost: usize) -> usize {
     const TARGET_OPS_PER_TASK: usize = 1 << 15;
     (TARGET_OPS_PER_TASK / row_cost.max(1)).clamp(1, 4096)
+}
+
+/// A `rows × cols` matrix built in parallel, row by row: each row is zeroed inside its task
+/// (while it is in cache, instead of a serial `calloc` memset over the whole matrix before)
+/// and then passed to `fill(i, row)`. Tasks take at least `min_rows` rows.
+pub(crate) fn par_rows_from_zero(
+    rows: usize,
+    cols: usize,
+    min_rows: usize,
+    fill: impl Fn(usize, &mut [f32]) + Sync + Send,
+) -> Array2<f32> {
+    if cols == 0 || rows == 0 {
+        return Array2::zeros((rows, cols));
+    }
+    let mut out = Array2::<f32>::uninit((rows, cols));
+    out.as_slice_mut()
+        .expect("fresh array")
+        .par_chunks_mut(cols)
+        .enumerate()
+        .with_min_len(min_rows)
+        .for_each(|(i, row)| {
+            for v in row.iter_mut() {
+                v.write(0.0);
+            }
+            // SAFETY: every element of the row was just initialised.
+            let row = unsafe { &mut *(row as *mut [std::mem::MaybeUninit<f32>] as *mut [f32]) };
+            fill(i, row)
+        });
+    // SAFETY: every row was initialised above.
+    unsafe { out.assume_init() }
 }

@@ -298,9 +298,22 @@ pub fn spmm_into(
 
 /// `x[..rows] · w` as a new matrix.
 pub fn spmm(x: &CsrMatrix, rows: usize, w: ArrayView2<f32>) -> Array2<f32> {
-    let mut out = Array2::zeros((rows, w.ncols()));
-    spmm_into(x, rows, w, out.view_mut(), true);
-    out
+    assert_eq!(
+        x.ncols,
+        w.nrows(),
+        "spmm: x has {} columns, w {} rows",
+        x.ncols,
+        w.nrows()
+    );
+    assert!(rows <= x.nrows(), "spmm: {rows} rows of {}", x.nrows());
+    let w = super::standard(w);
+    let n = w.ncols();
+    let ws = w.as_slice().expect("standard layout");
+    let avg = x.indptr[rows] / rows.max(1) + 1;
+    super::par_rows_from_zero(rows, n, super::rows_per_task(n * avg), |i, o| {
+        let (idx, val) = x.row(i);
+        add_scaled_rows(ws, idx, val, o)
+    })
 }
 
 /// The entries of a [`CsrMatrix`] grouped by column, each column's entries in increasing
