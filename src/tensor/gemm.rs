@@ -138,7 +138,7 @@ fn portable_gemm(
 #[cfg(target_arch = "x86_64")]
 mod fast {
     use super::*;
-    use crate::tensor::sgemm::{self, MatMut, MatRef, Workspace, MR, NR};
+    use crate::tensor::sgemm::{self, BSource, MatMut, MatRef, PackedB, Workspace, MR, NR};
 
     /// Multiply-adds per task: large enough that packing and rayon overheads stay small.
     const TASK_FLOPS: usize = 1 << 22;
@@ -150,8 +150,10 @@ mod fast {
     const MIN_COLS: usize = 8 * NR;
     /// Inner-dimension block of a split reduction, and the fewest tiles below which a long
     /// reduction is split.
-    const K_BLOCK: usize = 2048;
+    const K_BLOCK: usize = 8 * sgemm::KC;
     const FEW_TILES: usize = 4;
+    /// Largest `B` (floats) packed once and shared by all tiles.
+    const SHARED_B_MAX: usize = 1 << 20;
 
     thread_local! {
         /// Packing buffers of this thread; taken out while in use so that a nested call
@@ -159,6 +161,8 @@ mod fast {
         static WORKSPACE: RefCell<Workspace> = RefCell::new(Workspace::default());
         /// Partial products of split reductions, kept to avoid fresh pages every step.
         static PARTIALS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+        /// The packed `B` of the product this thread is driving.
+        static PACKED: RefCell<PackedB> = RefCell::new(PackedB::default());
     }
 
     /// Whether the fast path applies: AVX-512 present, `c` with unit column stride, and no
@@ -230,9 +234,10 @@ mod fast {
     }
 
     /// Run one tile on this thread's workspace.
-    fn run_tile(alpha: f32, a: MatRef, b: MatRef, beta: f32, c: MatMut) {
+    fn run_tile(alpha: f32, a: MatRef, b: BSource, beta: f32, c: MatMut) {
         let mut ws = WORKSPACE.with(|w| std::mem::take(&mut *w.borrow_mut()));
-        // SAFETY: `usable` checked AVX-512; the driver passes in-bounds, disjoint tiles.
+        // SAFETY: `usable` checked AVX-512; the driver passes in-bounds, disjoint tiles whose
+        // columns start at multiples of NR and inner ranges at multiples of KC.
         unsafe { sgemm::gemm_tile(alpha, a, b, beta, c, &mut ws) };
         WORKSPACE.with(|w| *w.borrow_mut() = ws);
     }
@@ -262,6 +267,28 @@ mod fast {
         } else {
             Plan::new(m, n, k)
         };
+        // Pack B once for all tiles when it is small (weights) or transposed (its packing is
+        // a scalar transpose); a large row-major B (a weight gradient's `dy`) is packed by
+        // each tile, block by block, while hot in cache.
+        let share = k * n <= SHARED_B_MAX || br.cs != 1;
+        let mut packed = PACKED.with(|p| std::mem::take(&mut *p.borrow_mut()));
+        if share {
+            // SAFETY: `br` describes `b`.
+            unsafe { packed.pack(br) };
+        }
+        let packed_ref = &packed;
+        let source = move |p: usize, j: usize, depth: usize, cols: usize| {
+            if share {
+                BSource::Shared {
+                    packed: packed_ref,
+                    p0: p,
+                    j0: j,
+                }
+            } else {
+                // SAFETY: the block lies inside `b`.
+                BSource::Own(unsafe { br.sub(p, j, depth, cols) })
+            }
+        };
         let (row_tiles, col_tiles) = (m.div_ceil(plan.rows), n.div_ceil(plan.cols));
         let k_blocks = k.div_ceil(plan.inner).max(1);
         let tiles = row_tiles * col_tiles;
@@ -286,7 +313,7 @@ mod fast {
                     run_tile(
                         alpha,
                         ar.sub(i, 0, rows, k),
-                        br.sub(0, j, k, cols),
+                        source(0, j, k, cols),
                         beta,
                         cm.sub(i, j, rows, cols),
                     )
@@ -297,6 +324,7 @@ mod fast {
             } else {
                 (0..tiles).into_par_iter().with_max_len(1).for_each(task);
             }
+            PACKED.with(|p| *p.borrow_mut() = packed);
             return;
         }
         // Split reduction: every inner block writes its own partial product, then
@@ -322,7 +350,7 @@ mod fast {
                     run_tile(
                         1.0,
                         ar.sub(i, p, rows, depth),
-                        br.sub(p, j, depth, cols),
+                        source(p, j, depth, cols),
                         0.0,
                         parts.sub(q * m + i, j, rows, cols),
                     )
@@ -346,6 +374,7 @@ mod fast {
                 }
             });
         PARTIALS.with(|p| *p.borrow_mut() = partials);
+        PACKED.with(|p| *p.borrow_mut() = packed);
     }
 }
 
