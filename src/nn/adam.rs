@@ -5,8 +5,48 @@
 use anyhow::{ensure, Result};
 use rayon::prelude::*;
 
+use crate::tensor::simd::simd_kernel;
+
 /// Elements per parallel task: the update is element-wise, so any split gives the same bits.
 const CHUNK: usize = 1 << 14;
+
+/// The constants of one Adam step.
+#[derive(Clone, Copy)]
+struct StepConsts {
+    b1: f32,
+    b2: f32,
+    lr: f32,
+    wd: f32,
+    eps: f32,
+    decoupled: bool,
+    /// `lr / (1 − β1^t)`.
+    step_size: f32,
+    /// `sqrt(1 − β2^t)`.
+    bc2_sqrt: f32,
+}
+
+simd_kernel! {
+    /// One Adam update of a chunk of parameters `p` with gradients `g` and moments `m`, `v`.
+    fn adam_chunk(c: StepConsts, p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32]) {
+        let n = p.len();
+        let (g, m, v) = (&g[..n], &mut m[..n], &mut v[..n]);
+        for i in 0..n {
+            let mut grad = g[i];
+            if c.wd != 0.0 {
+                if c.decoupled {
+                    p[i] *= 1.0 - c.lr * c.wd;
+                } else {
+                    grad += c.wd * p[i];
+                }
+            }
+            // PyTorch: exp_avg.lerp_(grad, 1 − β1); exp_avg_sq.mul_(β2).addcmul_(…).
+            m[i] += (1.0 - c.b1) * (grad - m[i]);
+            v[i] = v[i] * c.b2 + (1.0 - c.b2) * grad * grad;
+            let denom = v[i].sqrt() / c.bc2_sqrt + c.eps;
+            p[i] -= c.step_size * m[i] / denom;
+        }
+    }
+}
 
 /// Adam state over one flat parameter buffer.
 #[derive(Clone, Debug, PartialEq)]
@@ -53,29 +93,22 @@ impl Adam {
         let bc2 = 1.0 - (b2 as f64).powi(self.t.min(i32::MAX as u64) as i32);
         let step_size = (self.lr as f64 / bc1) as f32;
         let bc2_sqrt = bc2.sqrt() as f32;
-        let (lr, wd, eps, decoupled) = (self.lr, self.weight_decay, self.eps, self.decoupled);
+        let c = StepConsts {
+            b1,
+            b2,
+            lr: self.lr,
+            wd: self.weight_decay,
+            eps: self.eps,
+            decoupled: self.decoupled,
+            step_size,
+            bc2_sqrt,
+        };
         values
             .par_chunks_mut(CHUNK)
             .zip(grads.par_chunks(CHUNK))
             .zip(self.m.par_chunks_mut(CHUNK))
             .zip(self.v.par_chunks_mut(CHUNK))
-            .for_each(|(((p, g), m), v)| {
-                for i in 0..p.len() {
-                    let mut grad = g[i];
-                    if wd != 0.0 {
-                        if decoupled {
-                            p[i] *= 1.0 - lr * wd;
-                        } else {
-                            grad += wd * p[i];
-                        }
-                    }
-                    // PyTorch: exp_avg.lerp_(grad, 1 − β1); exp_avg_sq.mul_(β2).addcmul_(…).
-                    m[i] += (1.0 - b1) * (grad - m[i]);
-                    v[i] = v[i] * b2 + (1.0 - b2) * grad * grad;
-                    let denom = v[i].sqrt() / bc2_sqrt + eps;
-                    p[i] -= step_size * m[i] / denom;
-                }
-            });
+            .for_each(|(((p, g), m), v)| adam_chunk(c, p, g, m, v));
     }
 
     /// First moments, second moments and the step count (for checkpoints).

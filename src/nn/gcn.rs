@@ -14,6 +14,7 @@ use crate::tensor::aggregate::{
     aggregate, aggregate_transpose, gcn_norm, EdgeWeights, LazyTranspose,
 };
 use crate::tensor::gemm::{add_matmul_tn, matmul, matmul_nt};
+use crate::tensor::sparse::{add_spmm_tn, spmm, CsrMatrix, CsrTranspose};
 
 /// GCNConv (symmetric normalisation, bias).
 #[derive(Clone, Debug, PartialEq)]
@@ -38,6 +39,8 @@ enum GcnOrder {
     AggregateFirst(Array2<f32>),
     /// `h_in·W` was aggregated: keep `h_in`.
     ProjectFirst(Array2<f32>),
+    /// Sparse input rows were projected (over their non-zeros) and then aggregated.
+    SparseProject(CsrMatrix),
 }
 
 impl GcnConv {
@@ -87,6 +90,23 @@ impl GcnConv {
         (z, GcnCache { coef, order })
     }
 
+    /// [`GcnConv::forward`] on sparse input rows (`block.num_src()` of them): `X·W` over the
+    /// non-zeros, then aggregation.
+    pub fn forward_sparse(
+        &self,
+        params: &ParamStore,
+        block: &Block,
+        x: CsrMatrix,
+    ) -> (Array2<f32>, GcnCache) {
+        assert_eq!(x.nrows(), block.num_src(), "gcn: sparse input rows");
+        let coef = gcn_norm(block);
+        let projected = spmm(&x, x.nrows(), params.view(self.weight));
+        let mut z = aggregate(block, projected.view(), EdgeWeights::PerEdge(&coef));
+        add_bias(z.view_mut(), params.view(self.bias));
+        let order = GcnOrder::SparseProject(x);
+        (z, GcnCache { coef, order })
+    }
+
     /// Accumulate gradients; return d `h_in` (`num_src` rows) when asked.
     pub fn backward(
         &self,
@@ -112,6 +132,12 @@ impl GcnConv {
                     d_agg.view(),
                     weights,
                 ))
+            }
+            GcnOrder::SparseProject(x) => {
+                let d_proj = aggregate_transpose(block, transpose.get(block), dz, weights);
+                let xt = CsrTranspose::new(&x);
+                add_spmm_tn(&xt, x.nrows(), d_proj.view(), params.grad_mut(self.weight));
+                need_d_in.then(|| matmul_nt(d_proj.view(), params.view(self.weight)))
             }
             GcnOrder::ProjectFirst(h_in) => {
                 let d_proj = aggregate_transpose(block, transpose.get(block), dz, weights);

@@ -12,9 +12,10 @@ use super::linear::Linear;
 use super::params::ParamStore;
 use super::sage::{SageCache, SageConv};
 use crate::sample::Block;
-use crate::tensor::activation::Activation;
+use crate::tensor::activation::{Activation, Saved};
 use crate::tensor::aggregate::LazyTranspose;
 use crate::tensor::dropout::{derive_stream, DropoutMask};
+use crate::tensor::sparse::CsrMatrix;
 use crate::tensor::standard;
 
 /// How dropout behaves in one forward pass.
@@ -74,6 +75,8 @@ pub enum ConvCache {
     Gcn(GcnCache),
     Gat(GatCache),
     Dense(Array2<f32>),
+    /// A dense layer's sparse input.
+    DenseSparse(CsrMatrix),
 }
 
 impl Conv {
@@ -94,6 +97,35 @@ impl Conv {
             Conv::Gcn(c) => c.out_dim,
             Conv::Gat(c) => c.out_dim(),
             Conv::Dense(c) => c.out_dim,
+        }
+    }
+
+    /// Whether [`Conv::forward_sparse`] accepts sparse input rows.
+    pub fn supports_sparse(&self) -> bool {
+        !matches!(self, Conv::Gat(_))
+    }
+
+    /// [`Conv::forward`] on sparse input rows (`input_rows` of them).
+    ///
+    /// # Panics
+    /// For a convolution without sparse support ([`Conv::supports_sparse`]).
+    pub fn forward_sparse(
+        &self,
+        params: &ParamStore,
+        block: &Block,
+        x: CsrMatrix,
+    ) -> (Array2<f32>, ConvCache) {
+        match self {
+            Conv::Sage(c) => {
+                let (z, k) = c.forward_sparse(params, block, x);
+                (z, ConvCache::Sage(k))
+            }
+            Conv::Gcn(c) => {
+                let (z, k) = c.forward_sparse(params, block, x);
+                (z, ConvCache::Gcn(k))
+            }
+            Conv::Dense(c) => (c.forward_sparse(params, &x), ConvCache::DenseSparse(x)),
+            Conv::Gat(_) => panic!("GAT has no sparse-input path"),
         }
     }
 
@@ -153,6 +185,9 @@ impl Conv {
                 c.backward(params, block, transpose, k, dz, need_d_in)
             }
             (Conv::Dense(c), ConvCache::Dense(x)) => c.backward(params, x.view(), dz, need_d_in),
+            (Conv::Dense(c), ConvCache::DenseSparse(x)) => {
+                c.backward_sparse(params, &x, dz, need_d_in)
+            }
             _ => panic!("layer cache does not belong to this layer"),
         }
     }
@@ -176,8 +211,15 @@ pub struct LayerCache {
     /// The mask and row keys used on the input, when dropout was applied.
     dropout: Option<(DropoutMask, Vec<u64>)>,
     conv: ConvCache,
-    /// The activation's output, when there is an activation.
-    activated: Option<Array2<f32>>,
+    /// What the activation's backward needs, when there is an activation.
+    activated: Option<Saved>,
+}
+
+impl LayerCache {
+    /// What the convolution kept.
+    pub fn conv_cache(&self) -> &ConvCache {
+        &self.conv
+    }
 }
 
 impl Layer {
@@ -218,10 +260,66 @@ impl Layer {
             Some((mask, keys)) => CowArray::from(mask.apply(h, keys)),
             None => standard(h),
         };
-        let (mut z, conv) = self.conv.forward(params, block, h_in);
+        let (z, conv) = self.conv.forward(params, block, h_in);
+        self.finish_forward(z, conv, dropout)
+    }
+
+    /// [`Layer::forward`] on sparse input rows (`block.num_src()` of them, e.g. bag-of-words
+    /// features): dropout masks only the stored entries, and the convolution multiplies only
+    /// the non-zeros. Same result as the dense path up to rounding.
+    ///
+    /// # Panics
+    /// If the shapes do not match, or the convolution has no sparse path
+    /// ([`Conv::supports_sparse`]).
+    pub fn forward_sparse(
+        &self,
+        params: &ParamStore,
+        block: &Block,
+        x: &CsrMatrix,
+        ctx: &DropoutCtx,
+    ) -> (Array2<f32>, LayerCache) {
+        assert_eq!(
+            x.nrows(),
+            block.num_src(),
+            "layer {}: input has {} rows but the block has {} sources",
+            self.index,
+            x.nrows(),
+            block.num_src()
+        );
+        assert_eq!(
+            x.ncols,
+            self.conv.in_dim(),
+            "layer {}: input has {} columns, expected {}",
+            self.index,
+            x.ncols,
+            self.conv.in_dim()
+        );
+        let rows = self.conv.input_rows(block);
+        let mut h = if rows == x.nrows() {
+            x.clone()
+        } else {
+            x.first_rows(rows)
+        };
+        let dropout = (ctx.training && self.dropout > 0.0).then(|| {
+            let mask = DropoutMask::new(derive_stream(ctx.stream, self.index as u64), self.dropout);
+            let keys = row_keys(block, rows, ctx.orig_ids);
+            mask.apply_sparse_in_place(&mut h, &keys);
+            (mask, keys)
+        });
+        let (z, conv) = self.conv.forward_sparse(params, block, h);
+        self.finish_forward(z, conv, dropout)
+    }
+
+    /// The activation after the convolution, and the cache.
+    fn finish_forward(
+        &self,
+        mut z: Array2<f32>,
+        conv: ConvCache,
+        dropout: Option<(DropoutMask, Vec<u64>)>,
+    ) -> (Array2<f32>, LayerCache) {
         let activated = self.activation.map(|act| {
             act.forward_in_place(z.view_mut());
-            z.clone()
+            act.save(z.view())
         });
         (
             z,
@@ -245,15 +343,34 @@ impl Layer {
         d_h_dst: ArrayView2<f32>,
         need_d_src: bool,
     ) -> Option<Array2<f32>> {
+        let dz = standard(d_h_dst).into_owned();
+        self.backward_owned(params, block, transpose, cache, dz, need_d_src)
+    }
+
+    /// [`Layer::backward`] taking the output gradient by value: it is overwritten in place
+    /// (activation backward) instead of copied first.
+    pub fn backward_owned(
+        &self,
+        params: &mut ParamStore,
+        block: &Block,
+        transpose: &LazyTranspose,
+        cache: LayerCache,
+        d_h_dst: Array2<f32>,
+        need_d_src: bool,
+    ) -> Option<Array2<f32>> {
         assert_eq!(
             d_h_dst.nrows(),
             block.num_dst,
             "layer {}: gradient rows",
             self.index
         );
-        let mut dz = standard(d_h_dst).into_owned();
-        if let (Some(act), Some(y)) = (self.activation, &cache.activated) {
-            act.backward_in_place(y.view(), dz.view_mut());
+        let mut dz = if d_h_dst.is_standard_layout() {
+            d_h_dst
+        } else {
+            d_h_dst.as_standard_layout().into_owned()
+        };
+        if let (Some(act), Some(saved)) = (self.activation, &cache.activated) {
+            act.backward_saved(saved, dz.view_mut());
         }
         let d_in =
             self.conv

@@ -8,6 +8,15 @@ use super::init::glorot_uniform;
 use super::params::ParamStore;
 use crate::tensor::gather::{axpy, column_sums};
 use crate::tensor::gemm::{add_matmul_tn, matmul, matmul_nt};
+use crate::tensor::simd::simd_kernel;
+use crate::tensor::sparse::{add_spmm_tn, spmm, CsrMatrix, CsrTranspose};
+
+simd_kernel! {
+    /// `row += b`.
+    fn add_row(b: &[f32], row: &mut [f32]) {
+        axpy(1.0, b, row)
+    }
+}
 
 /// `z[i, :] += bias` for every row.
 pub fn add_bias(mut z: ArrayViewMut2<f32>, bias: ArrayView2<f32>) {
@@ -21,7 +30,7 @@ pub fn add_bias(mut z: ArrayViewMut2<f32>, bias: ArrayView2<f32>) {
         .expect("standard layout")
         .par_chunks_mut(cols)
         .with_min_len(crate::tensor::rows_per_task(cols))
-        .for_each(|row| axpy(1.0, b, row));
+        .for_each(|row| add_row(b, row));
 }
 
 /// `grad(bias) += Σ_rows dz`.
@@ -73,6 +82,32 @@ impl Linear {
         let mut y = matmul(x, params.view(self.weight));
         add_bias(y.view_mut(), params.view(self.bias));
         y
+    }
+
+    /// `x·W + b` for sparse rows `x`.
+    pub fn forward_sparse(&self, params: &ParamStore, x: &CsrMatrix) -> Array2<f32> {
+        assert_eq!(x.ncols, self.in_dim, "linear: sparse input columns");
+        let mut y = spmm(x, x.nrows(), params.view(self.weight));
+        add_bias(y.view_mut(), params.view(self.bias));
+        y
+    }
+
+    /// [`Linear::backward`] for sparse rows `x`.
+    pub fn backward_sparse(
+        &self,
+        params: &mut ParamStore,
+        x: &CsrMatrix,
+        dy: ArrayView2<f32>,
+        need_dx: bool,
+    ) -> Option<Array2<f32>> {
+        add_spmm_tn(
+            &CsrTranspose::new(x),
+            x.nrows(),
+            dy,
+            params.grad_mut(self.weight),
+        );
+        accumulate_bias_grad(params, self.bias, dy);
+        need_dx.then(|| matmul_nt(dy, params.view(self.weight)))
     }
 
     /// Accumulate `dW += xᵀ·dy`, `db += Σ dy`; return `dx = dy·Wᵀ` when asked.

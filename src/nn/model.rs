@@ -17,6 +17,7 @@ use crate::sample::Block;
 use crate::tensor::activation::Activation;
 use crate::tensor::aggregate::LazyTranspose;
 use crate::tensor::dropout::derive_stream;
+use crate::tensor::sparse::{prefers_sparse, CsrMatrix};
 
 /// Which convolution the model stacks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,8 +124,13 @@ pub struct ForwardCache {
 
 impl Model {
     /// Build the layers and initialise the parameters from `seed` (Glorot weights, zero biases).
+    ///
+    /// Also tunes the allocator once per process to reuse freed memory across steps
+    /// ([`crate::tensor::memory::keep_freed_memory`]): training re-allocates the same large
+    /// matrices every mini-batch, and fresh pages are slow to fault in.
     pub fn new(cfg: ModelConfig, seed: u64) -> Result<Model> {
         cfg.validate()?;
+        crate::tensor::memory::keep_freed_memory();
         let mut params = ParamStore::new();
         let mut layers = Vec::with_capacity(cfg.layers);
         let mut in_dim = cfg.in_dim;
@@ -171,8 +177,54 @@ impl Model {
         })
     }
 
+    /// Logits for the destinations of the last block (see [`Model::forward`]) from sparse
+    /// input rows `x` (`blocks[0].num_src()` rows): the first layer multiplies only the
+    /// non-zeros. A caller that keeps its features as CSR
+    /// ([`CsrMatrix::from_dense`] once, [`CsrMatrix::gather_rows`] per mini-batch) skips the
+    /// dense gather and the conversion that [`Model::forward`] does on sparse data.
+    pub fn forward_sparse(
+        &self,
+        blocks: &[&Block],
+        x: &CsrMatrix,
+        ctx: &DropoutCtx,
+    ) -> (Array2<f32>, ForwardCache) {
+        assert_eq!(
+            blocks.len(),
+            self.layers.len(),
+            "model has {} layers but got {} blocks",
+            self.layers.len(),
+            blocks.len()
+        );
+        if !self.layers[0].conv.supports_sparse() {
+            return self.forward(blocks, &x.to_dense(), ctx);
+        }
+        let (first, cache) = self.layers[0].forward_sparse(&self.params, blocks[0], x, ctx);
+        self.forward_rest(blocks, first, cache, ctx)
+    }
+
+    /// Layers `1..` after the first layer gave `h` (and its cache).
+    fn forward_rest(
+        &self,
+        blocks: &[&Block],
+        mut h: Array2<f32>,
+        first: LayerCache,
+        ctx: &DropoutCtx,
+    ) -> (Array2<f32>, ForwardCache) {
+        let mut caches = Vec::with_capacity(self.layers.len());
+        caches.push(first);
+        for (layer, block) in self.layers.iter().zip(blocks).skip(1) {
+            let (out, cache) = layer.forward(&self.params, block, h.view(), ctx);
+            caches.push(cache);
+            h = out;
+        }
+        (h, ForwardCache { layers: caches })
+    }
+
     /// Logits for the destinations of the last block (`blocks[L-1].num_dst × out_dim`), from
     /// `x` (`blocks[0].num_src() × in_dim`). Full-batch training passes the same block L times.
+    ///
+    /// Mostly-zero input (bag-of-words features, [`prefers_sparse`]) is converted to CSR and
+    /// takes [`Model::forward_sparse`]'s path.
     ///
     /// # Panics
     /// If the blocks do not chain (`blocks[l].num_src() != blocks[l-1].num_dst`) or the
@@ -190,18 +242,11 @@ impl Model {
             self.layers.len(),
             blocks.len()
         );
-        let mut caches = Vec::with_capacity(self.layers.len());
-        let mut h: Option<Array2<f32>> = None;
-        for (layer, block) in self.layers.iter().zip(blocks) {
-            let input = h.as_ref().unwrap_or(x);
-            let (out, cache) = layer.forward(&self.params, block, input.view(), ctx);
-            caches.push(cache);
-            h = Some(out);
+        if self.layers[0].conv.supports_sparse() && prefers_sparse(x.view()) {
+            return self.forward_sparse(blocks, &CsrMatrix::from_dense(x.view()), ctx);
         }
-        (
-            h.expect("at least one layer"),
-            ForwardCache { layers: caches },
-        )
+        let (first, cache) = self.layers[0].forward(&self.params, blocks[0], x.view(), ctx);
+        self.forward_rest(blocks, first, cache, ctx)
     }
 
     /// Accumulate the gradient of the loss into `params.grads`, given `d_out` = d loss / d
@@ -228,10 +273,109 @@ impl Model {
         for (l, layer_cache) in cache.layers.into_iter().enumerate().rev() {
             let layer = &self.layers[l];
             let t = &transposes[owner[l]];
-            match layer.backward(&mut self.params, blocks[l], t, layer_cache, d.view(), l > 0) {
+            match layer.backward_owned(&mut self.params, blocks[l], t, layer_cache, d, l > 0) {
                 Some(next) => d = next,
                 None => break,
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nn::cross_entropy;
+    use crate::tensor::dropout::mix64;
+
+    fn hash(salt: u64, i: usize) -> u64 {
+        mix64(salt ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    }
+
+    /// `nd` destinations among `ns` sources, 0–4 random in-edges each.
+    fn block(nd: usize, ns: usize, salt: u64) -> Block {
+        let (mut indptr, mut indices) = (vec![0], Vec::new());
+        for i in 0..nd {
+            for e in 0..hash(salt, i) % 5 {
+                indices.push((hash(salt + 1, i * 8 + e as usize) % ns as u64) as u32);
+            }
+            indptr.push(indices.len());
+        }
+        Block {
+            num_dst: nd,
+            src_nodes: (0..ns as u32).map(|v| 3 * v + 1).collect(),
+            indptr,
+            indices,
+        }
+    }
+
+    /// The sparse first-layer path (taken automatically for mostly-zero input) gives the
+    /// dense path's logits and gradients, with dropout on.
+    #[test]
+    fn sparse_input_path_matches_dense_path() {
+        let x = Array2::from_shape_fn((50, 80), |(i, j)| {
+            let h = hash(7, i * 80 + j);
+            if h.is_multiple_of(20) {
+                (h >> 40) as f32 / (1u64 << 24) as f32 + 0.5
+            } else {
+                0.0
+            }
+        });
+        assert!(prefers_sparse(x.view()));
+        for kind in [ModelKind::Sage, ModelKind::Gcn, ModelKind::Mlp] {
+            let (mut b0, mut b1) = (block(20, 50, 11), block(6, 20, 12));
+            if kind == ModelKind::Gcn {
+                b0 = b0.with_self_loops();
+                b1 = b1.with_self_loops();
+            }
+            let blocks = [&b0, &b1];
+            let cfg = ModelConfig {
+                kind,
+                in_dim: 80,
+                hidden: 16,
+                out_dim: 3,
+                layers: 2,
+                heads: 1,
+                dropout: 0.3,
+                gat_concat: true,
+            };
+            let ctx = DropoutCtx {
+                training: true,
+                stream: 5,
+                orig_ids: None,
+            };
+            let labels: Vec<i64> = (0..6).map(|i| i % 3).collect();
+            let mut sparse = Model::new(cfg, 9).unwrap();
+            let mut dense = sparse.clone();
+            let (ys, cache) = sparse.forward(&blocks, &x, &ctx);
+            // (GCN's cache does not show its evaluation order.)
+            if kind != ModelKind::Gcn {
+                assert!(matches!(
+                    cache.layers[0].conv_cache(),
+                    crate::nn::layer::ConvCache::DenseSparse(_)
+                        | crate::nn::layer::ConvCache::Sage(
+                            crate::nn::sage::SageCache::Sparse { .. }
+                        )
+                ));
+            }
+            let (_, d) = cross_entropy(&ys, &labels);
+            sparse.backward(&blocks, cache, &d);
+            // The dense path, layer by layer.
+            let (h, c0) = dense.layers[0].forward(&dense.params, &b0, x.view(), &ctx);
+            let (yd, cache) = dense.forward_rest(&blocks, h, c0, &ctx);
+            for (a, b) in ys.iter().zip(&yd) {
+                assert!(
+                    (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                    "{kind}: {a} vs {b}"
+                );
+            }
+            dense.backward(&blocks, cache, &d);
+            for (a, b) in sparse.params.grads.iter().zip(&dense.params.grads) {
+                assert!(
+                    (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                    "{kind}: {a} vs {b}"
+                );
+            }
+            assert!(sparse.params.grads.iter().any(|&g| g != 0.0));
         }
     }
 }

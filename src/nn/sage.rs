@@ -15,6 +15,7 @@ use super::params::ParamStore;
 use crate::sample::Block;
 use crate::tensor::aggregate::{aggregate, aggregate_transpose, EdgeWeights, LazyTranspose};
 use crate::tensor::gemm::{add_matmul_nt_rows, add_matmul_tn, gemm_into, matmul, matmul_nt};
+use crate::tensor::sparse::{add_spmm_tn, spmm, spmm_into, CsrMatrix, CsrTranspose};
 
 /// SAGEConv (mean, root weight).
 #[derive(Clone, Debug, PartialEq)]
@@ -29,13 +30,14 @@ pub struct SageConv {
 /// Forward state for the backward pass.
 #[derive(Debug)]
 pub enum SageCache {
-    /// Aggregated first: the destinations' inputs and their neighbour means.
-    AggregateFirst {
-        h_dst: Array2<f32>,
-        agg: Array2<f32>,
-    },
+    /// Aggregated first: the destinations' inputs (the first `num_dst` rows of `h`, which
+    /// holds either just those or the whole input when it was owned anyway) and their
+    /// neighbour means.
+    AggregateFirst { h: Array2<f32>, agg: Array2<f32> },
     /// Projected first: the whole input.
     ProjectFirst { h_in: Array2<f32> },
+    /// Sparse input rows, always projected first (the products cost only their non-zeros).
+    Sparse { x: CsrMatrix },
 }
 
 impl SageConv {
@@ -84,8 +86,14 @@ impl SageConv {
             let mut z = matmul(agg.view(), w_neigh);
             gemm_into(1.0, h_dst, w_self, 1.0, z.view_mut());
             add_bias(z.view_mut(), params.view(self.bias));
-            let h_dst = h_dst.to_owned();
-            (z, SageCache::AggregateFirst { h_dst, agg })
+            // Keep the input without copying when the layer owns it (dropout made it);
+            // otherwise copy only the destination rows.
+            let h = if h_in.is_view() {
+                h_dst.to_owned()
+            } else {
+                h_in.into_owned()
+            };
+            (z, SageCache::AggregateFirst { h, agg })
         } else {
             let projected = matmul(h_in.view(), w_neigh);
             let mut z = aggregate(block, projected.view(), EdgeWeights::Mean);
@@ -98,6 +106,28 @@ impl SageConv {
                 },
             )
         }
+    }
+
+    /// [`SageConv::forward`] on sparse input rows (`block.num_src()` of them): project first,
+    /// `X·W_neigh` and `X_dst·W_self` over the non-zeros only.
+    pub fn forward_sparse(
+        &self,
+        params: &ParamStore,
+        block: &Block,
+        x: CsrMatrix,
+    ) -> (Array2<f32>, SageCache) {
+        assert_eq!(x.nrows(), block.num_src(), "sage: sparse input rows");
+        let projected = spmm(&x, block.num_src(), params.view(self.w_neigh));
+        let mut z = aggregate(block, projected.view(), EdgeWeights::Mean);
+        spmm_into(
+            &x,
+            block.num_dst,
+            params.view(self.w_self),
+            z.view_mut(),
+            true,
+        );
+        add_bias(z.view_mut(), params.view(self.bias));
+        (z, SageCache::Sparse { x })
     }
 
     /// Accumulate gradients; return d `h_in` (`num_src` rows) when asked.
@@ -113,8 +143,8 @@ impl SageConv {
         let nd = block.num_dst;
         accumulate_bias_grad(params, self.bias, dz);
         match cache {
-            SageCache::AggregateFirst { h_dst, agg } => {
-                add_matmul_tn(h_dst.view(), dz, params.grad_mut(self.w_self));
+            SageCache::AggregateFirst { h, agg } => {
+                add_matmul_tn(h.slice(s![..nd, ..]), dz, params.grad_mut(self.w_self));
                 add_matmul_tn(agg.view(), dz, params.grad_mut(self.w_neigh));
                 if !need_d_in {
                     return None;
@@ -126,6 +156,19 @@ impl SageConv {
                     d_agg.view(),
                     EdgeWeights::Mean,
                 );
+                add_matmul_nt_rows(dz, params.view(self.w_self), d_in.view_mut());
+                Some(d_in)
+            }
+            SageCache::Sparse { x } => {
+                let d_proj =
+                    aggregate_transpose(block, transpose.get(block), dz, EdgeWeights::Mean);
+                let xt = CsrTranspose::new(&x);
+                add_spmm_tn(&xt, nd, dz, params.grad_mut(self.w_self));
+                add_spmm_tn(&xt, x.nrows(), d_proj.view(), params.grad_mut(self.w_neigh));
+                if !need_d_in {
+                    return None;
+                }
+                let mut d_in = matmul_nt(d_proj.view(), params.view(self.w_neigh));
                 add_matmul_nt_rows(dz, params.view(self.w_self), d_in.view_mut());
                 Some(d_in)
             }

@@ -4,9 +4,67 @@
 //! matrix it returned: ReLU and LeakyReLU preserve the sign, and ELU's derivative for negative
 //! inputs is `α·eˣ = y + α`.
 
-use ndarray::{ArrayView2, ArrayViewMut2};
+use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
+
+use super::simd::simd_kernel;
+
+simd_kernel! {
+    /// `x ← act(x)`.
+    fn activate(act: Activation, x: &mut [f32]) {
+        for v in x.iter_mut() {
+            *v = act.value(*v);
+        }
+    }
+}
+
+simd_kernel! {
+    /// `g ← g ⊙ act'(·)` given the outputs `y`.
+    fn activate_backward(act: Activation, y: &[f32], g: &mut [f32]) {
+        for (gi, &yi) in g.iter_mut().zip(y) {
+            *gi *= act.derivative_from_output(yi);
+        }
+    }
+}
+
+simd_kernel! {
+    /// `bits` bit `i` ← `y[i] > 0` (64 elements per word; `y.len() ≤ 64·bits.len()`).
+    fn pack_positive(y: &[f32], bits: &mut [u64]) {
+        for (word, ys) in bits.iter_mut().zip(y.chunks(64)) {
+            let mut w = 0u64;
+            for (i, &v) in ys.iter().enumerate() {
+                w |= ((v > 0.0) as u64) << i;
+            }
+            *word = w;
+        }
+    }
+}
+
+simd_kernel! {
+    /// `g[i] *= 1` where bit `i` is set, `*= other` elsewhere.
+    fn scale_by_bits(bits: &[u64], other: f32, g: &mut [f32]) {
+        for (gs, &w) in g.chunks_mut(64).zip(bits) {
+            for (i, gi) in gs.iter_mut().enumerate() {
+                *gi *= if (w >> i) & 1 == 1 { 1.0 } else { other };
+            }
+        }
+    }
+}
+
+/// Elements per parallel task of the element-wise kernels (a multiple of 64, so that every
+/// task owns whole words of a [`Saved::Positive`] bit set).
+const CHUNK: usize = 1 << 14;
+
+/// What an activation's backward needs from its forward output.
+#[derive(Debug)]
+pub enum Saved {
+    /// ReLU and LeakyReLU: only whether each output is positive, one bit per element
+    /// (32 times smaller than the output, and no copy of it).
+    Positive(Vec<u64>),
+    /// ELU: the output itself.
+    Output(Array2<f32>),
+}
 
 /// An element-wise activation.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -70,11 +128,49 @@ impl Activation {
         }
     }
 
+    /// Keep what [`Activation::backward_saved`] needs from the output `y`.
+    pub fn save(self, y: ArrayView2<f32>) -> Saved {
+        match self {
+            Activation::Elu { .. } => Saved::Output(y.to_owned()),
+            Activation::Relu | Activation::LeakyRelu { .. } => {
+                let y = super::standard(y);
+                let ys = y.as_slice().expect("standard layout");
+                let mut bits = vec![0u64; ys.len().div_ceil(64)];
+                bits.par_chunks_mut(CHUNK / 64)
+                    .zip(ys.par_chunks(CHUNK))
+                    .for_each(|(b, y)| pack_positive(y, b));
+                Saved::Positive(bits)
+            }
+        }
+    }
+
+    /// `grad ← grad ⊙ f'(x)` from what [`Activation::save`] kept; the same result as
+    /// [`Activation::backward_in_place`] on the output.
+    pub fn backward_saved(self, saved: &Saved, mut grad: ArrayViewMut2<f32>) {
+        match saved {
+            Saved::Output(y) => self.backward_in_place(y.view(), grad),
+            Saved::Positive(bits) => {
+                let other = match self {
+                    Activation::Relu => 0.0,
+                    Activation::LeakyRelu { slope } => slope,
+                    Activation::Elu { .. } => panic!("ELU needs its output, not its signs"),
+                };
+                let g = grad.as_slice_mut().expect("activation: standard layout");
+                assert!(
+                    bits.len() * 64 >= g.len(),
+                    "activation backward: shapes differ"
+                );
+                g.par_chunks_mut(CHUNK)
+                    .zip(bits.par_chunks(CHUNK / 64))
+                    .for_each(|(g, b)| scale_by_bits(b, other, g));
+            }
+        }
+    }
+
     /// Apply in place.
     pub fn forward_in_place(self, mut x: ArrayViewMut2<f32>) {
         let x = x.as_slice_mut().expect("activation: standard layout");
-        x.par_chunks_mut(1 << 14)
-            .for_each(|c| c.iter_mut().for_each(|v| *v = self.value(*v)));
+        x.par_chunks_mut(CHUNK).for_each(|c| activate(self, c));
     }
 
     /// `grad ← grad ⊙ f'(x)`, given the forward output `y`.
@@ -82,12 +178,44 @@ impl Activation {
         assert_eq!(y.dim(), grad.dim(), "activation backward: shapes differ");
         let y = y.to_slice().expect("activation: standard layout");
         let g = grad.as_slice_mut().expect("activation: standard layout");
-        g.par_chunks_mut(1 << 14)
-            .zip(y.par_chunks(1 << 14))
-            .for_each(|(g, y)| {
-                for (gi, &yi) in g.iter_mut().zip(y) {
-                    *gi *= self.derivative_from_output(yi);
+        g.par_chunks_mut(CHUNK)
+            .zip(y.par_chunks(CHUNK))
+            .for_each(|(g, y)| activate_backward(self, y, g));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn saved_signs_give_the_output_based_backward() {
+        let y = Array2::from_shape_fn((70, 33), |(i, j)| {
+            let v = ((i * 31 + j * 17) % 13) as f32 - 6.0;
+            if v < 0.0 && (i + j) % 3 == 0 {
+                -0.0
+            } else {
+                v
+            }
+        });
+        let g = Array2::from_shape_fn((70, 33), |(i, j)| (i as f32 - j as f32) * 0.1);
+        for act in [
+            Activation::Relu,
+            Activation::LeakyRelu { slope: 0.2 },
+            Activation::Elu { alpha: 1.0 },
+        ] {
+            let y = y.mapv(|v| {
+                if act == Activation::Relu {
+                    v.max(0.0)
+                } else {
+                    v
                 }
             });
+            let mut expect = g.clone();
+            act.backward_in_place(y.view(), expect.view_mut());
+            let mut got = g.clone();
+            act.backward_saved(&act.save(y.view()), got.view_mut());
+            assert_eq!(got, expect, "{act:?}");
+        }
     }
 }

@@ -9,9 +9,9 @@
 use std::sync::OnceLock;
 
 use ndarray::{Array2, ArrayView2};
-use rayon::prelude::*;
 
 use super::gather::{axpy, group_by_target};
+use super::simd::simd_kernel;
 use crate::sample::Block;
 
 /// How each edge is weighted in an aggregation.
@@ -83,6 +83,68 @@ impl LazyTranspose {
     }
 }
 
+simd_kernel! {
+    /// `row = Σ_{e ∈ in_edges(i)} w_e · x[src_e]` (`row` starts at zero), where `xs` holds
+    /// rows of `row.len()` floats.
+    fn aggregate_row(block: &Block, xs: &[f32], weights: EdgeWeights<'_>, i: usize, row: &mut [f32]) {
+        let cols = row.len();
+        let edges = block.indptr[i]..block.indptr[i + 1];
+        for (k, e) in edges.clone().enumerate() {
+            // The next source row is a cache miss: start loading it now.
+            if let Some(&next) = block.indices.get(edges.start + k + PREFETCH_EDGES) {
+                if k + PREFETCH_EDGES < edges.len() {
+                    prefetch_row(xs, next as usize * cols, cols);
+                }
+            }
+            let u = block.indices[e] as usize;
+            axpy(weights.weight(block, i, e), &xs[u * cols..(u + 1) * cols], row);
+        }
+    }
+}
+
+simd_kernel! {
+    /// `row = Σ_{e: src_e = u} w_e · dy[dst_e]` (`row` starts at zero).
+    fn aggregate_transpose_row(
+        block: &Block,
+        bt: &BlockTranspose,
+        ds: &[f32],
+        weights: EdgeWeights<'_>,
+        u: usize,
+        row: &mut [f32],
+    ) {
+        let cols = row.len();
+        let span = bt.indptr[u]..bt.indptr[u + 1];
+        for k in span.clone() {
+            if k + PREFETCH_EDGES < span.end {
+                prefetch_row(ds, bt.dst[k + PREFETCH_EDGES] as usize * cols, cols);
+            }
+            let v = bt.dst[k] as usize;
+            let w = weights.weight(block, v, bt.edge[k] as usize);
+            axpy(w, &ds[v * cols..(v + 1) * cols], row);
+        }
+    }
+}
+
+/// How many edges ahead a source row is prefetched.
+const PREFETCH_EDGES: usize = 4;
+
+/// Hint the CPU to load `len` floats of `xs` from `start` (every 64-byte line).
+#[inline(always)]
+fn prefetch_row(xs: &[f32], start: usize, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        if start + len <= xs.len() {
+            for off in (0..len).step_by(16) {
+                // SAFETY: prefetching never faults, and the address is inside `xs`.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(xs.as_ptr().add(start + off).cast()) };
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (xs, start, len);
+}
+
 /// `out[i] = Σ_{e ∈ in_edges(i)} w_e · x[src_e]`: `x` has `block.num_src()` rows, the result
 /// `block.num_dst`.
 pub fn aggregate(block: &Block, x: ArrayView2<f32>, weights: EdgeWeights) -> Array2<f32> {
@@ -94,27 +156,13 @@ pub fn aggregate(block: &Block, x: ArrayView2<f32>, weights: EdgeWeights) -> Arr
     let x = super::standard(x);
     let cols = x.ncols();
     let xs = x.as_slice().expect("standard layout");
-    let mut out = Array2::zeros((block.num_dst, cols));
-    if cols == 0 {
-        return out;
-    }
     let avg_degree = block.num_edges() / block.num_dst.max(1) + 1;
-    out.as_slice_mut()
-        .expect("fresh array")
-        .par_chunks_mut(cols)
-        .enumerate()
-        .with_min_len(super::rows_per_task(cols * avg_degree))
-        .for_each(|(i, row)| {
-            for e in block.indptr[i]..block.indptr[i + 1] {
-                let u = block.indices[e] as usize;
-                axpy(
-                    weights.weight(block, i, e),
-                    &xs[u * cols..(u + 1) * cols],
-                    row,
-                );
-            }
-        });
-    out
+    super::par_rows_from_zero(
+        block.num_dst,
+        cols,
+        super::rows_per_task(cols * avg_degree),
+        |i, row| aggregate_row(block, xs, weights, i, row),
+    )
 }
 
 /// The transpose of [`aggregate`]: `dx[u] = Σ_{e: src_e = u} w_e · dy[dst_e]`, with
@@ -133,24 +181,13 @@ pub fn aggregate_transpose(
     let dy = super::standard(dy);
     let cols = dy.ncols();
     let ds = dy.as_slice().expect("standard layout");
-    let mut dx = Array2::zeros((block.num_src(), cols));
-    if cols == 0 {
-        return dx;
-    }
     let avg_degree = block.num_edges() / block.num_src().max(1) + 1;
-    dx.as_slice_mut()
-        .expect("fresh array")
-        .par_chunks_mut(cols)
-        .enumerate()
-        .with_min_len(super::rows_per_task(cols * avg_degree))
-        .for_each(|(u, row)| {
-            for k in bt.indptr[u]..bt.indptr[u + 1] {
-                let v = bt.dst[k] as usize;
-                let w = weights.weight(block, v, bt.edge[k] as usize);
-                axpy(w, &ds[v * cols..(v + 1) * cols], row);
-            }
-        });
-    dx
+    super::par_rows_from_zero(
+        block.num_src(),
+        cols,
+        super::rows_per_task(cols * avg_degree),
+        |u, row| aggregate_transpose_row(block, bt, ds, weights, u, row),
+    )
 }
 
 /// GCN's symmetric normalisation per edge: `1/sqrt(deg_in(dst) · deg_out(src))`, both degrees

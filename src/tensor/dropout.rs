@@ -10,6 +10,8 @@
 use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 
+use super::simd::simd_kernel;
+
 /// The murmur3 / SplitMix64 64-bit finaliser: a bijective mixer with full avalanche.
 #[inline]
 pub fn mix64(mut x: u64) -> u64 {
@@ -25,6 +27,24 @@ pub fn mix64(mut x: u64) -> u64 {
 #[inline]
 pub fn derive_stream(stream: u64, counter: u64) -> u64 {
     mix64(stream ^ mix64(counter.wrapping_add(0x9e37_79b9_7f4a_7c15)))
+}
+
+simd_kernel! {
+    /// `row ← mask(row)` for the row whose seed is `seed`.
+    fn mask_row(mask: &DropoutMask, seed: u64, row: &mut [f32]) {
+        for (c, v) in row.iter_mut().enumerate() {
+            *v = if mask.keep_row(seed, c) { *v * mask.scale } else { 0.0 };
+        }
+    }
+}
+
+simd_kernel! {
+    /// `dst ← mask(src)` for the row whose seed is `seed`.
+    fn mask_row_copy(mask: &DropoutMask, seed: u64, src: &[f32], dst: &mut [f32]) {
+        for (c, (d, &v)) in dst.iter_mut().zip(src).enumerate() {
+            *d = if mask.keep_row(seed, c) { v * mask.scale } else { 0.0 };
+        }
+    }
 }
 
 /// A dropout mask generator for one stream and drop probability.
@@ -69,7 +89,7 @@ impl DropoutMask {
         self.keep_row(self.row_seed(row_key), col)
     }
 
-    #[inline]
+    #[inline(always)]
     fn keep_row(&self, row_seed: u64, col: usize) -> bool {
         mix64(row_seed.wrapping_add((col as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)))
             < self.keep_below
@@ -94,23 +114,39 @@ impl DropoutMask {
         x.par_chunks_mut(cols)
             .zip(row_keys.par_iter())
             .with_min_len(super::rows_per_task(cols * 4))
-            .for_each(|(row, &key)| {
-                let seed = self.row_seed(key);
-                for (c, v) in row.iter_mut().enumerate() {
-                    *v = if self.keep_row(seed, c) {
+            .for_each(|(row, &key)| mask_row(self, self.row_seed(key), row));
+    }
+
+    /// [`DropoutMask::apply_in_place`] on the stored entries of a sparse matrix: the same
+    /// mask as on its dense form, whose zeros stay zero whatever the mask says.
+    pub fn apply_sparse_in_place(&self, x: &mut super::sparse::CsrMatrix, row_keys: &[u64]) {
+        assert_eq!(x.nrows(), row_keys.len(), "dropout: one key per row");
+        x.par_for_each_row_chunk_mut(|r0, indptr, cols, vals| {
+            let base = indptr[0];
+            for (k, w) in indptr.windows(2).enumerate() {
+                let seed = self.row_seed(row_keys[r0 + k]);
+                let span = w[0] - base..w[1] - base;
+                for (&c, v) in cols[span.clone()].iter().zip(&mut vals[span]) {
+                    *v = if self.keep_row(seed, c as usize) {
                         *v * self.scale
                     } else {
                         0.0
                     };
                 }
-            });
+            }
+        });
     }
 
-    /// A masked copy of `x` (see [`DropoutMask::apply_in_place`]).
+    /// A masked copy of `x` (see [`DropoutMask::apply_in_place`]), written in one pass.
     pub fn apply(&self, x: ArrayView2<f32>, row_keys: &[u64]) -> Array2<f32> {
-        let mut out = super::standard(x).into_owned();
-        self.apply_in_place(out.view_mut(), row_keys);
-        out
+        assert_eq!(x.nrows(), row_keys.len(), "dropout: one key per row");
+        let x = super::standard(x);
+        let cols = x.ncols();
+        let xs = x.as_slice().expect("standard layout");
+        super::par_rows_from_zero(x.nrows(), cols, super::rows_per_task(cols * 4), |i, dst| {
+            let src = &xs[i * cols..(i + 1) * cols];
+            mask_row_copy(self, self.row_seed(row_keys[i]), src, dst)
+        })
     }
 }
 
@@ -148,6 +184,22 @@ mod tests {
         // Another stream gives another mask.
         let other = DropoutMask::new(8, 0.5).apply(x.view(), &keys);
         assert_ne!(other, y);
+    }
+
+    #[test]
+    fn sparse_masking_matches_dense_masking() {
+        let x = Array2::from_shape_fn((1500, 50), |(i, j)| {
+            if (i * 7 + j * 3) % 11 == 0 {
+                (i + j) as f32
+            } else {
+                0.0
+            }
+        });
+        let keys: Vec<u64> = (0..1500).map(|i| 3 * i as u64 + 1).collect();
+        let mask = DropoutMask::new(99, 0.4);
+        let mut s = crate::tensor::sparse::CsrMatrix::from_dense(x.view());
+        mask.apply_sparse_in_place(&mut s, &keys);
+        assert_eq!(s.to_dense(), mask.apply(x.view(), &keys));
     }
 
     #[test]

@@ -3,6 +3,8 @@
 use ndarray::{Array1, Array2, ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 
+use super::simd::simd_kernel;
+
 /// `out[i] = src[idx[i]]`: the rows of `src` listed in `idx`, in that order.
 ///
 /// # Panics
@@ -83,17 +85,32 @@ fn add_grouped_rows(
     d.par_chunks_mut(cols)
         .enumerate()
         .with_min_len(super::rows_per_task(cols * 2))
-        .for_each(|(t, row)| {
-            for &i in &order[start[t]..start[t + 1]] {
-                let i = i as usize;
-                axpy(1.0, &s[i * cols..(i + 1) * cols], row);
-            }
-        });
+        .for_each(|(t, row)| add_rows(s, &order[start[t]..start[t + 1]], row));
+}
+
+simd_kernel! {
+    /// `acc += Σ_k s[rows[k]]` over rows of `acc.len()` floats of `s`, in order.
+    fn add_rows(s: &[f32], rows: &[u32], acc: &mut [f32]) {
+        let cols = acc.len();
+        for &i in rows {
+            let i = i as usize;
+            axpy(1.0, &s[i * cols..(i + 1) * cols], acc);
+        }
+    }
+}
+
+simd_kernel! {
+    /// `acc += Σ` every row of `s` (rows of `acc.len()` floats), in order.
+    fn add_all_rows(s: &[f32], acc: &mut [f32]) {
+        for row in s.chunks_exact(acc.len()) {
+            axpy(1.0, row, acc);
+        }
+    }
 }
 
 /// `y += a · x` on slices of equal length (the inner loop of every aggregation; vectorised by
 /// the compiler).
-#[inline]
+#[inline(always)]
 pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
     for (yi, &xi) in y.iter_mut().zip(x) {
         *yi += a * xi;
@@ -122,9 +139,7 @@ pub fn column_sums(a: ArrayView2<f32>) -> Array1<f32> {
         .par_chunks(chunk_rows * cols)
         .map(|blk| {
             let mut acc = vec![0f32; cols];
-            for row in blk.chunks_exact(cols) {
-                axpy(1.0, row, &mut acc);
-            }
+            add_all_rows(blk, &mut acc);
             acc
         })
         .collect();

@@ -1,10 +1,19 @@
-//! Matrix products on `f32`, parallel over row blocks of the output.
+//! Matrix products on `f32`, parallel over tiles of the output.
 //!
-//! `ndarray`'s `general_mat_mul` (matrixmultiply underneath) runs on one thread. Here the
-//! output is cut into blocks of rows (or of columns when it has few rows), and each block is one
-//! `general_mat_mul` call on a rayon worker. Block boundaries depend only on the shape, so the
-//! result is bitwise the same for any number of threads. Transposed operands are passed as
-//! transposed views (`a.t()`): matrixmultiply packs arbitrary strides, so no copy is made.
+//! On CPUs with AVX-512 the product is cut into tiles (blocks of rows, of columns when the
+//! output has few rows, and of the inner dimension when the output is small and the reduction
+//! long, as for weight gradients `xᵀ·dy`), and each tile runs the packed kernel of
+//! [`super::sgemm`] on a rayon worker. Tile boundaries depend only on the shape, inner-dimension
+//! partial products are added in block order, and the kernel computes each element the same
+//! way in any tile, so the result is bitwise the same for any number of threads.
+//!
+//! Elsewhere (or for an output without unit column stride) the same row / column split runs
+//! `ndarray`'s `general_mat_mul` (matrixmultiply) per block.
+//!
+//! Transposed operands are passed as transposed views (`a.t()`): both paths pack arbitrary
+//! strides, so no copy is made.
+
+use std::cell::RefCell;
 
 use ndarray::linalg::general_mat_mul;
 use ndarray::parallel::prelude::*;
@@ -36,7 +45,8 @@ fn block_size(len: usize, flops: usize, min_block: usize) -> Option<usize> {
 
 /// `c = alpha · a · b + beta · c`, where `a` is `m×k`, `b` is `k×n` and `c` is `m×n`.
 ///
-/// Any operand may be a transposed or strided view.
+/// Any operand may be a transposed or strided view. `beta == 0` overwrites `c` (its old
+/// contents are not read).
 ///
 /// # Panics
 /// If the shapes do not agree (a caller bug, not an input error).
@@ -56,8 +66,38 @@ pub fn gemm_into(
         "gemm: output shape {:?} != {m}×{n}",
         c.dim()
     );
+    if m * n == 0 {
+        return;
+    }
+    if k == 0 {
+        // An empty sum: `c = beta·c` (zeros for `beta == 0`, whatever `c` held).
+        if beta == 0.0 {
+            c.fill(0.0);
+        } else {
+            c.mapv_inplace(|v| v * beta);
+        }
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if fast::usable(&a, &b, &c) {
+        fast::gemm(alpha, a, b, beta, c);
+        return;
+    }
+    portable_gemm(alpha, a, b, beta, c);
+}
+
+/// The matrixmultiply path: blocks of rows, columns or inner steps on rayon workers.
+fn portable_gemm(
+    alpha: f32,
+    a: ArrayView2<f32>,
+    b: ArrayView2<f32>,
+    beta: f32,
+    mut c: ArrayViewMut2<f32>,
+) {
+    let (m, k) = a.dim();
+    let n = b.ncols();
     let flops = m * n * k;
-    if flops <= SERIAL_FLOPS || m * n == 0 {
+    if flops <= SERIAL_FLOPS {
         general_mat_mul(alpha, &a, &b, beta, &mut c);
         return;
     }
@@ -94,9 +134,273 @@ pub fn gemm_into(
     }
 }
 
+/// The AVX-512 path: a fixed tiling of the product into tasks for [`super::sgemm`].
+#[cfg(target_arch = "x86_64")]
+mod fast {
+    use super::*;
+    use crate::tensor::sgemm::{self, BSource, MatMut, MatRef, PackedB, Workspace, MR, NR};
+
+    /// Multiply-adds per task: large enough that packing and rayon overheads stay small.
+    const TASK_FLOPS: usize = 1 << 22;
+    /// Most tasks per product.
+    const MAX_TASKS: usize = 64;
+    /// Fewest rows per task (every row block packs `B` again).
+    const MIN_ROWS: usize = 8 * MR;
+    /// Fewest columns per task (every column block packs `A` again).
+    const MIN_COLS: usize = 8 * NR;
+    /// Inner-dimension block of a split reduction, and the fewest tiles below which a long
+    /// reduction is split.
+    const K_BLOCK: usize = 8 * sgemm::KC;
+    const FEW_TILES: usize = 4;
+    /// Largest `B` (floats) packed once and shared by all tiles.
+    const SHARED_B_MAX: usize = 1 << 20;
+
+    thread_local! {
+        /// Packing buffers of this thread; taken out while in use so that a nested call
+        /// (work stealing) never finds them borrowed.
+        static WORKSPACE: RefCell<Workspace> = RefCell::new(Workspace::default());
+        /// Partial products of split reductions, kept to avoid fresh pages every step.
+        static PARTIALS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+        /// The packed `B` of the product this thread is driving.
+        static PACKED: RefCell<PackedB> = RefCell::new(PackedB::default());
+    }
+
+    /// Whether the fast path applies: AVX-512 present, `c` with unit column stride, and no
+    /// negative strides anywhere.
+    pub(super) fn usable(a: &ArrayView2<f32>, b: &ArrayView2<f32>, c: &ArrayViewMut2<f32>) -> bool {
+        let unit_cols = c.ncols() <= 1 || c.strides()[1] == 1;
+        unit_cols && c.strides().iter().all(|&x| x >= 0) && usable_inputs(a, b)
+    }
+
+    /// Whether the fast path applies to these inputs with a standard-layout output.
+    pub(super) fn usable_inputs(a: &ArrayView2<f32>, b: &ArrayView2<f32>) -> bool {
+        let non_negative = [a.strides(), b.strides()]
+            .iter()
+            .all(|s| s.iter().all(|&x| x >= 0));
+        non_negative && sgemm::available()
+    }
+
+    fn mat_ref(a: &ArrayView2<f32>) -> MatRef {
+        MatRef {
+            ptr: a.as_ptr(),
+            rows: a.nrows(),
+            cols: a.ncols(),
+            rs: a.strides()[0],
+            cs: a.strides()[1],
+        }
+    }
+
+    /// How the product is cut: blocks of `rows`, `cols` and `inner` (each a function of the
+    /// shape only).
+    #[derive(Debug, PartialEq, Eq)]
+    pub(super) struct Plan {
+        pub rows: usize,
+        pub cols: usize,
+        pub inner: usize,
+    }
+
+    impl Plan {
+        pub(super) fn new(m: usize, n: usize, k: usize) -> Plan {
+            let tiles_for = |flops: usize| flops.div_ceil(TASK_FLOPS).clamp(1, MAX_TASKS);
+            let split = |len: usize, parts: usize, min: usize, unit: usize| {
+                if len < 2 * min || parts < 2 {
+                    len
+                } else {
+                    len.div_ceil(parts).next_multiple_of(unit).max(min)
+                }
+            };
+            let plan_tiles = |kk: usize| {
+                let want = tiles_for(m * n * kk);
+                let rows = split(m, want, MIN_ROWS, MR);
+                let row_tiles = m.div_ceil(rows);
+                let cols = split(n, want / row_tiles, MIN_COLS, NR);
+                (rows, cols, row_tiles * n.div_ceil(cols))
+            };
+            let (rows, cols, tiles) = plan_tiles(k);
+            if tiles < FEW_TILES && k >= 2 * K_BLOCK {
+                let (rows, cols, _) = plan_tiles(K_BLOCK);
+                return Plan {
+                    rows,
+                    cols,
+                    inner: K_BLOCK,
+                };
+            }
+            Plan {
+                rows,
+                cols,
+                inner: k,
+            }
+        }
+    }
+
+    /// Run one tile on this thread's workspace.
+    fn run_tile(alpha: f32, a: MatRef, b: BSource, beta: f32, c: MatMut) {
+        let mut ws = WORKSPACE.with(|w| std::mem::take(&mut *w.borrow_mut()));
+        // SAFETY: `usable` checked AVX-512; the driver passes in-bounds, disjoint tiles whose
+        // columns start at multiples of NR and inner ranges at multiples of KC.
+        unsafe { sgemm::gemm_tile(alpha, a, b, beta, c, &mut ws) };
+        WORKSPACE.with(|w| *w.borrow_mut() = ws);
+    }
+
+    pub(super) fn gemm(
+        alpha: f32,
+        a: ArrayView2<f32>,
+        b: ArrayView2<f32>,
+        beta: f32,
+        mut c: ArrayViewMut2<f32>,
+    ) {
+        let (m, k) = a.dim();
+        let n = b.ncols();
+        let (ar, br) = (mat_ref(&a), mat_ref(&b));
+        let cm = MatMut {
+            ptr: c.as_mut_ptr(),
+            rows: m,
+            cols: n,
+            rs: if m > 1 { c.strides()[0] } else { n as isize },
+        };
+        let plan = if m * n * k <= SERIAL_FLOPS {
+            Plan {
+                rows: m,
+                cols: n,
+                inner: k,
+            }
+        } else {
+            Plan::new(m, n, k)
+        };
+        // Pack B once for all tiles when it is small (weights) or transposed (its packing is
+        // a scalar transpose); a large row-major B (a weight gradient's `dy`) is packed by
+        // each tile, block by block, while hot in cache.
+        let share = k * n <= SHARED_B_MAX || br.cs != 1;
+        let mut packed = PACKED.with(|p| std::mem::take(&mut *p.borrow_mut()));
+        if share {
+            // SAFETY: `br` describes `b`.
+            unsafe { packed.pack(br) };
+        }
+        let packed_ref = &packed;
+        let source = move |p: usize, j: usize, depth: usize, cols: usize| {
+            if share {
+                BSource::Shared {
+                    packed: packed_ref,
+                    p0: p,
+                    j0: j,
+                }
+            } else {
+                // SAFETY: the block lies inside `b`.
+                BSource::Own(unsafe { br.sub(p, j, depth, cols) })
+            }
+        };
+        let (row_tiles, col_tiles) = (m.div_ceil(plan.rows), n.div_ceil(plan.cols));
+        let k_blocks = k.div_ceil(plan.inner).max(1);
+        let tiles = row_tiles * col_tiles;
+        // Tile `t` of inner block `q`: its rows, columns and reduction range.
+        let bounds = move |t: usize, q: usize| {
+            let (i, j) = (t / col_tiles * plan.rows, t % col_tiles * plan.cols);
+            let p = q * plan.inner;
+            (
+                i,
+                j,
+                p,
+                plan.rows.min(m - i),
+                plan.cols.min(n - j),
+                plan.inner.min(k - p.min(k)),
+            )
+        };
+        if k_blocks == 1 {
+            let task = |t: usize| {
+                let (i, j, _, rows, cols, _) = bounds(t, 0);
+                // SAFETY: the tiles partition the output and lie inside every operand.
+                unsafe {
+                    run_tile(
+                        alpha,
+                        ar.sub(i, 0, rows, k),
+                        source(0, j, k, cols),
+                        beta,
+                        cm.sub(i, j, rows, cols),
+                    )
+                }
+            };
+            if tiles == 1 {
+                task(0);
+            } else {
+                (0..tiles).into_par_iter().with_max_len(1).for_each(task);
+            }
+            PACKED.with(|p| *p.borrow_mut() = packed);
+            return;
+        }
+        // Split reduction: every inner block writes its own partial product, then
+        // `c = alpha·Σ_q partial_q + beta·c`, summed in block order.
+        let mut partials = PARTIALS.with(|p| std::mem::take(&mut *p.borrow_mut()));
+        if partials.len() < k_blocks * m * n {
+            partials.resize(k_blocks * m * n, 0.0);
+        }
+        let parts = MatMut {
+            ptr: partials.as_mut_ptr(),
+            rows: k_blocks * m,
+            cols: n,
+            rs: n as isize,
+        };
+        (0..tiles * k_blocks)
+            .into_par_iter()
+            .with_max_len(1)
+            .for_each(|task| {
+                let (i, j, p, rows, cols, depth) = bounds(task % tiles, task / tiles);
+                let q = task / tiles;
+                // SAFETY: as above; partial `q` occupies rows `q·m..(q+1)·m` of `parts`.
+                unsafe {
+                    run_tile(
+                        1.0,
+                        ar.sub(i, p, rows, depth),
+                        source(p, j, depth, cols),
+                        0.0,
+                        parts.sub(q * m + i, j, rows, cols),
+                    )
+                }
+            });
+        let sums = &partials[..k_blocks * m * n];
+        c.axis_iter_mut(Axis(0))
+            .into_par_iter()
+            .enumerate()
+            .for_each(|(i, mut row)| {
+                for (j, ci) in row.iter_mut().enumerate() {
+                    let mut s = sums[i * n + j];
+                    for q in 1..k_blocks {
+                        s += sums[(q * m + i) * n + j];
+                    }
+                    *ci = if beta == 0.0 {
+                        alpha * s
+                    } else {
+                        alpha * s + beta * *ci
+                    };
+                }
+            });
+        PARTIALS.with(|p| *p.borrow_mut() = partials);
+        PACKED.with(|p| *p.borrow_mut() = packed);
+    }
+}
+
 /// `a · b`.
 pub fn matmul(a: ArrayView2<f32>, b: ArrayView2<f32>) -> Array2<f32> {
-    let mut c = Array2::zeros((a.nrows(), b.ncols()));
+    let (m, k, n) = (a.nrows(), a.ncols(), b.ncols());
+    assert_eq!(
+        k,
+        b.nrows(),
+        "gemm: inner dimensions differ ({m}×{k} · {}×{n})",
+        b.nrows()
+    );
+    #[cfg(target_arch = "x86_64")]
+    if k > 0 && m * n > 0 && fast::usable_inputs(&a, &b) {
+        // The packed kernel with beta = 0 writes every output element before it reads any,
+        // so the output needs no zero-filling pass (a serial memset of fresh memory).
+        let mut c = Array2::<f32>::uninit((m, n));
+        // SAFETY: `c` is a fresh standard-layout m×n allocation; the view is only written by
+        // `fast::gemm` (beta = 0) before being read, and then every element is initialised.
+        unsafe {
+            let view = ArrayViewMut2::from_shape_ptr((m, n), c.as_mut_ptr().cast::<f32>());
+            fast::gemm(1.0, a, b, 0.0, view);
+            return c.assume_init();
+        }
+    }
+    let mut c = Array2::zeros((m, n));
     gemm_into(1.0, a, b, 0.0, c.view_mut());
     c
 }
@@ -176,6 +480,64 @@ mod tests {
     }
 
     #[test]
+    fn tails_splits_and_beta_match_naive() {
+        // Tile tails (not multiples of 12 × 32), row / column / inner splits, transposed
+        // operands, and a general beta.
+        for &(m, k, n) in &[
+            (1, 1, 1),
+            (13, 7, 33),
+            (25, 300, 65),
+            (300, 5000, 40),
+            (5, 9000, 3),
+            (1100, 256, 256),
+            (40, 256, 3000),
+            (7, 0, 9),
+        ] {
+            let a = pseudo(m, k, 11);
+            let b = pseudo(k, n, 12);
+            let c0 = pseudo(m, n, 13);
+            let mut c = c0.clone();
+            gemm_into(0.5, a.view(), b.view(), -2.0, c.view_mut());
+            let expect = naive(a.view(), b.view()) * 0.5 - &c0 * 2.0;
+            assert_close(&c, &expect);
+            let at = a.t().to_owned();
+            let bt = b.t().to_owned();
+            let mut c = Array2::from_elem((m, n), f32::NAN);
+            gemm_into(1.0, at.t(), bt.t(), 0.0, c.view_mut());
+            assert_close(&c, &naive(a.view(), b.view()));
+        }
+    }
+
+    #[test]
+    fn results_do_not_depend_on_the_thread_count() {
+        let shapes = [
+            (1100, 256, 256),
+            (256, 9000, 256),
+            (40, 256, 3000),
+            (10, 5000, 256),
+        ];
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                shapes
+                    .iter()
+                    .map(|&(m, k, n)| {
+                        let a = pseudo(m, k, 21);
+                        let b = pseudo(k, n, 22);
+                        let mut c = pseudo(m, n, 23);
+                        gemm_into(1.0, a.view(), b.view(), 1.0, c.view_mut());
+                        c
+                    })
+                    .collect::<Vec<_>>()
+            })
+        };
+        assert_eq!(run(1), run(3));
+    }
+
+    #[test]
     fn accumulating_forms_add_to_the_output() {
         let a = pseudo(200, 50, 3);
         let b = pseudo(200, 40, 4);
@@ -192,6 +554,74 @@ mod tests {
                 let e = if i < 200 { prod[[i, j]] + 2.0 } else { 2.0 };
                 assert!((d[[i, j]] - e).abs() <= 1e-4 * (1.0 + e.abs()));
             }
+        }
+    }
+}
+
+/// Throughput of both paths on GNN shapes (`cargo test --release --lib gemm_throughput --
+/// --ignored --nocapture`); prints GFLOP/s, asserts nothing about time.
+#[cfg(test)]
+mod throughput {
+    use super::*;
+    use std::time::Instant;
+
+    fn rate(label: &str, m: usize, k: usize, n: usize, mut f: impl FnMut()) {
+        f();
+        let reps = (2_000_000_000 / (m * n * k).max(1)).clamp(1, 50);
+        let cpu = || {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: a plain syscall writing into `ts`.
+            unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+            ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+        };
+        let (t, c0) = (Instant::now(), cpu());
+        for _ in 0..reps {
+            f();
+        }
+        let s = t.elapsed().as_secs_f64() / reps as f64;
+        let cs = (cpu() - c0) / reps as f64;
+        let gf = 2.0 * (m * n * k) as f64 / 1e9;
+        eprintln!(
+            "{label:>9} {m:>6}×{k:>5}×{n:>5}: {:7.1} GFLOP/s wall, {:7.1} per CPU-second ({:.2} ms)",
+            gf / s,
+            gf / cs,
+            s * 1e3
+        );
+    }
+
+    #[test]
+    #[ignore]
+    fn gemm_throughput() {
+        // (m, k, n, a transposed, b transposed): forward, weight gradient, input gradient.
+        for &(m, k, n, ta, tb) in &[
+            (10000, 256, 256, false, false),
+            (1000, 4714, 256, false, false),
+            (256, 10000, 256, true, false),
+            (10000, 256, 256, false, true),
+            (10, 10000, 256, true, false),
+            (20000, 10, 256, false, false),
+            (1024, 256, 2, false, false),
+        ] {
+            let a = Array2::from_elem(if ta { (k, m) } else { (m, k) }, 0.5f32);
+            let b = Array2::from_elem(if tb { (n, k) } else { (k, n) }, 0.25f32);
+            let av = if ta { a.t() } else { a.view() };
+            let bv = if tb { b.t() } else { b.view() };
+            let mut c = Array2::zeros((m, n));
+            let mut c2 = Array2::zeros((m, n));
+            let label = format!(
+                "{}{}",
+                if ta { "T" } else { "N" },
+                if tb { "T" } else { "N" }
+            );
+            rate(&format!("new {label}"), m, k, n, || {
+                gemm_into(1.0, av, bv, 0.0, c.view_mut())
+            });
+            rate(&format!("old {label}"), m, k, n, || {
+                portable_gemm(1.0, av, bv, 0.0, c2.view_mut())
+            });
         }
     }
 }

@@ -4,14 +4,18 @@
 //! split into chunks whose boundaries depend only on the problem shape, and every reduction
 //! combines its partial results in a fixed order.
 //!
-//! * [`gemm`]: matrix products (`A·B`, `Aᵀ·B`, `A·Bᵀ`) split over row blocks;
+//! * [`gemm`]: matrix products (`A·B`, `Aᵀ·B`, `A·Bᵀ`) split over tiles of the output;
+//! * [`sgemm`]: the packed AVX-512 kernel those tiles run;
+//! * [`simd`]: runs element-wise loops compiled for AVX2 / AVX-512 when the CPU has them;
 //! * [`gather`]: gather rows, scatter-add rows, column sums;
 //! * [`aggregate`]: CSR aggregation over a [`crate::sample::Block`] (sum, mean, per-edge
 //!   weights such as GCN's symmetric normalisation) and its transpose;
+//! * [`sparse`]: CSR rows for mostly-zero input features, with the first layer's products;
 //! * [`softmax`]: segment softmax per destination (GAT), row log-softmax;
 //! * [`attention`]: GAT edge scores and weighted multi-head aggregation, with backward;
 //! * [`activation`]: ReLU, ELU, LeakyReLU and their backward;
 //! * [`dropout`]: inverted dropout with counter-based masks keyed by original vertex ids;
+//! * [`memory`]: keep freed memory for reuse across mini-batches (no fresh page faults);
 //! * [`loss`]: cross-entropy and binary cross-entropy with logits.
 
 pub mod activation;
@@ -21,9 +25,14 @@ pub mod dropout;
 pub mod gather;
 pub mod gemm;
 pub mod loss;
+pub mod memory;
+pub mod sgemm;
+pub mod simd;
 pub mod softmax;
+pub mod sparse;
 
-use ndarray::{ArrayView2, CowArray, Ix2};
+use ndarray::{Array2, ArrayView2, CowArray, Ix2};
+use rayon::prelude::*;
 
 /// A row-major (standard layout) view of `a`, copying only when `a` is not already one.
 ///
@@ -42,4 +51,34 @@ pub fn standard<'a>(a: ArrayView2<'a, f32>) -> CowArray<'a, f32, Ix2> {
 pub(crate) fn rows_per_task(row_cost: usize) -> usize {
     const TARGET_OPS_PER_TASK: usize = 1 << 15;
     (TARGET_OPS_PER_TASK / row_cost.max(1)).clamp(1, 4096)
+}
+
+/// A `rows × cols` matrix built in parallel, row by row: each row is zeroed inside its task
+/// (while it is in cache, instead of a serial `calloc` memset over the whole matrix before)
+/// and then passed to `fill(i, row)`. Tasks take at least `min_rows` rows.
+pub(crate) fn par_rows_from_zero(
+    rows: usize,
+    cols: usize,
+    min_rows: usize,
+    fill: impl Fn(usize, &mut [f32]) + Sync + Send,
+) -> Array2<f32> {
+    if cols == 0 || rows == 0 {
+        return Array2::zeros((rows, cols));
+    }
+    let mut out = Array2::<f32>::uninit((rows, cols));
+    out.as_slice_mut()
+        .expect("fresh array")
+        .par_chunks_mut(cols)
+        .enumerate()
+        .with_min_len(min_rows)
+        .for_each(|(i, row)| {
+            for v in row.iter_mut() {
+                v.write(0.0);
+            }
+            // SAFETY: every element of the row was just initialised.
+            let row = unsafe { &mut *(row as *mut [std::mem::MaybeUninit<f32>] as *mut [f32]) };
+            fill(i, row)
+        });
+    // SAFETY: every row was initialised above.
+    unsafe { out.assume_init() }
 }
