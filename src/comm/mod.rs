@@ -178,15 +178,24 @@ impl World {
 pub fn fail_job(err: &anyhow::Error) -> ! {
     if MPI_ACTIVE.load(Ordering::SeqCst) {
         let comm = SimpleCommunicator::world();
-        eprintln!(
-            "gnnpar: error on rank {} of {}: {err:#}",
+        say(&format!(
+            "gnnpar: error on rank {} of {}: {err:#}\n",
             comm.rank(),
             comm.size()
-        );
+        ));
         comm.abort(1);
     }
-    eprintln!("gnnpar: error: {err:#}");
+    say(&format!("gnnpar: error: {err:#}\n"));
     std::process::exit(1);
+}
+
+/// Write `text` to stderr in one call, so lines of other ranks sharing the launcher's stderr
+/// cannot land in the middle of it.
+fn say(text: &str) {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(text.as_bytes());
+    let _ = err.flush();
 }
 
 /// Under MPI a panic on one rank must end the job, not leave the others blocked in a
@@ -197,11 +206,11 @@ fn install_panic_abort() {
         default(info);
         if MPI_ACTIVE.load(Ordering::SeqCst) {
             let comm = SimpleCommunicator::world();
-            eprintln!(
-                "gnnpar: rank {} of {} panicked; aborting the job",
+            say(&format!(
+                "gnnpar: rank {} of {} panicked; aborting the job\n",
                 comm.rank(),
                 comm.size()
-            );
+            ));
             comm.abort(2);
         }
     }));
