@@ -10,7 +10,9 @@ use std::sync::OnceLock;
 
 use ndarray::{Array2, ArrayView2};
 
-use super::gather::{axpy, group_by_target};
+use rayon::prelude::*;
+
+use super::gather::axpy;
 use super::simd::simd_kernel;
 use crate::sample::Block;
 
@@ -23,18 +25,6 @@ pub enum EdgeWeights<'a> {
     Mean,
     /// One weight per edge, in the block's CSR order.
     PerEdge(&'a [f32]),
-}
-
-impl EdgeWeights<'_> {
-    /// The weight of edge `e`, which enters destination `dst`.
-    #[inline]
-    fn weight(&self, block: &Block, dst: usize, e: usize) -> f32 {
-        match self {
-            EdgeWeights::Sum => 1.0,
-            EdgeWeights::Mean => 1.0 / block.in_degree(dst) as f32,
-            EdgeWeights::PerEdge(w) => w[e],
-        }
-    }
 }
 
 /// The edges of a block grouped by source: the edges leaving source `u` are positions
@@ -54,13 +44,28 @@ impl BlockTranspose {
             block.num_edges() <= u32::MAX as usize,
             "block has more than 2^32 edges"
         );
-        let (indptr, edge) = group_by_target(&block.indices, block.num_src());
-        // Destination of every edge, by walking the CSR once.
-        let mut edge_dst = vec![0u32; block.num_edges()];
-        for i in 0..block.num_dst {
-            edge_dst[block.indptr[i]..block.indptr[i + 1]].fill(i as u32);
+        let ns = block.num_src();
+        let mut indptr = vec![0usize; ns + 1];
+        for &u in &block.indices {
+            indptr[u as usize + 1] += 1;
         }
-        let dst = edge.iter().map(|&e| edge_dst[e as usize]).collect();
+        for u in 0..ns {
+            indptr[u + 1] += indptr[u];
+        }
+        // One pass over the CSR places every edge and its destination (edges of a source in
+        // increasing edge order).
+        let mut fill = indptr[..ns].to_vec();
+        let mut dst = vec![0u32; block.num_edges()];
+        let mut edge = vec![0u32; block.num_edges()];
+        for i in 0..block.num_dst {
+            for e in block.indptr[i]..block.indptr[i + 1] {
+                let u = block.indices[e] as usize;
+                let at = fill[u];
+                fill[u] += 1;
+                dst[at] = i as u32;
+                edge[at] = e as u32;
+            }
+        }
         BlockTranspose { indptr, dst, edge }
     }
 
@@ -89,15 +94,23 @@ simd_kernel! {
     fn aggregate_row(block: &Block, xs: &[f32], weights: EdgeWeights<'_>, i: usize, row: &mut [f32]) {
         let cols = row.len();
         let edges = block.indptr[i]..block.indptr[i + 1];
-        for (k, e) in edges.clone().enumerate() {
-            // The next source row is a cache miss: start loading it now.
-            if let Some(&next) = block.indices.get(edges.start + k + PREFETCH_EDGES) {
-                if k + PREFETCH_EDGES < edges.len() {
-                    prefetch_row(xs, next as usize * cols, cols);
-                }
+        // The same weight for every edge of the row unless per-edge (computed as before).
+        let row_weight = match weights {
+            EdgeWeights::Mean => 1.0 / edges.len() as f32,
+            _ => 1.0,
+        };
+        let prefetch = xs.len() > PREFETCH_MIN;
+        for e in edges.clone() {
+            // A far source row is a cache miss: start loading it a few edges ahead.
+            if prefetch && e + PREFETCH_EDGES < edges.end {
+                prefetch_row(xs, block.indices[e + PREFETCH_EDGES] as usize * cols, cols);
             }
             let u = block.indices[e] as usize;
-            axpy(weights.weight(block, i, e), &xs[u * cols..(u + 1) * cols], row);
+            let w = match weights {
+                EdgeWeights::PerEdge(w) => w[e],
+                _ => row_weight,
+            };
+            axpy(w, &xs[u * cols..(u + 1) * cols], row);
         }
     }
 }
@@ -105,25 +118,42 @@ simd_kernel! {
 simd_kernel! {
     /// `row = Σ_{e: src_e = u} w_e · dy[dst_e]` (`row` starts at zero).
     fn aggregate_transpose_row(
-        block: &Block,
         bt: &BlockTranspose,
         ds: &[f32],
-        weights: EdgeWeights<'_>,
+        weights: SourceWeights<'_>,
         u: usize,
         row: &mut [f32],
     ) {
         let cols = row.len();
         let span = bt.indptr[u]..bt.indptr[u + 1];
+        let prefetch = ds.len() > PREFETCH_MIN;
         for k in span.clone() {
-            if k + PREFETCH_EDGES < span.end {
+            if prefetch && k + PREFETCH_EDGES < span.end {
                 prefetch_row(ds, bt.dst[k + PREFETCH_EDGES] as usize * cols, cols);
             }
             let v = bt.dst[k] as usize;
-            let w = weights.weight(block, v, bt.edge[k] as usize);
+            let w = match weights {
+                SourceWeights::One => 1.0,
+                SourceWeights::PerDst(w) => w[v],
+                SourceWeights::PerEdge(w) => w[bt.edge[k] as usize],
+            };
             axpy(w, &ds[v * cols..(v + 1) * cols], row);
         }
     }
 }
+
+/// [`EdgeWeights`] as the transposed aggregation reads them.
+#[derive(Clone, Copy)]
+enum SourceWeights<'a> {
+    One,
+    /// `1/in_degree` of each destination, computed once per call (the same value
+    /// [`EdgeWeights::Mean`] gives).
+    PerDst(&'a [f32]),
+    PerEdge(&'a [f32]),
+}
+
+/// Matrices smaller than this (floats) stay in cache: no prefetching.
+const PREFETCH_MIN: usize = 1 << 18;
 
 /// How many edges ahead a source row is prefetched.
 const PREFETCH_EDGES: usize = 4;
@@ -182,12 +212,33 @@ pub fn aggregate_transpose(
     let cols = dy.ncols();
     let ds = dy.as_slice().expect("standard layout");
     let avg_degree = block.num_edges() / block.num_src().max(1) + 1;
+    let inv_degree: Vec<f32>;
+    let weights = match weights {
+        EdgeWeights::Sum => SourceWeights::One,
+        EdgeWeights::Mean => {
+            inv_degree = (0..block.num_dst)
+                .map(|v| 1.0 / block.in_degree(v) as f32)
+                .collect();
+            SourceWeights::PerDst(&inv_degree)
+        }
+        EdgeWeights::PerEdge(w) => SourceWeights::PerEdge(w),
+    };
     super::par_rows_from_zero(
         block.num_src(),
         cols,
         super::rows_per_task(cols * avg_degree),
-        |u, row| aggregate_transpose_row(block, bt, ds, weights, u, row),
+        |u, row| aggregate_transpose_row(bt, ds, weights, u, row),
     )
+}
+
+simd_kernel! {
+    /// `out[k] = 1/sqrt(din · out_deg[srcs[k]])` for the edges of one destination.
+    fn norm_row(din: f32, srcs: &[u32], out_deg: &[u32], out: &mut [f32]) {
+        for (c, &u) in out.iter_mut().zip(srcs) {
+            let dout = out_deg[u as usize] as f32;
+            *c = 1.0 / (din * dout).sqrt();
+        }
+    }
 }
 
 /// GCN's symmetric normalisation per edge: `1/sqrt(deg_in(dst) · deg_out(src))`, both degrees
@@ -199,13 +250,24 @@ pub fn gcn_norm(block: &Block) -> Vec<f32> {
         out_deg[u as usize] += 1;
     }
     let mut coef = vec![0f32; block.num_edges()];
-    for i in 0..block.num_dst {
-        let din = block.in_degree(i) as f32;
-        for e in block.indptr[i]..block.indptr[i + 1] {
-            let dout = out_deg[block.indices[e] as usize] as f32;
-            coef[e] = 1.0 / (din * dout).sqrt();
-        }
+    // Fixed chunks of destinations, each writing its own edges' coefficients.
+    const CHUNK: usize = 2048;
+    let mut parts = Vec::with_capacity(block.num_dst.div_ceil(CHUNK));
+    let mut rest: &mut [f32] = &mut coef;
+    for d0 in (0..block.num_dst).step_by(CHUNK) {
+        let d1 = (d0 + CHUNK).min(block.num_dst);
+        let (head, tail) = rest.split_at_mut(block.indptr[d1] - block.indptr[d0]);
+        parts.push((d0..d1, head));
+        rest = tail;
     }
+    parts.into_par_iter().for_each(|(dsts, out)| {
+        let base = block.indptr[dsts.start];
+        for i in dsts {
+            let span = block.indptr[i] - base..block.indptr[i + 1] - base;
+            let srcs = &block.indices[block.indptr[i]..block.indptr[i + 1]];
+            norm_row(block.in_degree(i) as f32, srcs, &out_deg, &mut out[span]);
+        }
+    });
     coef
 }
 
