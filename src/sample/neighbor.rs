@@ -96,7 +96,7 @@ impl LayerKey {
     /// The hash state after `seed, epoch, batch, layer`; a vertex extends it with its
     /// original id and then the draw number.
     #[inline]
-    fn prefix(&self) -> HashKey {
+    pub(crate) fn prefix(&self) -> HashKey {
         HashKey::new()
             .push(self.seed)
             .push(self.epoch)
@@ -280,11 +280,12 @@ fn prefetch_list(list: &[NodeId]) {
     let _ = list;
 }
 
-/// Per-task buffers reused across vertices, so drawing allocates nothing per vertex.
+/// Per-task buffers reused across vertices, so drawing allocates nothing per vertex. The one
+/// implementation of the draw: `positions.rs` (pre-sampling) uses it too.
 #[derive(Default)]
-struct Scratch {
+pub(crate) struct Scratch {
     /// Chosen positions; sorted after each draw.
-    positions: Vec<usize>,
+    pub(crate) positions: Vec<usize>,
     /// Membership bits over positions, for large draws; all zero between draws.
     bits: Vec<u64>,
 }
@@ -292,7 +293,7 @@ struct Scratch {
 impl Scratch {
     /// Choose `k < deg` distinct positions of `[0, deg)` uniformly (Floyd's algorithm: `k`
     /// draws, none rejected) into `self.positions`, sorted increasingly.
-    fn choose(&mut self, vkey: HashKey, deg: usize, k: usize) {
+    pub(crate) fn choose(&mut self, vkey: HashKey, deg: usize, k: usize) {
         let positions = &mut self.positions;
         positions.clear();
         let draw = |i: usize, j: usize| below(vkey.push(i as u64).finish(), j as u64 + 1) as usize;

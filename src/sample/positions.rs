@@ -1,17 +1,16 @@
 //! Neighbour sampling that also says WHICH stored edges were drawn.
 //!
 //! [`sample_neighbor_positions`] draws exactly what [`sample_neighbors`](super::sample_neighbors)
-//! draws (same counter-based keys through the public [`rng`](super::rng) helpers, same Floyd
+//! draws (the same counter-based keys and the same Floyd
 //! algorithm, same increasing position order) and returns, alongside the neighbours, the index
 //! of every sampled edge in the dataset's `indices` array. Pre-sampling counts how often each
 //! stored edge is sampled with it; training keeps using the faster `sample_neighbors`.
 //!
-//! The two must stay in step: the unit test below checks that, for every fanout path (all
-//! neighbours, few draws, many draws), the positions read back exactly the neighbours that
-//! `sample_neighbors` returns. A change to the draw in `neighbor.rs` must be mirrored here.
+//! Both call the same draw (`neighbor::Scratch::choose` under `LayerKey::prefix`); the unit
+//! test below checks, for every fanout path (all neighbours, few draws, many draws), that the
+//! positions read back exactly the neighbours `sample_neighbors` returns.
 
-use super::neighbor::{sample_count, Adjacency, LayerKey, LocalGraph, Sampled};
-use super::rng::{below, HashKey};
+use super::neighbor::{sample_count, Adjacency, LayerKey, LocalGraph, Sampled, Scratch};
 use crate::graph::NodeId;
 use rayon::prelude::*;
 
@@ -67,14 +66,9 @@ pub fn sample_neighbor_positions(
         rest = tail;
     }
 
-    // The same prefix as `LayerKey::prefix` in neighbor.rs.
-    let prefix = HashKey::new()
-        .push(key.seed)
-        .push(key.epoch)
-        .push(key.batch)
-        .push(key.layer as u64);
+    let prefix = key.prefix();
     outs.into_par_iter().for_each(|(chunk, out)| {
-        let mut floyd = Floyd::default();
+        let mut floyd = Scratch::default();
         let mut at = 0;
         for &v in chunk {
             let deg = graph.neighbors(v).len();
@@ -88,7 +82,7 @@ pub fn sample_neighbor_positions(
                 }
             } else {
                 floyd.choose(prefix.push(graph.orig_id(v)), deg, k);
-                for (d, &p) in dst.iter_mut().zip(&floyd.chosen) {
+                for (d, &p) in dst.iter_mut().zip(&floyd.positions) {
                     *d = start + p;
                 }
             }
@@ -99,62 +93,6 @@ pub fn sample_neighbor_positions(
     SampledEdges {
         sampled: Sampled { offsets, neighbors },
         positions,
-    }
-}
-
-/// Up to this many draws, membership is a binary search in the sorted picks; above it, a bit
-/// set over the neighbour list (so a large fanout costs O(k log k), not O(k²)).
-const SORTED_MAX: usize = 64;
-
-/// Per-task buffers reused across vertices.
-#[derive(Default)]
-struct Floyd {
-    /// Chosen positions, sorted increasingly after [`Floyd::choose`].
-    chosen: Vec<usize>,
-    /// Membership bits for large draws; all zero between draws.
-    bits: Vec<u64>,
-}
-
-impl Floyd {
-    /// Floyd's algorithm as in neighbor.rs: draw `i` of `k` picks
-    /// `t = below(hash(vkey, i), j + 1)` with `j = deg - k + i`, and takes `j` instead when `t`
-    /// was already chosen. The chosen SET does not depend on how membership is tested.
-    fn choose(&mut self, vkey: HashKey, deg: usize, k: usize) {
-        let chosen = &mut self.chosen;
-        chosen.clear();
-        let draw = |i: usize, j: usize| below(vkey.push(i as u64).finish(), j as u64 + 1) as usize;
-        if k <= SORTED_MAX {
-            for i in 0..k {
-                let j = deg - k + i;
-                let t = draw(i, j);
-                // Every earlier pick is < j, so `j` itself is always new and goes last.
-                match chosen.binary_search(&t) {
-                    Ok(_) => chosen.push(j),
-                    Err(at) => chosen.insert(at, t),
-                }
-            }
-        } else {
-            let words = deg.div_ceil(64);
-            if self.bits.len() < words {
-                self.bits.resize(words, 0);
-            }
-            let bits = &mut self.bits;
-            for i in 0..k {
-                let j = deg - k + i;
-                let t = draw(i, j);
-                let pick = if bits[t / 64] >> (t % 64) & 1 == 1 {
-                    j
-                } else {
-                    t
-                };
-                bits[pick / 64] |= 1 << (pick % 64);
-                chosen.push(pick);
-            }
-            for &p in chosen.iter() {
-                bits[p / 64] = 0;
-            }
-            chosen.sort_unstable();
-        }
     }
 }
 
