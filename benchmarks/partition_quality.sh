@@ -10,12 +10,16 @@
 # pre-sampled with seed 1 (PRESAMPLE_EPOCHS epochs); every partition is then measured on
 # EVAL_EPOCHS epochs sampled with seed 2, mini-batches the partitioner never saw. Per layer:
 # load imbalance (max / mean per part of computed vertices and of aggregated edges) and the %
-# of sampled edges whose endpoints lie in different parts.
+# of sampled edges whose endpoints lie in different parts. Then GSplit training on each
+# partitioning (4 MPI ranks, `--strategy split`, inputs/sage-bench.toml, TRAIN_STEPS optimizer
+# steps of epoch 0): seconds per step (every step ends in a collective, so the slowest rank
+# sets it), the phase breakdown (max over ranks), bytes moved, and the epoch time scaled to
+# all the steps of one epoch.
 #
 # Writes benchmarks/results/partition_quality.json and partition_quality.svg.
 # Environment: GNNPAR_BIN (default: build and use target/release/gnnpar), GNNPAR_DATA
 # (default ../shared/datasets), PRESAMPLE_EPOCHS (10), EVAL_EPOCHS (5), RMAT_NODES (65536),
-# RMAT_EDGES (1048576), WORK (scratch directory; default a temporary one, removed at the end).
+# RMAT_EDGES (1048576), TRAIN_STEPS (6; 0 skips training), TRAIN_TIMEOUT (900 s), WORK (scratch directory; default a temporary one, removed at the end).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -29,6 +33,8 @@ PRESAMPLE_SEED=1
 EVAL_SEED=2
 RMAT_NODES=${RMAT_NODES:-65536}
 RMAT_EDGES=${RMAT_EDGES:-1048576}
+TRAIN_STEPS=${TRAIN_STEPS:-6}
+TRAIN_TIMEOUT=${TRAIN_TIMEOUT:-900}
 DATA=${GNNPAR_DATA:-$ROOT/../shared/datasets}
 OUT=$ROOT/benchmarks/results
 mkdir -p "$OUT"
@@ -39,6 +45,8 @@ if [ -z "${GNNPAR_BIN:-}" ]; then
 fi
 BIN=$GNNPAR_BIN
 export HDF5_USE_FILE_LOCKING=FALSE
+# Open MPI refuses root without these (CI and containers run as root).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 if [ -z "${WORK:-}" ]; then
   WORK=$(mktemp -d)
@@ -49,6 +57,30 @@ RUNS=$WORK/runs.jsonl
 : >"$RUNS"
 
 last_line() { tail -n 1; }
+
+# Split-parallel training on one partitioning; writes $dir/train-$method.json (one record from
+# plot_svg.py's `record`, or {"status": "skipped"}).
+train_on() { # dataset.h5 dir method
+  local data=$1 dir=$2 method=$3 logs=$2/train-$3
+  if ((TRAIN_STEPS == 0)); then
+    echo '{"status": "skipped"}' >"$logs.json"
+    return
+  fi
+  local train steps rc=0
+  train=$("$BIN" info "$data" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["train"])')
+  steps=$(((train + BATCH - 1) / BATCH))
+  echo "== $name: split training on parts-$method, $TRAIN_STEPS of $steps steps" >&2
+  timeout --kill-after=10 "$TRAIN_TIMEOUT" \
+    mpirun -np "$PARTS" --oversubscribe --bind-to none \
+    "$BIN" train --data "$dir/parts-$method" --config "$ROOT/inputs/sage-bench.toml" \
+    --strategy split --fanouts "$FANOUTS" --batch-size "$BATCH" --seed "$EVAL_SEED" \
+    --epochs 1 --max-steps "$TRAIN_STEPS" --metrics "$logs.metrics.jsonl" \
+    >"$logs.stdout" 2>"$logs.stderr" || rc=$?
+  ((rc == 0)) || { echo "training on parts-$method failed:" >&2; tail -n 5 "$logs.stderr" >&2; }
+  python3 "$ROOT/benchmarks/plot_svg.py" record --metrics "$logs.metrics.jsonl" \
+    --stdout "$logs.stdout" --stderr "$logs.stderr" \
+    --meta "rc=$rc" "ranks=$PARTS" "strategy=split" "steps_per_epoch=$steps" >"$logs.json"
+}
 
 # Append one JSON record per (dataset, partitioning) to $RUNS.
 measure() { # dataset-name dataset.h5
@@ -74,10 +106,12 @@ measure() { # dataset-name dataset.h5
       | last_line >"$dir/partition-$method.json"
     "$BIN" presample "$data" --epochs "$EVAL_EPOCHS" --seed "$EVAL_SEED" "${sample_opts[@]}" \
       --evaluate "$dir/parts-$method" | last_line >"$dir/eval-$method.json"
+    train_on "$data" "$dir" "$method"
     python3 - "$name" "$method" "$dir" >>"$RUNS" <<'EOF'
 import json, sys
 name, method, d = sys.argv[1:4]
 part = json.load(open(f"{d}/partition-{method}.json"))
+train = json.load(open(f"{d}/train-{method}.json"))
 ev = json.load(open(f"{d}/eval-{method}.json"))["presample"]
 st = ev["split_stats"]
 cross = sum(h["cross_edges"] for h in st["hops"])
@@ -96,7 +130,11 @@ print(json.dumps({
              for h in st["hops"]],
     "input_imbalance": st["input_imbalance"],
     "total_cross_edge_percent": 100.0 * cross / edges if edges else 0.0,
-    "epoch_seconds": None,
+    "train": {k: train.get(k) for k in (
+        "status", "steps", "steps_per_epoch", "step_seconds", "epoch_seconds_full",
+        "phases_max", "bytes_total", "feature_bytes", "bytes_by_group", "loadavg_before")},
+    "step_seconds": train.get("step_seconds"),
+    "epoch_seconds": train.get("epoch_seconds_full"),
 }))
 EOF
   done

@@ -98,17 +98,26 @@ def svg(runs, config):
     return "\n".join(out) + "\n"
 
 
+def timing(run):
+    """Split training columns: seconds per step, epoch seconds, MB moved per step."""
+    t = run.get("train") or {}
+    if t.get("status") != "ok" or not t.get("steps"):
+        return " | ".join([t.get("status") or "–"] + ["–"] * 2)
+    mb = t["bytes_total"] / t["steps"] / 1e6
+    return f"{t['step_seconds']:.3f} | {t['epoch_seconds_full']:.2f} | {mb:.1f}"
+
+
 def table(runs):
     lines = ["| dataset | partitioning | cross-split % (layer 1/2/3) | all layers | "
              "vertex imbalance (layer 1/2/3) | edge imbalance (layer 1/2/3) | input rows imb. | "
-             "static edge cut % |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "static edge cut % | split s/step | epoch s | MB/step |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in runs:
         f = lambda field, fmt: " / ".join(fmt.format(v) for v in by_layer(r, field))
         lines.append(f"| {r['dataset']} | {r['partitioning']} | {f('cross_edge_percent', '{:.1f}')} | "
                      f"{r['total_cross_edge_percent']:.1f} | {f('vertex_imbalance', '{:.3f}')} | "
                      f"{f('edge_imbalance', '{:.3f}')} | {r['input_imbalance']:.3f} | "
-                     f"{r['static_edge_cut_percent']:.1f} |")
+                     f"{r['static_edge_cut_percent']:.1f} | {timing(r)} |")
     return "\n".join(lines)
 
 
@@ -158,8 +167,10 @@ def main():
             "static_edge_cut_percent": "% of stored edges cut (gnnpar partition's own figure)",
         },
         "notes": {
-            "epoch_seconds": "null: per-partitioning epoch time needs `gnnpar train --strategy "
-                             "split`, which has not landed yet; fill it in when it does",
+            "epoch_seconds": "GSplit training (`gnnpar train --strategy split`, parts ranks, "
+                             "inputs/sage-bench.toml) for a few steps of epoch 0; seconds per "
+                             "step times the steps of a full epoch. Wall times on a shared "
+                             "machine: compare partitionings of one run, not across runs",
             "evaluation": "weights are pre-sampled with presample_seed; every partition is "
                           "measured on eval_epochs epochs sampled with eval_seed, i.e. on "
                           "mini-batches the partitioner never saw",
