@@ -108,15 +108,22 @@ step_args() {
     esac
 }
 
-# run_one BENCH DATASET STRATEGY RANKS CACHE_MB: one `gnnpar train` under mpirun; appends one
-# result JSON line (ok, failed or not implemented) to $RESULTS_TMP.
+# run_one BENCH DATASET STRATEGY RANKS CACHE_MB [RANKS_PER_NODE]: one `gnnpar train` under
+# mpirun; appends one result JSON line (ok, failed or not implemented) to $RESULTS_TMP. With
+# RANKS_PER_NODE, ranks form pretend nodes of that size and read the partition into that many
+# parts (hybrid: every node a full replica).
 run_one() {
-    local bench="$1" dataset="$2" strategy="$3" ranks="$4" cache_mb="$5"
+    local bench="$1" dataset="$2" strategy="$3" ranks="$4" cache_mb="$5" rpn="${6:-}"
     local threads=$((CORES / ranks))
     ((threads >= 1)) || threads=1
     local data="$BENCH_WORK/$dataset.h5"
     ((ranks == 1)) || data="$BENCH_WORK/$dataset-p$ranks"
     local tag="$bench-$dataset-$strategy-r$ranks-c$cache_mb"
+    if [[ -n "$rpn" ]]; then
+        data="$BENCH_WORK/$dataset-p$rpn"
+        if ((rpn == 1)); then data="$BENCH_WORK/$dataset.h5"; fi
+        tag="$tag-n$rpn"
+    fi
     local logs="$BENCH_WORK/logs/$tag"
     rm -f "$logs".*
     local -a cmd=(timeout --kill-after=10 "$RUN_TIMEOUT"
@@ -126,6 +133,7 @@ run_one() {
     # shellcheck disable=SC2207 # word splitting of the fixed step arguments is intended
     cmd+=($(step_args "$dataset"))
     if [[ "$cache_mb" != 0 ]]; then cmd+=(--cache-mb "$cache_mb"); fi
+    if [[ -n "$rpn" ]]; then cmd+=(--ranks-per-node "$rpn"); fi
     local load_before load_after start end rc=0
     load_before=$(cat /proc/loadavg)
     log "$tag: ${cmd[*]}"
@@ -141,7 +149,7 @@ run_one() {
     line=$(python3 "$BENCH_DIR/plot_svg.py" record --metrics "$logs.metrics.jsonl" \
         --stdout "$logs.stdout" --stderr "$logs.stderr" --meta \
         "bench=$bench" "dataset=$dataset" "strategy=$strategy" "ranks=$ranks" \
-        "threads=$threads" "cache_mb=$cache_mb" "rc=$rc" \
+        "threads=$threads" "cache_mb=$cache_mb" "ranks_per_node=${rpn:-}" "rc=$rc" \
         "steps_per_epoch=$(steps_per_epoch "$dataset")" \
         "wall_seconds=$(python3 -c "print(round($end - $start, 3))")" \
         "loadavg_before=$load_before" "loadavg_after=$load_after" \

@@ -50,6 +50,9 @@ pub struct TrainConfig {
     pub strategy: String,
     /// Rayon threads per rank (default: cores of the node / ranks on the node).
     pub threads: Option<usize>,
+    /// Group consecutive ranks into pretend nodes of this many ranks (tests of `hybrid` on
+    /// one machine); default: the real nodes (MPI shared-memory domains).
+    pub ranks_per_node: Option<usize>,
     /// Per-rank cache of remote feature rows, in MiB (0: no cache).
     pub cache_mb: f64,
     /// Mini-batches sampled before training to rank remote rows by access frequency.
@@ -81,6 +84,7 @@ impl Default for TrainConfig {
             checkpoint_every: 0,
             strategy: "gdp".into(),
             threads: None,
+            ranks_per_node: None,
             cache_mb: 0.0,
             cache_presample_batches: 8,
             dataset: None,
@@ -160,11 +164,28 @@ impl TrainConfig {
         if self.threads == Some(0) {
             bail!("config: `threads` must be positive");
         }
-        if !crate::train::strategy::KNOWN.contains(&self.strategy.as_str()) {
+        if self.ranks_per_node == Some(0) {
+            bail!("config: `ranks_per_node` (--ranks-per-node) must be at least 1");
+        }
+        let composed = crate::train::strategy::COMPOSED;
+        if !crate::train::strategy::KNOWN.contains(&self.strategy.as_str())
+            && !composed.contains(&self.strategy.as_str())
+        {
+            let all: Vec<&str> = crate::train::strategy::KNOWN
+                .iter()
+                .chain(composed)
+                .copied()
+                .collect();
             bail!(
-                "config: unknown `strategy` \"{}\" (expected one of {:?})",
-                self.strategy,
-                crate::train::strategy::KNOWN
+                "config: unknown `strategy` \"{}\" (expected one of {all:?})",
+                self.strategy
+            );
+        }
+        if self.strategy == "hybrid" && self.full_batch {
+            bail!(
+                "config: `strategy` \"hybrid\" divides mini-batches among nodes and cannot run \
+                 `full_batch` (one batch of the whole graph); use gdp (or auto) for full-batch \
+                 training"
             );
         }
         Ok(())

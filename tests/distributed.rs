@@ -491,3 +491,227 @@ fn dnp_and_split_with_sage_and_gat_on_2_and_4_ranks_train_the_same_model_as_1_ra
         }
     }
 }
+
+/// Read a run's summary JSON.
+fn read_summary(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn hybrid_on_pretend_nodes_trains_the_same_model_as_1_rank_gdp() {
+    if !have_mpirun() {
+        return;
+    }
+    let fx = Fixture::new();
+    let ds = fx.path("sbm.h5");
+    let ref_dump = fx.path("hyb-ref-dump");
+    std::fs::create_dir(&ref_dump).unwrap();
+    let ref_ck = fx.path("hyb-ref.h5");
+    let ref_summary = fx.path("hyb-ref.json");
+    mpirun_ok(
+        1,
+        &train_args(&[
+            "--data",
+            ds.to_str().unwrap(),
+            "--checkpoint",
+            ref_ck.to_str().unwrap(),
+            "--dump-blocks",
+            ref_dump.to_str().unwrap(),
+            "--summary",
+            ref_summary.to_str().unwrap(),
+        ]),
+    );
+    let reference = read_params(&ref_ck);
+    let ref_val = read_summary(&ref_summary)["val"].as_f64().unwrap();
+    // (ranks, ranks per node, data): 2 nodes × 2 ranks on METIS parts and on a sliced file,
+    // 2 × 1 (GDP with replicated data), 1 × 2 (split).
+    let runs = [
+        (4, 2, fx.path("parts2")),
+        (4, 2, ds.clone()),
+        (2, 1, ds.clone()),
+        (2, 2, fx.path("parts2")),
+    ];
+    for (i, (np, rpn, data)) in runs.iter().enumerate() {
+        let tag = format!("{np} ranks as {} × {rpn} on {data:?}", np / rpn);
+        let dump = fx.path(&format!("hyb-dump{i}"));
+        std::fs::create_dir(&dump).unwrap();
+        let ck = fx.path(&format!("hyb{i}.h5"));
+        let metrics = fx.path(&format!("hyb{i}.jsonl"));
+        let summary = fx.path(&format!("hyb{i}.json"));
+        let rpn_s = rpn.to_string();
+        mpirun_ok(
+            *np,
+            &train_args(&[
+                "--strategy",
+                "hybrid",
+                "--ranks-per-node",
+                &rpn_s,
+                "--data",
+                data.to_str().unwrap(),
+                "--checkpoint",
+                ck.to_str().unwrap(),
+                "--dump-blocks",
+                dump.to_str().unwrap(),
+                "--metrics",
+                metrics.to_str().unwrap(),
+                "--summary",
+                summary.to_str().unwrap(),
+            ]),
+        );
+        for step in 0..5 {
+            // The nodes together sample the global mini-batch of one rank...
+            assert_eq!(
+                dumped_edges(&ref_dump, step),
+                dumped_edges(&dump, step),
+                "{tag}, step {step}: sampled edges differ from 1 rank"
+            );
+            // ...and inside a node every (layer, vertex) is computed by one rank only.
+            let per_rank = dumped_dsts(&dump, step);
+            assert_eq!(per_rank.len(), *np);
+            for (n, node) in per_rank.chunks(*rpn).enumerate() {
+                let mut all = node.concat();
+                let total = all.len();
+                all.sort_unstable();
+                all.dedup();
+                assert_eq!(
+                    all.len(),
+                    total,
+                    "{tag}, step {step}: node {n} computed a row twice"
+                );
+            }
+        }
+        let d = rel_diff(&reference, &read_params(&ck));
+        eprintln!("hybrid {tag}: relative parameter difference {d:.2e}");
+        assert!(d <= 1e-4, "hybrid {tag}: relative difference {d}");
+        let s = read_summary(&summary);
+        assert_eq!(s["strategy"], "hybrid", "{s}");
+        let val = s["val"].as_f64().unwrap();
+        assert!(
+            (val - ref_val).abs() < 1e-2,
+            "{tag}: val {val} vs {ref_val}"
+        );
+        let line = std::fs::read_to_string(&metrics).unwrap();
+        let v: serde_json::Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+        assert_eq!(v["strategy"], "hybrid", "{v}");
+    }
+}
+
+#[test]
+fn ranks_per_node_that_does_not_divide_the_ranks_and_a_wrong_part_count_are_refused() {
+    if !have_mpirun() {
+        return;
+    }
+    let fx = Fixture::new();
+    let ds = fx.path("sbm.h5");
+    let out = mpirun(
+        4,
+        &train_args(&["--data", ds.to_str().unwrap(), "--ranks-per-node", "3"]),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the job must fail");
+    assert!(
+        stderr.contains("--ranks-per-node")
+            && stderr.contains("= 3")
+            && stderr.contains("divide the 4"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // Hybrid needs one part per rank of a node: 4 parts for nodes of 2 ranks is refused.
+    let parts = fx.path("parts4");
+    let out = mpirun(
+        4,
+        &train_args(&[
+            "--data",
+            parts.to_str().unwrap(),
+            "--strategy",
+            "hybrid",
+            "--ranks-per-node",
+            "2",
+        ]),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the job must fail");
+    assert!(
+        stderr.contains("has 4 parts") && stderr.contains("a node has 2 ranks"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn auto_picks_hybrid_on_two_nodes_and_on_one_node_trains_the_same_model_as_gdp() {
+    if !have_mpirun() {
+        return;
+    }
+    let fx = Fixture::new();
+    let ds = fx.path("sbm.h5");
+    let ref_ck = fx.path("auto-ref.h5");
+    mpirun_ok(
+        1,
+        &train_args(&[
+            "--data",
+            ds.to_str().unwrap(),
+            "--checkpoint",
+            ref_ck.to_str().unwrap(),
+        ]),
+    );
+    let reference = read_params(&ref_ck);
+    for (parts, rpn) in [("parts2", Some("2")), ("parts4", None)] {
+        let ck = fx.path(&format!("auto-{parts}.h5"));
+        let summary = fx.path(&format!("auto-{parts}.json"));
+        let metrics = fx.path(&format!("auto-{parts}.jsonl"));
+        let data = fx.path(parts);
+        let mut args = train_args(&[
+            "--strategy",
+            "auto",
+            "--data",
+            data.to_str().unwrap(),
+            "--checkpoint",
+            ck.to_str().unwrap(),
+            "--summary",
+            summary.to_str().unwrap(),
+            "--metrics",
+            metrics.to_str().unwrap(),
+        ]);
+        if let Some(k) = rpn {
+            args.extend(["--ranks-per-node", k]);
+        }
+        let out = mpirun_ok(4, &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let chosen = read_summary(&summary)["strategy"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let line = std::fs::read_to_string(&metrics).unwrap();
+        let v: serde_json::Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+        assert_eq!(v["strategy"], chosen.as_str(), "{v}");
+        if rpn.is_some() {
+            assert_eq!(chosen, "hybrid", "two nodes: auto must pick hybrid");
+        } else {
+            assert!(
+                ["gdp", "split", "dnp"].contains(&chosen.as_str()),
+                "{chosen}"
+            );
+            // The estimate is logged as one JSON line naming every candidate and the choice.
+            let est = stderr
+                .lines()
+                .find_map(|l| l.split_once("strategy auto: ").map(|(_, j)| j))
+                .filter(|j| j.starts_with('{'))
+                .unwrap_or_else(|| panic!("no estimate line:\n{stderr}"));
+            let est: serde_json::Value = serde_json::from_str(est).unwrap();
+            let e = &est["auto_estimate"];
+            assert_eq!(e["choice"], chosen.as_str(), "{e}");
+            for s in ["gdp", "split", "dnp"] {
+                assert!(e["strategies"][s]["seconds_per_batch"].as_f64().unwrap() >= 0.0);
+            }
+            // Split computes no row twice; GDP recomputes shared rows on several ranks.
+            assert_eq!(e["strategies"]["split"]["redundant_rows"], 0.0, "{e}");
+            assert!(
+                e["strategies"]["gdp"]["redundant_rows"].as_f64().unwrap() > 0.0,
+                "{e}"
+            );
+        }
+        let d = rel_diff(&reference, &read_params(&ck));
+        eprintln!("auto on 4 ranks ({parts}) chose {chosen}: relative difference {d:.2e}");
+        assert!(d <= 1e-4, "auto ({chosen}): relative difference {d}");
+    }
+}

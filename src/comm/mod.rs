@@ -77,6 +77,11 @@ pub struct World {
     leaders: Option<Group>,
     node_index: usize,
     num_nodes: usize,
+    /// Ranks sharing this rank's physical host (MPI's shared-memory domain), whatever the
+    /// node grouping: the cores are shared among them.
+    host_ranks: usize,
+    /// `Some(k)` when nodes are pretend groups of `k` consecutive ranks.
+    pretend_ranks_per_node: Option<usize>,
     stats: Rc<CommStats>,
 }
 
@@ -96,9 +101,13 @@ impl World {
 
     /// Like [`World::init`], but with `ranks_per_node = Some(k)` ranks are grouped into
     /// pretend nodes of `k` consecutive ranks (tests of hybrid strategies on one machine).
+    /// `k` must be at least 1 and divide the number of ranks (every node the same size).
     pub fn init_with_nodes(ranks_per_node: Option<usize>) -> anyhow::Result<World> {
         if !launched_by_mpi() {
-            return Ok(World::solo());
+            check_ranks_per_node(ranks_per_node, 1)?;
+            let mut w = World::solo();
+            w.pretend_ranks_per_node = ranks_per_node;
+            return Ok(w);
         }
         let universe = mpi::initialize()
             .ok_or_else(|| anyhow::anyhow!("MPI was already initialised in this process"))?;
@@ -108,12 +117,16 @@ impl World {
         *UNIVERSE.lock().unwrap_or_else(|e| e.into_inner()) = Some(universe);
         let stats = Rc::new(CommStats::default());
         let rank = world_comm.rank();
+        // Every rank sees the same size, so every rank fails here alike (no rank is left
+        // waiting in the splits below).
+        check_ranks_per_node(ranks_per_node, world_comm.size() as usize)?;
+        let host_comm = world_comm.split_shared(rank);
+        let host_ranks = host_comm.size() as usize;
         let node_comm = match ranks_per_node {
-            Some(k) if k > 0 => world_comm
+            Some(k) => world_comm
                 .split_by_color(mpi::topology::Color::with_value(rank / k as i32))
                 .ok_or_else(|| anyhow::anyhow!("MPI_Comm_split for pretend nodes failed"))?,
-            Some(_) => anyhow::bail!("--ranks-per-node must be positive"),
-            None => world_comm.split_shared(rank),
+            None => host_comm,
         };
         let is_leader = node_comm.rank() == 0;
         let leader_comm = world_comm.split_by_color(if is_leader {
@@ -136,6 +149,8 @@ impl World {
             leaders,
             node_index: ids[0] as usize,
             num_nodes: ids[1] as usize,
+            host_ranks,
+            pretend_ranks_per_node: ranks_per_node,
             stats,
         })
     }
@@ -149,6 +164,8 @@ impl World {
             leaders: Some(Group::solo(stats.clone())),
             node_index: 0,
             num_nodes: 1,
+            host_ranks: 1,
+            pretend_ranks_per_node: None,
             stats,
         }
     }
@@ -168,9 +185,31 @@ impl World {
         (self.node_index, self.num_nodes)
     }
 
+    /// Ranks on this rank's physical host (the shared-memory domain), which share its cores.
+    /// Equal to the node's size unless nodes are pretend groups.
+    pub fn ranks_on_host(&self) -> usize {
+        self.host_ranks
+    }
+
+    /// `Some(k)` when nodes are pretend groups of `k` consecutive ranks (`--ranks-per-node`).
+    pub fn pretend_ranks_per_node(&self) -> Option<usize> {
+        self.pretend_ranks_per_node
+    }
+
     /// Bytes and seconds of every communication call so far, by kind of operation.
     pub fn stats(&self) -> &CommStats {
         &self.stats
+    }
+}
+
+/// Pretend nodes must all have the same number of ranks: `k` ≥ 1 dividing `ranks`.
+fn check_ranks_per_node(ranks_per_node: Option<usize>, ranks: usize) -> anyhow::Result<()> {
+    match ranks_per_node {
+        Some(k) if k == 0 || !ranks.is_multiple_of(k) => anyhow::bail!(
+            "--ranks-per-node (config `ranks_per_node`) = {k} must be at least 1 and divide \
+             the {ranks} rank(s) of the job, so that every node has the same number of ranks"
+        ),
+        _ => Ok(()),
     }
 }
 
@@ -217,8 +256,8 @@ fn install_panic_abort() {
 }
 
 /// Rayon threads for this rank: `requested` if given, else `SLURM_CPUS_PER_TASK`, else the
-/// cores of this node divided by `ranks_on_node` (the size of the node-local communicator),
-/// at least 1.
+/// cores of this host divided by `ranks_on_node` (the ranks sharing the host: the real node,
+/// not a pretend one, so pretend nodes do not oversubscribe the cores), at least 1.
 pub fn threads_per_rank(requested: Option<usize>, ranks_on_node: usize) -> usize {
     if let Some(t) = requested {
         return t;

@@ -33,7 +33,7 @@ pub enum Command {
     /// Export a dataset's graph for another tool (METIS text graph for `gpmetis`).
     Export(export::ExportArgs),
     /// Train a GNN (GraphSAGE, GCN, GAT) on a dataset, a partition, or the synthetic default.
-    Train(train::TrainArgs),
+    Train(Box<train::TrainArgs>),
     /// Pre-sample training mini-batches into partition weights; measure a partition's split statistics.
     Presample(presample::PresampleArgs),
 }
@@ -45,7 +45,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Generate(args) => generate::run(args),
         Command::Prepare(args) => prepare::run(args),
         Command::Partition(args) => partition::run(args).map(|_| ()),
-        Command::Train(args) => train::run(args),
+        Command::Train(args) => train::run(*args),
         Command::Presample(args) => presample::run(args).map(|_| ()),
         Command::Export(args) => export::run(args),
     }

@@ -53,12 +53,17 @@ pub struct TrainArgs {
     /// Stop after N optimizer steps.
     #[arg(long)]
     pub max_steps: Option<u64>,
-    /// Parallel strategy (gdp).
+    /// Parallel strategy: gdp, split, dnp, hybrid (GDP across nodes, split inside a node)
+    /// or auto (hybrid on several nodes, else the cheapest by a dry-run estimate).
     #[arg(long)]
     pub strategy: Option<String>,
     /// Rayon threads per rank (default: cores of the node / ranks on the node).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Group consecutive ranks into pretend nodes of K ranks (tests of hybrid on one
+    /// machine; default: the real nodes). K must divide the number of ranks.
+    #[arg(long, value_name = "K")]
+    pub ranks_per_node: Option<usize>,
     /// Per-rank cache of the hottest remote feature rows, in MiB.
     #[arg(long)]
     pub cache_mb: Option<f64>,
@@ -119,16 +124,41 @@ impl TrainArgs {
         if self.threads.is_some() {
             cfg.threads = self.threads;
         }
+        if self.ranks_per_node.is_some() {
+            cfg.ranks_per_node = self.ranks_per_node;
+        }
         cfg.validate()?;
         Ok(cfg)
+    }
+}
+
+/// Log (rank 0) which node every rank belongs to and where the grouping came from.
+/// Collective.
+fn log_node_layout(world: &World) {
+    let of_rank = world.allgather_u64(world.node_index().0 as u64);
+    if world.rank() == 0 {
+        log::info!(
+            "node layout: {} node(s) of {} rank(s), node of each rank {:?} ({}); {} rank(s) \
+             on this host",
+            world.node_index().1,
+            world.node().size(),
+            of_rank,
+            match world.pretend_ranks_per_node() {
+                Some(k) => format!("pretend nodes of {k} consecutive ranks, --ranks-per-node"),
+                None => "MPI shared-memory domains".to_string(),
+            },
+            world.ranks_on_host()
+        );
     }
 }
 
 /// Run `gnnpar train`.
 pub fn run(args: TrainArgs) -> Result<()> {
     let cfg = args.resolve()?;
-    let world = World::init()?;
-    let threads = crate::comm::threads_per_rank(cfg.threads, world.node().size());
+    let world = World::init_with_nodes(cfg.ranks_per_node)?;
+    // Threads divide the cores of the real host, also when nodes are pretend groups.
+    let threads = crate::comm::threads_per_rank(cfg.threads, world.ranks_on_host());
+    log_node_layout(&world);
     // The global pool can only be built once per process; a second build (tests calling
     // the library twice) keeps the first, which is fine.
     let _ = rayon::ThreadPoolBuilder::new()
@@ -144,7 +174,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
             if cfg.threads.is_some() {
                 ", as requested"
             } else {
-                ", cores / ranks on the node"
+                ", cores / ranks on the host"
             }
         );
     }

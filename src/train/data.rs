@@ -4,7 +4,7 @@
 //! `dataset.h5`, or a partition directory).
 
 use super::metrics::MetricKind;
-use crate::comm::World;
+use crate::comm::Group;
 use crate::config::{FeatureNorm, TrainConfig};
 use crate::dist::FeatureStore;
 use crate::graph::{format, parts, Csr, Dataset, Labels, NodeId, Splits};
@@ -33,12 +33,14 @@ pub struct TrainData {
 }
 
 impl TrainData {
-    /// Load this rank's data. `None` = the synthetic default generated in-process (the same
-    /// on every rank, from the config's seed). A dataset file is split into contiguous ranges
-    /// of vertices, one per rank; a partition directory must have one part per rank (a single
-    /// process reads all parts).
-    pub fn load(path: Option<&Path>, cfg: &TrainConfig, world: &World) -> Result<TrainData> {
-        let (rank, ranks) = (world.rank(), world.size());
+    /// Load this rank's data, partitioned over `group`: the world for most strategies, the
+    /// node for `hybrid` (every node holds a full replica of the graph, split over its ranks).
+    /// `None` = the synthetic default generated in-process (the same on every rank, from the
+    /// config's seed). A dataset file is split into contiguous ranges of vertices, one per
+    /// rank of `group`; a partition directory must have one part per rank of `group` (a
+    /// single-rank group reads all parts). Collective over `group`.
+    pub fn load(path: Option<&Path>, cfg: &TrainConfig, group: &Group) -> Result<TrainData> {
+        let (rank, ranks) = (group.rank(), group.size());
         let (part, offsets, orig_ids) = match path {
             None => {
                 log::info!("no --data given: generating the synthetic default graph in-process");
@@ -52,13 +54,7 @@ impl TrainData {
                     let n = whole.num_nodes;
                     (whole, vec![0, n], Some(meta.orig_id))
                 } else if meta.num_parts != ranks {
-                    bail!(
-                        "`{}` has {} parts but the job has {ranks} ranks; run with \
-                         `mpirun -np {}` or partition into {ranks} parts",
-                        p.display(),
-                        meta.num_parts,
-                        meta.num_parts
-                    );
+                    bail!(parts_mismatch(p, meta.num_parts, ranks, &cfg.strategy));
                 } else {
                     let part = parts::read_part(p, &meta, rank)?;
                     (part, meta.offsets, Some(meta.orig_id))
@@ -69,18 +65,18 @@ impl TrainData {
         let source = path.map_or("the synthetic default".to_string(), |p| {
             format!("`{}`", p.display())
         });
-        TrainData::from_part(part, offsets, orig_ids, cfg, world)
+        TrainData::from_part(part, offsets, orig_ids, cfg, group)
             .with_context(|| format!("cannot train on {source}"))
     }
 
     /// Check a part has what training needs, normalise its features, and gather the global
-    /// training set. Collective.
+    /// training set. Collective over `group` (the ranks `offsets` divides the graph among).
     pub fn from_part(
         mut part: Dataset,
         offsets: Vec<u64>,
         orig_ids: Option<Vec<u64>>,
         cfg: &TrainConfig,
-        world: &World,
+        group: &Group,
     ) -> Result<TrainData> {
         let name = part.name.clone();
         let mut features = part.features.take().with_context(|| {
@@ -103,13 +99,13 @@ impl TrainData {
         if cfg.feature_norm == FeatureNorm::Row {
             normalize_rows(&mut features);
         }
-        let (mut train_all, _) = world.allgatherv("train_ids", &part.splits.train);
+        let (mut train_all, _) = group.allgatherv("train_ids", &part.splits.train);
         train_all.sort_unstable();
         if train_all.is_empty() {
             bail!("dataset `{name}` has an empty `train_idx`; nothing to train on");
         }
         let metric = MetricKind::for_classes(part.num_classes);
-        let store = FeatureStore::new(offsets.clone(), world.rank(), features);
+        let store = FeatureStore::new(offsets.clone(), group.rank(), features);
         Ok(TrainData {
             num_classes: part.num_classes,
             part,
@@ -147,6 +143,31 @@ impl TrainData {
     pub fn splits(&self) -> &Splits {
         &self.part.splits
     }
+}
+
+/// Why a partition directory of `parts` parts cannot feed `ranks` ranks (the ranks of the
+/// world, or of a node under `hybrid`), and what would.
+fn parts_mismatch(dir: &Path, parts: usize, ranks: usize, strategy: &str) -> String {
+    let dir = dir.display();
+    if strategy == "hybrid" {
+        return format!(
+            "`{dir}` has {parts} parts but --strategy hybrid needs one part per rank of a node, \
+             and a node has {ranks} ranks; partition into {ranks} parts, or group the ranks \
+             into nodes of {parts} with --ranks-per-node {parts} (it must divide the job's \
+             ranks)"
+        );
+    }
+    let mut msg = format!(
+        "`{dir}` has {parts} parts but the job has {ranks} ranks; run with `mpirun -np \
+         {parts}` or partition into {ranks} parts"
+    );
+    if ranks > parts && ranks.is_multiple_of(parts) {
+        msg.push_str(&format!(
+            ", or give every group of {parts} ranks a full replica of the graph with \
+             `--strategy hybrid --ranks-per-node {parts}`"
+        ));
+    }
+    msg
 }
 
 /// Divide each row by the sum of its absolute values; zero rows stay zero.

@@ -121,6 +121,8 @@ impl PhaseTimes {
 #[derive(Clone, Debug, Serialize)]
 pub struct EpochRecord {
     pub epoch: usize,
+    /// The strategy that ran (what `auto` resolved to).
+    pub strategy: String,
     pub steps: u64,
     pub loss: f64,
     pub metric: MetricKind,

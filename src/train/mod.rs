@@ -1,11 +1,13 @@
 //! The training loop: epochs of global mini-batches, gradient allreduce, Adam, evaluation at
 //! the best validation epoch, per-epoch JSON, checkpoints and bitwise-exact resume.
 
+pub mod auto;
 pub mod cache;
 pub mod checkpoint;
 pub mod data;
 pub mod dnp;
 pub mod dump;
+pub mod hybrid;
 pub mod metrics;
 pub mod report;
 pub mod split;
@@ -95,8 +97,9 @@ pub struct Trainer<'w> {
 
 impl<'w> Trainer<'w> {
     /// Load the data, build the model, and restore a checkpoint when resuming.
-    pub fn new(cfg: TrainConfig, files: RunFiles, world: &'w World) -> Result<Trainer<'w>> {
+    pub fn new(mut cfg: TrainConfig, files: RunFiles, world: &'w World) -> Result<Trainer<'w>> {
         cfg.validate()?;
+        auto::resolve_without_data(&mut cfg, world);
         if files.resume && files.checkpoint.is_none() {
             bail!("--resume needs --checkpoint <file.h5> to resume from");
         }
@@ -105,7 +108,8 @@ impl<'w> Trainer<'w> {
                 checkpoint::check_writable(path)?;
             }
         }
-        let data = TrainData::load(files.data.as_deref(), &cfg, world)?;
+        let group = hybrid::data_group(world, &cfg.strategy);
+        let data = TrainData::load(files.data.as_deref(), &cfg, group)?;
         let kind: ModelKind = cfg.model.parse()?;
         let model = Model::new(
             ModelConfig {
@@ -120,6 +124,9 @@ impl<'w> Trainer<'w> {
             },
             cfg.seed,
         )?;
+        if cfg.strategy == "auto" {
+            cfg.strategy = auto::choose(&cfg, &data, &model, world)?;
+        }
         let adam = Adam::new(model.params.values.len(), cfg.lr, cfg.weight_decay);
         let mut t = Trainer {
             pos: Position {
@@ -145,7 +152,7 @@ impl<'w> Trainer<'w> {
         if t.files.resume {
             t.restore()?;
         }
-        if t.cfg.cache_mb > 0.0 && !t.cfg.full_batch && world.size() > 1 {
+        if t.cfg.cache_mb > 0.0 && !t.cfg.full_batch && t.data_group().size() > 1 {
             t.fill_cache();
         }
         Ok(t)
@@ -153,17 +160,18 @@ impl<'w> Trainer<'w> {
 
     /// Fill each rank's cache with the remote rows a presampling pass reads most. Collective.
     fn fill_cache(&mut self) {
+        let group = self.data_group();
         let batches = self.batches();
         let take = self.cfg.cache_presample_batches.min(batches.len());
         let hot = cache::hottest_remote_rows(
             &self.data,
-            self.world,
+            group,
             &batches[..take],
             &self.cfg.fanouts,
             self.cfg.seed,
         );
         let budget = (self.cfg.cache_mb * 1024.0 * 1024.0) as usize;
-        self.data.store.fill_cache(self.world, &hot, budget);
+        self.data.store.fill_cache(group, &hot, budget);
         log::info!(
             "feature cache: {} remote rows ({:.1} MiB) from {take} presampled batches",
             self.data.store.cached_rows(),
@@ -187,6 +195,11 @@ impl<'w> Trainer<'w> {
         Ok(())
     }
 
+    /// The ranks the graph is partitioned over (the node under hybrid, else the world).
+    fn data_group(&self) -> &'w crate::comm::Group {
+        hybrid::data_group(self.world, &self.cfg.strategy)
+    }
+
     /// The data this run trains on.
     pub fn data(&self) -> &TrainData {
         &self.data
@@ -197,7 +210,7 @@ impl<'w> Trainer<'w> {
     fn ensure_full_plan(&mut self) {
         if self.full.is_none() {
             let plan = HaloPlan::new(
-                self.world,
+                self.data_group(),
                 &self.data.part,
                 &self.data.offsets,
                 self.cfg.uses_self_loops(),
@@ -275,6 +288,7 @@ impl<'w> Trainer<'w> {
                 .and_then(|c| report::split_summary(c, split.len()));
             let record = EpochRecord {
                 epoch,
+                strategy: self.cfg.strategy.clone(),
                 steps: self.pos.step,
                 loss,
                 metric: self.data.metric,
@@ -453,12 +467,15 @@ impl<'w> Trainer<'w> {
             };
             let scale = 1.0 / batch.len() as f32;
             self.model.params.zero_grads();
-            let out = if self.cfg.strategy == "split" && !self.cfg.full_batch {
+            let split_family = matches!(self.cfg.strategy.as_str(), "split" | "hybrid");
+            let out = if split_family && !self.cfg.full_batch {
+                // Hybrid: this node's share of the batch, split over the node's ranks.
+                let (group, seeds) = hybrid::split_scope(self.world, &self.cfg.strategy, batch);
                 let (out, stats) = split::split_step(
                     &mut self.model,
                     &self.data,
-                    self.world,
-                    batch,
+                    group,
+                    &seeds,
                     &self.cfg.fanouts,
                     key,
                     self.cfg.uses_self_loops(),
@@ -563,18 +580,13 @@ impl<'w> Trainer<'w> {
     pub fn evaluate(&mut self) -> (f64, f64, f64) {
         self.ensure_full_plan();
         let (plan, _) = self.full.as_ref().expect("built above");
-        let logits = plan.infer(self.world, &self.model, self.data.store.own_rows());
+        let group = self.data_group();
+        let logits = plan.infer(group, &self.model, self.data.store.own_rows());
         let first = self.data.part.first_node;
         let splits = self.data.splits();
         let eval = |ids: &[NodeId]| {
             let rows: Vec<usize> = ids.iter().map(|&v| (v as u64 - first) as usize).collect();
-            metrics::distributed_metric(
-                self.world,
-                self.data.metric,
-                &logits,
-                &rows,
-                &self.data.labels,
-            )
+            metrics::distributed_metric(group, self.data.metric, &logits, &rows, &self.data.labels)
         };
         (eval(&splits.train), eval(&splits.val), eval(&splits.test))
     }

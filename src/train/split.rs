@@ -54,6 +54,13 @@ pub struct SplitBatch {
 }
 
 impl SplitBatch {
+    /// Per layer (input first), the source rows this rank receives from other ranks: what
+    /// the layer's forward shuffle brings in (and, above the input layer, what its
+    /// backward sends back).
+    pub fn remote_rows(&self) -> Vec<usize> {
+        self.layers.iter().map(|l| l.remote_pos.len()).collect()
+    }
+
     /// Per-layer edge counts (input layer first).
     pub fn stats(&self) -> Vec<SplitLayerStats> {
         self.layers

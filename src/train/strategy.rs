@@ -23,6 +23,10 @@ use std::time::Instant;
 /// Strategy names accepted by `--strategy`.
 pub const KNOWN: &[&str] = &["gdp", "split", "dnp"];
 
+/// Strategies built from the ones above: `hybrid` (GDP across nodes, split inside a node) and
+/// `auto` (resolved before training to one of the others; see `train::auto`).
+pub const COMPOSED: &[&str] = &["hybrid", "auto"];
+
 /// What one rank computed for one mini-batch.
 #[derive(Clone, Debug, Default)]
 pub struct StepOutput {
