@@ -2,12 +2,12 @@
 # Strategy comparison (issue 5, second benchmark): split vs DNP vs SNP vs GDP at 2 and 4 MPI
 # ranks on Tolokers, Facebook and the 200k-vertex SBM graph, on METIS partitions, no cache.
 # Records per run: epoch time and its breakdown (max over ranks), bytes per operation kind,
-# feature bytes (GDP/DNP: `store_rows`; split: `split_features`), and split's per-layer imbalance and cross-split edge %.
+# feature bytes (GDP/DNP: `store_rows`; split: `split_features`; SNP: none, it moves partial
+# rows of the hidden width, `snp_partials`), and split's per-layer imbalance and cross-split edge %.
 #
-# GDP and split run back to back on each graph and rank count, so that they see similar load.
-# DNP and SNP are attempted too: while `gnnpar train` rejects them as an unknown strategy they
-# are recorded as {"status": "not implemented"} with the program's error message; once they
-# exist, this script measures them without change.
+# The strategies run back to back on each graph and rank count, so that they see similar load.
+# A strategy that `gnnpar train` rejects as unknown is recorded as {"status": "not implemented"}
+# with the program's error message.
 #
 #   benchmarks/strategies.sh                  # ~10-15 minutes on 2 loaded cores
 #   DATASETS="facebook" benchmarks/strategies.sh

@@ -167,6 +167,9 @@ impl TrainConfig {
                 crate::train::strategy::KNOWN
             );
         }
+        if self.strategy == "snp" {
+            crate::train::snp::check_model(&self.model)?;
+        }
         Ok(())
     }
 

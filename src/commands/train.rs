@@ -53,7 +53,7 @@ pub struct TrainArgs {
     /// Stop after N optimizer steps.
     #[arg(long)]
     pub max_steps: Option<u64>,
-    /// Parallel strategy (gdp).
+    /// Parallel strategy (gdp, split, dnp, snp).
     #[arg(long)]
     pub strategy: Option<String>,
     /// Rayon threads per rank (default: cores of the node / ranks on the node).

@@ -7,7 +7,7 @@
 //! * project-then-aggregate: `src·in·out + E·out + dst·in·out` (full-graph blocks with
 //!   `out < in`).
 
-use ndarray::{s, Array2, ArrayView2, CowArray, Ix2};
+use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, CowArray, Ix2};
 
 use super::init::glorot_uniform;
 use super::linear::{accumulate_bias_grad, add_bias};
@@ -128,6 +128,51 @@ impl SageConv {
         );
         add_bias(z.view_mut(), params.view(self.bias));
         (z, SageCache::Sparse { x })
+    }
+
+    /// The neighbour projection `h·W_neigh` of source rows, without aggregation: source-node
+    /// parallelism (SNP) projects each source once on its owner and sums weighted partial rows
+    /// there ([`crate::dist::partial`]).
+    pub(crate) fn project_neighbours(
+        &self,
+        params: &ParamStore,
+        h: ArrayView2<f32>,
+    ) -> Array2<f32> {
+        matmul(h, params.view(self.w_neigh))
+    }
+
+    /// The backward of [`SageConv::project_neighbours`] for the weights: `dW_neigh += hᵀ·d_proj`.
+    pub(crate) fn accumulate_neighbour_grad(
+        &self,
+        params: &mut ParamStore,
+        h: ArrayView2<f32>,
+        d_proj: ArrayView2<f32>,
+    ) {
+        add_matmul_tn(h, d_proj, params.grad_mut(self.w_neigh));
+    }
+
+    /// The root term on the destination rows: `z += h_dst·W_self + b` (`z` already holds the
+    /// aggregated neighbour term).
+    pub(crate) fn add_root(
+        &self,
+        params: &ParamStore,
+        h_dst: ArrayView2<f32>,
+        mut z: ArrayViewMut2<f32>,
+    ) {
+        gemm_into(1.0, h_dst, params.view(self.w_self), 1.0, z.view_mut());
+        add_bias(z, params.view(self.bias));
+    }
+
+    /// The backward of [`SageConv::add_root`] for the weights: `dW_self += h_dstᵀ·dz`,
+    /// `db += Σ dz`.
+    pub(crate) fn accumulate_root_grad(
+        &self,
+        params: &mut ParamStore,
+        h_dst: ArrayView2<f32>,
+        dz: ArrayView2<f32>,
+    ) {
+        add_matmul_tn(h_dst, dz, params.grad_mut(self.w_self));
+        accumulate_bias_grad(params, self.bias, dz);
     }
 
     /// Accumulate gradients; return d `h_in` (`num_src` rows) when asked.

@@ -21,7 +21,7 @@ use ndarray::{concatenate, s, Array2, Axis};
 use std::time::Instant;
 
 /// Strategy names accepted by `--strategy`.
-pub const KNOWN: &[&str] = &["gdp", "split", "dnp"];
+pub const KNOWN: &[&str] = &["gdp", "split", "dnp", "snp"];
 
 /// What one rank computed for one mini-batch.
 #[derive(Clone, Debug, Default)]
