@@ -93,13 +93,13 @@ impl PartialAggregation {
         let e = block.num_edges();
         let (mut ids, mut weights, mut dst) = (vec![0 as NodeId; e], vec![0f32; e], vec![0u32; e]);
         for i in 0..block.num_dst {
-            for k in block.indptr[i]..block.indptr[i + 1] {
-                let s = block.indices[k] as usize;
-                let o = src_owner[s] as usize;
+            let span = block.indptr[i]..block.indptr[i + 1];
+            for (&s, &w) in block.indices[span.clone()].iter().zip(&edge_weights[span]) {
+                let o = src_owner[s as usize] as usize;
                 let p = fill[o];
                 fill[o] += 1;
-                ids[p] = block.src_nodes[s];
-                weights[p] = edge_weights[k];
+                ids[p] = block.src_nodes[s as usize];
+                weights[p] = w;
                 dst[p] = i as u32;
             }
         }
@@ -279,7 +279,10 @@ mod tests {
 
     fn max_diff(a: ArrayView2<f32>, b: ArrayView2<f32>) -> f32 {
         assert_eq!(a.dim(), b.dim());
-        a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max)
     }
 
     /// On one rank the plan is the block's own weighted aggregation and its transpose.

@@ -15,6 +15,7 @@ use super::params::ParamStore;
 use crate::sample::Block;
 use crate::tensor::aggregate::{aggregate, aggregate_transpose, EdgeWeights, LazyTranspose};
 use crate::tensor::gemm::{add_matmul_nt_rows, add_matmul_tn, gemm_into, matmul, matmul_nt};
+use crate::tensor::rows::InputRows;
 use crate::tensor::sparse::{add_spmm_tn, spmm, spmm_into, CsrMatrix, CsrTranspose};
 
 /// SAGEConv (mean, root weight).
@@ -130,48 +131,44 @@ impl SageConv {
         (z, SageCache::Sparse { x })
     }
 
-    /// The neighbour projection `h·W_neigh` of source rows, without aggregation: source-node
+    /// The neighbour projection `x·W_neigh` of source rows, without aggregation: source-node
     /// parallelism (SNP) projects each source once on its owner and sums weighted partial rows
     /// there ([`crate::dist::partial`]).
-    pub(crate) fn project_neighbours(
-        &self,
-        params: &ParamStore,
-        h: ArrayView2<f32>,
-    ) -> Array2<f32> {
-        matmul(h, params.view(self.w_neigh))
+    pub(crate) fn project_neighbours(&self, params: &ParamStore, x: &InputRows) -> Array2<f32> {
+        x.times(params.view(self.w_neigh))
     }
 
-    /// The backward of [`SageConv::project_neighbours`] for the weights: `dW_neigh += hᵀ·d_proj`.
+    /// The backward of [`SageConv::project_neighbours`] for the weights: `dW_neigh += xᵀ·d_proj`.
     pub(crate) fn accumulate_neighbour_grad(
         &self,
         params: &mut ParamStore,
-        h: ArrayView2<f32>,
+        x: &InputRows,
         d_proj: ArrayView2<f32>,
     ) {
-        add_matmul_tn(h, d_proj, params.grad_mut(self.w_neigh));
+        x.add_transposed_times(d_proj, params.grad_mut(self.w_neigh));
     }
 
-    /// The root term on the destination rows: `z += h_dst·W_self + b` (`z` already holds the
+    /// The root term on the destination rows: `z += x_dst·W_self + b` (`z` already holds the
     /// aggregated neighbour term).
     pub(crate) fn add_root(
         &self,
         params: &ParamStore,
-        h_dst: ArrayView2<f32>,
+        x_dst: &InputRows,
         mut z: ArrayViewMut2<f32>,
     ) {
-        gemm_into(1.0, h_dst, params.view(self.w_self), 1.0, z.view_mut());
+        x_dst.add_times(params.view(self.w_self), z.view_mut());
         add_bias(z, params.view(self.bias));
     }
 
-    /// The backward of [`SageConv::add_root`] for the weights: `dW_self += h_dstᵀ·dz`,
+    /// The backward of [`SageConv::add_root`] for the weights: `dW_self += x_dstᵀ·dz`,
     /// `db += Σ dz`.
     pub(crate) fn accumulate_root_grad(
         &self,
         params: &mut ParamStore,
-        h_dst: ArrayView2<f32>,
+        x_dst: &InputRows,
         dz: ArrayView2<f32>,
     ) {
-        add_matmul_tn(h_dst, dz, params.grad_mut(self.w_self));
+        x_dst.add_transposed_times(dz, params.grad_mut(self.w_self));
         accumulate_bias_grad(params, self.bias, dz);
     }
 

@@ -16,6 +16,7 @@ use crate::graph::NodeId;
 use crate::nn::Model;
 use crate::sample::BatchKey;
 use crate::tensor::aggregate::LazyTranspose;
+use crate::tensor::sparse::{prefers_sparse, CsrMatrix};
 use anyhow::Result;
 use std::time::Instant;
 
@@ -42,8 +43,14 @@ pub fn dnp_step(
 
     let ctx = OwnerBatch::dropout_ctx(data, key);
     let t = Instant::now();
-    let (h_mine, input_cache) =
-        model.layers[0].forward(&model.params, &ob.input_block, x.view(), &ctx);
+    // Bag-of-words input stays sparse, as on GDP's path (`Model::forward`).
+    let first = &model.layers[0];
+    let (h_mine, input_cache) = if first.conv.supports_sparse() && prefers_sparse(x.view()) {
+        let x = CsrMatrix::from_dense(x.view());
+        first.forward_sparse(&model.params, &ob.input_block, &x, &ctx)
+    } else {
+        first.forward(&model.params, &ob.input_block, x.view(), &ctx)
+    };
     times.forward += t.elapsed().as_secs_f64();
     let (loss_sum, d_mine) = ob.upper_layers(
         model,

@@ -13,7 +13,8 @@
 //! row (neighbour weights). The input layer needs no gradient of its input.
 //!
 //! The model is GraphSAGE's, parameter for parameter: SNP trains what GDP trains. Dropout on
-//! the input features is keyed by vertex, so the masks are GDP's whichever rank applies them.
+//! the input features is keyed by vertex, so the masks are GDP's whichever rank applies them;
+//! mostly-zero features are multiplied as CSR, as on GDP's path.
 
 use super::data::TrainData;
 use super::metrics::PhaseTimes;
@@ -26,6 +27,7 @@ use crate::nn::layer::Conv;
 use crate::nn::{DropoutCtx, Layer, Model};
 use crate::sample::BatchKey;
 use crate::tensor::dropout::{derive_stream, DropoutMask};
+use crate::tensor::rows::InputRows;
 use anyhow::{bail, Result};
 use ndarray::Array2;
 use std::time::Instant;
@@ -85,11 +87,11 @@ pub fn snp_step(
     let ctx = OwnerBatch::dropout_ctx(data, key);
     let t = Instant::now();
     let layer = &model.layers[0];
-    let x_src = dropout(layer, &ctx, x_src, partial.sources());
-    let x_dst = dropout(layer, &ctx, x_dst, block.dst_nodes());
-    let projected = conv.project_neighbours(&model.params, x_src.view());
+    let x_src = input_rows(layer, &ctx, x_src, partial.sources());
+    let x_dst = input_rows(layer, &ctx, x_dst, block.dst_nodes());
+    let projected = conv.project_neighbours(&model.params, &x_src);
     let mut h_mine = partial.forward(group, projected.view());
-    conv.add_root(&model.params, x_dst.view(), h_mine.view_mut());
+    conv.add_root(&model.params, &x_dst, h_mine.view_mut());
     let saved = layer.activation.map(|act| {
         act.forward_in_place(h_mine.view_mut());
         (act, act.save(h_mine.view()))
@@ -111,26 +113,24 @@ pub fn snp_step(
     if let Some((act, saved)) = &saved {
         act.backward_saved(saved, d_mine.view_mut());
     }
-    conv.accumulate_root_grad(&mut model.params, x_dst.view(), d_mine.view());
+    conv.accumulate_root_grad(&mut model.params, &x_dst, d_mine.view());
     let d_projected = partial.backward(group, d_mine.view());
-    conv.accumulate_neighbour_grad(&mut model.params, x_src.view(), d_projected.view());
+    conv.accumulate_neighbour_grad(&mut model.params, &x_src, d_projected.view());
     times.backward += t.elapsed().as_secs_f64();
     Ok(ob.output(loss_sum, partial.sources().len()))
 }
 
-/// The input layer's dropout on rows of the vertices `ids`, with the mask `Layer::forward`
-/// draws (the layer's stream, rows keyed by original id): the same mask as GDP's for every
-/// vertex, whichever rank applies it.
-fn dropout(layer: &Layer, ctx: &DropoutCtx, x: Array2<f32>, ids: &[NodeId]) -> Array2<f32> {
-    if !(ctx.training && layer.dropout > 0.0) {
-        return x;
-    }
-    let mask = DropoutMask::new(derive_stream(ctx.stream, layer.index as u64), layer.dropout);
-    let keys: Vec<u64> = match ctx.orig_ids {
-        Some(orig) => ids.iter().map(|&v| orig[v as usize]).collect(),
-        None => ids.iter().map(|&v| v as u64).collect(),
+/// Feature rows of the vertices `ids` as the input layer reads them: sparse when mostly zero
+/// (as `Model::forward` decides for GDP), after the input dropout with the mask
+/// `Layer::forward` draws (the layer's stream, rows keyed by original id) — GDP's mask for
+/// every vertex, whichever rank applies it.
+fn input_rows(layer: &Layer, ctx: &DropoutCtx, x: Array2<f32>, ids: &[NodeId]) -> InputRows {
+    let mask = (ctx.training && layer.dropout > 0.0)
+        .then(|| DropoutMask::new(derive_stream(ctx.stream, layer.index as u64), layer.dropout));
+    let keys: Vec<u64> = match (&mask, ctx.orig_ids) {
+        (None, _) => Vec::new(),
+        (Some(_), Some(orig)) => ids.iter().map(|&v| orig[v as usize]).collect(),
+        (Some(_), None) => ids.iter().map(|&v| v as u64).collect(),
     };
-    let mut x = x;
-    mask.apply_in_place(x.view_mut(), &keys);
-    x
+    InputRows::new(x, mask.as_ref(), &keys)
 }
