@@ -39,7 +39,16 @@ PHASE_COLOURS = {
     "optimizer": "#9c755f",
 }
 # Operation kinds of `comm`, grouped for the tables and charts.
-SAMPLING_KINDS = {"sample_ids", "sample_counts", "sample_nbrs", "split_frontier_ids", "plan_ids", "train_ids"}
+SAMPLING_KINDS = {
+    "sample_ids", "sample_counts", "sample_nbrs", "split_frontier_ids", "plan_ids", "train_ids",
+    # SNP routes the input layer's edges to their sources' owners.
+    "snp_vdsts", "snp_edge_ids", "snp_edge_weights",
+}
+# Hidden rows and their gradients (split's input-layer features are counted as features).
+HIDDEN_KINDS = {
+    "split_rows", "split_grads", "dnp_rows", "dnp_grads",
+    "snp_rows", "snp_grads", "snp_partials", "snp_partial_grads",
+}
 ALLREDUCE_KINDS = {"allreduce", "allreduce_small"}
 BYTE_GROUPS = ["features", "hidden rows + grads", "sampling", "allreduce", "other"]
 BYTE_COLOURS = {
@@ -118,7 +127,8 @@ def feature_bytes(strategy, train_bytes):
     """Bytes of input-feature rows moved.
 
     GDP and DNP fetch remote feature rows through the store (`store_rows`); split shuffles the
-    input layer's feature rows as `split_features` (hidden rows as `split_rows`).
+    input layer's feature rows as `split_features` (hidden rows as `split_rows`); SNP moves none
+    (its input layer sends partial rows of the hidden width, `snp_partials`).
     """
     if strategy == "split":
         return train_bytes.get("split_features", 0)
@@ -132,7 +142,7 @@ def byte_groups(strategy, train_bytes):
     for kind, b in train_bytes.items():
         if kind in ("store_rows", "split_features"):
             continue
-        if kind in ("split_rows", "split_grads"):
+        if kind in HIDDEN_KINDS:
             groups["hidden rows + grads"] += b
         elif kind in SAMPLING_KINDS:
             groups["sampling"] += b

@@ -4,12 +4,12 @@
 # plus hybrid at 4 ranks as 2 pretend nodes × 2 ranks (`--ranks-per-node 2`, 2-part METIS
 # partitions: every pretend node holds the whole graph).
 # Records per run: epoch time and its breakdown (max over ranks), bytes per operation kind,
-# feature bytes (GDP/DNP: `store_rows`; split: `split_features`), and split's per-layer imbalance and cross-split edge %.
+# feature bytes (GDP/DNP: `store_rows`; split: `split_features`; SNP: none, it moves partial
+# rows of the hidden width, `snp_partials`), and split's per-layer imbalance and cross-split edge %.
 #
-# GDP and split run back to back on each graph and rank count, so that they see similar load.
-# DNP and SNP are attempted too: while `gnnpar train` rejects them as an unknown strategy they
-# are recorded as {"status": "not implemented"} with the program's error message; once they
-# exist, this script measures them without change.
+# The strategies run back to back on each graph and rank count, so that they see similar load.
+# A strategy that `gnnpar train` rejects as unknown is recorded as {"status": "not implemented"}
+# with the program's error message.
 #
 #   benchmarks/strategies.sh                  # ~10-15 minutes on 2 loaded cores
 #   DATASETS="facebook" benchmarks/strategies.sh

@@ -188,6 +188,9 @@ impl TrainConfig {
                  training"
             );
         }
+        if self.strategy == "snp" {
+            crate::train::snp::check_model(&self.model)?;
+        }
         Ok(())
     }
 

@@ -1,7 +1,7 @@
-//! Distributed training over MPI: GDP and split parallelism against one rank (same global
-//! mini-batches, same parameters), no redundant computation under split, uneven seeds, the
-//! feature cache, and failure on one rank. Every `mpirun` runs with
-//! `--oversubscribe` and a timeout, so a deadlock fails the test instead of hanging CI.
+//! Distributed training over MPI: GDP, split, DNP, SNP and hybrid parallelism against one rank
+//! (same global mini-batches, same parameters), no redundant computation under split, no feature
+//! rows moved under SNP, uneven seeds, the feature cache, and failure on one rank. Every `mpirun`
+//! runs with `--oversubscribe` and a timeout, so a deadlock fails the test instead of hanging CI.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -713,5 +713,95 @@ fn auto_picks_hybrid_on_two_nodes_and_on_one_node_trains_the_same_model_as_gdp()
         let d = rel_diff(&reference, &read_params(&ck));
         eprintln!("auto on 4 ranks ({parts}) chose {chosen}: relative difference {d:.2e}");
         assert!(d <= 1e-4, "auto ({chosen}): relative difference {d}");
+    }
+}
+
+/// Sum over the epoch lines of `metrics` of the per-rank maximum of `key` (0 when absent).
+fn max_over_ranks(metrics: &Path, key: &str) -> f64 {
+    let text = std::fs::read_to_string(metrics).unwrap();
+    text.lines()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            v["ranks"]["max"][key].as_f64().unwrap_or(0.0)
+        })
+        .sum()
+}
+
+#[test]
+fn snp_with_sage_on_2_and_4_ranks_trains_the_same_model_as_1_rank_without_moving_features() {
+    if !have_mpirun() {
+        return;
+    }
+    let fx = Fixture::new();
+    let ds = fx.path("sbm.h5");
+    let ref_ck = fx.path("ref.h5");
+    let mut args = train_args(&["--data", ds.to_str().unwrap()]);
+    args.extend(["--model", "sage", "--checkpoint", ref_ck.to_str().unwrap()]);
+    mpirun_ok(1, &args);
+    let reference = read_params(&ref_ck);
+    for (np, parts) in [(2, "parts2"), (4, "parts4")] {
+        let ck = fx.path(&format!("snp{np}.h5"));
+        let metrics = fx.path(&format!("snp{np}.jsonl"));
+        let parts = fx.path(parts);
+        let mut args = train_args(&["--data", parts.to_str().unwrap()]);
+        args.extend([
+            "--model",
+            "sage",
+            "--strategy",
+            "snp",
+            "--checkpoint",
+            ck.to_str().unwrap(),
+            "--metrics",
+            metrics.to_str().unwrap(),
+        ]);
+        mpirun_ok(np, &args);
+        let d = rel_diff(&reference, &read_params(&ck));
+        eprintln!("snp sage on {np} ranks: relative difference {d:.2e}");
+        assert!(d <= 1e-4, "snp sage on {np} ranks: {d}");
+        // No input feature row leaves its owner: nothing fetched through the store...
+        let fetched = max_over_ranks(&metrics, "store.fetched_rows");
+        let feature_bytes = max_over_ranks(&metrics, "comm.store_rows.bytes_received");
+        assert_eq!(
+            (fetched, feature_bytes),
+            (0.0, 0.0),
+            "snp on {np} ranks fetched feature rows"
+        );
+        // ...while the input layer really ran on the sources' owners: partial rows travelled.
+        let partials = max_over_ranks(&metrics, "comm.snp_partials.bytes_received");
+        let local = max_over_ranks(&metrics, "store.local_rows");
+        assert!(
+            partials > 0.0 && local > 0.0,
+            "snp on {np} ranks: partial bytes {partials}, own rows read {local}"
+        );
+    }
+}
+
+#[test]
+fn snp_refuses_gcn_gat_and_mlp_saying_why() {
+    for (model, why) in [
+        ("gcn", "mean aggregator only"),
+        ("gat", "per-destination maxima and sums"),
+        ("mlp", "aggregates no neighbours"),
+    ] {
+        let mut cmd = Command::new(BIN);
+        cmd.args([
+            "train",
+            "--model",
+            model,
+            "--strategy",
+            "snp",
+            "--max-steps",
+            "1",
+        ]);
+        let out = run_with_timeout(cmd);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{model} + snp must be refused");
+        assert!(
+            stderr.contains("`strategy` \"snp\"")
+                && stderr.contains(&format!("`model` \"{model}\""))
+                && stderr.contains(why),
+            "{model}: unclear message:\n{stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }

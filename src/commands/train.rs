@@ -53,7 +53,7 @@ pub struct TrainArgs {
     /// Stop after N optimizer steps.
     #[arg(long)]
     pub max_steps: Option<u64>,
-    /// Parallel strategy: gdp, split, dnp, hybrid (GDP across nodes, split inside a node)
+    /// Parallel strategy: gdp, split, dnp, snp, hybrid (GDP across nodes, split inside a node)
     /// or auto (hybrid on several nodes, else the cheapest by a dry-run estimate).
     #[arg(long)]
     pub strategy: Option<String>,

@@ -6,6 +6,7 @@
 use super::plan::RowExchange;
 use crate::comm::Group;
 use crate::graph::NodeId;
+use crate::tensor::gather::gather_rows;
 use ndarray::Array2;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -69,6 +70,24 @@ impl FeatureStore {
     /// This rank's own rows.
     pub fn own_rows(&self) -> &Array2<f32> {
         &self.own
+    }
+
+    /// Rows of `ids`, which must all be this rank's own vertices: a local gather, no
+    /// communication (source-node parallelism reads input features only on their owners).
+    ///
+    /// # Panics
+    /// If an id is not owned by this rank (a caller bug: the ids come from an owner-routed
+    /// plan).
+    pub fn own_rows_of(&mut self, ids: &[NodeId]) -> Array2<f32> {
+        let rows: Vec<u32> = ids
+            .iter()
+            .map(|&v| {
+                assert!(self.is_own(v), "vertex {v} is not owned by this rank");
+                (v as u64 - self.first) as u32
+            })
+            .collect();
+        self.stats.local_rows += ids.len() as u64;
+        gather_rows(self.own.view(), &rows)
     }
 
     /// Number of cached remote rows.

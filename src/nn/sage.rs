@@ -7,7 +7,7 @@
 //! * project-then-aggregate: `src·in·out + E·out + dst·in·out` (full-graph blocks with
 //!   `out < in`).
 
-use ndarray::{s, Array2, ArrayView2, CowArray, Ix2};
+use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, CowArray, Ix2};
 
 use super::init::glorot_uniform;
 use super::linear::{accumulate_bias_grad, add_bias};
@@ -15,6 +15,7 @@ use super::params::ParamStore;
 use crate::sample::Block;
 use crate::tensor::aggregate::{aggregate, aggregate_transpose, EdgeWeights, LazyTranspose};
 use crate::tensor::gemm::{add_matmul_nt_rows, add_matmul_tn, gemm_into, matmul, matmul_nt};
+use crate::tensor::rows::InputRows;
 use crate::tensor::sparse::{add_spmm_tn, spmm, spmm_into, CsrMatrix, CsrTranspose};
 
 /// SAGEConv (mean, root weight).
@@ -128,6 +129,47 @@ impl SageConv {
         );
         add_bias(z.view_mut(), params.view(self.bias));
         (z, SageCache::Sparse { x })
+    }
+
+    /// The neighbour projection `x·W_neigh` of source rows, without aggregation: source-node
+    /// parallelism (SNP) projects each source once on its owner and sums weighted partial rows
+    /// there ([`crate::dist::partial`]).
+    pub(crate) fn project_neighbours(&self, params: &ParamStore, x: &InputRows) -> Array2<f32> {
+        x.times(params.view(self.w_neigh))
+    }
+
+    /// The backward of [`SageConv::project_neighbours`] for the weights: `dW_neigh += xᵀ·d_proj`.
+    pub(crate) fn accumulate_neighbour_grad(
+        &self,
+        params: &mut ParamStore,
+        x: &InputRows,
+        d_proj: ArrayView2<f32>,
+    ) {
+        x.add_transposed_times(d_proj, params.grad_mut(self.w_neigh));
+    }
+
+    /// The root term on the destination rows: `z += x_dst·W_self + b` (`z` already holds the
+    /// aggregated neighbour term).
+    pub(crate) fn add_root(
+        &self,
+        params: &ParamStore,
+        x_dst: &InputRows,
+        mut z: ArrayViewMut2<f32>,
+    ) {
+        x_dst.add_times(params.view(self.w_self), z.view_mut());
+        add_bias(z, params.view(self.bias));
+    }
+
+    /// The backward of [`SageConv::add_root`] for the weights: `dW_self += x_dstᵀ·dz`,
+    /// `db += Σ dz`.
+    pub(crate) fn accumulate_root_grad(
+        &self,
+        params: &mut ParamStore,
+        x_dst: &InputRows,
+        dz: ArrayView2<f32>,
+    ) {
+        x_dst.add_transposed_times(dz, params.grad_mut(self.w_self));
+        accumulate_bias_grad(params, self.bias, dz);
     }
 
     /// Accumulate gradients; return d `h_in` (`num_src` rows) when asked.

@@ -26,6 +26,7 @@ pub mod gather;
 pub mod gemm;
 pub mod loss;
 pub mod memory;
+pub mod rows;
 pub mod sgemm;
 pub mod simd;
 pub mod softmax;

@@ -9,7 +9,9 @@ pub mod dnp;
 pub mod dump;
 pub mod hybrid;
 pub mod metrics;
+pub mod owner_input;
 pub mod report;
+pub mod snp;
 pub mod split;
 pub mod strategy;
 
@@ -152,7 +154,13 @@ impl<'w> Trainer<'w> {
         if t.files.resume {
             t.restore()?;
         }
-        if t.cfg.cache_mb > 0.0 && !t.cfg.full_batch && t.data_group().size() > 1 {
+        // SNP reads no remote feature row, so a cache would never be read.
+        let reads_remote_rows = t.cfg.strategy != "snp";
+        if t.cfg.cache_mb > 0.0
+            && !t.cfg.full_batch
+            && t.data_group().size() > 1
+            && reads_remote_rows
+        {
             t.fill_cache();
         }
         Ok(t)
@@ -493,6 +501,18 @@ impl<'w> Trainer<'w> {
                 out
             } else if self.cfg.strategy == "dnp" && !self.cfg.full_batch {
                 dnp::dnp_step(
+                    &mut self.model,
+                    &mut self.data,
+                    self.world,
+                    batch,
+                    &self.cfg.fanouts,
+                    key,
+                    self.cfg.uses_self_loops(),
+                    scale,
+                    &mut times,
+                )?
+            } else if self.cfg.strategy == "snp" && !self.cfg.full_batch {
+                snp::snp_step(
                     &mut self.model,
                     &mut self.data,
                     self.world,

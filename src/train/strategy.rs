@@ -21,7 +21,7 @@ use ndarray::{concatenate, s, Array2, Axis};
 use std::time::Instant;
 
 /// Strategy names accepted by `--strategy`.
-pub const KNOWN: &[&str] = &["gdp", "split", "dnp"];
+pub const KNOWN: &[&str] = &["gdp", "split", "dnp", "snp"];
 
 /// Strategies built from the ones above: `hybrid` (GDP across nodes, split inside a node) and
 /// `auto` (resolved before training to one of the others; see `train::auto`).

@@ -1,0 +1,309 @@
+//! Partial aggregation on the owners of the sources (APT's source-node parallelism, SNP).
+//!
+//! A rank that must compute the aggregation `out[v] = Σ_{e = (u→v)} w_e · y_u` for the
+//! destinations of a block does not fetch the source rows `y_u`. It sends every edge (source id
+//! and weight) to the owner of its source. For a destination `v` and a rank `r` owning some of
+//! `v`'s sources, the pair `(v, r)` is a *virtual destination*: `r` sums
+//! `p(v, r) = Σ_{u→v, owner(u) = r} w_e · y_u` over rows it computes from its own vertices, and
+//! sends `p(v, r)` back, where `out[v] = Σ_r p(v, r)`. What travels back is one row of `y`'s
+//! width per virtual destination — for a first layer, the hidden width instead of the feature
+//! width.
+//!
+//! Any aggregator that is a weighted sum over edges fits: the requester chooses each edge's
+//! weight from what it knows about the destination (mean: `1/deg(v)`, [`mean_weights`]; GCN's
+//! `1/sqrt(d̂_v)`), and a factor that depends on the source only (GCN's `1/sqrt(D_u)`) is
+//! applied by the owner to its rows of `y` before [`PartialAggregation::forward`].
+//!
+//! One plan, two directions (ARCHITECTURE invariant 6): backward sends each virtual
+//! destination the gradient of its destination's row, and the owner turns it into the gradient
+//! of its rows of `y` (`Wᵀ·d`).
+
+use crate::comm::Group;
+use crate::graph::parts::owner_of;
+use crate::graph::NodeId;
+use crate::sample::Block;
+use crate::tensor::gather::{gather_rows, scatter_add_rows};
+use crate::tensor::sparse::{add_spmm_tn, spmm, CsrMatrix, CsrTranspose};
+use ndarray::{Array2, ArrayView2};
+
+/// The mean aggregator's edge weights: `1/in_degree(v)` for every edge into `v`, in the
+/// block's CSR order.
+pub fn mean_weights(block: &Block) -> Vec<f32> {
+    let mut w = Vec::with_capacity(block.num_edges());
+    for i in 0..block.num_dst {
+        let d = block.in_degree(i);
+        w.extend(std::iter::repeat_n(1.0 / d as f32, d));
+    }
+    w
+}
+
+/// The plan of one block's partial aggregation, both as requester (the destinations of the
+/// block are this rank's) and as source owner (for the virtual destinations other ranks, and
+/// this one, sent here).
+#[derive(Clone, Debug)]
+pub struct PartialAggregation {
+    /// Requester: destinations of the block (rows of [`PartialAggregation::forward`]'s result).
+    num_dst: usize,
+    /// Requester: the destination row of every virtual destination sent, in send order
+    /// (grouped by source owner in rank order, then by destination).
+    vdst_row: Vec<u32>,
+    /// Requester: virtual destinations sent to each rank.
+    sent: Vec<usize>,
+    /// Owner: the distinct own vertices that some received edge names as source, increasing;
+    /// the rows of `y` this rank provides.
+    sources: Vec<NodeId>,
+    /// Owner: received virtual destinations (rows, in receive order) × `sources` (columns),
+    /// the edge weights (duplicate edges summed).
+    weights: CsrMatrix,
+    /// Owner: virtual destinations received from each rank.
+    received: Vec<usize>,
+}
+
+impl PartialAggregation {
+    /// Route the edges of `block` (this rank's destinations; sources with any owner), with
+    /// one weight per edge in CSR order, to the owners of their sources. Collective over
+    /// `group`: every rank calls it, possibly with an empty block.
+    pub fn new(
+        group: &Group,
+        offsets: &[u64],
+        block: &Block,
+        edge_weights: &[f32],
+    ) -> PartialAggregation {
+        assert_eq!(edge_weights.len(), block.num_edges(), "one weight per edge");
+        let ranks = group.size();
+        let src_owner: Vec<u32> = block
+            .src_nodes
+            .iter()
+            .map(|&u| owner_of(offsets, u as u64) as u32)
+            .collect();
+        // Counting sort of the edges by source owner; within an owner the edges stay in CSR
+        // order, so the edges of one destination are contiguous (one virtual destination).
+        let mut edges_to = vec![0usize; ranks];
+        for &s in &block.indices {
+            edges_to[src_owner[s as usize] as usize] += 1;
+        }
+        let mut fill: Vec<usize> = edges_to
+            .iter()
+            .scan(0, |acc, &c| {
+                let s = *acc;
+                *acc += c;
+                Some(s)
+            })
+            .collect();
+        let e = block.num_edges();
+        let (mut ids, mut weights, mut dst) = (vec![0 as NodeId; e], vec![0f32; e], vec![0u32; e]);
+        for i in 0..block.num_dst {
+            let span = block.indptr[i]..block.indptr[i + 1];
+            for (&s, &w) in block.indices[span.clone()].iter().zip(&edge_weights[span]) {
+                let o = src_owner[s as usize] as usize;
+                let p = fill[o];
+                fill[o] += 1;
+                ids[p] = block.src_nodes[s as usize];
+                weights[p] = w;
+                dst[p] = i as u32;
+            }
+        }
+        let mut vdst_row = Vec::new();
+        let mut degrees: Vec<u32> = Vec::new();
+        let mut sent = vec![0usize; ranks];
+        let mut start = 0;
+        for (o, &count) in edges_to.iter().enumerate() {
+            let end = start + count;
+            let mut k = start;
+            while k < end {
+                let run = dst[k..end].iter().take_while(|&&d| d == dst[k]).count();
+                vdst_row.push(dst[k]);
+                degrees.push(run as u32);
+                sent[o] += 1;
+                k += run;
+            }
+            start = end;
+        }
+        let (in_degrees, received) = group.alltoallv("snp_vdsts", &degrees, &sent);
+        let (in_ids, _) = group.alltoallv("snp_edge_ids", &ids, &edges_to);
+        let (in_weights, _) = group.alltoallv("snp_edge_weights", &weights, &edges_to);
+        let mut sources = in_ids.clone();
+        sources.sort_unstable();
+        sources.dedup();
+        let weights = weights_matrix(&in_degrees, &in_ids, &in_weights, &sources);
+        PartialAggregation {
+            num_dst: block.num_dst,
+            vdst_row,
+            sent,
+            sources,
+            weights,
+            received,
+        }
+    }
+
+    /// The own vertices whose rows of `y` [`PartialAggregation::forward`] needs, in row order.
+    pub fn sources(&self) -> &[NodeId] {
+        &self.sources
+    }
+
+    /// Virtual destinations this rank sends (as requester) and receives (as source owner).
+    pub fn volume(&self) -> (usize, usize) {
+        (self.vdst_row.len(), self.weights.nrows())
+    }
+
+    /// `y` holds one row per [`PartialAggregation::sources`]; returns the aggregation for the
+    /// block's destinations (`num_dst` rows): each owner sums its weighted partial rows, the
+    /// partial rows travel back and add up per destination (in rank order: a fixed summation
+    /// order). Destinations without edges get zeros. Collective.
+    pub fn forward(&self, group: &Group, y: ArrayView2<f32>) -> Array2<f32> {
+        assert_eq!(y.nrows(), self.sources.len(), "one row per source");
+        let cols = y.ncols();
+        let partial = spmm(&self.weights, self.weights.nrows(), y);
+        let (back, _) = group.alltoallv_rows(
+            "snp_partials",
+            partial.as_slice().expect("fresh matrix"),
+            cols,
+            &self.received,
+        );
+        let back = ArrayView2::from_shape((self.vdst_row.len(), cols), &back)
+            .expect("one partial row per virtual destination sent");
+        let mut out = Array2::<f32>::zeros((self.num_dst, cols));
+        scatter_add_rows(out.view_mut(), &self.vdst_row, back);
+        out
+    }
+
+    /// The reverse of [`PartialAggregation::forward`]: from the gradient of its result
+    /// (`num_dst` rows), the gradient of `y` (one row per source). Collective.
+    pub fn backward(&self, group: &Group, d_out: ArrayView2<f32>) -> Array2<f32> {
+        assert_eq!(
+            d_out.nrows(),
+            self.num_dst,
+            "one gradient row per destination"
+        );
+        let cols = d_out.ncols();
+        let send = gather_rows(d_out, &self.vdst_row);
+        let (d_partial, _) = group.alltoallv_rows(
+            "snp_partial_grads",
+            send.as_slice().expect("fresh matrix"),
+            cols,
+            &self.sent,
+        );
+        let rows = self.weights.nrows();
+        let d_partial = ArrayView2::from_shape((rows, cols), &d_partial)
+            .expect("one gradient row per virtual destination received");
+        let mut d_y = Array2::<f32>::zeros((self.sources.len(), cols));
+        add_spmm_tn(
+            &CsrTranspose::new(&self.weights),
+            rows,
+            d_partial,
+            d_y.view_mut(),
+        );
+        d_y
+    }
+}
+
+/// The received virtual destinations as a sparse matrix over `sources` (sorted, distinct):
+/// row `i` has the `degrees[i]` next edges, columns increasing, duplicate edges summed.
+fn weights_matrix(
+    degrees: &[u32],
+    ids: &[NodeId],
+    weights: &[f32],
+    sources: &[NodeId],
+) -> CsrMatrix {
+    let mut indptr = Vec::with_capacity(degrees.len() + 1);
+    let mut indices = Vec::with_capacity(ids.len());
+    let mut values = Vec::with_capacity(ids.len());
+    indptr.push(0);
+    let mut row: Vec<(u32, f32)> = Vec::new();
+    let mut e = 0;
+    for &d in degrees {
+        let span = e..e + d as usize;
+        e = span.end;
+        row.clear();
+        row.extend(ids[span.clone()].iter().zip(&weights[span]).map(|(u, &w)| {
+            let col = sources.binary_search(u).expect("every id is a source");
+            (col as u32, w)
+        }));
+        row.sort_unstable_by_key(|&(c, _)| c);
+        let first = indices.len();
+        for &(c, w) in &row {
+            if indices.len() > first && indices.last() == Some(&c) {
+                *values.last_mut().expect("same length as indices") += w;
+            } else {
+                indices.push(c);
+                values.push(w);
+            }
+        }
+        indptr.push(indices.len());
+    }
+    CsrMatrix {
+        ncols: sources.len(),
+        indptr,
+        indices,
+        values,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::World;
+    use crate::tensor::aggregate::{aggregate, aggregate_transpose, BlockTranspose, EdgeWeights};
+    use ndarray::array;
+
+    fn block() -> Block {
+        // dst 0 <- {1, 1, 2}; dst 1 <- {} (isolated); dst 2 <- {2, 0}.
+        Block {
+            num_dst: 3,
+            src_nodes: vec![10, 11, 12, 13],
+            indptr: vec![0, 3, 3, 5],
+            indices: vec![1, 1, 2, 2, 0],
+        }
+    }
+
+    #[test]
+    fn mean_weights_are_inverse_in_degrees() {
+        assert_eq!(
+            mean_weights(&block()),
+            vec![1.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0, 0.5, 0.5]
+        );
+    }
+
+    #[test]
+    fn duplicate_edges_merge_and_columns_increase() {
+        let m = weights_matrix(
+            &[3, 0, 2],
+            &[11, 11, 10, 12, 10],
+            &[1., 2., 4., 8., 16.],
+            &[10, 11, 12],
+        );
+        assert_eq!(m.indptr, vec![0, 2, 2, 4]);
+        assert_eq!(m.indices, vec![0, 1, 0, 2]);
+        assert_eq!(m.values, vec![4., 3., 16., 8.]);
+    }
+
+    fn max_diff(a: ArrayView2<f32>, b: ArrayView2<f32>) -> f32 {
+        assert_eq!(a.dim(), b.dim());
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max)
+    }
+
+    /// On one rank the plan is the block's own weighted aggregation and its transpose.
+    #[test]
+    fn one_rank_matches_the_block_aggregation() {
+        let world = World::solo();
+        let b = block();
+        let w = mean_weights(&b);
+        let plan = PartialAggregation::new(&world, &[0, 100], &b, &w);
+        assert_eq!(plan.sources(), &[10, 11, 12]);
+        assert_eq!(plan.volume(), (2, 2));
+        let x = array![[1.0f32, 2.0], [4.0, 8.0], [16.0, 32.0], [64.0, 128.0]];
+        // Rows of the sources the plan asks for (ids 10..=12 are rows 0..=2 of x).
+        let y = x.slice(ndarray::s![..3, ..]);
+        let got = plan.forward(&world, y);
+        let want = aggregate(&b, x.view(), EdgeWeights::Mean);
+        assert!(max_diff(got.view(), want.view()) < 1e-6, "{got} vs {want}");
+        let d = array![[1.0f32, -1.0], [5.0, 5.0], [2.0, 0.5]];
+        let got = plan.backward(&world, d.view());
+        let want = aggregate_transpose(&b, &BlockTranspose::new(&b), d.view(), EdgeWeights::Mean);
+        assert!(max_diff(got.view(), want.slice(ndarray::s![..3, ..])) < 1e-6);
+        assert_eq!(want.row(3), array![0.0f32, 0.0]);
+    }
+}

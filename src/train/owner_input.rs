@@ -1,0 +1,149 @@
+//! What the first-layer strategies DNP and SNP share: the upper layers run data parallel as in
+//! GDP, while the input layer of every vertex of the input frontier is computed once for all
+//! ranks — by the vertex's owner (DNP), or by the owners of its sources with the partial sums
+//! added up at the vertex's owner (SNP) — and its rows travel to the ranks whose upper layers
+//! read them.
+//!
+//! A rank samples the upper layers of its seeds (owner-computes, like GDP). Their input
+//! frontier is sent to the owners ([`RowExchange::to_owners`]); each owner re-samples the input
+//! hop of the vertices it was asked for (the draw is a pure function of the vertex, so the
+//! edges are those GDP would have). Backward reverses the plan: gradients of the input layer's
+//! rows are summed at the owner.
+
+use super::data::TrainData;
+use super::metrics::PhaseTimes;
+use super::strategy::StepOutput;
+use crate::comm::Group;
+use crate::dist::{sample_blocks_distributed, RowExchange};
+use crate::graph::NodeId;
+use crate::nn::{cross_entropy, DropoutCtx, Model};
+use crate::sample::rng::hash_key;
+use crate::sample::{build_block, sample_neighbors, BatchKey, Block, LocalGraph};
+use crate::tensor::aggregate::LazyTranspose;
+use ndarray::Array2;
+use std::time::Instant;
+
+/// One mini-batch as a first-layer strategy samples it on one rank.
+pub struct OwnerBatch {
+    /// The seeds of the global mini-batch this rank owns.
+    pub seeds: Vec<NodeId>,
+    /// The upper blocks (hops `0..L-1` from the seeds, input-most first), as GDP samples them.
+    pub upper: Vec<Block>,
+    /// Brings the input layer's rows of the upper layers' frontier from their owners.
+    pub plan: RowExchange,
+    /// The input hop of the frontier vertices this rank owns and was asked for (its
+    /// destinations, in [`OwnerBatch::plan`]'s row order).
+    pub input_block: Block,
+}
+
+impl OwnerBatch {
+    /// Sample the mini-batch `batch` (global ids; this rank takes the seeds it owns).
+    /// Collective.
+    pub fn sample(
+        data: &TrainData,
+        group: &Group,
+        batch: &[NodeId],
+        fanouts: &[i32],
+        key: BatchKey,
+        self_loops: bool,
+    ) -> OwnerBatch {
+        let layers = fanouts.len();
+        let seeds: Vec<NodeId> = batch.iter().copied().filter(|&v| data.owns(v)).collect();
+        let graph = LocalGraph::new(&data.part, data.orig_ids.as_deref());
+        let mut upper = sample_blocks_distributed(
+            group,
+            &graph,
+            &data.offsets,
+            &seeds,
+            &fanouts[..layers - 1],
+            key,
+        );
+        let frontier: Vec<NodeId> = upper.first().map_or(seeds.clone(), |b| b.src_nodes.clone());
+        let (plan, mine) = RowExchange::to_owners(group, &data.offsets, &frontier);
+        let input_hop = (layers - 1) as u32;
+        let sampled = sample_neighbors(&graph, &mine, fanouts[layers - 1], key.layer(input_hop));
+        let mut input_block = build_block(&mine, &sampled);
+        if self_loops {
+            input_block = input_block.with_self_loops();
+            upper = upper.iter().map(Block::with_self_loops).collect();
+        }
+        OwnerBatch {
+            seeds,
+            upper,
+            plan,
+            input_block,
+        }
+    }
+
+    /// The step's dropout context (the stream GDP uses, so masks match).
+    pub fn dropout_ctx<'a>(data: &'a TrainData, key: BatchKey) -> DropoutCtx<'a> {
+        DropoutCtx {
+            training: true,
+            stream: hash_key(&[key.seed, key.epoch, key.batch, 0x64726f70]),
+            orig_ids: data.orig_ids.as_deref(),
+        }
+    }
+
+    /// From this rank's input-layer rows `h_mine` (one per destination of
+    /// [`OwnerBatch::input_block`]): send them to the ranks that asked (`kinds.0`), run the
+    /// upper layers and the loss over the seeds, back-propagate, and return the loss sum and
+    /// the gradient of `h_mine` summed over the ranks that read each row (`kinds.1`).
+    /// Collective.
+    #[allow(clippy::too_many_arguments)]
+    pub fn upper_layers(
+        &self,
+        model: &mut Model,
+        data: &TrainData,
+        group: &Group,
+        h_mine: &Array2<f32>,
+        ctx: &DropoutCtx,
+        scale: f32,
+        times: &mut PhaseTimes,
+        kinds: (&'static str, &'static str),
+    ) -> (f64, Array2<f32>) {
+        let t = Instant::now();
+        let mut h = self.plan.forward(group, kinds.0, h_mine.view());
+        let mut caches = Vec::with_capacity(self.upper.len());
+        for (layer, block) in model.layers[1..].iter().zip(&self.upper) {
+            let (out, cache) = layer.forward(&model.params, block, h.view(), ctx);
+            caches.push(cache);
+            h = out;
+        }
+        let labels: Vec<i64> = self.seeds.iter().map(|&s| data.label(s)).collect();
+        let (loss_sum, mut d_h) = cross_entropy(&h, &labels);
+        times.forward += t.elapsed().as_secs_f64();
+
+        let t = Instant::now();
+        d_h.mapv_inplace(|g| g * scale);
+        for ((layer, block), cache) in model.layers[1..].iter().zip(&self.upper).zip(caches).rev() {
+            let transpose = LazyTranspose::default();
+            d_h = layer
+                .backward(
+                    &mut model.params,
+                    block,
+                    &transpose,
+                    cache,
+                    d_h.view(),
+                    true,
+                )
+                .expect("asked for the input gradient");
+        }
+        let mut d_mine = Array2::<f32>::zeros(h_mine.raw_dim());
+        self.plan.backward(group, kinds.1, d_h.view(), &mut d_mine);
+        times.backward += t.elapsed().as_secs_f64();
+        (loss_sum, d_mine)
+    }
+
+    /// The step's counts; `input_rows` is what the input layer read.
+    pub fn output(&self, loss_sum: f64, input_rows: usize) -> StepOutput {
+        let ib = &self.input_block;
+        StepOutput {
+            loss_sum,
+            seeds: self.seeds.len() as u64,
+            nodes: (ib.num_dst + self.upper.iter().map(|b| b.num_dst).sum::<usize>()) as u64,
+            edges: (ib.num_edges() + self.upper.iter().map(|b| b.num_edges()).sum::<usize>())
+                as u64,
+            input_rows: input_rows as u64,
+        }
+    }
+}
