@@ -700,7 +700,7 @@ fn auto_picks_hybrid_on_two_nodes_and_on_one_node_trains_the_same_model_as_gdp()
             let est: serde_json::Value = serde_json::from_str(est).unwrap();
             let e = &est["auto_estimate"];
             assert_eq!(e["choice"], chosen.as_str(), "{e}");
-            for s in ["gdp", "split", "dnp"] {
+            for s in ["gdp", "split", "dnp", "snp"] {
                 assert!(e["strategies"][s]["seconds_per_batch"].as_f64().unwrap() >= 0.0);
             }
             // Split computes no row twice; GDP recomputes shared rows on several ranks.

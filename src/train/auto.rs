@@ -1,7 +1,7 @@
 //! `--strategy auto`: pick a strategy before training.
 //!
 //! On several nodes `auto` is `hybrid` (only gradients cross nodes). On one node it compares
-//! the single-node strategies (gdp, split, dnp) with a dry run: the first
+//! the single-node strategies (gdp, split, dnp, and snp for GraphSAGE) with a dry run: the first
 //! [`DRY_RUN_BATCHES`] mini-batches of epoch 0 are sampled exactly as each strategy would
 //! sample them (no forward or backward), and per strategy the run counts
 //!
@@ -9,7 +9,9 @@
 //!   feature rows. Split: each layer's cross-rank source rows at that layer's input width,
 //!   forward, plus their gradients backward above the input layer. DNP: the input-layer
 //!   outputs (layer-1 width) sent to the requesters and their gradients back, plus the
-//!   remote feature rows the owners fetch for the input layer.
+//!   remote feature rows the owners fetch for the input layer. SNP: DNP's exchange of
+//!   input-layer outputs, no feature rows, and per (destination, remote source owner) pair a
+//!   partial row of layer-1 width each way, plus 8 bytes per edge whose source is remote.
 //! - **redundant compute**: rows (and their edges) computed by more than one rank. Split
 //!   computes every (layer, vertex) once, so its per-layer counts are the distinct ones;
 //!   GDP's excess over them is redundant, and so is DNP's above the input layer.
@@ -35,8 +37,9 @@ use std::collections::BTreeMap;
 /// Mini-batches the dry run samples.
 pub const DRY_RUN_BATCHES: usize = 4;
 
-/// The single-node strategies `auto` chooses among, in order of preference on a tie.
-pub const CANDIDATES: &[&str] = &["gdp", "split", "dnp"];
+/// The single-node strategies `auto` chooses among, in order of preference on a tie (snp only
+/// for models it supports, see [`super::snp::check_model`]).
+pub const CANDIDATES: &[&str] = &["gdp", "split", "dnp", "snp"];
 
 /// The time model: seconds = bytes / bandwidth + flops / rate, per rank and mini-batch.
 ///
@@ -112,8 +115,12 @@ pub fn resolve_without_data(cfg: &mut TrainConfig, world: &World) {
 struct Counts {
     /// Rows received from other ranks, per layer, at the layer's input width.
     rows_in: Vec<f64>,
-    /// Rows received at layer 1's output width (DNP's exchange), forward.
+    /// Rows received at layer 1's output width (DNP's and SNP's exchange), forward.
     hidden_rows: f64,
+    /// SNP: partial rows at layer 1's output width from remote source owners, forward (their
+    /// gradients go back), and input edges routed to a remote source owner.
+    partial_rows: f64,
+    remote_edges: f64,
     /// Destination rows and edges computed per layer.
     dst_rows: Vec<f64>,
     edges: Vec<f64>,
@@ -124,6 +131,8 @@ impl Counts {
         Counts {
             rows_in: vec![0.0; layers],
             hidden_rows: 0.0,
+            partial_rows: 0.0,
+            remote_edges: 0.0,
             dst_rows: vec![0.0; layers],
             edges: vec![0.0; layers],
         }
@@ -131,7 +140,7 @@ impl Counts {
 
     fn flat(&self) -> Vec<f64> {
         let mut v = self.rows_in.clone();
-        v.push(self.hidden_rows);
+        v.extend([self.hidden_rows, self.partial_rows, self.remote_edges]);
         v.extend(&self.dst_rows);
         v.extend(&self.edges);
         v
@@ -141,8 +150,10 @@ impl Counts {
         Counts {
             rows_in: v[..layers].to_vec(),
             hidden_rows: v[layers],
-            dst_rows: v[layers + 1..2 * layers + 1].to_vec(),
-            edges: v[2 * layers + 1..3 * layers + 1].to_vec(),
+            partial_rows: v[layers + 1],
+            remote_edges: v[layers + 2],
+            dst_rows: v[layers + 3..2 * layers + 3].to_vec(),
+            edges: v[2 * layers + 3..3 * layers + 3].to_vec(),
         }
     }
 
@@ -173,6 +184,7 @@ pub fn choose(cfg: &TrainConfig, data: &TrainData, model: &Model, world: &World)
         Counts::new(layers),
         Counts::new(layers),
         Counts::new(layers),
+        Counts::new(layers),
     ];
     for (b, batch) in batches[..take].iter().enumerate() {
         let key = BatchKey {
@@ -190,7 +202,13 @@ pub fn choose(cfg: &TrainConfig, data: &TrainData, model: &Model, world: &World)
         .chunks(per)
         .map(|c| Counts::from_flat(c, layers))
         .collect();
-    let estimate = price(&summed, model, take, world.size(), ASSUMED);
+    let snp_ok = super::snp::check_model(&cfg.model).is_ok();
+    let candidates: Vec<&str> = CANDIDATES
+        .iter()
+        .copied()
+        .filter(|&s| s != "snp" || snp_ok)
+        .collect();
+    let estimate = price(&candidates, &summed, model, take, world.size(), ASSUMED);
     if world.rank() == 0 {
         log::info!(
             "strategy auto: {}",
@@ -201,7 +219,7 @@ pub fn choose(cfg: &TrainConfig, data: &TrainData, model: &Model, world: &World)
     Ok(estimate.choice)
 }
 
-/// Sample one mini-batch as GDP, DNP and split would, and count rows and edges
+/// Sample one mini-batch as GDP, split, DNP and SNP would, and count rows and edges
 /// (`counts` in [`CANDIDATES`] order). Collective.
 fn dry_run_batch(
     group: &Group,
@@ -209,7 +227,7 @@ fn dry_run_batch(
     batch: &[NodeId],
     fanouts: &[i32],
     key: BatchKey,
-    counts: &mut [Counts; 3],
+    counts: &mut [Counts; 4],
 ) {
     let layers = fanouts.len();
     let graph = LocalGraph::new(&data.part, data.orig_ids.as_deref());
@@ -222,7 +240,7 @@ fn dry_run_batch(
     } else {
         sample_blocks_distributed(group, &graph, &data.offsets, &seeds, fanouts, key)
     };
-    let [gdp, split, dnp] = counts;
+    let [gdp, split, dnp, snp] = counts;
     gdp.rows_in[0] += remote(&blocks[0].src_nodes);
     gdp.add_blocks(&blocks, false);
 
@@ -239,6 +257,27 @@ fn dry_run_batch(
     dnp.edges[0] += input_block.num_edges() as f64;
     dnp.add_blocks(&blocks, true);
 
+    // SNP: DNP's exchanges and computed rows, but the input layer's neighbour sums are formed
+    // by the sources' owners: one partial row per (destination, remote owner) pair.
+    snp.hidden_rows += remote(frontier);
+    snp.dst_rows[0] += input_block.num_dst as f64;
+    snp.edges[0] += input_block.num_edges() as f64;
+    snp.add_blocks(&blocks, true);
+    let mut owners = Vec::new();
+    for v in 0..input_block.num_dst {
+        owners.clear();
+        for &u in &input_block.indices[input_block.indptr[v]..input_block.indptr[v + 1]] {
+            let u = input_block.src_nodes[u as usize];
+            if !data.owns(u) {
+                snp.remote_edges += 1.0;
+                owners.push(crate::graph::parts::owner_of(&data.offsets, u as u64));
+            }
+        }
+        owners.sort_unstable();
+        owners.dedup();
+        snp.partial_rows += owners.len() as f64;
+    }
+
     // Split: cooperative sampling; every (layer, vertex) once, cross-rank rows shuffled.
     let sb = sample_split(group, data, batch, fanouts, key);
     for (l, (layer, rows)) in sb.layers.iter().zip(sb.remote_rows()).enumerate() {
@@ -248,9 +287,10 @@ fn dry_run_batch(
     }
 }
 
-/// Price the summed counts (`counts` in [`CANDIDATES`] order) and pick the cheapest; ties
-/// go to the earlier candidate.
+/// Price the summed counts (`counts` in [`CANDIDATES`] order) of `candidates` and pick the
+/// cheapest; ties go to the earlier candidate.
 fn price(
+    candidates: &[&str],
     counts: &[Counts],
     model: &Model,
     batches: usize,
@@ -274,13 +314,17 @@ fn price(
     let distinct = &counts[1]; // split computes every (layer, vertex) exactly once
     let mut strategies = Vec::with_capacity(CANDIDATES.len());
     for (name, c) in CANDIDATES.iter().zip(counts) {
+        if !candidates.contains(name) {
+            continue;
+        }
         let mut bytes = 0.0;
         for (l, &rows) in c.rows_in.iter().enumerate() {
             // Split's shuffled rows above the input layer come back as gradients.
             let directions = if *name == "split" && l > 0 { 2.0 } else { 1.0 };
             bytes += directions * rows * in_w[l] * 4.0;
         }
-        bytes += 2.0 * c.hidden_rows * out_w[0] * 4.0;
+        bytes += 2.0 * (c.hidden_rows + c.partial_rows) * out_w[0] * 4.0;
+        bytes += 8.0 * c.remote_edges;
         let (mut redundant_rows, mut redundant_flops) = (0.0, 0.0);
         for l in 0..c.dst_rows.len() {
             let rows = (c.dst_rows[l] - distinct.dst_rows[l]).max(0.0);
