@@ -1,6 +1,7 @@
 //! The run configuration: TOML files in `inputs/`, overridden by command-line options, then
 //! validated as a whole with errors that name the offending field.
 
+use crate::nn::NormKind;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -28,6 +29,10 @@ pub struct TrainConfig {
     /// Attention heads (GAT only).
     pub heads: usize,
     pub dropout: f32,
+    /// Residual connections on the hidden → hidden layers (needs `layers` ≥ 3).
+    pub residual: bool,
+    /// Normalisation of every layer's input except the first layer's: `none` or `layer`.
+    pub norm: NormKind,
     /// Neighbours sampled per layer, from the seeds outward; -1 = all neighbours.
     pub fanouts: Vec<i32>,
     pub batch_size: usize,
@@ -67,6 +72,8 @@ impl Default for TrainConfig {
             hidden: 128,
             heads: 4,
             dropout: 0.5,
+            residual: false,
+            norm: NormKind::None,
             fanouts: vec![10, 10],
             batch_size: 1024,
             epochs: 10,
@@ -117,6 +124,20 @@ impl TrainConfig {
         }
         if !(0.0..1.0).contains(&self.dropout) {
             bail!("config: `dropout` = {} must be in [0, 1)", self.dropout);
+        }
+        if self.residual && self.layers < 3 {
+            bail!(
+                "config: `residual` needs `layers` ≥ 3 (the first and the output layer change \
+                 the width and get no residual), got {} layers",
+                self.layers
+            );
+        }
+        if self.norm != NormKind::None && self.layers < 2 {
+            bail!(
+                "config: `norm` = \"{}\" needs `layers` ≥ 2 (the first layer reads the raw \
+                 features and is not normalised)",
+                self.norm
+            );
         }
         if !self.full_batch {
             if self.fanouts.len() != self.layers {
@@ -179,6 +200,7 @@ impl TrainConfig {
             "lr": self.lr, "weight_decay": self.weight_decay, "seed": self.seed,
             "full_batch": self.full_batch, "feature_norm": self.feature_norm,
             "self_loops": self.uses_self_loops(),
+            "residual": self.residual, "norm": self.norm,
         })
         .to_string();
         // FNV-1a: stable across builds and platforms (unlike std's SipHash keys).
@@ -238,6 +260,46 @@ mod tests {
             let err = cfg.validate().unwrap_err().to_string();
             assert!(err.contains(field), "{err}");
         }
+    }
+
+    #[test]
+    fn residual_and_norm_are_validated_and_hashed() {
+        let cfg = TrainConfig {
+            residual: true,
+            layers: 2,
+            fanouts: vec![5, 5],
+            ..Default::default()
+        };
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("residual") && err.contains('3'), "{err}");
+        let cfg = TrainConfig {
+            norm: NormKind::Layer,
+            layers: 1,
+            fanouts: vec![5],
+            ..Default::default()
+        };
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("norm"), "{err}");
+        let err = toml::from_str::<TrainConfig>("norm = \"batch\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("batch"), "{err}");
+        let cfg: TrainConfig =
+            toml::from_str("residual = true\nnorm = \"layer\"\nlayers = 3\nfanouts = [5, 5, 5]")
+                .unwrap();
+        cfg.validate().unwrap();
+        let plain = TrainConfig {
+            layers: 3,
+            fanouts: vec![5, 5, 5],
+            ..Default::default()
+        };
+        assert_ne!(cfg.model_hash(), plain.model_hash());
+        let res_only = TrainConfig {
+            residual: true,
+            ..plain.clone()
+        };
+        assert_ne!(res_only.model_hash(), plain.model_hash());
+        assert_ne!(res_only.model_hash(), cfg.model_hash());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 use crate::comm::World;
 use crate::config::{FeatureNorm, TrainConfig};
+use crate::nn::NormKind;
 use crate::train::{RunFiles, Trainer};
 use anyhow::Result;
 use clap::Args;
@@ -28,6 +29,12 @@ pub struct TrainArgs {
     pub heads: Option<usize>,
     #[arg(long)]
     pub dropout: Option<f32>,
+    /// Residual connections on the hidden → hidden layers: true or false (needs 3+ layers).
+    #[arg(long, value_name = "BOOL")]
+    pub residual: Option<bool>,
+    /// Normalisation of every layer's input but the first layer's.
+    #[arg(long, value_enum)]
+    pub norm: Option<NormKind>,
     /// Neighbours per layer from the seeds outward, e.g. `15,10,5`; -1 = all.
     #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
     pub fanouts: Option<Vec<i32>>,
@@ -98,6 +105,8 @@ impl TrainArgs {
             hidden,
             heads,
             dropout,
+            residual,
+            norm,
             fanouts,
             batch_size,
             epochs,

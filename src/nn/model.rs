@@ -11,6 +11,7 @@ use super::gat::GatConv;
 use super::gcn::GcnConv;
 use super::layer::{Conv, DropoutCtx, Layer, LayerCache};
 use super::linear::Linear;
+use super::norm::{LayerNorm, NormKind};
 use super::params::ParamStore;
 use super::sage::SageConv;
 use crate::sample::Block;
@@ -76,6 +77,15 @@ pub struct ModelConfig {
     /// GAT hidden layers: concatenate the heads (`heads·hidden` columns) or average them
     /// (`hidden` columns). The output layer always averages, so it has `out_dim` columns.
     pub gat_concat: bool,
+    /// Residual connections on the hidden → hidden layers (every layer but the first and the
+    /// last): `out_v = h_v + layer(h)_v`.
+    #[serde(default)]
+    pub residual: bool,
+    /// Normalisation of the input of every layer that reads hidden rows (all but the first,
+    /// the output layer included, like the final norm before the output of the published
+    /// heterophilous-benchmark models).
+    #[serde(default)]
+    pub norm: NormKind,
 }
 
 impl ModelConfig {
@@ -98,6 +108,18 @@ impl ModelConfig {
         ensure!(
             self.kind != ModelKind::Gat || self.heads >= 1,
             "model: heads must be at least 1 for gat"
+        );
+        ensure!(
+            !self.residual || self.layers >= 3,
+            "model: residual needs at least 3 layers (the first and the output layer change \
+             the width and have none), got {}",
+            self.layers
+        );
+        ensure!(
+            self.norm == NormKind::None || self.layers >= 2,
+            "model: norm {} needs at least 2 layers (the first layer reads the raw features \
+             and is not normalised)",
+            self.norm
         );
         ensure!(
             self.dropout.is_finite() && (0.0..1.0).contains(&self.dropout),
@@ -162,12 +184,21 @@ impl Model {
                 ModelKind::Gat => Activation::Elu { alpha: 1.0 },
                 _ => Activation::Relu,
             });
+            // The first layer reads the input features: no norm (they are the data), and no
+            // residual (features → hidden changes the width); the output layer changes the
+            // width too.
+            let norm = (l > 0 && cfg.norm == NormKind::Layer)
+                .then(|| LayerNorm::new(&mut params, &format!("{prefix}.norm"), in_dim));
+            let residual = cfg.residual && l > 0 && !last;
+            debug_assert!(!residual || conv.in_dim() == conv.out_dim());
             in_dim = conv.out_dim();
             layers.push(Layer {
                 index: l,
                 conv,
                 dropout: cfg.dropout,
                 activation,
+                norm,
+                residual,
             });
         }
         Ok(Model {
@@ -337,6 +368,8 @@ mod tests {
                 heads: 1,
                 dropout: 0.3,
                 gat_concat: true,
+                residual: false,
+                norm: NormKind::None,
             };
             let ctx = DropoutCtx {
                 training: true,

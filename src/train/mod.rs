@@ -117,6 +117,8 @@ impl<'w> Trainer<'w> {
                 heads: cfg.heads,
                 dropout: cfg.dropout,
                 gat_concat: true,
+                residual: cfg.residual,
+                norm: cfg.norm,
             },
             cfg.seed,
         )?;
