@@ -33,6 +33,9 @@ pub struct TrainConfig {
     pub residual: bool,
     /// Normalisation of every layer's input except the first layer's: `none` or `layer`.
     pub norm: NormKind,
+    /// Project the input features to `hidden` per row inside the first layer, so its
+    /// convolution (and norm and residual) work on hidden rows (needs `layers` ≥ 2).
+    pub input_proj: bool,
     /// Neighbours sampled per layer, from the seeds outward; -1 = all neighbours.
     pub fanouts: Vec<i32>,
     pub batch_size: usize,
@@ -74,6 +77,7 @@ impl Default for TrainConfig {
             dropout: 0.5,
             residual: false,
             norm: NormKind::None,
+            input_proj: false,
             fanouts: vec![10, 10],
             batch_size: 1024,
             epochs: 10,
@@ -139,6 +143,9 @@ impl TrainConfig {
                 self.norm
             );
         }
+        if self.input_proj && self.layers < 2 {
+            bail!("config: `input_proj` needs `layers` ≥ 2 (the output layer is not projected)");
+        }
         if !self.full_batch {
             if self.fanouts.len() != self.layers {
                 bail!(
@@ -200,7 +207,7 @@ impl TrainConfig {
             "lr": self.lr, "weight_decay": self.weight_decay, "seed": self.seed,
             "full_batch": self.full_batch, "feature_norm": self.feature_norm,
             "self_loops": self.uses_self_loops(),
-            "residual": self.residual, "norm": self.norm,
+            "residual": self.residual, "norm": self.norm, "input_proj": self.input_proj,
         })
         .to_string();
         // FNV-1a: stable across builds and platforms (unlike std's SipHash keys).

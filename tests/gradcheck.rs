@@ -290,6 +290,28 @@ fn residual_norm_layer_per_conv() {
                 &x,
                 &training_ctx(),
             );
+            // The same layer behind an input projection (4 feature columns → 6), as the first
+            // layer of a model with `input_proj`.
+            let mut projected = params.clone();
+            let input = Linear::new(&mut projected, "c.input", 4, dim, 7);
+            let off = projected.entries[input.bias].offset;
+            for v in &mut projected.values[off..off + dim] {
+                *v = rng.uniform(0.3);
+            }
+            let lp = Layer {
+                input: Some(input),
+                index: 0,
+                ..l.clone()
+            };
+            let xf = rng.matrix(ns, 4, 1.0);
+            check_layer(
+                &format!("{kind} projected residual+norm ({nd}/{ns})"),
+                &lp,
+                &projected,
+                &block,
+                &xf,
+                &training_ctx(),
+            );
             // Without an input gradient the norm's parameters still get theirs.
             let (_, cache) = l.forward(&params, &block, x.view(), &training_ctx());
             let mut g = params.clone();
@@ -688,6 +710,7 @@ fn config(kind: ModelKind, dropout: f32) -> ModelConfig {
         gat_concat: true,
         residual: false,
         norm: NormKind::None,
+        input_proj: false,
     }
 }
 
@@ -749,60 +772,64 @@ fn whole_models_per_kind() {
 }
 
 /// Whole 3-layer models with residual connections and layer norm, full-batch (one block
-/// three times, as full-batch training does).
+/// three times, as full-batch training does), with and without the input projection.
 #[test]
 fn whole_residual_norm_models_per_kind() {
     for kind in [ModelKind::Sage, ModelKind::Gcn, ModelKind::Gat] {
-        let mut rng = Rng(50 + kind as u64);
-        let mut full = random_block(&mut rng, 10, 10);
-        if kind == ModelKind::Gcn {
-            full = full.with_self_loops();
-        }
-        let blocks = vec![&full, &full, &full];
-        let cfg = ModelConfig {
-            layers: 3,
-            residual: true,
-            norm: NormKind::Layer,
-            ..config(kind, 0.2)
-        };
-        let mut model = Model::new(cfg, 4).unwrap();
-        // Non-zero biases: with zero biases an isolated destination's row is constant, and
-        // layer norm of a (near-)constant row has a huge 1/std (1/sqrt(eps)); the gradient is
-        // still right there (checked with smaller steps), but too curved for the step `H`.
-        for v in model.params.values.iter_mut() {
-            *v += rng.uniform(0.2);
-        }
-        // Smooth activations: a ReLU kink moves the mean and variance of a whole normalised
-        // row, so several kinks fall within one finite-difference step.
-        for l in &mut model.layers {
-            if l.activation.is_some() {
-                l.activation = Some(Activation::Elu { alpha: 1.0 });
+        for input_proj in [false, true] {
+            let mut rng = Rng(50 + kind as u64);
+            let mut full = random_block(&mut rng, 10, 10);
+            if kind == ModelKind::Gcn {
+                full = full.with_self_loops();
             }
-        }
-        assert!(model.layers[1].residual && model.layers[1].norm.is_some());
-        assert!(!model.layers[0].residual && model.layers[0].norm.is_none());
-        assert!(!model.layers[2].residual && model.layers[2].norm.is_some());
-        let x = rng.matrix(10, 5, 1.0);
-        let labels: Vec<i64> = (0..10).map(|i| (i % 3) as i64).collect();
-        let ctx = training_ctx();
-        let (logits, cache) = model.forward(&blocks, &x, &ctx);
-        let (_, d) = cross_entropy(&logits, &labels);
-        let mut trained = model.clone();
-        trained.params.zero_grads();
-        trained.backward(&blocks, cache, &d);
-        let analytic = trained.params.grads.clone();
-        let mut vals = model.params.values.clone();
-        let mut probe = model.clone();
-        check_coords(
-            &format!("{kind} residual+norm model"),
-            &mut vals,
-            &analytic,
-            |v| {
+            let blocks = vec![&full, &full, &full];
+            let cfg = ModelConfig {
+                layers: 3,
+                residual: true,
+                norm: NormKind::Layer,
+                input_proj,
+                // Rows of 8 (not 4): layer norm over very few columns is too curved for `H`.
+                hidden: 8,
+                ..config(kind, 0.2)
+            };
+            let mut model = Model::new(cfg, 4).unwrap();
+            // Non-zero biases: with zero biases an isolated destination's row is constant, and
+            // layer norm of a (near-)constant row has a huge 1/std (1/sqrt(eps)); the gradient
+            // is still right there (checked with smaller steps), but too curved for `H`.
+            for v in model.params.values.iter_mut() {
+                *v += rng.uniform(0.2);
+            }
+            // Smooth activations: a ReLU kink moves the mean and variance of a whole
+            // normalised row, so several kinks fall within one finite-difference step.
+            for l in &mut model.layers {
+                if l.activation.is_some() {
+                    l.activation = Some(Activation::Elu { alpha: 1.0 });
+                }
+            }
+            let first = &model.layers[0];
+            assert_eq!(first.input.is_some(), input_proj);
+            assert_eq!(first.residual, input_proj);
+            assert_eq!(first.norm.is_some(), input_proj);
+            assert!(model.layers[1].residual && model.layers[1].norm.is_some());
+            assert!(!model.layers[2].residual && model.layers[2].norm.is_some());
+            let x = rng.matrix(10, 5, 1.0);
+            let labels: Vec<i64> = (0..10).map(|i| (i % 3) as i64).collect();
+            let ctx = training_ctx();
+            let (logits, cache) = model.forward(&blocks, &x, &ctx);
+            let (_, d) = cross_entropy(&logits, &labels);
+            let mut trained = model.clone();
+            trained.params.zero_grads();
+            trained.backward(&blocks, cache, &d);
+            let analytic = trained.params.grads.clone();
+            let mut vals = model.params.values.clone();
+            let mut probe = model.clone();
+            let what = format!("{kind} residual+norm model (input_proj {input_proj})");
+            check_coords(&what, &mut vals, &analytic, |v| {
                 probe.params.values.copy_from_slice(v);
                 let (logits, _) = probe.forward(&blocks, &x, &ctx);
                 cross_entropy(&logits, &labels).0
-            },
-        );
+            });
+        }
     }
 }
 

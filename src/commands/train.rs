@@ -35,6 +35,9 @@ pub struct TrainArgs {
     /// Normalisation of every layer's input but the first layer's.
     #[arg(long, value_enum)]
     pub norm: Option<NormKind>,
+    /// Per-row projection of the features to `hidden` inside the first layer: true or false.
+    #[arg(long, value_name = "BOOL")]
+    pub input_proj: Option<bool>,
     /// Neighbours per layer from the seeds outward, e.g. `15,10,5`; -1 = all.
     #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
     pub fanouts: Option<Vec<i32>>,
@@ -107,6 +110,7 @@ impl TrainArgs {
             dropout,
             residual,
             norm,
+            input_proj,
             fanouts,
             batch_size,
             epochs,

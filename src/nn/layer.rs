@@ -209,6 +209,9 @@ pub struct Layer {
     pub dropout: f32,
     /// `None` for the output layer (logits).
     pub activation: Option<Activation>,
+    /// Per-row input projection before everything else (the first layer of a model with
+    /// `input_proj`): the norm, the convolution and the residual then see projected rows.
+    pub input: Option<Linear>,
     /// Pre-normalisation of the input rows (before dropout), when configured.
     pub norm: Option<LayerNorm>,
     /// Add the destination's own (un-normalised) input row to the output; needs
@@ -219,6 +222,8 @@ pub struct Layer {
 /// What a layer keeps from its forward for its backward.
 #[derive(Debug)]
 pub struct LayerCache {
+    /// The input rows of the projection, when there is one.
+    input: Option<Array2<f32>>,
     /// What the input normalisation kept, when there is one.
     norm: Option<NormCache>,
     /// The mask and row keys used on the input, when dropout was applied.
@@ -243,9 +248,15 @@ impl Layer {
             conv,
             dropout,
             activation,
+            input: None,
             norm: None,
             residual: false,
         }
+    }
+
+    /// Input columns: the projection's when there is one, else the convolution's.
+    pub fn in_dim(&self) -> usize {
+        self.input.as_ref().map_or(self.conv.in_dim(), |p| p.in_dim)
     }
 
     /// Map `h_src` (`block.num_src()` rows) to `block.num_dst` rows.
@@ -269,11 +280,11 @@ impl Layer {
         );
         assert_eq!(
             h_src.ncols(),
-            self.conv.in_dim(),
+            self.in_dim(),
             "layer {}: input has {} columns, expected {}",
             self.index,
             h_src.ncols(),
-            self.conv.in_dim()
+            self.in_dim()
         );
         if self.residual {
             assert_eq!(
@@ -284,7 +295,19 @@ impl Layer {
             );
         }
         let rows = self.conv.input_rows(block);
-        let h = h_src.slice(s![..rows, ..]);
+        let (projected, input) = match &self.input {
+            Some(lin) => {
+                let x = h_src.slice(s![..rows, ..]).to_owned();
+                (Some(lin.forward(params, x.view())), Some(x))
+            }
+            None => (None, None),
+        };
+        // The rows the layer works on: projected, or as given.
+        let base = match &projected {
+            Some(p) => p.view(),
+            None => h_src.slice(s![..rows, ..]),
+        };
+        let h = base;
         let (h, norm) = match &self.norm {
             Some(ln) => {
                 let (y, cache) = ln.forward(params, h);
@@ -303,9 +326,10 @@ impl Layer {
         let (z, conv) = self.conv.forward(params, block, h_in);
         let (mut out, mut cache) = self.finish_forward(z, conv, dropout);
         cache.norm = norm;
+        cache.input = input;
         if self.residual {
             // The destinations are the first `num_dst` sources: their own input rows.
-            out += &h_src.slice(s![..block.num_dst, ..]);
+            out += &base.slice(s![..block.num_dst, ..]);
         }
         (out, cache)
     }
@@ -327,7 +351,7 @@ impl Layer {
         x: &CsrMatrix,
         ctx: &DropoutCtx,
     ) -> (Array2<f32>, LayerCache) {
-        if self.norm.is_some() || self.residual {
+        if self.norm.is_some() || self.residual || self.input.is_some() {
             return self.forward(params, block, x.to_dense().view(), ctx);
         }
         assert_eq!(
@@ -376,6 +400,7 @@ impl Layer {
         (
             z,
             LayerCache {
+                input: None,
                 norm: None,
                 dropout,
                 conv,
@@ -424,13 +449,14 @@ impl Layer {
         };
         // The residual passes the output gradient straight to the destinations' input rows;
         // keep it before the activation's backward overwrites `dz`.
-        let d_residual = (self.residual && need_d_src).then(|| dz.clone());
+        let need_d_base = need_d_src || self.input.is_some();
+        let d_residual = (self.residual && need_d_base).then(|| dz.clone());
         if let (Some(act), Some(saved)) = (self.activation, &cache.activated) {
             act.backward_saved(saved, dz.view_mut());
         }
-        // A norm's gain and bias learn from d(norm output), so the convolution's input gradient
-        // is needed even when the caller does not want d `h_src`.
-        let need_d_in = need_d_src || self.norm.is_some();
+        // A norm's gain and bias (and a projection's weights) learn from the gradient of the
+        // convolution's input, so it is needed even when the caller does not want d `h_src`.
+        let need_d_in = need_d_base || self.norm.is_some();
         let mut d_in =
             self.conv
                 .backward(params, block, transpose, cache.conv, dz.view(), need_d_in)?;
@@ -440,21 +466,24 @@ impl Layer {
         if let (Some(ln), Some(nc)) = (&self.norm, cache.norm) {
             d_in = ln.backward(params, nc, d_in.view());
         }
+        if let Some(d_res) = d_residual {
+            let mut dst = d_in.slice_mut(s![..block.num_dst, ..]);
+            dst += &d_res;
+        }
+        if let (Some(lin), Some(x)) = (&self.input, cache.input) {
+            d_in = lin.backward(params, x.view(), d_in.view(), need_d_src)?;
+        }
         if !need_d_src {
             return None;
         }
         let rows = d_in.nrows();
-        let mut d_src = if rows == block.num_src() {
+        let d_src = if rows == block.num_src() {
             d_in
         } else {
             let mut full = Array2::zeros((block.num_src(), d_in.ncols()));
             full.slice_mut(s![..rows, ..]).assign(&d_in);
             full
         };
-        if let Some(d_res) = d_residual {
-            let mut dst = d_src.slice_mut(s![..block.num_dst, ..]);
-            dst += &d_res;
-        }
         Some(d_src)
     }
 }

@@ -86,6 +86,10 @@ pub struct ModelConfig {
     /// heterophilous-benchmark models).
     #[serde(default)]
     pub norm: NormKind,
+    /// A per-row linear projection of the input features to `hidden` inside the first layer,
+    /// whose convolution is then hidden → hidden (with norm and residual as configured).
+    #[serde(default)]
+    pub input_proj: bool,
 }
 
 impl ModelConfig {
@@ -114,6 +118,10 @@ impl ModelConfig {
             "model: residual needs at least 3 layers (the first and the output layer change \
              the width and have none), got {}",
             self.layers
+        );
+        ensure!(
+            !self.input_proj || self.layers >= 2,
+            "model: input_proj needs at least 2 layers (the output layer has no projection)"
         );
         ensure!(
             self.norm == NormKind::None || self.layers >= 2,
@@ -156,11 +164,27 @@ impl Model {
         let mut params = ParamStore::new();
         let mut layers = Vec::with_capacity(cfg.layers);
         let mut in_dim = cfg.in_dim;
+        // Width of the hidden rows between layers.
+        let hidden_width = match cfg.kind {
+            ModelKind::Gat if cfg.gat_concat => cfg.heads * cfg.hidden,
+            _ => cfg.hidden,
+        };
         for l in 0..cfg.layers {
             let last = l + 1 == cfg.layers;
             let out = if last { cfg.out_dim } else { cfg.hidden };
             let prefix = format!("layers.{l}");
             let seed = derive_stream(seed, l as u64);
+            // With an input projection the first layer's convolution reads hidden rows.
+            let input = (l == 0 && cfg.input_proj).then(|| {
+                let seed = derive_stream(seed, 0x696e_7075_74);
+                Linear::new(&mut params, &format!("{prefix}.input"), in_dim, hidden_width, seed)
+            });
+            let conv_in = match &input {
+                Some(p) => p.out_dim,
+                None => in_dim,
+            };
+            in_dim = conv_in;
+            debug_assert!(input.is_none() || in_dim == hidden_width);
             let conv = match cfg.kind {
                 ModelKind::Sage => {
                     Conv::Sage(SageConv::new(&mut params, &prefix, in_dim, out, seed))
@@ -185,11 +209,12 @@ impl Model {
                 _ => Activation::Relu,
             });
             // The first layer reads the input features: no norm (they are the data), and no
-            // residual (features → hidden changes the width); the output layer changes the
-            // width too.
-            let norm = (l > 0 && cfg.norm == NormKind::Layer)
+            // residual (features → hidden changes the width) unless it projects them to
+            // hidden rows first; the output layer changes the width too.
+            let reads_hidden = l > 0 || input.is_some();
+            let norm = (reads_hidden && cfg.norm == NormKind::Layer)
                 .then(|| LayerNorm::new(&mut params, &format!("{prefix}.norm"), in_dim));
-            let residual = cfg.residual && l > 0 && !last;
+            let residual = cfg.residual && reads_hidden && !last;
             debug_assert!(!residual || conv.in_dim() == conv.out_dim());
             in_dim = conv.out_dim();
             layers.push(Layer {
@@ -197,6 +222,7 @@ impl Model {
                 conv,
                 dropout: cfg.dropout,
                 activation,
+                input,
                 norm,
                 residual,
             });
@@ -370,6 +396,7 @@ mod tests {
                 gat_concat: true,
                 residual: false,
                 norm: NormKind::None,
+                input_proj: false,
             };
             let ctx = DropoutCtx {
                 training: true,

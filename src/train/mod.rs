@@ -119,6 +119,7 @@ impl<'w> Trainer<'w> {
                 gat_concat: true,
                 residual: cfg.residual,
                 norm: cfg.norm,
+                input_proj: cfg.input_proj,
             },
             cfg.seed,
         )?;
