@@ -36,6 +36,9 @@ pub struct TrainConfig {
     /// Project the input features to `hidden` per row inside the first layer, so its
     /// convolution (and norm and residual) work on hidden rows (needs `layers` ≥ 2).
     pub input_proj: bool,
+    /// The output layer is a per-row linear layer on each vertex's own hidden row instead of a
+    /// convolution (needs `layers` ≥ 2; the first fanout then only picks the seeds).
+    pub linear_output: bool,
     /// Neighbours sampled per layer, from the seeds outward; -1 = all neighbours.
     pub fanouts: Vec<i32>,
     pub batch_size: usize,
@@ -78,6 +81,7 @@ impl Default for TrainConfig {
             residual: false,
             norm: NormKind::None,
             input_proj: false,
+            linear_output: false,
             fanouts: vec![10, 10],
             batch_size: 1024,
             epochs: 10,
@@ -129,12 +133,16 @@ impl TrainConfig {
         if !(0.0..1.0).contains(&self.dropout) {
             bail!("config: `dropout` = {} must be in [0, 1)", self.dropout);
         }
-        if self.residual && self.layers < 3 {
+        if self.residual && self.layers < 3 && !(self.input_proj && self.layers == 2) {
             bail!(
-                "config: `residual` needs `layers` ≥ 3 (the first and the output layer change \
-                 the width and get no residual), got {} layers",
+                "config: `residual` needs `layers` ≥ 3, or 2 with `input_proj` (the first layer \
+                 without a projection and the output layer change the width and get no \
+                 residual), got {} layers",
                 self.layers
             );
+        }
+        if self.linear_output && self.layers < 2 {
+            bail!("config: `linear_output` needs `layers` ≥ 2 (one layer would ignore the graph)");
         }
         if self.norm != NormKind::None && self.layers < 2 {
             bail!(
@@ -208,6 +216,7 @@ impl TrainConfig {
             "full_batch": self.full_batch, "feature_norm": self.feature_norm,
             "self_loops": self.uses_self_loops(),
             "residual": self.residual, "norm": self.norm, "input_proj": self.input_proj,
+            "linear_output": self.linear_output,
         })
         .to_string();
         // FNV-1a: stable across builds and platforms (unlike std's SipHash keys).

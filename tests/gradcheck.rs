@@ -711,6 +711,7 @@ fn config(kind: ModelKind, dropout: f32) -> ModelConfig {
         residual: false,
         norm: NormKind::None,
         input_proj: false,
+        linear_output: false,
     }
 }
 

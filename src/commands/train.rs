@@ -38,6 +38,9 @@ pub struct TrainArgs {
     /// Per-row projection of the features to `hidden` inside the first layer: true or false.
     #[arg(long, value_name = "BOOL")]
     pub input_proj: Option<bool>,
+    /// Per-row linear output layer instead of a convolution: true or false.
+    #[arg(long, value_name = "BOOL")]
+    pub linear_output: Option<bool>,
     /// Neighbours per layer from the seeds outward, e.g. `15,10,5`; -1 = all.
     #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
     pub fanouts: Option<Vec<i32>>,
@@ -111,6 +114,7 @@ impl TrainArgs {
             residual,
             norm,
             input_proj,
+            linear_output,
             fanouts,
             batch_size,
             epochs,

@@ -90,6 +90,10 @@ pub struct ModelConfig {
     /// whose convolution is then hidden → hidden (with norm and residual as configured).
     #[serde(default)]
     pub input_proj: bool,
+    /// The output layer is a per-row linear layer on the destinations' own rows instead of a
+    /// convolution (the last block then only supplies its destinations).
+    #[serde(default)]
+    pub linear_output: bool,
 }
 
 impl ModelConfig {
@@ -114,10 +118,14 @@ impl ModelConfig {
             "model: heads must be at least 1 for gat"
         );
         ensure!(
-            !self.residual || self.layers >= 3,
-            "model: residual needs at least 3 layers (the first and the output layer change \
-             the width and have none), got {}",
+            !self.residual || self.layers >= 3 || (self.input_proj && self.layers >= 2),
+            "model: residual needs at least 3 layers, or 2 with input_proj (the first layer \
+             without a projection and the output layer change the width and have none), got {}",
             self.layers
+        );
+        ensure!(
+            !self.linear_output || self.layers >= 2,
+            "model: linear_output needs at least 2 layers (one layer would ignore the graph)"
         );
         ensure!(
             !self.input_proj || self.layers >= 2,
@@ -177,7 +185,13 @@ impl Model {
             // With an input projection the first layer's convolution reads hidden rows.
             let input = (l == 0 && cfg.input_proj).then(|| {
                 let seed = derive_stream(seed, 0x696e_7075_74);
-                Linear::new(&mut params, &format!("{prefix}.input"), in_dim, hidden_width, seed)
+                Linear::new(
+                    &mut params,
+                    &format!("{prefix}.input"),
+                    in_dim,
+                    hidden_width,
+                    seed,
+                )
             });
             let conv_in = match &input {
                 Some(p) => p.out_dim,
@@ -186,6 +200,10 @@ impl Model {
             in_dim = conv_in;
             debug_assert!(input.is_none() || in_dim == hidden_width);
             let conv = match cfg.kind {
+                // A per-row output layer: the logits read only the destination's own row.
+                _ if last && cfg.linear_output => {
+                    Conv::Dense(Linear::new(&mut params, &prefix, in_dim, out, seed))
+                }
                 ModelKind::Sage => {
                     Conv::Sage(SageConv::new(&mut params, &prefix, in_dim, out, seed))
                 }
@@ -397,6 +415,7 @@ mod tests {
                 residual: false,
                 norm: NormKind::None,
                 input_proj: false,
+                linear_output: false,
             };
             let ctx = DropoutCtx {
                 training: true,

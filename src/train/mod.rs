@@ -120,6 +120,7 @@ impl<'w> Trainer<'w> {
                 residual: cfg.residual,
                 norm: cfg.norm,
                 input_proj: cfg.input_proj,
+                linear_output: cfg.linear_output,
             },
             cfg.seed,
         )?;
