@@ -184,7 +184,7 @@ impl Model {
             let seed = derive_stream(seed, l as u64);
             // With an input projection the first layer's convolution reads hidden rows.
             let input = (l == 0 && cfg.input_proj).then(|| {
-                let seed = derive_stream(seed, 0x696e_7075_74);
+                let seed = derive_stream(seed, 0x0069_6e70_7574);
                 Linear::new(
                     &mut params,
                     &format!("{prefix}.input"),
