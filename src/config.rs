@@ -1,6 +1,7 @@
 //! The run configuration: TOML files in `inputs/`, overridden by command-line options, then
 //! validated as a whole with errors that name the offending field.
 
+use crate::nn::NormKind;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -28,6 +29,16 @@ pub struct TrainConfig {
     /// Attention heads (GAT only).
     pub heads: usize,
     pub dropout: f32,
+    /// Residual connections on the hidden → hidden layers (needs `layers` ≥ 3).
+    pub residual: bool,
+    /// Normalisation of every layer's input except the first layer's: `none` or `layer`.
+    pub norm: NormKind,
+    /// Project the input features to `hidden` per row inside the first layer, so its
+    /// convolution (and norm and residual) work on hidden rows (needs `layers` ≥ 2).
+    pub input_proj: bool,
+    /// The output layer is a per-row linear layer on each vertex's own hidden row instead of a
+    /// convolution (needs `layers` ≥ 2; the first fanout then only picks the seeds).
+    pub linear_output: bool,
     /// Neighbours sampled per layer, from the seeds outward; -1 = all neighbours.
     pub fanouts: Vec<i32>,
     pub batch_size: usize,
@@ -70,6 +81,10 @@ impl Default for TrainConfig {
             hidden: 128,
             heads: 4,
             dropout: 0.5,
+            residual: false,
+            norm: NormKind::None,
+            input_proj: false,
+            linear_output: false,
             fanouts: vec![10, 10],
             batch_size: 1024,
             epochs: 10,
@@ -121,6 +136,27 @@ impl TrainConfig {
         }
         if !(0.0..1.0).contains(&self.dropout) {
             bail!("config: `dropout` = {} must be in [0, 1)", self.dropout);
+        }
+        if self.residual && self.layers < 3 && !(self.input_proj && self.layers == 2) {
+            bail!(
+                "config: `residual` needs `layers` ≥ 3, or 2 with `input_proj` (the first layer \
+                 without a projection and the output layer change the width and get no \
+                 residual), got {} layers",
+                self.layers
+            );
+        }
+        if self.linear_output && self.layers < 2 {
+            bail!("config: `linear_output` needs `layers` ≥ 2 (one layer would ignore the graph)");
+        }
+        if self.norm != NormKind::None && self.layers < 2 {
+            bail!(
+                "config: `norm` = \"{}\" needs `layers` ≥ 2 (the first layer reads the raw \
+                 features and is not normalised)",
+                self.norm
+            );
+        }
+        if self.input_proj && self.layers < 2 {
+            bail!("config: `input_proj` needs `layers` ≥ 2 (the output layer is not projected)");
         }
         if !self.full_batch {
             if self.fanouts.len() != self.layers {
@@ -203,6 +239,8 @@ impl TrainConfig {
             "lr": self.lr, "weight_decay": self.weight_decay, "seed": self.seed,
             "full_batch": self.full_batch, "feature_norm": self.feature_norm,
             "self_loops": self.uses_self_loops(),
+            "residual": self.residual, "norm": self.norm, "input_proj": self.input_proj,
+            "linear_output": self.linear_output,
         })
         .to_string();
         // FNV-1a: stable across builds and platforms (unlike std's SipHash keys).
@@ -262,6 +300,46 @@ mod tests {
             let err = cfg.validate().unwrap_err().to_string();
             assert!(err.contains(field), "{err}");
         }
+    }
+
+    #[test]
+    fn residual_and_norm_are_validated_and_hashed() {
+        let cfg = TrainConfig {
+            residual: true,
+            layers: 2,
+            fanouts: vec![5, 5],
+            ..Default::default()
+        };
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("residual") && err.contains('3'), "{err}");
+        let cfg = TrainConfig {
+            norm: NormKind::Layer,
+            layers: 1,
+            fanouts: vec![5],
+            ..Default::default()
+        };
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("norm"), "{err}");
+        let err = toml::from_str::<TrainConfig>("norm = \"batch\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("batch"), "{err}");
+        let cfg: TrainConfig =
+            toml::from_str("residual = true\nnorm = \"layer\"\nlayers = 3\nfanouts = [5, 5, 5]")
+                .unwrap();
+        cfg.validate().unwrap();
+        let plain = TrainConfig {
+            layers: 3,
+            fanouts: vec![5, 5, 5],
+            ..Default::default()
+        };
+        assert_ne!(cfg.model_hash(), plain.model_hash());
+        let res_only = TrainConfig {
+            residual: true,
+            ..plain.clone()
+        };
+        assert_ne!(res_only.model_hash(), plain.model_hash());
+        assert_ne!(res_only.model_hash(), cfg.model_hash());
     }
 
     #[test]

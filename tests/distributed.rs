@@ -805,3 +805,82 @@ fn snp_refuses_gcn_gat_and_mlp_saying_why() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+#[test]
+fn residual_norm_sage_trains_the_same_model_under_split_and_dnp_as_on_1_rank() {
+    if !have_mpirun() {
+        return;
+    }
+    let fx = Fixture::new();
+    let ds = fx.path("sbm.h5");
+    // Three layers (a residual needs a hidden → hidden layer) instead of TRAIN's two.
+    let three_layers = |extra: &[&'static str]| -> Vec<&'static str> {
+        let mut args: Vec<&str> = Vec::new();
+        let mut it = TRAIN.iter().copied();
+        while let Some(a) = it.next() {
+            args.push(a);
+            match a {
+                "--layers" => {
+                    it.next();
+                    args.push("3");
+                }
+                "--fanouts" => {
+                    it.next();
+                    args.push("5,3,2");
+                }
+                _ => {}
+            }
+        }
+        args.extend(["--model", "sage", "--residual", "true", "--norm", "layer"]);
+        args.extend_from_slice(extra);
+        args
+    };
+    let ds_s = ds.to_str().unwrap().to_owned();
+    let plain_ck = fx.path("ref-plain.h5");
+    let mut plain = train_args(&["--data", &ds_s, "--checkpoint"]);
+    plain.push(plain_ck.to_str().unwrap());
+    mpirun_ok(1, &plain);
+    let plain_len = read_params(&plain_ck).len();
+    // Residual + norm on hidden layers; then also the input projection inside layer 0 and the
+    // per-row linear output layer.
+    let variants: [(&str, &[&'static str]); 2] = [
+        ("residual+norm", &[]),
+        (
+            "residual+norm+input_proj+linear_output",
+            &["--input-proj", "true", "--linear-output", "true"],
+        ),
+    ];
+    for (vi, (name, extra)) in variants.iter().enumerate() {
+        let ref_ck = fx.path(&format!("ref-resnorm{vi}.h5"));
+        let ref_s = ref_ck.to_str().unwrap().to_owned();
+        let mut args = three_layers(extra);
+        args.extend(["--data", &ds_s, "--checkpoint", &ref_s]);
+        mpirun_ok(1, &args);
+        let reference = read_params(&ref_ck);
+        assert!(
+            plain_len < reference.len(),
+            "{name}: the norms' gains and biases are extra parameters"
+        );
+        for strategy in ["split", "dnp"] {
+            let ck = fx.path(&format!("resnorm{vi}-{strategy}.h5"));
+            let parts = fx.path("parts2");
+            let (parts_s, ck_s) = (
+                parts.to_str().unwrap().to_owned(),
+                ck.to_str().unwrap().to_owned(),
+            );
+            let mut args = three_layers(extra);
+            args.extend([
+                "--data",
+                &parts_s,
+                "--strategy",
+                strategy,
+                "--checkpoint",
+                &ck_s,
+            ]);
+            mpirun_ok(2, &args);
+            let d = rel_diff(&reference, &read_params(&ck));
+            eprintln!("{strategy} {name} sage on 2 ranks: relative difference {d:.2e}");
+            assert!(d <= 1e-4, "{strategy} {name} sage on 2 ranks: {d}");
+        }
+    }
+}

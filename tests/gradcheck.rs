@@ -8,7 +8,9 @@ use gnnpar::nn::layer::{Conv, DropoutCtx, Layer};
 use gnnpar::nn::linear::Linear;
 use gnnpar::nn::mlp::Mlp;
 use gnnpar::nn::sage::SageConv;
-use gnnpar::nn::{bce_with_logits, cross_entropy, Model, ModelConfig, ModelKind, ParamStore};
+use gnnpar::nn::{
+    bce_with_logits, cross_entropy, LayerNorm, Model, ModelConfig, ModelKind, NormKind, ParamStore,
+};
 use gnnpar::sample::Block;
 use gnnpar::tensor::activation::Activation;
 use gnnpar::tensor::aggregate::{
@@ -200,11 +202,134 @@ fn training_ctx() -> DropoutCtx<'static> {
 }
 
 fn layer(index: usize, conv: Conv, dropout: f32, activation: Option<Activation>) -> Layer {
-    Layer {
-        index,
-        conv,
-        dropout,
-        activation,
+    Layer::plain(index, conv, dropout, activation)
+}
+
+#[test]
+fn layer_norm_gain_bias_and_input() {
+    let mut rng = Rng(40);
+    let (rows, dim) = (7, 6);
+    let mut params = ParamStore::new();
+    let ln = LayerNorm::new(&mut params, "ln", dim);
+    // Non-trivial gain and bias so every term of the backward matters.
+    for v in params.values.iter_mut() {
+        *v += rng.uniform(0.5);
+    }
+    // One row nearly constant: a large 1/std, where a wrong variance term shows most.
+    let mut x = rng.matrix(rows, dim, 1.5);
+    x.row_mut(3).mapv_inplace(|v| 0.3 + 0.05 * v);
+    let r = rng.matrix(rows, dim, 1.0);
+    let (_, cache) = ln.forward(&params, x.view());
+    let mut grads = params.clone();
+    grads.zero_grads();
+    let dx = ln.backward(&mut grads, cache, r.view());
+    let mut vals = params.values.clone();
+    let mut probe = params.clone();
+    check_coords("layer norm dparams", &mut vals, &grads.grads, |v| {
+        probe.values.copy_from_slice(v);
+        dot64(ln.forward(&probe, x.view()).0.view(), r.view())
+    });
+    let mut xs = x.clone();
+    check_coords(
+        "layer norm dx",
+        xs.as_slice_mut().unwrap(),
+        dx.as_slice().unwrap(),
+        |v| {
+            let xv = Array2::from_shape_vec((rows, dim), v.to_vec()).unwrap();
+            dot64(ln.forward(&params, xv.view()).0.view(), r.view())
+        },
+    );
+}
+
+/// A hidden layer with layer norm on its input and a residual, for every convolution, on a
+/// sampled block (more sources than destinations) and a full-graph block, with dropout.
+#[test]
+fn residual_norm_layer_per_conv() {
+    let mut rng = Rng(41);
+    for &(nd, ns) in &[(6usize, 14usize), (12, 12)] {
+        let block = random_block(&mut rng, nd, ns);
+        for kind in ["sage", "gcn", "gat", "dense"] {
+            let dim = 6;
+            let mut params = ParamStore::new();
+            let (conv, block) = match kind {
+                "sage" => (
+                    Conv::Sage(SageConv::new(&mut params, "c", dim, dim, 3)),
+                    block.clone(),
+                ),
+                "gcn" => (
+                    Conv::Gcn(GcnConv::new(&mut params, "c", dim, dim, 3)),
+                    block.with_self_loops(),
+                ),
+                // Two concatenated heads of 3: 6 columns in and out.
+                "gat" => (
+                    Conv::Gat(GatConv::new(&mut params, "c", dim, 3, 2, true, 3)),
+                    block.clone(),
+                ),
+                _ => (
+                    Conv::Dense(Linear::new(&mut params, "c", dim, dim, 3)),
+                    block.clone(),
+                ),
+            };
+            let norm = LayerNorm::new(&mut params, "c.norm", dim);
+            // Move the norm off its identity initialisation (gain 1, bias 0).
+            let off = params.entries[norm.gain].offset;
+            for v in &mut params.values[off..off + 2 * dim] {
+                *v += rng.uniform(0.4);
+            }
+            let l = Layer {
+                norm: Some(norm),
+                residual: true,
+                ..layer(1, conv, 0.2, Some(Activation::Elu { alpha: 1.0 }))
+            };
+            let x = rng.matrix(ns, dim, 1.0);
+            check_layer(
+                &format!("{kind} residual+norm ({nd}/{ns})"),
+                &l,
+                &params,
+                &block,
+                &x,
+                &training_ctx(),
+            );
+            // The same layer behind an input projection (4 feature columns → 6), as the first
+            // layer of a model with `input_proj`.
+            let mut projected = params.clone();
+            let input = Linear::new(&mut projected, "c.input", 4, dim, 7);
+            let off = projected.entries[input.bias].offset;
+            for v in &mut projected.values[off..off + dim] {
+                *v = rng.uniform(0.3);
+            }
+            let lp = Layer {
+                input: Some(input),
+                index: 0,
+                ..l.clone()
+            };
+            let xf = rng.matrix(ns, 4, 1.0);
+            check_layer(
+                &format!("{kind} projected residual+norm ({nd}/{ns})"),
+                &lp,
+                &projected,
+                &block,
+                &xf,
+                &training_ctx(),
+            );
+            // Without an input gradient the norm's parameters still get theirs.
+            let (_, cache) = l.forward(&params, &block, x.view(), &training_ctx());
+            let mut g = params.clone();
+            g.zero_grads();
+            let none = l.backward(
+                &mut g,
+                &block,
+                &LazyTranspose::default(),
+                cache,
+                rng.matrix(nd, dim, 1.0).view(),
+                false,
+            );
+            assert!(none.is_none());
+            let e = &params.entries[l.norm.as_ref().unwrap().gain];
+            assert!(g.grads[e.offset..e.offset + 2 * dim]
+                .iter()
+                .any(|&v| v != 0.0));
+        }
     }
 }
 
@@ -583,6 +708,10 @@ fn config(kind: ModelKind, dropout: f32) -> ModelConfig {
         heads: 2,
         dropout,
         gat_concat: true,
+        residual: false,
+        norm: NormKind::None,
+        input_proj: false,
+        linear_output: false,
     }
 }
 
@@ -638,6 +767,68 @@ fn whole_models_per_kind() {
             check_coords(&format!("{kind} {case} model"), &mut vals, &analytic, |v| {
                 probe.params.values.copy_from_slice(v);
                 loss_of(&probe)
+            });
+        }
+    }
+}
+
+/// Whole 3-layer models with residual connections and layer norm, full-batch (one block
+/// three times, as full-batch training does), with and without the input projection.
+#[test]
+fn whole_residual_norm_models_per_kind() {
+    for kind in [ModelKind::Sage, ModelKind::Gcn, ModelKind::Gat] {
+        for input_proj in [false, true] {
+            let mut rng = Rng(50 + kind as u64);
+            let mut full = random_block(&mut rng, 10, 10);
+            if kind == ModelKind::Gcn {
+                full = full.with_self_loops();
+            }
+            let blocks = vec![&full, &full, &full];
+            let cfg = ModelConfig {
+                layers: 3,
+                residual: true,
+                norm: NormKind::Layer,
+                input_proj,
+                // Rows of 8 (not 4): layer norm over very few columns is too curved for `H`.
+                hidden: 8,
+                ..config(kind, 0.2)
+            };
+            let mut model = Model::new(cfg, 4).unwrap();
+            // Non-zero biases: with zero biases an isolated destination's row is constant, and
+            // layer norm of a (near-)constant row has a huge 1/std (1/sqrt(eps)); the gradient
+            // is still right there (checked with smaller steps), but too curved for `H`.
+            for v in model.params.values.iter_mut() {
+                *v += rng.uniform(0.2);
+            }
+            // Smooth activations: a ReLU kink moves the mean and variance of a whole
+            // normalised row, so several kinks fall within one finite-difference step.
+            for l in &mut model.layers {
+                if l.activation.is_some() {
+                    l.activation = Some(Activation::Elu { alpha: 1.0 });
+                }
+            }
+            let first = &model.layers[0];
+            assert_eq!(first.input.is_some(), input_proj);
+            assert_eq!(first.residual, input_proj);
+            assert_eq!(first.norm.is_some(), input_proj);
+            assert!(model.layers[1].residual && model.layers[1].norm.is_some());
+            assert!(!model.layers[2].residual && model.layers[2].norm.is_some());
+            let x = rng.matrix(10, 5, 1.0);
+            let labels: Vec<i64> = (0..10).map(|i| (i % 3) as i64).collect();
+            let ctx = training_ctx();
+            let (logits, cache) = model.forward(&blocks, &x, &ctx);
+            let (_, d) = cross_entropy(&logits, &labels);
+            let mut trained = model.clone();
+            trained.params.zero_grads();
+            trained.backward(&blocks, cache, &d);
+            let analytic = trained.params.grads.clone();
+            let mut vals = model.params.values.clone();
+            let mut probe = model.clone();
+            let what = format!("{kind} residual+norm model (input_proj {input_proj})");
+            check_coords(&what, &mut vals, &analytic, |v| {
+                probe.params.values.copy_from_slice(v);
+                let (logits, _) = probe.forward(&blocks, &x, &ctx);
+                cross_entropy(&logits, &labels).0
             });
         }
     }

@@ -2,6 +2,7 @@
 
 use crate::comm::World;
 use crate::config::{FeatureNorm, TrainConfig};
+use crate::nn::NormKind;
 use crate::train::{RunFiles, Trainer};
 use anyhow::Result;
 use clap::Args;
@@ -28,6 +29,18 @@ pub struct TrainArgs {
     pub heads: Option<usize>,
     #[arg(long)]
     pub dropout: Option<f32>,
+    /// Residual connections on the hidden → hidden layers: true or false (needs 3+ layers).
+    #[arg(long, value_name = "BOOL")]
+    pub residual: Option<bool>,
+    /// Normalisation of every layer's input but the first layer's.
+    #[arg(long, value_enum)]
+    pub norm: Option<NormKind>,
+    /// Per-row projection of the features to `hidden` inside the first layer: true or false.
+    #[arg(long, value_name = "BOOL")]
+    pub input_proj: Option<bool>,
+    /// Per-row linear output layer instead of a convolution: true or false.
+    #[arg(long, value_name = "BOOL")]
+    pub linear_output: Option<bool>,
     /// Neighbours per layer from the seeds outward, e.g. `15,10,5`; -1 = all.
     #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
     pub fanouts: Option<Vec<i32>>,
@@ -103,6 +116,10 @@ impl TrainArgs {
             hidden,
             heads,
             dropout,
+            residual,
+            norm,
+            input_proj,
+            linear_output,
             fanouts,
             batch_size,
             epochs,

@@ -1,5 +1,10 @@
-//! One model layer = dropout on its input → convolution → activation (hidden layers), with an
-//! explicit forward and backward over one [`Block`].
+//! One model layer = [layer norm →] dropout on its input → convolution → activation (hidden
+//! layers) [+ residual], with an explicit forward and backward over one [`Block`].
+//!
+//! The residual adds the destination's own input row (the first `num_dst` source rows of the
+//! block) to the layer's output, `out_v = h_v + act(conv(dropout(norm(h))))_v`; it exists only
+//! where input and output widths match (hidden → hidden), so a model keeps exactly one layer
+//! per block and strategies schedule it unchanged.
 //!
 //! Strategies that communicate between layers call [`Layer::forward`] / [`Layer::backward`]
 //! one layer at a time; [`super::model::Model`] simply chains them.
@@ -9,6 +14,7 @@ use ndarray::{s, Array2, ArrayView2, CowArray, Ix2};
 use super::gat::{GatCache, GatConv};
 use super::gcn::{GcnCache, GcnConv};
 use super::linear::Linear;
+use super::norm::{LayerNorm, NormCache};
 use super::params::ParamStore;
 use super::sage::{SageCache, SageConv};
 use crate::sample::Block;
@@ -193,7 +199,7 @@ impl Conv {
     }
 }
 
-/// One layer: dropout(input) → conv → activation.
+/// One layer: [norm(input) →] dropout → conv → activation [+ input row of the destination].
 #[derive(Clone, Debug, PartialEq)]
 pub struct Layer {
     /// Position in the model; mixed into the dropout stream.
@@ -203,11 +209,23 @@ pub struct Layer {
     pub dropout: f32,
     /// `None` for the output layer (logits).
     pub activation: Option<Activation>,
+    /// Per-row input projection before everything else (the first layer of a model with
+    /// `input_proj`): the norm, the convolution and the residual then see projected rows.
+    pub input: Option<Linear>,
+    /// Pre-normalisation of the input rows (before dropout), when configured.
+    pub norm: Option<LayerNorm>,
+    /// Add the destination's own (un-normalised) input row to the output; needs
+    /// `conv.in_dim() == conv.out_dim()`.
+    pub residual: bool,
 }
 
 /// What a layer keeps from its forward for its backward.
 #[derive(Debug)]
 pub struct LayerCache {
+    /// The input rows of the projection, when there is one.
+    input: Option<Array2<f32>>,
+    /// What the input normalisation kept, when there is one.
+    norm: Option<NormCache>,
     /// The mask and row keys used on the input, when dropout was applied.
     dropout: Option<(DropoutMask, Vec<u64>)>,
     conv: ConvCache,
@@ -223,6 +241,24 @@ impl LayerCache {
 }
 
 impl Layer {
+    /// A layer without normalisation or residual.
+    pub fn plain(index: usize, conv: Conv, dropout: f32, activation: Option<Activation>) -> Layer {
+        Layer {
+            index,
+            conv,
+            dropout,
+            activation,
+            input: None,
+            norm: None,
+            residual: false,
+        }
+    }
+
+    /// Input columns: the projection's when there is one, else the convolution's.
+    pub fn in_dim(&self) -> usize {
+        self.input.as_ref().map_or(self.conv.in_dim(), |p| p.in_dim)
+    }
+
     /// Map `h_src` (`block.num_src()` rows) to `block.num_dst` rows.
     ///
     /// # Panics
@@ -244,29 +280,66 @@ impl Layer {
         );
         assert_eq!(
             h_src.ncols(),
-            self.conv.in_dim(),
+            self.in_dim(),
             "layer {}: input has {} columns, expected {}",
             self.index,
             h_src.ncols(),
-            self.conv.in_dim()
+            self.in_dim()
         );
+        if self.residual {
+            assert_eq!(
+                self.conv.in_dim(),
+                self.conv.out_dim(),
+                "layer {}: a residual needs equal input and output widths",
+                self.index
+            );
+        }
         let rows = self.conv.input_rows(block);
-        let h = h_src.slice_move(s![..rows, ..]);
+        let (projected, input) = match &self.input {
+            Some(lin) => {
+                let x = h_src.slice(s![..rows, ..]).to_owned();
+                (Some(lin.forward(params, x.view())), Some(x))
+            }
+            None => (None, None),
+        };
+        // The rows the layer works on: projected, or as given.
+        let base = match &projected {
+            Some(p) => p.view(),
+            None => h_src.slice(s![..rows, ..]),
+        };
+        let h = base;
+        let (h, norm) = match &self.norm {
+            Some(ln) => {
+                let (y, cache) = ln.forward(params, h);
+                (CowArray::from(y), Some(cache))
+            }
+            None => (standard(h), None),
+        };
         let dropout = (ctx.training && self.dropout > 0.0).then(|| {
             let mask = DropoutMask::new(derive_stream(ctx.stream, self.index as u64), self.dropout);
             (mask, row_keys(block, rows, ctx.orig_ids))
         });
         let h_in = match &dropout {
-            Some((mask, keys)) => CowArray::from(mask.apply(h, keys)),
-            None => standard(h),
+            Some((mask, keys)) => CowArray::from(mask.apply(h.view(), keys)),
+            None => h,
         };
         let (z, conv) = self.conv.forward(params, block, h_in);
-        self.finish_forward(z, conv, dropout)
+        let (mut out, mut cache) = self.finish_forward(z, conv, dropout);
+        cache.norm = norm;
+        cache.input = input;
+        if self.residual {
+            // The destinations are the first `num_dst` sources: their own input rows.
+            out += &base.slice(s![..block.num_dst, ..]);
+        }
+        (out, cache)
     }
 
     /// [`Layer::forward`] on sparse input rows (`block.num_src()` of them, e.g. bag-of-words
     /// features): dropout masks only the stored entries, and the convolution multiplies only
     /// the non-zeros. Same result as the dense path up to rounding.
+    ///
+    /// A layer with a normalisation or a residual works on dense rows: it takes the dense
+    /// path (such layers read hidden rows, never the sparse input features of a model).
     ///
     /// # Panics
     /// If the shapes do not match, or the convolution has no sparse path
@@ -278,6 +351,9 @@ impl Layer {
         x: &CsrMatrix,
         ctx: &DropoutCtx,
     ) -> (Array2<f32>, LayerCache) {
+        if self.norm.is_some() || self.residual || self.input.is_some() {
+            return self.forward(params, block, x.to_dense().view(), ctx);
+        }
         assert_eq!(
             x.nrows(),
             block.num_src(),
@@ -324,6 +400,8 @@ impl Layer {
         (
             z,
             LayerCache {
+                input: None,
+                norm: None,
                 dropout,
                 conv,
                 activated,
@@ -369,23 +447,43 @@ impl Layer {
         } else {
             d_h_dst.as_standard_layout().into_owned()
         };
+        // The residual passes the output gradient straight to the destinations' input rows;
+        // keep it before the activation's backward overwrites `dz`.
+        let need_d_base = need_d_src || self.input.is_some();
+        let d_residual = (self.residual && need_d_base).then(|| dz.clone());
         if let (Some(act), Some(saved)) = (self.activation, &cache.activated) {
             act.backward_saved(saved, dz.view_mut());
         }
-        let d_in =
+        // A norm's gain and bias (and a projection's weights) learn from the gradient of the
+        // convolution's input, so it is needed even when the caller does not want d `h_src`.
+        let need_d_in = need_d_base || self.norm.is_some();
+        let mut d_in =
             self.conv
-                .backward(params, block, transpose, cache.conv, dz.view(), need_d_src)?;
+                .backward(params, block, transpose, cache.conv, dz.view(), need_d_in)?;
+        if let Some((mask, keys)) = &cache.dropout {
+            mask.apply_in_place(d_in.view_mut(), keys);
+        }
+        if let (Some(ln), Some(nc)) = (&self.norm, cache.norm) {
+            d_in = ln.backward(params, nc, d_in.view());
+        }
+        if let Some(d_res) = d_residual {
+            let mut dst = d_in.slice_mut(s![..block.num_dst, ..]);
+            dst += &d_res;
+        }
+        if let (Some(lin), Some(x)) = (&self.input, cache.input) {
+            d_in = lin.backward(params, x.view(), d_in.view(), need_d_src)?;
+        }
+        if !need_d_src {
+            return None;
+        }
         let rows = d_in.nrows();
-        let mut d_src = if rows == block.num_src() {
+        let d_src = if rows == block.num_src() {
             d_in
         } else {
             let mut full = Array2::zeros((block.num_src(), d_in.ncols()));
             full.slice_mut(s![..rows, ..]).assign(&d_in);
             full
         };
-        if let Some((mask, keys)) = &cache.dropout {
-            mask.apply_in_place(d_src.slice_mut(s![..rows, ..]), keys);
-        }
         Some(d_src)
     }
 }

@@ -15,6 +15,7 @@ pub mod layer;
 pub mod linear;
 pub mod mlp;
 pub mod model;
+pub mod norm;
 pub mod params;
 pub mod sage;
 
@@ -22,4 +23,5 @@ pub use crate::tensor::loss::{bce_with_logits, cross_entropy};
 pub use adam::Adam;
 pub use layer::{DropoutCtx, Layer};
 pub use model::{ForwardCache, Model, ModelConfig, ModelKind};
+pub use norm::{LayerNorm, NormKind};
 pub use params::{ParamEntry, ParamStore};

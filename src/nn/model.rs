@@ -11,6 +11,7 @@ use super::gat::GatConv;
 use super::gcn::GcnConv;
 use super::layer::{Conv, DropoutCtx, Layer, LayerCache};
 use super::linear::Linear;
+use super::norm::{LayerNorm, NormKind};
 use super::params::ParamStore;
 use super::sage::SageConv;
 use crate::sample::Block;
@@ -76,6 +77,23 @@ pub struct ModelConfig {
     /// GAT hidden layers: concatenate the heads (`heads·hidden` columns) or average them
     /// (`hidden` columns). The output layer always averages, so it has `out_dim` columns.
     pub gat_concat: bool,
+    /// Residual connections on the hidden → hidden layers (every layer but the first and the
+    /// last): `out_v = h_v + layer(h)_v`.
+    #[serde(default)]
+    pub residual: bool,
+    /// Normalisation of the input of every layer that reads hidden rows (all but the first,
+    /// the output layer included, like the final norm before the output of the published
+    /// heterophilous-benchmark models).
+    #[serde(default)]
+    pub norm: NormKind,
+    /// A per-row linear projection of the input features to `hidden` inside the first layer,
+    /// whose convolution is then hidden → hidden (with norm and residual as configured).
+    #[serde(default)]
+    pub input_proj: bool,
+    /// The output layer is a per-row linear layer on the destinations' own rows instead of a
+    /// convolution (the last block then only supplies its destinations).
+    #[serde(default)]
+    pub linear_output: bool,
 }
 
 impl ModelConfig {
@@ -98,6 +116,26 @@ impl ModelConfig {
         ensure!(
             self.kind != ModelKind::Gat || self.heads >= 1,
             "model: heads must be at least 1 for gat"
+        );
+        ensure!(
+            !self.residual || self.layers >= 3 || (self.input_proj && self.layers >= 2),
+            "model: residual needs at least 3 layers, or 2 with input_proj (the first layer \
+             without a projection and the output layer change the width and have none), got {}",
+            self.layers
+        );
+        ensure!(
+            !self.linear_output || self.layers >= 2,
+            "model: linear_output needs at least 2 layers (one layer would ignore the graph)"
+        );
+        ensure!(
+            !self.input_proj || self.layers >= 2,
+            "model: input_proj needs at least 2 layers (the output layer has no projection)"
+        );
+        ensure!(
+            self.norm == NormKind::None || self.layers >= 2,
+            "model: norm {} needs at least 2 layers (the first layer reads the raw features \
+             and is not normalised)",
+            self.norm
         );
         ensure!(
             self.dropout.is_finite() && (0.0..1.0).contains(&self.dropout),
@@ -134,12 +172,38 @@ impl Model {
         let mut params = ParamStore::new();
         let mut layers = Vec::with_capacity(cfg.layers);
         let mut in_dim = cfg.in_dim;
+        // Width of the hidden rows between layers.
+        let hidden_width = match cfg.kind {
+            ModelKind::Gat if cfg.gat_concat => cfg.heads * cfg.hidden,
+            _ => cfg.hidden,
+        };
         for l in 0..cfg.layers {
             let last = l + 1 == cfg.layers;
             let out = if last { cfg.out_dim } else { cfg.hidden };
             let prefix = format!("layers.{l}");
             let seed = derive_stream(seed, l as u64);
+            // With an input projection the first layer's convolution reads hidden rows.
+            let input = (l == 0 && cfg.input_proj).then(|| {
+                let seed = derive_stream(seed, 0x0069_6e70_7574);
+                Linear::new(
+                    &mut params,
+                    &format!("{prefix}.input"),
+                    in_dim,
+                    hidden_width,
+                    seed,
+                )
+            });
+            let conv_in = match &input {
+                Some(p) => p.out_dim,
+                None => in_dim,
+            };
+            in_dim = conv_in;
+            debug_assert!(input.is_none() || in_dim == hidden_width);
             let conv = match cfg.kind {
+                // A per-row output layer: the logits read only the destination's own row.
+                _ if last && cfg.linear_output => {
+                    Conv::Dense(Linear::new(&mut params, &prefix, in_dim, out, seed))
+                }
                 ModelKind::Sage => {
                     Conv::Sage(SageConv::new(&mut params, &prefix, in_dim, out, seed))
                 }
@@ -162,12 +226,23 @@ impl Model {
                 ModelKind::Gat => Activation::Elu { alpha: 1.0 },
                 _ => Activation::Relu,
             });
+            // The first layer reads the input features: no norm (they are the data), and no
+            // residual (features → hidden changes the width) unless it projects them to
+            // hidden rows first; the output layer changes the width too.
+            let reads_hidden = l > 0 || input.is_some();
+            let norm = (reads_hidden && cfg.norm == NormKind::Layer)
+                .then(|| LayerNorm::new(&mut params, &format!("{prefix}.norm"), in_dim));
+            let residual = cfg.residual && reads_hidden && !last;
+            debug_assert!(!residual || conv.in_dim() == conv.out_dim());
             in_dim = conv.out_dim();
             layers.push(Layer {
                 index: l,
                 conv,
                 dropout: cfg.dropout,
                 activation,
+                input,
+                norm,
+                residual,
             });
         }
         Ok(Model {
@@ -337,6 +412,10 @@ mod tests {
                 heads: 1,
                 dropout: 0.3,
                 gat_concat: true,
+                residual: false,
+                norm: NormKind::None,
+                input_proj: false,
+                linear_output: false,
             };
             let ctx = DropoutCtx {
                 training: true,

@@ -123,6 +123,10 @@ impl<'w> Trainer<'w> {
                 heads: cfg.heads,
                 dropout: cfg.dropout,
                 gat_concat: true,
+                residual: cfg.residual,
+                norm: cfg.norm,
+                input_proj: cfg.input_proj,
+                linear_output: cfg.linear_output,
             },
             cfg.seed,
         )?;
