@@ -225,7 +225,7 @@ impl TrainConfig {
             );
         }
         if self.strategy == "snp" {
-            crate::train::snp::check_model(&self.model)?;
+            crate::train::snp::check_config(self)?;
         }
         Ok(())
     }

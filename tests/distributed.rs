@@ -777,7 +777,7 @@ fn snp_with_sage_on_2_and_4_ranks_trains_the_same_model_as_1_rank_without_moving
 }
 
 #[test]
-fn snp_refuses_gcn_gat_and_mlp_saying_why() {
+fn snp_refuses_gcn_gat_mlp_and_an_input_projection_saying_why() {
     for (model, why) in [
         ("gcn", "mean aggregator only"),
         ("gat", "per-destination maxima and sums"),
@@ -804,6 +804,24 @@ fn snp_refuses_gcn_gat_and_mlp_saying_why() {
         );
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
+    // An input projection sits in front of the convolution SNP splits by source owner.
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "train",
+        "--strategy",
+        "snp",
+        "--input-proj",
+        "true",
+        "--max-steps",
+        "1",
+    ]);
+    let out = run_with_timeout(cmd);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "snp + input_proj must be refused");
+    assert!(
+        stderr.contains("does not support `input_proj`") && !stderr.contains("panicked"),
+        "unclear message:\n{stderr}"
+    );
 }
 
 #[test]

@@ -38,7 +38,7 @@ use std::collections::BTreeMap;
 pub const DRY_RUN_BATCHES: usize = 4;
 
 /// The single-node strategies `auto` chooses among, in order of preference on a tie (snp only
-/// for models it supports, see [`super::snp::check_model`]).
+/// for configurations it supports, see [`super::snp::check_config`]).
 pub const CANDIDATES: &[&str] = &["gdp", "split", "dnp", "snp"];
 
 /// The time model: seconds = bytes / bandwidth + flops / rate, per rank and mini-batch.
@@ -202,7 +202,7 @@ pub fn choose(cfg: &TrainConfig, data: &TrainData, model: &Model, world: &World)
         .chunks(per)
         .map(|c| Counts::from_flat(c, layers))
         .collect();
-    let snp_ok = super::snp::check_model(&cfg.model).is_ok();
+    let snp_ok = super::snp::check_config(cfg).is_ok();
     let candidates: Vec<&str> = CANDIDATES
         .iter()
         .copied()

@@ -32,8 +32,24 @@ use anyhow::{bail, Result};
 use ndarray::Array2;
 use std::time::Instant;
 
-/// Why a model cannot run under SNP, or `Ok` when it can (config validation calls this).
-pub fn check_model(model: &str) -> Result<()> {
+/// Why a configuration cannot run under SNP, or `Ok` when it can (config validation calls
+/// this). SNP splits the input layer's neighbour sum by source owner, so it needs a sum-type
+/// aggregator over the raw features: SAGE's mean, without an input projection in front.
+pub fn check_config(cfg: &crate::config::TrainConfig) -> Result<()> {
+    check_model(&cfg.model)?;
+    if cfg.input_proj {
+        bail!(
+            "config: `strategy` \"snp\" does not support `input_proj`: SNP computes the input \
+             layer's neighbour sums on the sources' owners straight from their feature rows, and \
+             a projection (with its norm and residual) in front of the convolution is not split \
+             that way; drop `input_proj`, or use --strategy gdp, split or dnp"
+        );
+    }
+    Ok(())
+}
+
+/// Why a model cannot run under SNP, or `Ok` when it can.
+fn check_model(model: &str) -> Result<()> {
     match model {
         "sage" => Ok(()),
         "gcn" => bail!(
