@@ -59,9 +59,18 @@ impl HaloPlan {
     }
 
     /// Logits of the owned vertices: the model applied layer by layer, without dropout.
-    /// Collective.
-    pub fn infer(&self, group: &Group, model: &Model, own_features: &Array2<f32>) -> Array2<f32> {
-        let ctx = DropoutCtx::eval();
+    /// `gcn_degrees`: see [`DropoutCtx::gcn_degrees`]. Collective.
+    pub fn infer(
+        &self,
+        group: &Group,
+        model: &Model,
+        own_features: &Array2<f32>,
+        gcn_degrees: Option<&[u32]>,
+    ) -> Array2<f32> {
+        let ctx = DropoutCtx {
+            gcn_degrees,
+            ..DropoutCtx::eval()
+        };
         let mut h = own_features.clone();
         for layer in &model.layers {
             let remote = self.halo.forward(group, "eval_halo_rows", h.view());

@@ -29,6 +29,11 @@ pub struct DropoutCtx<'a> {
     /// Original vertex id of every (relabelled) global id, so masks follow the vertex, not
     /// the partitioning; `None` keys rows by their global id.
     pub orig_ids: Option<&'a [u64]>,
+    /// GCN only: the degree `D_u` of every (relabelled) global id in the whole graph (its
+    /// neighbour count, +1 with self-loops), so that normalisation does not depend on which
+    /// edges a rank's block holds (`TrainData::gcn_degrees`). `None` counts degrees inside the
+    /// block (DGL's block convention; unit tests).
+    pub gcn_degrees: Option<&'a [u32]>,
 }
 
 impl DropoutCtx<'_> {
@@ -38,6 +43,7 @@ impl DropoutCtx<'_> {
             training: false,
             stream: 0,
             orig_ids: None,
+            gcn_degrees: None,
         }
     }
 }
@@ -114,6 +120,7 @@ impl Conv {
         params: &ParamStore,
         block: &Block,
         x: CsrMatrix,
+        gcn_degrees: Option<&[u32]>,
     ) -> (Array2<f32>, ConvCache) {
         match self {
             Conv::Sage(c) => {
@@ -121,7 +128,7 @@ impl Conv {
                 (z, ConvCache::Sage(k))
             }
             Conv::Gcn(c) => {
-                let (z, k) = c.forward_sparse(params, block, x);
+                let (z, k) = c.forward_sparse(params, block, x, gcn_degrees);
                 (z, ConvCache::Gcn(k))
             }
             Conv::Dense(c) => (c.forward_sparse(params, &x), ConvCache::DenseSparse(x)),
@@ -137,12 +144,14 @@ impl Conv {
         }
     }
 
-    /// `h_in` has `input_rows` rows; the result has `block.num_dst` rows.
+    /// `h_in` has `input_rows` rows; the result has `block.num_dst` rows. `gcn_degrees`:
+    /// see [`DropoutCtx::gcn_degrees`].
     pub fn forward(
         &self,
         params: &ParamStore,
         block: &Block,
         h_in: CowArray<f32, Ix2>,
+        gcn_degrees: Option<&[u32]>,
     ) -> (Array2<f32>, ConvCache) {
         match self {
             Conv::Sage(c) => {
@@ -150,7 +159,7 @@ impl Conv {
                 (z, ConvCache::Sage(k))
             }
             Conv::Gcn(c) => {
-                let (z, k) = c.forward(params, block, h_in);
+                let (z, k) = c.forward(params, block, h_in, gcn_degrees);
                 (z, ConvCache::Gcn(k))
             }
             Conv::Gat(c) => {
@@ -260,7 +269,7 @@ impl Layer {
             Some((mask, keys)) => CowArray::from(mask.apply(h, keys)),
             None => standard(h),
         };
-        let (z, conv) = self.conv.forward(params, block, h_in);
+        let (z, conv) = self.conv.forward(params, block, h_in, ctx.gcn_degrees);
         self.finish_forward(z, conv, dropout)
     }
 
@@ -306,7 +315,7 @@ impl Layer {
             mask.apply_sparse_in_place(&mut h, &keys);
             (mask, keys)
         });
-        let (z, conv) = self.conv.forward_sparse(params, block, h);
+        let (z, conv) = self.conv.forward_sparse(params, block, h, ctx.gcn_degrees);
         self.finish_forward(z, conv, dropout)
     }
 

@@ -10,8 +10,6 @@ use std::sync::OnceLock;
 
 use ndarray::{Array2, ArrayView2};
 
-use rayon::prelude::*;
-
 use super::gather::axpy;
 use super::simd::simd_kernel;
 use crate::sample::Block;
@@ -25,6 +23,10 @@ pub enum EdgeWeights<'a> {
     Mean,
     /// One weight per edge, in the block's CSR order.
     PerEdge(&'a [f32]),
+    /// The weight of edge `u → i` is `dst[i] · src[u]` (GCN's symmetric normalisation, see
+    /// [`GcnNorm`]): each destination sums `src[u]·x[u]` over its edges and scales the sum by
+    /// `dst[i]` once. No per-edge array is read, so the kernel touches only the sources.
+    Factored { src: &'a [f32], dst: &'a [f32] },
 }
 
 /// The edges of a block grouped by source: the edges leaving source `u` are positions
@@ -108,9 +110,14 @@ simd_kernel! {
             let u = block.indices[e] as usize;
             let w = match weights {
                 EdgeWeights::PerEdge(w) => w[e],
+                EdgeWeights::Factored { src, .. } => src[u],
                 _ => row_weight,
             };
             axpy(w, &xs[u * cols..(u + 1) * cols], row);
+        }
+        if let EdgeWeights::Factored { dst, .. } = weights {
+            let d = dst[i];
+            row.iter_mut().for_each(|r| *r *= d);
         }
     }
 }
@@ -134,10 +141,14 @@ simd_kernel! {
             let v = bt.dst[k] as usize;
             let w = match weights {
                 SourceWeights::One => 1.0,
-                SourceWeights::PerDst(w) => w[v],
+                SourceWeights::PerDst(w) | SourceWeights::Factored { dst: w, .. } => w[v],
                 SourceWeights::PerEdge(w) => w[bt.edge[k] as usize],
             };
             axpy(w, &ds[v * cols..(v + 1) * cols], row);
+        }
+        if let SourceWeights::Factored { src, .. } = weights {
+            let s = src[u];
+            row.iter_mut().for_each(|r| *r *= s);
         }
     }
 }
@@ -150,6 +161,11 @@ enum SourceWeights<'a> {
     /// [`EdgeWeights::Mean`] gives).
     PerDst(&'a [f32]),
     PerEdge(&'a [f32]),
+    /// `Σ_v dst[v]·dy[v]` over the source's edges, scaled by `src[u]` once.
+    Factored {
+        src: &'a [f32],
+        dst: &'a [f32],
+    },
 }
 
 /// Matrices smaller than this (floats) stay in cache: no prefetching.
@@ -222,6 +238,7 @@ pub fn aggregate_transpose(
             SourceWeights::PerDst(&inv_degree)
         }
         EdgeWeights::PerEdge(w) => SourceWeights::PerEdge(w),
+        EdgeWeights::Factored { src, dst } => SourceWeights::Factored { src, dst },
     };
     super::par_rows_from_zero(
         block.num_src(),
@@ -231,44 +248,86 @@ pub fn aggregate_transpose(
     )
 }
 
-simd_kernel! {
-    /// `out[k] = 1/sqrt(din · out_deg[srcs[k]])` for the edges of one destination.
-    fn norm_row(din: f32, srcs: &[u32], out_deg: &[u32], out: &mut [f32]) {
-        for (c, &u) in out.iter_mut().zip(srcs) {
-            let dout = out_deg[u as usize] as f32;
-            *c = 1.0 / (din * dout).sqrt();
-        }
+/// GCN's symmetric normalisation, factored: edge `u → v` has weight
+/// `dst[v] · src[u] = 1/sqrt(d̂_v) · 1/sqrt(D_u)`, where `d̂_v` is `v`'s in-degree inside the
+/// block and `D_u` is `u`'s degree (see [`GcnNorm::new`]). Vertices with degree 0 get factor 0,
+/// so their edges contribute nothing (as PyG's `gcn_norm` does), never `inf`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GcnNorm {
+    /// `1/sqrt(D_u)` per source row.
+    pub src: Vec<f32>,
+    /// `1/sqrt(d̂_v)` per destination row.
+    pub dst: Vec<f32>,
+}
+
+/// `1/sqrt(d)`, and 0 for degree 0.
+#[inline]
+fn inv_sqrt(d: usize) -> f32 {
+    if d == 0 {
+        0.0
+    } else {
+        1.0 / (d as f32).sqrt()
     }
 }
 
-/// GCN's symmetric normalisation per edge: `1/sqrt(deg_in(dst) · deg_out(src))`, both degrees
-/// counted inside the block (duplicate edges count each time). Every edge has both degrees ≥ 1,
-/// so isolated vertices simply contribute nothing.
-pub fn gcn_norm(block: &Block) -> Vec<f32> {
-    let mut out_deg = vec![0u32; block.num_src()];
-    for &u in &block.indices {
-        out_deg[u as usize] += 1;
+impl GcnNorm {
+    /// The factors of `block`.
+    ///
+    /// * `src_degrees = Some(table)`: `D_u = table[global id of u]`, a degree of the whole graph
+    ///   (the number of neighbours `u` itself aggregates, +1 with self-loops). It does not depend
+    ///   on which edges a block holds, so every rank count normalises an edge the same way; on
+    ///   the whole graph on one rank this is exactly standard GCN (`D^-1/2 (A+I) D^-1/2`).
+    /// * `None`: `D_u` is `u`'s out-degree inside the block (DGL's convention for blocks); a
+    ///   block holding only some ranks' edges then normalises differently, so the trainer
+    ///   always passes the table.
+    ///
+    /// # Panics
+    /// If a source's global id is outside `table` (a caller bug).
+    pub fn new(block: &Block, src_degrees: Option<&[u32]>) -> GcnNorm {
+        let dst = (0..block.num_dst)
+            .map(|i| inv_sqrt(block.in_degree(i)))
+            .collect();
+        let src = match src_degrees {
+            Some(table) => block
+                .src_nodes
+                .iter()
+                .map(|&v| {
+                    let d = *table.get(v as usize).unwrap_or_else(|| {
+                        panic!("vertex {v} has no degree (table of {})", table.len())
+                    });
+                    inv_sqrt(d as usize)
+                })
+                .collect(),
+            None => {
+                let mut out_deg = vec![0u32; block.num_src()];
+                for &u in &block.indices {
+                    out_deg[u as usize] += 1;
+                }
+                out_deg.iter().map(|&d| inv_sqrt(d as usize)).collect()
+            }
+        };
+        GcnNorm { src, dst }
     }
-    let mut coef = vec![0f32; block.num_edges()];
-    // Fixed chunks of destinations, each writing its own edges' coefficients.
-    const CHUNK: usize = 2048;
-    let mut parts = Vec::with_capacity(block.num_dst.div_ceil(CHUNK));
-    let mut rest: &mut [f32] = &mut coef;
-    for d0 in (0..block.num_dst).step_by(CHUNK) {
-        let d1 = (d0 + CHUNK).min(block.num_dst);
-        let (head, tail) = rest.split_at_mut(block.indptr[d1] - block.indptr[d0]);
-        parts.push((d0..d1, head));
-        rest = tail;
-    }
-    parts.into_par_iter().for_each(|(dsts, out)| {
-        let base = block.indptr[dsts.start];
-        for i in dsts {
-            let span = block.indptr[i] - base..block.indptr[i + 1] - base;
-            let srcs = &block.indices[block.indptr[i]..block.indptr[i + 1]];
-            norm_row(block.in_degree(i) as f32, srcs, &out_deg, &mut out[span]);
+
+    /// The aggregation weights.
+    pub fn weights(&self) -> EdgeWeights<'_> {
+        EdgeWeights::Factored {
+            src: &self.src,
+            dst: &self.dst,
         }
-    });
-    coef
+    }
+
+    /// Each edge's coefficient, in the block's CSR order (tests and inspection).
+    pub fn per_edge(&self, block: &Block) -> Vec<f32> {
+        (0..block.num_dst)
+            .flat_map(|i| {
+                block
+                    .in_edges(i)
+                    .iter()
+                    .map(move |&u| self.dst[i] * self.src[u as usize])
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -316,10 +375,35 @@ mod tests {
 
     #[test]
     fn gcn_norm_counts_degrees_inside_the_block() {
-        let c = gcn_norm(&block());
+        let b = block();
+        let c = GcnNorm::new(&b, None).per_edge(&b);
         // Edge 0: dst 0 (in 3), src 1 (out 2).
         assert!((c[0] - 1.0 / 6f32.sqrt()).abs() < 1e-7);
         // Edge 4: dst 2 (in 2), src 0 (out 1).
         assert!((c[4] - 1.0 / 2f32.sqrt()).abs() < 1e-7);
+    }
+
+    #[test]
+    fn gcn_norm_with_global_degrees() {
+        let b = block();
+        // Global ids 10..14; vertex 11 has degree 8, 12 degree 0 (its edges then weigh 0).
+        let mut table = vec![0u32; 14];
+        table[10] = 4;
+        table[11] = 8;
+        let norm = GcnNorm::new(&b, Some(&table));
+        let c = norm.per_edge(&b);
+        assert!((c[0] - 1.0 / 24f32.sqrt()).abs() < 1e-7);
+        assert_eq!(c[2], 0.0);
+        assert!((c[4] - 1.0 / 8f32.sqrt()).abs() < 1e-7);
+        // The factored aggregation equals the per-edge one.
+        let x = array![[1.0f32, -1.0], [2.0, 0.5], [4.0, 3.0], [8.0, 1.0]];
+        let a = aggregate(&b, x.view(), norm.weights());
+        let p = aggregate(&b, x.view(), EdgeWeights::PerEdge(&c));
+        assert!((&a - &p).iter().all(|d| d.abs() < 1e-6));
+        let bt = BlockTranspose::new(&b);
+        let dy = array![[1.0f32, 2.0], [5.0, 5.0], [-1.0, 0.5]];
+        let a = aggregate_transpose(&b, &bt, dy.view(), norm.weights());
+        let p = aggregate_transpose(&b, &bt, dy.view(), EdgeWeights::PerEdge(&c));
+        assert!((&a - &p).iter().all(|d| d.abs() < 1e-6));
     }
 }

@@ -69,6 +69,7 @@ pub fn dnp_step(
         training: true,
         stream: hash_key(&[key.seed, key.epoch, key.batch, 0x64726f70]),
         orig_ids: data.orig_ids.as_deref(),
+        gcn_degrees: data.gcn_degrees.as_deref(),
     };
     let t = Instant::now();
     let (h_mine, input_cache) =

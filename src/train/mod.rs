@@ -105,8 +105,11 @@ impl<'w> Trainer<'w> {
                 checkpoint::check_writable(path)?;
             }
         }
-        let data = TrainData::load(files.data.as_deref(), &cfg, world)?;
+        let mut data = TrainData::load(files.data.as_deref(), &cfg, world)?;
         let kind: ModelKind = cfg.model.parse()?;
+        if kind == ModelKind::Gcn {
+            data.build_gcn_degrees(world, cfg.uses_self_loops())?;
+        }
         let model = Model::new(
             ModelConfig {
                 kind,
@@ -563,7 +566,12 @@ impl<'w> Trainer<'w> {
     pub fn evaluate(&mut self) -> (f64, f64, f64) {
         self.ensure_full_plan();
         let (plan, _) = self.full.as_ref().expect("built above");
-        let logits = plan.infer(self.world, &self.model, self.data.store.own_rows());
+        let logits = plan.infer(
+            self.world,
+            &self.model,
+            self.data.store.own_rows(),
+            self.data.gcn_degrees.as_deref(),
+        );
         let first = self.data.part.first_node;
         let splits = self.data.splits();
         let eval = |ids: &[NodeId]| {

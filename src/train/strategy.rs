@@ -96,6 +96,7 @@ pub fn gdp_minibatch_step(
         training: true,
         stream: dropout_stream(key),
         orig_ids: data.orig_ids.as_deref(),
+        gcn_degrees: data.gcn_degrees.as_deref(),
     };
     let (logits, cache) = model.forward(&refs, &x, &ctx);
     let (loss_sum, mut d_logits) = cross_entropy(&logits, &labels);
@@ -128,6 +129,7 @@ pub fn full_batch_step(
         training: true,
         stream: dropout_stream(key),
         orig_ids: data.orig_ids.as_deref(),
+        gcn_degrees: data.gcn_degrees.as_deref(),
     };
     let t = Instant::now();
     let mut caches = Vec::with_capacity(model.layers.len());
