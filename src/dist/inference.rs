@@ -7,7 +7,7 @@ use crate::comm::Group;
 use crate::graph::{Dataset, NodeId};
 use crate::nn::{DropoutCtx, Model};
 use crate::sample::Block;
-use ndarray::{concatenate, Array2, Axis};
+use ndarray::{concatenate, Array2, Axis, CowArray};
 use std::collections::HashMap;
 
 /// The local block of full-graph inference (destinations = owned vertices, sources = owned
@@ -74,8 +74,14 @@ impl HaloPlan {
         let mut h = own_features.clone();
         for layer in &model.layers {
             let remote = self.halo.forward(group, "eval_halo_rows", h.view());
-            let h_src =
-                concatenate(Axis(0), &[h.view(), remote.view()]).expect("same feature width");
+            // One rank has no halo: read the owned rows in place.
+            let h_src = if remote.nrows() == 0 {
+                CowArray::from(h.view())
+            } else {
+                CowArray::from(
+                    concatenate(Axis(0), &[h.view(), remote.view()]).expect("same feature width"),
+                )
+            };
             let (out, _) = layer.forward(&model.params, &self.block, h_src.view(), &ctx);
             h = out;
         }

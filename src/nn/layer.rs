@@ -14,7 +14,7 @@ use super::sage::{SageCache, SageConv};
 use crate::sample::Block;
 use crate::tensor::activation::{Activation, Saved};
 use crate::tensor::aggregate::LazyTranspose;
-use crate::tensor::dropout::{derive_stream, DropoutMask};
+use crate::tensor::dropout::{derive_stream, DropoutMask, KeptBits};
 use crate::tensor::sparse::CsrMatrix;
 use crate::tensor::standard;
 
@@ -214,11 +214,20 @@ pub struct Layer {
     pub activation: Option<Activation>,
 }
 
+/// How a layer's backward re-applies its input dropout.
+#[derive(Debug)]
+enum DropoutSaved {
+    /// The kept bits of a dense input (no hashing in the backward).
+    Bits(KeptBits),
+    /// The mask and row keys of a sparse input (its gradient is dense: hash again).
+    Keys(DropoutMask, Vec<u64>),
+}
+
 /// What a layer keeps from its forward for its backward.
 #[derive(Debug)]
 pub struct LayerCache {
-    /// The mask and row keys used on the input, when dropout was applied.
-    dropout: Option<(DropoutMask, Vec<u64>)>,
+    /// How to mask the input gradient, when dropout was applied.
+    dropout: Option<DropoutSaved>,
     conv: ConvCache,
     /// What the activation's backward needs, when there is an activation.
     activated: Option<Saved>,
@@ -261,13 +270,12 @@ impl Layer {
         );
         let rows = self.conv.input_rows(block);
         let h = h_src.slice_move(s![..rows, ..]);
-        let dropout = (ctx.training && self.dropout > 0.0).then(|| {
+        let (h_in, dropout) = if ctx.training && self.dropout > 0.0 {
             let mask = DropoutMask::new(derive_stream(ctx.stream, self.index as u64), self.dropout);
-            (mask, row_keys(block, rows, ctx.orig_ids))
-        });
-        let h_in = match &dropout {
-            Some((mask, keys)) => CowArray::from(mask.apply(h, keys)),
-            None => standard(h),
+            let (h, kept) = mask.apply_recorded(h, &row_keys(block, rows, ctx.orig_ids));
+            (CowArray::from(h), Some(DropoutSaved::Bits(kept)))
+        } else {
+            (standard(h), None)
         };
         let (z, conv) = self.conv.forward(params, block, h_in, ctx.gcn_degrees);
         self.finish_forward(z, conv, dropout)
@@ -313,7 +321,7 @@ impl Layer {
             let mask = DropoutMask::new(derive_stream(ctx.stream, self.index as u64), self.dropout);
             let keys = row_keys(block, rows, ctx.orig_ids);
             mask.apply_sparse_in_place(&mut h, &keys);
-            (mask, keys)
+            DropoutSaved::Keys(mask, keys)
         });
         let (z, conv) = self.conv.forward_sparse(params, block, h, ctx.gcn_degrees);
         self.finish_forward(z, conv, dropout)
@@ -324,7 +332,7 @@ impl Layer {
         &self,
         mut z: Array2<f32>,
         conv: ConvCache,
-        dropout: Option<(DropoutMask, Vec<u64>)>,
+        dropout: Option<DropoutSaved>,
     ) -> (Array2<f32>, LayerCache) {
         let activated = self.activation.map(|act| {
             act.forward_in_place(z.view_mut());
@@ -392,8 +400,12 @@ impl Layer {
             full.slice_mut(s![..rows, ..]).assign(&d_in);
             full
         };
-        if let Some((mask, keys)) = &cache.dropout {
-            mask.apply_in_place(d_src.slice_mut(s![..rows, ..]), keys);
+        match &cache.dropout {
+            Some(DropoutSaved::Bits(kept)) => kept.apply_in_place(d_src.slice_mut(s![..rows, ..])),
+            Some(DropoutSaved::Keys(mask, keys)) => {
+                mask.apply_in_place(d_src.slice_mut(s![..rows, ..]), keys)
+            }
+            None => {}
         }
         Some(d_src)
     }

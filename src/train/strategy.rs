@@ -17,7 +17,7 @@ use crate::sample::rng::hash_key;
 use crate::sample::{sample_blocks, BatchKey, Block, LocalGraph};
 use crate::tensor::aggregate::LazyTranspose;
 use anyhow::Result;
-use ndarray::{concatenate, s, Array2, Axis};
+use ndarray::{concatenate, s, Array2, Axis, CowArray, Ix2};
 use std::time::Instant;
 
 /// Strategy names accepted by `--strategy`.
@@ -110,6 +110,16 @@ pub fn gdp_minibatch_step(
     Ok(out)
 }
 
+/// The source rows of a full-graph layer: owned rows then halo rows, without a copy when
+/// there is no halo (one rank).
+pub(crate) fn with_halo<'a>(own: &'a Array2<f32>, halo: &Array2<f32>) -> CowArray<'a, f32, Ix2> {
+    if halo.nrows() == 0 {
+        CowArray::from(own.view())
+    } else {
+        CowArray::from(concatenate(Axis(0), &[own.view(), halo.view()]).expect("same width"))
+    }
+}
+
 /// Full-batch step over a partitioned graph: each rank computes every layer for the vertices
 /// it owns, after fetching its halo's previous-layer rows; backward sends the halo gradients
 /// back along the same plan. The loss covers the rank's own training vertices. Collective.
@@ -136,8 +146,12 @@ pub fn full_batch_step(
     let mut h = data.store.own_rows().clone();
     for layer in &model.layers {
         let remote = plan.halo.forward(group, "halo_rows", h.view());
-        let h_src = concatenate(Axis(0), &[h.view(), remote.view()]).expect("same width");
-        let (out, cache) = layer.forward(&model.params, &plan.block, h_src.view(), &ctx);
+        let (out, cache) = layer.forward(
+            &model.params,
+            &plan.block,
+            with_halo(&h, &remote).view(),
+            &ctx,
+        );
         caches.push(cache);
         h = out;
     }
@@ -161,18 +175,21 @@ pub fn full_batch_step(
     }
     for (l, (layer, cache)) in model.layers.iter().zip(caches).enumerate().rev() {
         let need_src = l > 0;
-        let d_src = layer.backward(
+        // Gradients move from layer to layer without copies: the owned rows of `d_src` are
+        // the next `d_h` in place, only the (small) halo rows are copied out.
+        let d_src = layer.backward_owned(
             &mut model.params,
             &plan.block,
             transpose,
             cache,
-            d_h.view(),
+            std::mem::take(&mut d_h),
             need_src,
         );
         if let Some(d_src) = d_src {
-            let mut d_own = d_src.slice(s![..own, ..]).to_owned();
+            let d_halo = d_src.slice(s![own.., ..]).to_owned();
+            let mut d_own = d_src.slice_move(s![..own, ..]);
             plan.halo
-                .backward(group, "halo_grads", d_src.slice(s![own.., ..]), &mut d_own);
+                .backward(group, "halo_grads", d_halo.view(), &mut d_own);
             d_h = d_own;
         }
     }
