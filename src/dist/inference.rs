@@ -7,14 +7,27 @@ use crate::comm::Group;
 use crate::graph::{Dataset, NodeId};
 use crate::nn::{DropoutCtx, Model};
 use crate::sample::Block;
+use crate::tensor::sparse::CsrMatrix;
 use ndarray::{concatenate, Array2, Axis, CowArray};
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 /// The local block of full-graph inference (destinations = owned vertices, sources = owned
 /// vertices then the halo) and the exchange that fills the halo rows.
 pub struct HaloPlan {
     pub block: Block,
     pub halo: RowExchange,
+    /// Full-batch training: the first layer's source rows (own then halo features), fetched
+    /// on the first step and kept, since input features never change between epochs.
+    pub input: OnceLock<FullInput>,
+}
+
+/// The first layer's input rows of full-batch training.
+#[derive(Debug)]
+pub enum FullInput {
+    Dense(Array2<f32>),
+    /// Mostly-zero rows (bag-of-words features): the first layer multiplies the non-zeros.
+    Sparse(CsrMatrix),
 }
 
 impl HaloPlan {
@@ -55,6 +68,7 @@ impl HaloPlan {
                 indices,
             },
             halo,
+            input: OnceLock::new(),
         }
     }
 

@@ -9,13 +9,14 @@ use super::data::TrainData;
 use super::dump::BlockDump;
 use super::metrics::PhaseTimes;
 use crate::comm::Group;
-use crate::dist::inference::HaloPlan;
+use crate::dist::inference::{FullInput, HaloPlan};
 use crate::dist::sample_blocks_distributed;
 use crate::graph::NodeId;
 use crate::nn::{cross_entropy, DropoutCtx, Model};
 use crate::sample::rng::hash_key;
 use crate::sample::{sample_blocks, BatchKey, Block, LocalGraph};
 use crate::tensor::aggregate::LazyTranspose;
+use crate::tensor::sparse::{prefers_sparse, CsrMatrix};
 use anyhow::Result;
 use ndarray::{concatenate, s, Array2, Axis, CowArray, Ix2};
 use std::time::Instant;
@@ -143,8 +144,23 @@ pub fn full_batch_step(
     };
     let t = Instant::now();
     let mut caches = Vec::with_capacity(model.layers.len());
-    let mut h = data.store.own_rows().clone();
-    for layer in &model.layers {
+    // Every rank reaches the first step together, so the collective fetch inside runs on all.
+    let input = plan.input.get_or_init(|| {
+        let own = data.store.own_rows();
+        let remote = plan.halo.forward(group, "halo_rows", own.view());
+        let x = with_halo(own, &remote).into_owned();
+        if model.layers[0].conv.supports_sparse() && prefers_sparse(x.view()) {
+            FullInput::Sparse(CsrMatrix::from_dense(x.view()))
+        } else {
+            FullInput::Dense(x)
+        }
+    });
+    let (mut h, first) = match input {
+        FullInput::Dense(x) => model.layers[0].forward(&model.params, &plan.block, x.view(), &ctx),
+        FullInput::Sparse(x) => model.layers[0].forward_sparse(&model.params, &plan.block, x, &ctx),
+    };
+    caches.push(first);
+    for layer in &model.layers[1..] {
         let remote = plan.halo.forward(group, "halo_rows", h.view());
         let (out, cache) = layer.forward(
             &model.params,
