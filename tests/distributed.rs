@@ -902,3 +902,86 @@ fn residual_norm_sage_trains_the_same_model_under_split_and_dnp_as_on_1_rank() {
         }
     }
 }
+
+/// Train GCN on `np` ranks; return the final parameters and the (val, test) metric of the
+/// exact distributed evaluation at the end.
+fn train_gcn(
+    fx: &Fixture,
+    name: &str,
+    np: usize,
+    data: &Path,
+    extra: &[&str],
+) -> (Vec<f32>, f64, f64) {
+    let ck = fx.path(&format!("{name}.h5"));
+    let summary = fx.path(&format!("{name}.json"));
+    let mut args = train_args(&["--data", data.to_str().unwrap(), "--model", "gcn"]);
+    args.extend([
+        "--checkpoint",
+        ck.to_str().unwrap(),
+        "--summary",
+        summary.to_str().unwrap(),
+    ]);
+    args.extend_from_slice(extra);
+    mpirun_ok(np, &args);
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let metric = |k: &str| {
+        s[k].as_f64()
+            .unwrap_or_else(|| panic!("{name}: no {k} in {s}"))
+    };
+    (read_params(&ck), metric("val"), metric("test"))
+}
+
+/// GCN normalises edge `u → v` by `u`'s degree in the whole graph (not inside a rank's
+/// block), so every strategy on any rank count trains the model one rank trains, and the
+/// distributed evaluation gives the metrics one rank gives.
+#[test]
+fn gcn_on_2_and_4_ranks_trains_and_evaluates_the_same_model_as_1_rank() {
+    if !have_mpirun() {
+        return;
+    }
+    let fx = Fixture::new();
+    let ds = fx.path("sbm.h5");
+    let compare = |what: &str, reference: &(Vec<f32>, f64, f64), run: &(Vec<f32>, f64, f64)| {
+        let d = rel_diff(&reference.0, &run.0);
+        eprintln!(
+            "gcn {what}: relative parameter difference {d:.2e}, val {} / {}, test {} / {}",
+            run.1, reference.1, run.2, reference.2
+        );
+        assert!(d <= 1e-4, "gcn {what}: relative difference {d} > 1e-4");
+        assert_eq!(
+            (run.1, run.2),
+            (reference.1, reference.2),
+            "gcn {what}: (val, test) differ from 1 rank"
+        );
+    };
+    let reference = train_gcn(&fx, "gcn-ref", 1, &ds, &[]);
+    assert!(reference.1 > 0.0 && reference.2 > 0.0);
+    let mut runs = vec![("gdp 2 ranks, contiguous".to_string(), 2, ds.clone(), "gdp")];
+    for strategy in ["gdp", "split", "dnp"] {
+        for (np, parts) in [(2, "parts2"), (4, "parts4")] {
+            runs.push((
+                format!("{strategy} {np} ranks"),
+                np,
+                fx.path(parts),
+                strategy,
+            ));
+        }
+    }
+    for (i, (what, np, data, strategy)) in runs.iter().enumerate() {
+        let run = train_gcn(
+            &fx,
+            &format!("gcn-{i}"),
+            *np,
+            data,
+            &["--strategy", strategy],
+        );
+        compare(what, &reference, &run);
+    }
+    // Full batch: every edge of a vertex on its owner's rank, the halo fetched.
+    let full_ref = train_gcn(&fx, "gcn-full-ref", 1, &ds, &["--full-batch"]);
+    for (i, data) in [ds.clone(), fx.path("parts2")].iter().enumerate() {
+        let run = train_gcn(&fx, &format!("gcn-full-{i}"), 2, data, &["--full-batch"]);
+        compare(&format!("full batch 2 ranks on {data:?}"), &full_ref, &run);
+    }
+}

@@ -14,7 +14,7 @@ use gnnpar::nn::{
 use gnnpar::sample::Block;
 use gnnpar::tensor::activation::Activation;
 use gnnpar::tensor::aggregate::{
-    aggregate, aggregate_transpose, gcn_norm, BlockTranspose, EdgeWeights, LazyTranspose,
+    aggregate, aggregate_transpose, BlockTranspose, EdgeWeights, GcnNorm, LazyTranspose,
 };
 use gnnpar::tensor::attention::{
     attention_aggregate, attention_backward, edge_softmax, node_logits, AttentionInputs,
@@ -198,6 +198,7 @@ fn training_ctx() -> DropoutCtx<'static> {
         training: true,
         stream: 77,
         orig_ids: None,
+        gcn_degrees: None,
     }
 }
 
@@ -369,6 +370,16 @@ fn gcn_layer_both_evaluation_orders() {
             Some(Activation::LeakyRelu { slope: 0.1 }),
         );
         check_layer("gcn", &l, &params, &block, &x, &training_ctx());
+        // With a global degree table (what training passes): degrees unrelated to the block's,
+        // one of them 0 (that source's edges weigh nothing).
+        let degrees: Vec<u32> = (0..block.src_nodes.iter().max().unwrap() + 1)
+            .map(|v| (v / 7) % 5)
+            .collect();
+        let ctx = DropoutCtx {
+            gcn_degrees: Some(&degrees),
+            ..training_ctx()
+        };
+        check_layer("gcn global degrees", &l, &params, &block, &x, &ctx);
     }
 }
 
@@ -489,13 +500,15 @@ fn aggregations_backward_is_the_adjoint() {
     let mut rng = Rng(6);
     let block = random_block(&mut rng, 9, 20);
     let bt = BlockTranspose::new(&block);
-    let coef = gcn_norm(&block);
+    let norm = GcnNorm::new(&block, None);
+    let coef = norm.per_edge(&block);
     let x = rng.matrix(20, 5, 1.0);
     let y = rng.matrix(9, 5, 1.0);
     for (name, w) in [
         ("sum", EdgeWeights::Sum),
         ("mean", EdgeWeights::Mean),
-        ("gcn", EdgeWeights::PerEdge(&coef)),
+        ("gcn per edge", EdgeWeights::PerEdge(&coef)),
+        ("gcn factored", norm.weights()),
     ] {
         let ax = aggregate(&block, x.view(), w);
         let aty = aggregate_transpose(&block, &bt, y.view(), w);
@@ -886,6 +899,7 @@ fn dropout_masks_follow_original_ids() {
         training: true,
         stream: 9,
         orig_ids: Some(&orig_a),
+        gcn_degrees: None,
     };
     let ctx_b = DropoutCtx {
         orig_ids: Some(&orig_b),
@@ -990,6 +1004,7 @@ fn adam_steps_fit_a_small_graph() {
                 training: true,
                 stream: step,
                 orig_ids: None,
+                gcn_degrees: None,
             };
             let (logits, cache) = model.forward(&blocks, &x, &ctx);
             let (loss, d) = cross_entropy(&logits, &labels);

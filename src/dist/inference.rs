@@ -7,14 +7,27 @@ use crate::comm::Group;
 use crate::graph::{Dataset, NodeId};
 use crate::nn::{DropoutCtx, Model};
 use crate::sample::Block;
-use ndarray::{concatenate, Array2, Axis};
+use crate::tensor::sparse::CsrMatrix;
+use ndarray::{concatenate, Array2, Axis, CowArray};
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 /// The local block of full-graph inference (destinations = owned vertices, sources = owned
 /// vertices then the halo) and the exchange that fills the halo rows.
 pub struct HaloPlan {
     pub block: Block,
     pub halo: RowExchange,
+    /// Full-batch training: the first layer's source rows (own then halo features), fetched
+    /// on the first step and kept, since input features never change between epochs.
+    pub input: OnceLock<FullInput>,
+}
+
+/// The first layer's input rows of full-batch training.
+#[derive(Debug)]
+pub enum FullInput {
+    Dense(Array2<f32>),
+    /// Mostly-zero rows (bag-of-words features): the first layer multiplies the non-zeros.
+    Sparse(CsrMatrix),
 }
 
 impl HaloPlan {
@@ -55,18 +68,34 @@ impl HaloPlan {
                 indices,
             },
             halo,
+            input: OnceLock::new(),
         }
     }
 
     /// Logits of the owned vertices: the model applied layer by layer, without dropout.
-    /// Collective.
-    pub fn infer(&self, group: &Group, model: &Model, own_features: &Array2<f32>) -> Array2<f32> {
-        let ctx = DropoutCtx::eval();
+    /// `gcn_degrees`: see [`DropoutCtx::gcn_degrees`]. Collective.
+    pub fn infer(
+        &self,
+        group: &Group,
+        model: &Model,
+        own_features: &Array2<f32>,
+        gcn_degrees: Option<&[u32]>,
+    ) -> Array2<f32> {
+        let ctx = DropoutCtx {
+            gcn_degrees,
+            ..DropoutCtx::eval()
+        };
         let mut h = own_features.clone();
         for layer in &model.layers {
             let remote = self.halo.forward(group, "eval_halo_rows", h.view());
-            let h_src =
-                concatenate(Axis(0), &[h.view(), remote.view()]).expect("same feature width");
+            // One rank has no halo: read the owned rows in place.
+            let h_src = if remote.nrows() == 0 {
+                CowArray::from(h.view())
+            } else {
+                CowArray::from(
+                    concatenate(Axis(0), &[h.view(), remote.view()]).expect("same feature width"),
+                )
+            };
             let (out, _) = layer.forward(&model.params, &self.block, h_src.view(), &ctx);
             h = out;
         }

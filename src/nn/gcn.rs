@@ -1,5 +1,8 @@
-//! GCN convolution: `h_v = Σ_{u → v} h_u·W / sqrt(deg_in(v)·deg_out(u)) + b`, degrees counted
-//! inside the block. Self-loops are the caller's choice (`Block::with_self_loops`).
+//! GCN convolution: `h_v = Σ_{u → v} h_u·W / sqrt(d̂_v · D_u) + b`, where `d̂_v` is `v`'s
+//! in-degree inside the block and `D_u` is `u`'s degree in the whole graph when the caller
+//! passes the table (so the result does not depend on how edges are split over ranks), else
+//! its out-degree inside the block ([`GcnNorm::new`]). Self-loops are the caller's choice
+//! (`Block::with_self_loops`, and +1 in the degree table).
 //!
 //! Like SAGE, it aggregates first or projects first, whichever costs fewer multiply-adds for
 //! the block's shape.
@@ -10,9 +13,7 @@ use super::init::glorot_uniform;
 use super::linear::{accumulate_bias_grad, add_bias};
 use super::params::ParamStore;
 use crate::sample::Block;
-use crate::tensor::aggregate::{
-    aggregate, aggregate_transpose, gcn_norm, EdgeWeights, LazyTranspose,
-};
+use crate::tensor::aggregate::{aggregate, aggregate_transpose, GcnNorm, LazyTranspose};
 use crate::tensor::gemm::{add_matmul_tn, matmul, matmul_nt};
 use crate::tensor::sparse::{add_spmm_tn, spmm, CsrMatrix, CsrTranspose};
 
@@ -28,8 +29,8 @@ pub struct GcnConv {
 /// Forward state for the backward pass.
 #[derive(Debug)]
 pub struct GcnCache {
-    /// Edge coefficients, in the block's CSR order.
-    coef: Vec<f32>,
+    /// The normalisation factors (per source and per destination, not per edge).
+    norm: GcnNorm,
     order: GcnOrder,
 }
 
@@ -69,25 +70,27 @@ impl GcnConv {
         e * i + nd * i * o <= ns * i * o + e * o
     }
 
-    /// `h_in` has `block.num_src()` rows.
+    /// `h_in` has `block.num_src()` rows; `src_degrees` is the graph's degree table by global
+    /// id (see [`GcnNorm::new`]).
     pub fn forward(
         &self,
         params: &ParamStore,
         block: &Block,
         h_in: CowArray<f32, Ix2>,
+        src_degrees: Option<&[u32]>,
     ) -> (Array2<f32>, GcnCache) {
-        let coef = gcn_norm(block);
+        let norm = GcnNorm::new(block, src_degrees);
         let w = params.view(self.weight);
         let (mut z, order) = if self.aggregate_first(block) {
-            let agg = aggregate(block, h_in.view(), EdgeWeights::PerEdge(&coef));
+            let agg = aggregate(block, h_in.view(), norm.weights());
             (matmul(agg.view(), w), GcnOrder::AggregateFirst(agg))
         } else {
             let projected = matmul(h_in.view(), w);
-            let z = aggregate(block, projected.view(), EdgeWeights::PerEdge(&coef));
+            let z = aggregate(block, projected.view(), norm.weights());
             (z, GcnOrder::ProjectFirst(h_in.into_owned()))
         };
         add_bias(z.view_mut(), params.view(self.bias));
-        (z, GcnCache { coef, order })
+        (z, GcnCache { norm, order })
     }
 
     /// [`GcnConv::forward`] on sparse input rows (`block.num_src()` of them): `X·W` over the
@@ -97,14 +100,15 @@ impl GcnConv {
         params: &ParamStore,
         block: &Block,
         x: CsrMatrix,
+        src_degrees: Option<&[u32]>,
     ) -> (Array2<f32>, GcnCache) {
         assert_eq!(x.nrows(), block.num_src(), "gcn: sparse input rows");
-        let coef = gcn_norm(block);
+        let norm = GcnNorm::new(block, src_degrees);
         let projected = spmm(&x, x.nrows(), params.view(self.weight));
-        let mut z = aggregate(block, projected.view(), EdgeWeights::PerEdge(&coef));
+        let mut z = aggregate(block, projected.view(), norm.weights());
         add_bias(z.view_mut(), params.view(self.bias));
         let order = GcnOrder::SparseProject(x);
-        (z, GcnCache { coef, order })
+        (z, GcnCache { norm, order })
     }
 
     /// Accumulate gradients; return d `h_in` (`num_src` rows) when asked.
@@ -118,7 +122,7 @@ impl GcnConv {
         need_d_in: bool,
     ) -> Option<Array2<f32>> {
         accumulate_bias_grad(params, self.bias, dz);
-        let weights = EdgeWeights::PerEdge(&cache.coef);
+        let weights = cache.norm.weights();
         match cache.order {
             GcnOrder::AggregateFirst(agg) => {
                 add_matmul_tn(agg.view(), dz, params.grad_mut(self.weight));

@@ -20,7 +20,7 @@ use super::sage::{SageCache, SageConv};
 use crate::sample::Block;
 use crate::tensor::activation::{Activation, Saved};
 use crate::tensor::aggregate::LazyTranspose;
-use crate::tensor::dropout::{derive_stream, DropoutMask};
+use crate::tensor::dropout::{derive_stream, DropoutMask, KeptBits};
 use crate::tensor::sparse::CsrMatrix;
 use crate::tensor::standard;
 
@@ -35,6 +35,11 @@ pub struct DropoutCtx<'a> {
     /// Original vertex id of every (relabelled) global id, so masks follow the vertex, not
     /// the partitioning; `None` keys rows by their global id.
     pub orig_ids: Option<&'a [u64]>,
+    /// GCN only: the degree `D_u` of every (relabelled) global id in the whole graph (its
+    /// neighbour count, +1 with self-loops), so that normalisation does not depend on which
+    /// edges a rank's block holds (`TrainData::gcn_degrees`). `None` counts degrees inside the
+    /// block (DGL's block convention; unit tests).
+    pub gcn_degrees: Option<&'a [u32]>,
 }
 
 impl DropoutCtx<'_> {
@@ -44,6 +49,7 @@ impl DropoutCtx<'_> {
             training: false,
             stream: 0,
             orig_ids: None,
+            gcn_degrees: None,
         }
     }
 }
@@ -120,6 +126,7 @@ impl Conv {
         params: &ParamStore,
         block: &Block,
         x: CsrMatrix,
+        gcn_degrees: Option<&[u32]>,
     ) -> (Array2<f32>, ConvCache) {
         match self {
             Conv::Sage(c) => {
@@ -127,7 +134,7 @@ impl Conv {
                 (z, ConvCache::Sage(k))
             }
             Conv::Gcn(c) => {
-                let (z, k) = c.forward_sparse(params, block, x);
+                let (z, k) = c.forward_sparse(params, block, x, gcn_degrees);
                 (z, ConvCache::Gcn(k))
             }
             Conv::Dense(c) => (c.forward_sparse(params, &x), ConvCache::DenseSparse(x)),
@@ -143,12 +150,14 @@ impl Conv {
         }
     }
 
-    /// `h_in` has `input_rows` rows; the result has `block.num_dst` rows.
+    /// `h_in` has `input_rows` rows; the result has `block.num_dst` rows. `gcn_degrees`:
+    /// see [`DropoutCtx::gcn_degrees`].
     pub fn forward(
         &self,
         params: &ParamStore,
         block: &Block,
         h_in: CowArray<f32, Ix2>,
+        gcn_degrees: Option<&[u32]>,
     ) -> (Array2<f32>, ConvCache) {
         match self {
             Conv::Sage(c) => {
@@ -156,7 +165,7 @@ impl Conv {
                 (z, ConvCache::Sage(k))
             }
             Conv::Gcn(c) => {
-                let (z, k) = c.forward(params, block, h_in);
+                let (z, k) = c.forward(params, block, h_in, gcn_degrees);
                 (z, ConvCache::Gcn(k))
             }
             Conv::Gat(c) => {
@@ -219,6 +228,15 @@ pub struct Layer {
     pub residual: bool,
 }
 
+/// How a layer's backward re-applies its input dropout.
+#[derive(Debug)]
+enum DropoutSaved {
+    /// The kept bits of a dense input (no hashing in the backward).
+    Bits(KeptBits),
+    /// The mask and row keys of a sparse input (its gradient is dense: hash again).
+    Keys(DropoutMask, Vec<u64>),
+}
+
 /// What a layer keeps from its forward for its backward.
 #[derive(Debug)]
 pub struct LayerCache {
@@ -226,8 +244,8 @@ pub struct LayerCache {
     input: Option<Array2<f32>>,
     /// What the input normalisation kept, when there is one.
     norm: Option<NormCache>,
-    /// The mask and row keys used on the input, when dropout was applied.
-    dropout: Option<(DropoutMask, Vec<u64>)>,
+    /// How to mask the input gradient, when dropout was applied.
+    dropout: Option<DropoutSaved>,
     conv: ConvCache,
     /// What the activation's backward needs, when there is an activation.
     activated: Option<Saved>,
@@ -315,15 +333,15 @@ impl Layer {
             }
             None => (standard(h), None),
         };
-        let dropout = (ctx.training && self.dropout > 0.0).then(|| {
+        let (h_in, dropout) = if ctx.training && self.dropout > 0.0 {
             let mask = DropoutMask::new(derive_stream(ctx.stream, self.index as u64), self.dropout);
-            (mask, row_keys(block, rows, ctx.orig_ids))
-        });
-        let h_in = match &dropout {
-            Some((mask, keys)) => CowArray::from(mask.apply(h.view(), keys)),
-            None => h,
+            let keys = row_keys(block, rows, ctx.orig_ids);
+            let (h, kept) = mask.apply_recorded(h.view(), &keys);
+            (CowArray::from(h), Some(DropoutSaved::Bits(kept)))
+        } else {
+            (h, None)
         };
-        let (z, conv) = self.conv.forward(params, block, h_in);
+        let (z, conv) = self.conv.forward(params, block, h_in, ctx.gcn_degrees);
         let (mut out, mut cache) = self.finish_forward(z, conv, dropout);
         cache.norm = norm;
         cache.input = input;
@@ -380,9 +398,9 @@ impl Layer {
             let mask = DropoutMask::new(derive_stream(ctx.stream, self.index as u64), self.dropout);
             let keys = row_keys(block, rows, ctx.orig_ids);
             mask.apply_sparse_in_place(&mut h, &keys);
-            (mask, keys)
+            DropoutSaved::Keys(mask, keys)
         });
-        let (z, conv) = self.conv.forward_sparse(params, block, h);
+        let (z, conv) = self.conv.forward_sparse(params, block, h, ctx.gcn_degrees);
         self.finish_forward(z, conv, dropout)
     }
 
@@ -391,7 +409,7 @@ impl Layer {
         &self,
         mut z: Array2<f32>,
         conv: ConvCache,
-        dropout: Option<(DropoutMask, Vec<u64>)>,
+        dropout: Option<DropoutSaved>,
     ) -> (Array2<f32>, LayerCache) {
         let activated = self.activation.map(|act| {
             act.forward_in_place(z.view_mut());
@@ -460,8 +478,10 @@ impl Layer {
         let mut d_in =
             self.conv
                 .backward(params, block, transpose, cache.conv, dz.view(), need_d_in)?;
-        if let Some((mask, keys)) = &cache.dropout {
-            mask.apply_in_place(d_in.view_mut(), keys);
+        match &cache.dropout {
+            Some(DropoutSaved::Bits(kept)) => kept.apply_in_place(d_in.view_mut()),
+            Some(DropoutSaved::Keys(mask, keys)) => mask.apply_in_place(d_in.view_mut(), keys),
+            None => {}
         }
         if let (Some(ln), Some(nc)) = (&self.norm, cache.norm) {
             d_in = ln.backward(params, nc, d_in.view());

@@ -421,6 +421,7 @@ mod tests {
                 training: true,
                 stream: 5,
                 orig_ids: None,
+                gcn_degrees: None,
             };
             let labels: Vec<i64> = (0..6).map(|i| i % 3).collect();
             let mut sparse = Model::new(cfg, 9).unwrap();

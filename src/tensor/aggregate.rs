@@ -10,8 +10,6 @@ use std::sync::OnceLock;
 
 use ndarray::{Array2, ArrayView2};
 
-use rayon::prelude::*;
-
 use super::gather::axpy;
 use super::simd::simd_kernel;
 use crate::sample::Block;
@@ -25,6 +23,10 @@ pub enum EdgeWeights<'a> {
     Mean,
     /// One weight per edge, in the block's CSR order.
     PerEdge(&'a [f32]),
+    /// The weight of edge `u → i` is `dst[i] · src[u]` (GCN's symmetric normalisation, see
+    /// [`GcnNorm`]): each destination sums `src[u]·x[u]` over its edges and scales the sum by
+    /// `dst[i]` once. No per-edge array is read, so the kernel touches only the sources.
+    Factored { src: &'a [f32], dst: &'a [f32] },
 }
 
 /// The edges of a block grouped by source: the edges leaving source `u` are positions
@@ -88,17 +90,104 @@ impl LazyTranspose {
     }
 }
 
+/// Dispatch a row kernel on narrow rows (up to 16 columns) to its fixed-width version, whose
+/// accumulator stays in registers; wider rows fall through to the generic loop. Both do the
+/// same operations in the same order, so the results are bitwise equal.
+macro_rules! narrow_rows {
+    ($cols:expr, $fixed:ident, ($($arg:expr),*)) => {
+        match $cols {
+            1 => return $fixed::<1>($($arg),*),
+            2 => return $fixed::<2>($($arg),*),
+            3 => return $fixed::<3>($($arg),*),
+            4 => return $fixed::<4>($($arg),*),
+            5 => return $fixed::<5>($($arg),*),
+            6 => return $fixed::<6>($($arg),*),
+            7 => return $fixed::<7>($($arg),*),
+            8 => return $fixed::<8>($($arg),*),
+            9 => return $fixed::<9>($($arg),*),
+            10 => return $fixed::<10>($($arg),*),
+            11 => return $fixed::<11>($($arg),*),
+            12 => return $fixed::<12>($($arg),*),
+            13 => return $fixed::<13>($($arg),*),
+            14 => return $fixed::<14>($($arg),*),
+            15 => return $fixed::<15>($($arg),*),
+            16 => return $fixed::<16>($($arg),*),
+            _ => {}
+        }
+    };
+}
+
+/// `Σ_e w_e · x[u_e]` over `(u_e, w_e)`, then the optional factor, into `row` (`C` columns).
+#[inline(always)]
+fn sum_rows_fixed<const C: usize>(
+    xs: &[f32],
+    edges: impl Iterator<Item = (usize, f32)>,
+    scale: Option<f32>,
+    row: &mut [f32],
+) {
+    let mut acc = [0f32; C];
+    for (u, w) in edges {
+        let x: &[f32; C] = xs[u * C..u * C + C].try_into().expect("C floats");
+        for c in 0..C {
+            acc[c] += w * x[c];
+        }
+    }
+    if let Some(s) = scale {
+        acc.iter_mut().for_each(|a| *a *= s);
+    }
+    row.copy_from_slice(&acc);
+}
+
+/// The weight of edge `e` (source `u`) into a destination whose uniform weight is `row_weight`.
+#[inline(always)]
+fn edge_weight(weights: EdgeWeights<'_>, e: usize, u: usize, row_weight: f32) -> f32 {
+    match weights {
+        EdgeWeights::PerEdge(w) => w[e],
+        EdgeWeights::Factored { src, .. } => src[u],
+        _ => row_weight,
+    }
+}
+
+/// `1/in_degree` for the mean, 1 otherwise (computed as the generic loop does).
+#[inline(always)]
+fn uniform_weight(weights: EdgeWeights<'_>, degree: usize) -> f32 {
+    match weights {
+        EdgeWeights::Mean => 1.0 / degree as f32,
+        _ => 1.0,
+    }
+}
+
+/// [`aggregate_row`] for rows of exactly `C` columns.
+#[inline(always)]
+fn aggregate_row_fixed<const C: usize>(
+    block: &Block,
+    xs: &[f32],
+    weights: EdgeWeights<'_>,
+    i: usize,
+    row: &mut [f32],
+) {
+    let edges = block.indptr[i]..block.indptr[i + 1];
+    let row_weight = uniform_weight(weights, edges.len());
+    let scale = match weights {
+        EdgeWeights::Factored { dst, .. } => Some(dst[i]),
+        _ => None,
+    };
+    let pairs = edges.map(|e| {
+        let u = block.indices[e] as usize;
+        (u, edge_weight(weights, e, u, row_weight))
+    });
+    sum_rows_fixed::<C>(xs, pairs, scale, row);
+}
+
 simd_kernel! {
     /// `row = Σ_{e ∈ in_edges(i)} w_e · x[src_e]` (`row` starts at zero), where `xs` holds
     /// rows of `row.len()` floats.
     fn aggregate_row(block: &Block, xs: &[f32], weights: EdgeWeights<'_>, i: usize, row: &mut [f32]) {
         let cols = row.len();
+        narrow_rows!(cols, aggregate_row_fixed, (block, xs, weights, i, row));
         let edges = block.indptr[i]..block.indptr[i + 1];
         // The same weight for every edge of the row unless per-edge (computed as before).
-        let row_weight = match weights {
-            EdgeWeights::Mean => 1.0 / edges.len() as f32,
-            _ => 1.0,
-        };
+        let row_weight = uniform_weight(weights, edges.len());
         let prefetch = xs.len() > PREFETCH_MIN;
         for e in edges.clone() {
             // A far source row is a cache miss: start loading it a few edges ahead.
@@ -106,13 +195,44 @@ simd_kernel! {
                 prefetch_row(xs, block.indices[e + PREFETCH_EDGES] as usize * cols, cols);
             }
             let u = block.indices[e] as usize;
-            let w = match weights {
-                EdgeWeights::PerEdge(w) => w[e],
-                _ => row_weight,
-            };
+            let w = edge_weight(weights, e, u, row_weight);
             axpy(w, &xs[u * cols..(u + 1) * cols], row);
         }
+        if let EdgeWeights::Factored { dst, .. } = weights {
+            let d = dst[i];
+            row.iter_mut().for_each(|r| *r *= d);
+        }
     }
+}
+
+/// The weight of the `k`-th transposed edge (to destination `v`).
+#[inline(always)]
+fn source_weight(bt: &BlockTranspose, weights: SourceWeights<'_>, k: usize, v: usize) -> f32 {
+    match weights {
+        SourceWeights::One => 1.0,
+        SourceWeights::PerDst(w) | SourceWeights::Factored { dst: w, .. } => w[v],
+        SourceWeights::PerEdge(w) => w[bt.edge[k] as usize],
+    }
+}
+
+/// [`aggregate_transpose_row`] for rows of exactly `C` columns.
+#[inline(always)]
+fn aggregate_transpose_row_fixed<const C: usize>(
+    bt: &BlockTranspose,
+    ds: &[f32],
+    weights: SourceWeights<'_>,
+    u: usize,
+    row: &mut [f32],
+) {
+    let scale = match weights {
+        SourceWeights::Factored { src, .. } => Some(src[u]),
+        _ => None,
+    };
+    let pairs = (bt.indptr[u]..bt.indptr[u + 1]).map(|k| {
+        let v = bt.dst[k] as usize;
+        (v, source_weight(bt, weights, k, v))
+    });
+    sum_rows_fixed::<C>(ds, pairs, scale, row);
 }
 
 simd_kernel! {
@@ -125,6 +245,7 @@ simd_kernel! {
         row: &mut [f32],
     ) {
         let cols = row.len();
+        narrow_rows!(cols, aggregate_transpose_row_fixed, (bt, ds, weights, u, row));
         let span = bt.indptr[u]..bt.indptr[u + 1];
         let prefetch = ds.len() > PREFETCH_MIN;
         for k in span.clone() {
@@ -132,12 +253,11 @@ simd_kernel! {
                 prefetch_row(ds, bt.dst[k + PREFETCH_EDGES] as usize * cols, cols);
             }
             let v = bt.dst[k] as usize;
-            let w = match weights {
-                SourceWeights::One => 1.0,
-                SourceWeights::PerDst(w) => w[v],
-                SourceWeights::PerEdge(w) => w[bt.edge[k] as usize],
-            };
-            axpy(w, &ds[v * cols..(v + 1) * cols], row);
+            axpy(source_weight(bt, weights, k, v), &ds[v * cols..(v + 1) * cols], row);
+        }
+        if let SourceWeights::Factored { src, .. } = weights {
+            let s = src[u];
+            row.iter_mut().for_each(|r| *r *= s);
         }
     }
 }
@@ -150,6 +270,11 @@ enum SourceWeights<'a> {
     /// [`EdgeWeights::Mean`] gives).
     PerDst(&'a [f32]),
     PerEdge(&'a [f32]),
+    /// `Σ_v dst[v]·dy[v]` over the source's edges, scaled by `src[u]` once.
+    Factored {
+        src: &'a [f32],
+        dst: &'a [f32],
+    },
 }
 
 /// Matrices smaller than this (floats) stay in cache: no prefetching.
@@ -222,6 +347,7 @@ pub fn aggregate_transpose(
             SourceWeights::PerDst(&inv_degree)
         }
         EdgeWeights::PerEdge(w) => SourceWeights::PerEdge(w),
+        EdgeWeights::Factored { src, dst } => SourceWeights::Factored { src, dst },
     };
     super::par_rows_from_zero(
         block.num_src(),
@@ -231,44 +357,86 @@ pub fn aggregate_transpose(
     )
 }
 
-simd_kernel! {
-    /// `out[k] = 1/sqrt(din · out_deg[srcs[k]])` for the edges of one destination.
-    fn norm_row(din: f32, srcs: &[u32], out_deg: &[u32], out: &mut [f32]) {
-        for (c, &u) in out.iter_mut().zip(srcs) {
-            let dout = out_deg[u as usize] as f32;
-            *c = 1.0 / (din * dout).sqrt();
-        }
+/// GCN's symmetric normalisation, factored: edge `u → v` has weight
+/// `dst[v] · src[u] = 1/sqrt(d̂_v) · 1/sqrt(D_u)`, where `d̂_v` is `v`'s in-degree inside the
+/// block and `D_u` is `u`'s degree (see [`GcnNorm::new`]). Vertices with degree 0 get factor 0,
+/// so their edges contribute nothing (as PyG's `gcn_norm` does), never `inf`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GcnNorm {
+    /// `1/sqrt(D_u)` per source row.
+    pub src: Vec<f32>,
+    /// `1/sqrt(d̂_v)` per destination row.
+    pub dst: Vec<f32>,
+}
+
+/// `1/sqrt(d)`, and 0 for degree 0.
+#[inline]
+fn inv_sqrt(d: usize) -> f32 {
+    if d == 0 {
+        0.0
+    } else {
+        1.0 / (d as f32).sqrt()
     }
 }
 
-/// GCN's symmetric normalisation per edge: `1/sqrt(deg_in(dst) · deg_out(src))`, both degrees
-/// counted inside the block (duplicate edges count each time). Every edge has both degrees ≥ 1,
-/// so isolated vertices simply contribute nothing.
-pub fn gcn_norm(block: &Block) -> Vec<f32> {
-    let mut out_deg = vec![0u32; block.num_src()];
-    for &u in &block.indices {
-        out_deg[u as usize] += 1;
+impl GcnNorm {
+    /// The factors of `block`.
+    ///
+    /// * `src_degrees = Some(table)`: `D_u = table[global id of u]`, a degree of the whole graph
+    ///   (the number of neighbours `u` itself aggregates, +1 with self-loops). It does not depend
+    ///   on which edges a block holds, so every rank count normalises an edge the same way; on
+    ///   the whole graph on one rank this is exactly standard GCN (`D^-1/2 (A+I) D^-1/2`).
+    /// * `None`: `D_u` is `u`'s out-degree inside the block (DGL's convention for blocks); a
+    ///   block holding only some ranks' edges then normalises differently, so the trainer
+    ///   always passes the table.
+    ///
+    /// # Panics
+    /// If a source's global id is outside `table` (a caller bug).
+    pub fn new(block: &Block, src_degrees: Option<&[u32]>) -> GcnNorm {
+        let dst = (0..block.num_dst)
+            .map(|i| inv_sqrt(block.in_degree(i)))
+            .collect();
+        let src = match src_degrees {
+            Some(table) => block
+                .src_nodes
+                .iter()
+                .map(|&v| {
+                    let d = *table.get(v as usize).unwrap_or_else(|| {
+                        panic!("vertex {v} has no degree (table of {})", table.len())
+                    });
+                    inv_sqrt(d as usize)
+                })
+                .collect(),
+            None => {
+                let mut out_deg = vec![0u32; block.num_src()];
+                for &u in &block.indices {
+                    out_deg[u as usize] += 1;
+                }
+                out_deg.iter().map(|&d| inv_sqrt(d as usize)).collect()
+            }
+        };
+        GcnNorm { src, dst }
     }
-    let mut coef = vec![0f32; block.num_edges()];
-    // Fixed chunks of destinations, each writing its own edges' coefficients.
-    const CHUNK: usize = 2048;
-    let mut parts = Vec::with_capacity(block.num_dst.div_ceil(CHUNK));
-    let mut rest: &mut [f32] = &mut coef;
-    for d0 in (0..block.num_dst).step_by(CHUNK) {
-        let d1 = (d0 + CHUNK).min(block.num_dst);
-        let (head, tail) = rest.split_at_mut(block.indptr[d1] - block.indptr[d0]);
-        parts.push((d0..d1, head));
-        rest = tail;
-    }
-    parts.into_par_iter().for_each(|(dsts, out)| {
-        let base = block.indptr[dsts.start];
-        for i in dsts {
-            let span = block.indptr[i] - base..block.indptr[i + 1] - base;
-            let srcs = &block.indices[block.indptr[i]..block.indptr[i + 1]];
-            norm_row(block.in_degree(i) as f32, srcs, &out_deg, &mut out[span]);
+
+    /// The aggregation weights.
+    pub fn weights(&self) -> EdgeWeights<'_> {
+        EdgeWeights::Factored {
+            src: &self.src,
+            dst: &self.dst,
         }
-    });
-    coef
+    }
+
+    /// Each edge's coefficient, in the block's CSR order (tests and inspection).
+    pub fn per_edge(&self, block: &Block) -> Vec<f32> {
+        (0..block.num_dst)
+            .flat_map(|i| {
+                block
+                    .in_edges(i)
+                    .iter()
+                    .map(move |&u| self.dst[i] * self.src[u as usize])
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -283,6 +451,41 @@ mod tests {
             src_nodes: vec![10, 11, 12, 13],
             indptr: vec![0, 3, 3, 5],
             indices: vec![1, 1, 2, 2, 0],
+        }
+    }
+
+    /// The fixed-width kernels (up to 16 columns) give bitwise what the generic loop gives:
+    /// compare the first `c` columns of a 17-column aggregation with a `c`-column one.
+    #[test]
+    fn narrow_rows_match_the_generic_loop_bitwise() {
+        let b = block();
+        let bt = BlockTranspose::new(&b);
+        let wide = Array2::from_shape_fn((4, 17), |(i, j)| ((i * 17 + j) as f32 * 0.37).sin());
+        let dy = Array2::from_shape_fn((3, 17), |(i, j)| ((i * 17 + j) as f32 * 0.73).cos());
+        let per_edge = [0.3, 1.7, -0.2, 0.9, 1.1];
+        let norm = GcnNorm::new(&b, None);
+        for w in [
+            EdgeWeights::Sum,
+            EdgeWeights::Mean,
+            EdgeWeights::PerEdge(&per_edge),
+            norm.weights(),
+        ] {
+            let full = aggregate(&b, wide.view(), w);
+            let full_t = aggregate_transpose(&b, &bt, dy.view(), w);
+            for c in [1, 2, 5, 10, 16] {
+                let narrow = aggregate(&b, wide.slice(ndarray::s![.., ..c]), w);
+                assert_eq!(
+                    narrow,
+                    full.slice(ndarray::s![.., ..c]),
+                    "{w:?}, {c} columns"
+                );
+                let narrow_t = aggregate_transpose(&b, &bt, dy.slice(ndarray::s![.., ..c]), w);
+                assert_eq!(
+                    narrow_t,
+                    full_t.slice(ndarray::s![.., ..c]),
+                    "{w:?}, {c} columns"
+                );
+            }
         }
     }
 
@@ -316,10 +519,35 @@ mod tests {
 
     #[test]
     fn gcn_norm_counts_degrees_inside_the_block() {
-        let c = gcn_norm(&block());
+        let b = block();
+        let c = GcnNorm::new(&b, None).per_edge(&b);
         // Edge 0: dst 0 (in 3), src 1 (out 2).
         assert!((c[0] - 1.0 / 6f32.sqrt()).abs() < 1e-7);
         // Edge 4: dst 2 (in 2), src 0 (out 1).
         assert!((c[4] - 1.0 / 2f32.sqrt()).abs() < 1e-7);
+    }
+
+    #[test]
+    fn gcn_norm_with_global_degrees() {
+        let b = block();
+        // Global ids 10..14; vertex 11 has degree 8, 12 degree 0 (its edges then weigh 0).
+        let mut table = vec![0u32; 14];
+        table[10] = 4;
+        table[11] = 8;
+        let norm = GcnNorm::new(&b, Some(&table));
+        let c = norm.per_edge(&b);
+        assert!((c[0] - 1.0 / 24f32.sqrt()).abs() < 1e-7);
+        assert_eq!(c[2], 0.0);
+        assert!((c[4] - 1.0 / 8f32.sqrt()).abs() < 1e-7);
+        // The factored aggregation equals the per-edge one.
+        let x = array![[1.0f32, -1.0], [2.0, 0.5], [4.0, 3.0], [8.0, 1.0]];
+        let a = aggregate(&b, x.view(), norm.weights());
+        let p = aggregate(&b, x.view(), EdgeWeights::PerEdge(&c));
+        assert!((&a - &p).iter().all(|d| d.abs() < 1e-6));
+        let bt = BlockTranspose::new(&b);
+        let dy = array![[1.0f32, 2.0], [5.0, 5.0], [-1.0, 0.5]];
+        let a = aggregate_transpose(&b, &bt, dy.view(), norm.weights());
+        let p = aggregate_transpose(&b, &bt, dy.view(), EdgeWeights::PerEdge(&c));
+        assert!((&a - &p).iter().all(|d| d.abs() < 1e-6));
     }
 }

@@ -47,6 +47,80 @@ simd_kernel! {
     }
 }
 
+simd_kernel! {
+    /// [`mask_row_copy`] that also records the kept elements, bit `c % 64` of `bits[c / 64]`.
+    fn mask_row_copy_bits(
+        mask: &DropoutMask,
+        seed: u64,
+        src: &[f32],
+        dst: &mut [f32],
+        bits: &mut [u64],
+    ) {
+        for (w, (word, (ds, ss))) in bits
+            .iter_mut()
+            .zip(dst.chunks_mut(64).zip(src.chunks(64)))
+            .enumerate()
+        {
+            let mut kept = 0u64;
+            for (i, (d, &v)) in ds.iter_mut().zip(ss).enumerate() {
+                let keep = mask.keep_row(seed, w * 64 + i);
+                kept |= (keep as u64) << i;
+                *d = if keep { v * mask.scale } else { 0.0 };
+            }
+            *word = kept;
+        }
+    }
+}
+
+simd_kernel! {
+    /// `row ← mask(row)` from recorded bits (what [`mask_row`] computes, without hashing).
+    fn mask_row_from_bits(bits: &[u64], scale: f32, row: &mut [f32]) {
+        for (vs, &word) in row.chunks_mut(64).zip(bits) {
+            for (i, v) in vs.iter_mut().enumerate() {
+                *v = if (word >> i) & 1 == 1 { *v * scale } else { 0.0 };
+            }
+        }
+    }
+}
+
+/// Which elements a forward dropout kept (one bit per element, rows padded to whole words),
+/// so that the backward applies the same mask without hashing every element again.
+#[derive(Clone, Debug)]
+pub struct KeptBits {
+    words_per_row: usize,
+    bits: Vec<u64>,
+    scale: f32,
+}
+
+impl KeptBits {
+    /// The gradient's backward through the dropout: `g ← mask(g)`, bitwise what
+    /// [`DropoutMask::apply_in_place`] gives with the forward's keys.
+    ///
+    /// # Panics
+    /// If `g` is not the forward's shape in standard layout.
+    pub fn apply_in_place(&self, mut g: ArrayViewMut2<f32>) {
+        let cols = g.ncols();
+        assert_eq!(
+            g.nrows() * self.words_per_row,
+            self.bits.len(),
+            "dropout bits: shape"
+        );
+        assert_eq!(
+            self.words_per_row,
+            cols.div_ceil(64),
+            "dropout bits: columns"
+        );
+        if cols == 0 {
+            return;
+        }
+        let g = g.as_slice_mut().expect("dropout: standard layout");
+        g.par_chunks_mut(cols)
+            .zip(self.bits.par_chunks(self.words_per_row))
+            .with_min_len(super::rows_per_task(cols))
+            .for_each(|(row, bits)| mask_row_from_bits(bits, self.scale, row));
+    }
+}
+
 /// A dropout mask generator for one stream and drop probability.
 #[derive(Clone, Copy, Debug)]
 pub struct DropoutMask {
@@ -148,6 +222,38 @@ impl DropoutMask {
             mask_row_copy(self, self.row_seed(row_keys[i]), src, dst)
         })
     }
+
+    /// [`DropoutMask::apply`] that also returns which elements were kept, for the backward.
+    pub fn apply_recorded(&self, x: ArrayView2<f32>, row_keys: &[u64]) -> (Array2<f32>, KeptBits) {
+        assert_eq!(x.nrows(), row_keys.len(), "dropout: one key per row");
+        let x = super::standard(x);
+        let (rows, cols) = x.dim();
+        let words = cols.div_ceil(64);
+        let mut kept = KeptBits {
+            words_per_row: words,
+            bits: vec![0u64; rows * words],
+            scale: self.scale,
+        };
+        if cols == 0 || rows == 0 {
+            return (Array2::zeros((rows, cols)), kept);
+        }
+        // Rows are written straight into uninitialised memory (no serial zero-fill pass).
+        let mut out = Array2::<f32>::uninit((rows, cols));
+        let xs = x.as_slice().expect("standard layout");
+        out.as_slice_mut()
+            .expect("fresh array")
+            .par_chunks_mut(cols)
+            .zip(xs.par_chunks(cols))
+            .zip(kept.bits.par_chunks_mut(words))
+            .zip(row_keys.par_iter())
+            .with_min_len(super::rows_per_task(cols * 4))
+            .for_each(|(((dst, src), bits), &key)| {
+                let dst = dst.write_copy_of_slice(src);
+                mask_row_copy_bits(self, self.row_seed(key), src, dst, bits)
+            });
+        // SAFETY: every row was initialised above.
+        (unsafe { out.assume_init() }, kept)
+    }
 }
 
 #[cfg(test)]
@@ -200,6 +306,22 @@ mod tests {
         let mut s = crate::tensor::sparse::CsrMatrix::from_dense(x.view());
         mask.apply_sparse_in_place(&mut s, &keys);
         assert_eq!(s.to_dense(), mask.apply(x.view(), &keys));
+    }
+
+    #[test]
+    fn recorded_bits_reproduce_the_mask_bitwise() {
+        let mask = DropoutMask::new(5, 0.4);
+        // 70 columns: a full word and a partial one per row.
+        let x = Array2::from_shape_fn((9, 70), |(i, j)| (i as f32 - 4.0) * 0.5 + j as f32);
+        let keys: Vec<u64> = (0..9).map(|i| 11 * i as u64).collect();
+        let (y, kept) = mask.apply_recorded(x.view(), &keys);
+        assert_eq!(y, mask.apply(x.view(), &keys));
+        let g = Array2::from_shape_fn((9, 70), |(i, j)| ((i * 70 + j) as f32).sin());
+        let mut by_keys = g.clone();
+        mask.apply_in_place(by_keys.view_mut(), &keys);
+        let mut by_bits = g.clone();
+        kept.apply_in_place(by_bits.view_mut());
+        assert_eq!(by_bits, by_keys);
     }
 
     #[test]

@@ -78,6 +78,9 @@ pub fn gemm_into(
         }
         return;
     }
+    if super::skinny::try_gemm(alpha, &a, &b, beta, &mut c) {
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if fast::usable(&a, &b, &c) {
         fast::gemm(alpha, a, b, beta, c);
@@ -387,17 +390,24 @@ pub fn matmul(a: ArrayView2<f32>, b: ArrayView2<f32>) -> Array2<f32> {
         "gemm: inner dimensions differ ({m}×{k} · {}×{n})",
         b.nrows()
     );
-    #[cfg(target_arch = "x86_64")]
-    if k > 0 && m * n > 0 && fast::usable_inputs(&a, &b) {
-        // The packed kernel with beta = 0 writes every output element before it reads any,
-        // so the output needs no zero-filling pass (a serial memset of fresh memory).
+    if k > 0 && m * n > 0 {
+        // The thin-shape loops and the packed kernel with beta = 0 write every output element
+        // before they read any, so the output needs no zero-filling pass (a serial memset of
+        // fresh memory).
         let mut c = Array2::<f32>::uninit((m, n));
         // SAFETY: `c` is a fresh standard-layout m×n allocation; the view is only written by
-        // `fast::gemm` (beta = 0) before being read, and then every element is initialised.
+        // `skinny::try_gemm` or `fast::gemm` (beta = 0) before being read, and then every
+        // element is initialised. `try_gemm` returning false has not touched it.
         unsafe {
-            let view = ArrayViewMut2::from_shape_ptr((m, n), c.as_mut_ptr().cast::<f32>());
-            fast::gemm(1.0, a, b, 0.0, view);
-            return c.assume_init();
+            let mut view = ArrayViewMut2::from_shape_ptr((m, n), c.as_mut_ptr().cast::<f32>());
+            if super::skinny::try_gemm(1.0, &a, &b, 0.0, &mut view) {
+                return c.assume_init();
+            }
+            #[cfg(target_arch = "x86_64")]
+            if fast::usable_inputs(&a, &b) {
+                fast::gemm(1.0, a, b, 0.0, view);
+                return c.assume_init();
+            }
         }
     }
     let mut c = Array2::zeros((m, n));

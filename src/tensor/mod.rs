@@ -6,6 +6,8 @@
 //!
 //! * [`gemm`]: matrix products (`A·B`, `Aᵀ·B`, `A·Bᵀ`) split over tiles of the output;
 //! * [`sgemm`]: the packed AVX-512 kernel those tiles run;
+//! * [`skinny`]: products with a very thin side (few output columns, few inner steps, small
+//!   weight gradients over many rows), streamed instead of packed;
 //! * [`simd`]: runs element-wise loops compiled for AVX2 / AVX-512 when the CPU has them;
 //! * [`gather`]: gather rows, scatter-add rows, column sums;
 //! * [`aggregate`]: CSR aggregation over a [`crate::sample::Block`] (sum, mean, per-edge
@@ -29,6 +31,7 @@ pub mod memory;
 pub mod rows;
 pub mod sgemm;
 pub mod simd;
+pub mod skinny;
 pub mod softmax;
 pub mod sparse;
 

@@ -30,6 +30,9 @@ pub struct TrainData {
     pub metric: MetricKind,
     /// Training vertices of the whole graph (global ids, sorted), the same on every rank.
     pub train_all: Vec<NodeId>,
+    /// GCN only: every global vertex's degree `D_u` in the whole graph, the same on every rank
+    /// ([`TrainData::build_gcn_degrees`]); `None` for other models.
+    pub gcn_degrees: Option<Vec<u32>>,
 }
 
 impl TrainData {
@@ -115,7 +118,39 @@ impl TrainData {
             labels,
             metric,
             train_all,
+            gcn_degrees: None,
         })
+    }
+
+    /// Fill [`TrainData::gcn_degrees`]: each rank contributes the neighbour counts of the
+    /// vertices it owns (+1 with self-loops, matching `Block::with_self_loops`), gathered in
+    /// rank order, which is global id order (contiguous ownership). GCN normalises an edge
+    /// `u → v` by `D_u`, which a rank that does not own `u` cannot count from its own edges.
+    /// Costs 4 bytes per vertex of the graph on every rank. Collective over the ranks the graph is partitioned over (`group`).
+    pub fn build_gcn_degrees(&mut self, group: &Group, self_loops: bool) -> Result<()> {
+        let g = &self.part.graph;
+        let extra = u64::from(self_loops);
+        let mine = (0..g.num_rows())
+            .map(|r| {
+                let d = g.degree(r) as u64 + extra;
+                u32::try_from(d).with_context(|| {
+                    format!(
+                        "vertex {} has {d} neighbours; GCN's degree table holds 32-bit degrees",
+                        self.part.first_node + r as u64
+                    )
+                })
+            })
+            .collect::<Result<Vec<u32>>>()?;
+        let (all, _) = group.allgatherv("gcn_degrees", &mine);
+        let n = *self.offsets.last().unwrap_or(&0);
+        if all.len() as u64 != n {
+            bail!(
+                "GCN degree table has {} entries for a graph of {n} vertices",
+                all.len()
+            );
+        }
+        self.gcn_degrees = Some(all);
+        Ok(())
     }
 
     /// Original id of global vertex `v`.

@@ -111,8 +111,11 @@ impl<'w> Trainer<'w> {
             }
         }
         let group = hybrid::data_group(world, &cfg.strategy);
-        let data = TrainData::load(files.data.as_deref(), &cfg, group)?;
+        let mut data = TrainData::load(files.data.as_deref(), &cfg, group)?;
         let kind: ModelKind = cfg.model.parse()?;
+        if kind == ModelKind::Gcn {
+            data.build_gcn_degrees(group, cfg.uses_self_loops())?;
+        }
         let model = Model::new(
             ModelConfig {
                 kind,
@@ -605,7 +608,12 @@ impl<'w> Trainer<'w> {
         self.ensure_full_plan();
         let (plan, _) = self.full.as_ref().expect("built above");
         let group = self.data_group();
-        let logits = plan.infer(group, &self.model, self.data.store.own_rows());
+        let logits = plan.infer(
+            group,
+            &self.model,
+            self.data.store.own_rows(),
+            self.data.gcn_degrees.as_deref(),
+        );
         let first = self.data.part.first_node;
         let splits = self.data.splits();
         let eval = |ids: &[NodeId]| {

@@ -81,6 +81,7 @@ impl OwnerBatch {
             training: true,
             stream: hash_key(&[key.seed, key.epoch, key.batch, 0x64726f70]),
             orig_ids: data.orig_ids.as_deref(),
+            gcn_degrees: data.gcn_degrees.as_deref(),
         }
     }
 

@@ -238,6 +238,7 @@ pub fn split_step(
         training: true,
         stream: hash_key(&[key.seed, key.epoch, key.batch, 0x64726f70]),
         orig_ids: data.orig_ids.as_deref(),
+        gcn_degrees: data.gcn_degrees.as_deref(),
     };
     // Rows of each layer's input matrix (the owner-side rows the plans index).
     let mut input_rows: Vec<usize> = Vec::with_capacity(sb.layers.len());

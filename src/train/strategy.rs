@@ -9,15 +9,16 @@ use super::data::TrainData;
 use super::dump::BlockDump;
 use super::metrics::PhaseTimes;
 use crate::comm::Group;
-use crate::dist::inference::HaloPlan;
+use crate::dist::inference::{FullInput, HaloPlan};
 use crate::dist::sample_blocks_distributed;
 use crate::graph::NodeId;
 use crate::nn::{cross_entropy, DropoutCtx, Model};
 use crate::sample::rng::hash_key;
 use crate::sample::{sample_blocks, BatchKey, Block, LocalGraph};
 use crate::tensor::aggregate::LazyTranspose;
+use crate::tensor::sparse::{prefers_sparse, CsrMatrix};
 use anyhow::Result;
-use ndarray::{concatenate, s, Array2, Axis};
+use ndarray::{concatenate, s, Array2, Axis, CowArray, Ix2};
 use std::time::Instant;
 
 /// Strategy names accepted by `--strategy`.
@@ -100,6 +101,7 @@ pub fn gdp_minibatch_step(
         training: true,
         stream: dropout_stream(key),
         orig_ids: data.orig_ids.as_deref(),
+        gcn_degrees: data.gcn_degrees.as_deref(),
     };
     let (logits, cache) = model.forward(&refs, &x, &ctx);
     let (loss_sum, mut d_logits) = cross_entropy(&logits, &labels);
@@ -111,6 +113,16 @@ pub fn gdp_minibatch_step(
     times.backward += t.elapsed().as_secs_f64();
     out.loss_sum = loss_sum;
     Ok(out)
+}
+
+/// The source rows of a full-graph layer: owned rows then halo rows, without a copy when
+/// there is no halo (one rank).
+pub(crate) fn with_halo<'a>(own: &'a Array2<f32>, halo: &Array2<f32>) -> CowArray<'a, f32, Ix2> {
+    if halo.nrows() == 0 {
+        CowArray::from(own.view())
+    } else {
+        CowArray::from(concatenate(Axis(0), &[own.view(), halo.view()]).expect("same width"))
+    }
 }
 
 /// Full-batch step over a partitioned graph: each rank computes every layer for the vertices
@@ -132,14 +144,34 @@ pub fn full_batch_step(
         training: true,
         stream: dropout_stream(key),
         orig_ids: data.orig_ids.as_deref(),
+        gcn_degrees: data.gcn_degrees.as_deref(),
     };
     let t = Instant::now();
     let mut caches = Vec::with_capacity(model.layers.len());
-    let mut h = data.store.own_rows().clone();
-    for layer in &model.layers {
+    // Every rank reaches the first step together, so the collective fetch inside runs on all.
+    let input = plan.input.get_or_init(|| {
+        let own = data.store.own_rows();
+        let remote = plan.halo.forward(group, "halo_rows", own.view());
+        let x = with_halo(own, &remote).into_owned();
+        if model.layers[0].conv.supports_sparse() && prefers_sparse(x.view()) {
+            FullInput::Sparse(CsrMatrix::from_dense(x.view()))
+        } else {
+            FullInput::Dense(x)
+        }
+    });
+    let (mut h, first) = match input {
+        FullInput::Dense(x) => model.layers[0].forward(&model.params, &plan.block, x.view(), &ctx),
+        FullInput::Sparse(x) => model.layers[0].forward_sparse(&model.params, &plan.block, x, &ctx),
+    };
+    caches.push(first);
+    for layer in &model.layers[1..] {
         let remote = plan.halo.forward(group, "halo_rows", h.view());
-        let h_src = concatenate(Axis(0), &[h.view(), remote.view()]).expect("same width");
-        let (out, cache) = layer.forward(&model.params, &plan.block, h_src.view(), &ctx);
+        let (out, cache) = layer.forward(
+            &model.params,
+            &plan.block,
+            with_halo(&h, &remote).view(),
+            &ctx,
+        );
         caches.push(cache);
         h = out;
     }
@@ -163,18 +195,21 @@ pub fn full_batch_step(
     }
     for (l, (layer, cache)) in model.layers.iter().zip(caches).enumerate().rev() {
         let need_src = l > 0;
-        let d_src = layer.backward(
+        // Gradients move from layer to layer without copies: the owned rows of `d_src` are
+        // the next `d_h` in place, only the (small) halo rows are copied out.
+        let d_src = layer.backward_owned(
             &mut model.params,
             &plan.block,
             transpose,
             cache,
-            d_h.view(),
+            std::mem::take(&mut d_h),
             need_src,
         );
         if let Some(d_src) = d_src {
-            let mut d_own = d_src.slice(s![..own, ..]).to_owned();
+            let d_halo = d_src.slice(s![own.., ..]).to_owned();
+            let mut d_own = d_src.slice_move(s![..own, ..]);
             plan.halo
-                .backward(group, "halo_grads", d_src.slice(s![own.., ..]), &mut d_own);
+                .backward(group, "halo_grads", d_halo.view(), &mut d_own);
             d_h = d_own;
         }
     }
