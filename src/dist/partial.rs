@@ -11,7 +11,7 @@
 //!
 //! Any aggregator that is a weighted sum over edges fits: the requester chooses each edge's
 //! weight from what it knows about the destination (mean: `1/deg(v)`, [`mean_weights`]; GCN's
-//! `1/sqrt(d̂_v)`), and a factor that depends on the source only (GCN's `1/sqrt(D_u)`) is
+//! `sqrt(D_v)/d̂_v`), and a factor that depends on the source only (GCN's `1/sqrt(D_u)`) is
 //! applied by the owner to its rows of `y` before [`PartialAggregation::forward`].
 //!
 //! One plan, two directions (ARCHITECTURE invariant 6): backward sends each virtual

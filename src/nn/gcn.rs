@@ -1,7 +1,8 @@
-//! GCN convolution: `h_v = Σ_{u → v} h_u·W / sqrt(d̂_v · D_u) + b`, where `d̂_v` is `v`'s
-//! in-degree inside the block and `D_u` is `u`'s degree in the whole graph when the caller
-//! passes the table (so the result does not depend on how edges are split over ranks), else
-//! its out-degree inside the block ([`GcnNorm::new`]). Self-loops are the caller's choice
+//! GCN convolution: `h_v = (D_v / d̂_v) · Σ_{u → v} h_u·W / sqrt(D_v · D_u) + b`, where `D` is
+//! the degree in the whole graph (the caller passes the table, so the result does not depend on
+//! how edges are split over ranks) and `d̂_v` is `v`'s in-degree inside the block: with all
+//! edges, standard GCN; with `d̂_v` sampled edges, an unbiased estimate of it. Without a table,
+//! DGL's in-block convention ([`GcnNorm::new`]). Self-loops are the caller's choice
 //! (`Block::with_self_loops`, and +1 in the degree table).
 //!
 //! Like SAGE, it aggregates first or projects first, whichever costs fewer multiply-adds for

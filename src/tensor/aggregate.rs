@@ -357,9 +357,11 @@ pub fn aggregate_transpose(
     )
 }
 
-/// GCN's symmetric normalisation, factored: edge `u → v` has weight
-/// `dst[v] · src[u] = 1/sqrt(d̂_v) · 1/sqrt(D_u)`, where `d̂_v` is `v`'s in-degree inside the
-/// block and `D_u` is `u`'s degree (see [`GcnNorm::new`]). Vertices with degree 0 get factor 0,
+/// GCN's symmetric normalisation, factored: edge `u → v` has weight `dst[v] · src[u]` with
+/// `src[u] = 1/sqrt(D_u)` and `dst[v] = 1/sqrt(D_v) · D_v/d̂_v`, where `D` is the degree in the
+/// whole graph and `d̂_v` is `v`'s in-degree inside the block (its sampled edges): the sampled
+/// sum, scaled by `D_v/d̂_v`, estimates the full neighbourhood's without bias, and with all
+/// edges present it is exactly `1/sqrt(D_u·D_v)` (see [`GcnNorm::new`]). Vertices with degree 0 get factor 0,
 /// so their edges contribute nothing (as PyG's `gcn_norm` does), never `inf`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct GcnNorm {
@@ -384,8 +386,9 @@ impl GcnNorm {
     ///
     /// * `src_degrees = Some(table)`: `D_u = table[global id of u]`, a degree of the whole graph
     ///   (the number of neighbours `u` itself aggregates, +1 with self-loops). It does not depend
-    ///   on which edges a block holds, so every rank count normalises an edge the same way; on
-    ///   the whole graph on one rank this is exactly standard GCN (`D^-1/2 (A+I) D^-1/2`).
+    ///   on which edges a block holds, and all of a destination's sampled edges are in one block
+    ///   whatever the strategy, so every rank count normalises an edge the same way; with all
+    ///   edges (full batch) this is exactly standard GCN (`D^-1/2 (A+I) D^-1/2`).
     /// * `None`: `D_u` is `u`'s out-degree inside the block (DGL's convention for blocks); a
     ///   block holding only some ranks' edges then normalises differently, so the trainer
     ///   always passes the table.
@@ -393,28 +396,48 @@ impl GcnNorm {
     /// # Panics
     /// If a source's global id is outside `table` (a caller bug).
     pub fn new(block: &Block, src_degrees: Option<&[u32]>) -> GcnNorm {
+        let Some(table) = src_degrees else {
+            return GcnNorm::in_block(block);
+        };
+        let degree = |v: u32| {
+            *table
+                .get(v as usize)
+                .unwrap_or_else(|| panic!("vertex {v} has no degree (table of {})", table.len()))
+                as usize
+        };
+        let src: Vec<f32> = block
+            .src_nodes
+            .iter()
+            .map(|&v| inv_sqrt(degree(v)))
+            .collect();
+        // Destinations are the first sources, so `src[i]` is `1/sqrt(D_v)` of destination i.
+        let dst = (0..block.num_dst)
+            .map(|i| {
+                let sampled = block.in_degree(i);
+                let full = degree(block.src_nodes[i]);
+                if sampled == full || sampled == 0 {
+                    // All of v's edges (full batch, or fanout ≥ degree): standard GCN.
+                    src[i]
+                } else {
+                    // k of D_v edges sampled: scale the sum by D_v / k so it estimates the
+                    // full-graph sum without bias (as VR-GCN does), 1/sqrt(D_v) · D_v / k.
+                    (full as f32).sqrt() / sampled as f32
+                }
+            })
+            .collect();
+        GcnNorm { src, dst }
+    }
+
+    /// DGL's convention for blocks: `1/sqrt(d̂_v)` and `u`'s out-degree inside the block.
+    fn in_block(block: &Block) -> GcnNorm {
         let dst = (0..block.num_dst)
             .map(|i| inv_sqrt(block.in_degree(i)))
             .collect();
-        let src = match src_degrees {
-            Some(table) => block
-                .src_nodes
-                .iter()
-                .map(|&v| {
-                    let d = *table.get(v as usize).unwrap_or_else(|| {
-                        panic!("vertex {v} has no degree (table of {})", table.len())
-                    });
-                    inv_sqrt(d as usize)
-                })
-                .collect(),
-            None => {
-                let mut out_deg = vec![0u32; block.num_src()];
-                for &u in &block.indices {
-                    out_deg[u as usize] += 1;
-                }
-                out_deg.iter().map(|&d| inv_sqrt(d as usize)).collect()
-            }
-        };
+        let mut out_deg = vec![0u32; block.num_src()];
+        for &u in &block.indices {
+            out_deg[u as usize] += 1;
+        }
+        let src = out_deg.iter().map(|&d| inv_sqrt(d as usize)).collect();
         GcnNorm { src, dst }
     }
 
@@ -530,15 +553,23 @@ mod tests {
     #[test]
     fn gcn_norm_with_global_degrees() {
         let b = block();
-        // Global ids 10..14; vertex 11 has degree 8, 12 degree 0 (its edges then weigh 0).
+        // Global ids 10..14. Destination 10 has degree 4 but 3 sampled edges: its factor is
+        // sqrt(4)/3, not 1/sqrt(3). Destination 12 has all its 2 edges: standard 1/sqrt(2).
         let mut table = vec![0u32; 14];
         table[10] = 4;
         table[11] = 8;
+        table[12] = 2;
         let norm = GcnNorm::new(&b, Some(&table));
         let c = norm.per_edge(&b);
-        assert!((c[0] - 1.0 / 24f32.sqrt()).abs() < 1e-7);
-        assert_eq!(c[2], 0.0);
-        assert!((c[4] - 1.0 / 8f32.sqrt()).abs() < 1e-7);
+        assert!((c[0] - (2.0 / 3.0) / 8f32.sqrt()).abs() < 1e-7, "{c:?}");
+        assert!((c[2] - (2.0 / 3.0) / 2f32.sqrt()).abs() < 1e-7, "{c:?}");
+        assert!((c[4] - 1.0 / 8f32.sqrt()).abs() < 1e-7, "{c:?}");
+        // A source of degree 0 (no self-loop, directed graph) contributes nothing, never inf.
+        let mut zero = table.clone();
+        zero[12] = 0;
+        let z = GcnNorm::new(&b, Some(&zero)).per_edge(&b);
+        assert_eq!((z[2], z[3]), (0.0, 0.0));
+        assert!(z.iter().all(|w| w.is_finite()));
         // The factored aggregation equals the per-edge one.
         let x = array![[1.0f32, -1.0], [2.0, 0.5], [4.0, 3.0], [8.0, 1.0]];
         let a = aggregate(&b, x.view(), norm.weights());

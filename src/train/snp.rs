@@ -55,7 +55,7 @@ fn check_model(model: &str) -> Result<()> {
         "gcn" => bail!(
             "config: `strategy` \"snp\" does not support `model` \"gcn\" yet: SNP's partial sums \
              implement SAGE's mean aggregator only, GCN's normalised sum (a per-edge weight \
-             1/sqrt(d_v), a per-source factor 1/sqrt(D_u)) is not plugged in; use --model sage, \
+             sqrt(D_v)/d_v, a per-source factor 1/sqrt(D_u)) is not plugged in; use --model sage, \
              or --strategy gdp, split or dnp"
         ),
         "gat" => bail!(
