@@ -10,31 +10,25 @@
 use super::data::TrainData;
 use super::metrics::PhaseTimes;
 use super::owner_input::OwnerBatch;
-use super::strategy::StepOutput;
-use crate::comm::Group;
-use crate::graph::NodeId;
+use super::strategy::{StepArgs, StepOutput};
 use crate::nn::Model;
-use crate::sample::BatchKey;
 use crate::tensor::aggregate::LazyTranspose;
 use crate::tensor::sparse::{prefers_sparse, CsrMatrix};
 use anyhow::Result;
 use std::time::Instant;
 
 /// One DNP step; gradients accumulate in `model`. Collective.
-#[allow(clippy::too_many_arguments)]
 pub fn dnp_step(
     model: &mut Model,
     data: &mut TrainData,
-    group: &Group,
-    batch: &[NodeId],
-    fanouts: &[i32],
-    key: BatchKey,
-    self_loops: bool,
-    scale: f32,
+    args: &StepArgs,
     times: &mut PhaseTimes,
 ) -> Result<StepOutput> {
+    let StepArgs {
+        group, key, scale, ..
+    } = *args;
     let t = Instant::now();
-    let ob = OwnerBatch::sample(data, group, batch, fanouts, key, self_loops);
+    let ob = OwnerBatch::sample(data, args);
     times.sample += t.elapsed().as_secs_f64();
 
     let t = Instant::now();

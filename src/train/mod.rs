@@ -29,6 +29,7 @@ use metrics::{EpochRecord, MetricsWriter, PhaseTimes};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Instant;
+use strategy::StepArgs;
 
 /// Where a run reads and writes, besides its configuration.
 #[derive(Clone, Debug, Default)]
@@ -480,82 +481,49 @@ impl<'w> Trainer<'w> {
                 epoch: self.pos.epoch as u64,
                 batch: b as u64,
             };
-            let scale = 1.0 / batch.len() as f32;
             self.model.params.zero_grads();
-            let split_family = matches!(self.cfg.strategy.as_str(), "split" | "hybrid");
-            let out = if split_family && !self.cfg.full_batch {
-                // Hybrid: this node's share of the batch, split over the node's ranks.
-                let (group, seeds) = hybrid::split_scope(self.world, &self.cfg.strategy, batch);
-                let (out, stats) = split::split_step(
-                    &mut self.model,
-                    &self.data,
-                    group,
-                    &seeds,
-                    &self.cfg.fanouts,
-                    key,
-                    self.cfg.uses_self_loops(),
-                    scale,
-                    &mut times,
-                    self.dump.as_mut().map(|d| (d, self.pos.step)),
-                )?;
-                if split_stats.is_empty() {
-                    split_stats = vec![split::SplitLayerStats::default(); stats.len()];
-                }
-                for (acc, s) in split_stats.iter_mut().zip(stats) {
-                    acc.edges += s.edges;
-                    acc.cross_edges += s.cross_edges;
-                }
-                out
-            } else if self.cfg.strategy == "dnp" && !self.cfg.full_batch {
-                dnp::dnp_step(
-                    &mut self.model,
-                    &mut self.data,
-                    self.world,
-                    batch,
-                    &self.cfg.fanouts,
-                    key,
-                    self.cfg.uses_self_loops(),
-                    scale,
-                    &mut times,
-                )?
-            } else if self.cfg.strategy == "snp" && !self.cfg.full_batch {
-                snp::snp_step(
-                    &mut self.model,
-                    &mut self.data,
-                    self.world,
-                    batch,
-                    &self.cfg.fanouts,
-                    key,
-                    self.cfg.uses_self_loops(),
-                    scale,
-                    &mut times,
-                )?
-            } else if self.cfg.full_batch {
+            if self.cfg.full_batch {
                 self.ensure_full_plan();
-                let (plan, transpose) = self.full.as_ref().expect("built above");
-                strategy::full_batch_step(
-                    &mut self.model,
-                    &self.data,
-                    self.world,
-                    plan,
-                    transpose,
-                    key,
-                    scale,
-                    &mut times,
-                )?
-            } else {
-                strategy::gdp_minibatch_step(
-                    &mut self.model,
-                    &mut self.data,
-                    self.world,
-                    batch,
-                    &self.cfg.fanouts,
-                    key,
-                    self.cfg.uses_self_loops(),
-                    scale,
-                    &mut times,
-                    self.dump.as_mut().map(|d| (d, self.pos.step)),
-                )?
+            }
+            let args = StepArgs {
+                group: self.world,
+                batch,
+                fanouts: &self.cfg.fanouts,
+                key,
+                self_loops: self.cfg.uses_self_loops(),
+                scale: 1.0 / batch.len() as f32,
+            };
+            let dump = self.dump.as_mut().map(|d| (d, self.pos.step));
+            let (model, data) = (&mut self.model, &mut self.data);
+            let out = match (self.cfg.full_batch, self.cfg.strategy.as_str()) {
+                // Full batch: every layer over owned vertices plus a halo, whatever the strategy.
+                (true, _) => {
+                    let (plan, transpose) = self.full.as_ref().expect("built above");
+                    strategy::full_batch_step(
+                        model, data, self.world, plan, transpose, key, args.scale, &mut times,
+                    )?
+                }
+                (false, "split" | "hybrid") => {
+                    // Hybrid: this node's share of the batch, split over the node's ranks.
+                    let (group, seeds) = hybrid::split_scope(self.world, &self.cfg.strategy, batch);
+                    let args = StepArgs {
+                        group,
+                        batch: &seeds,
+                        ..args
+                    };
+                    let (out, stats) = split::split_step(model, data, &args, &mut times, dump)?;
+                    if split_stats.is_empty() {
+                        split_stats = vec![split::SplitLayerStats::default(); stats.len()];
+                    }
+                    for (acc, s) in split_stats.iter_mut().zip(stats) {
+                        acc.edges += s.edges;
+                        acc.cross_edges += s.cross_edges;
+                    }
+                    out
+                }
+                (false, "dnp") => dnp::dnp_step(model, data, &args, &mut times)?,
+                (false, "snp") => snp::snp_step(model, data, &args, &mut times)?,
+                _ => strategy::gdp_minibatch_step(model, data, &args, &mut times, dump)?,
             };
             let t = Instant::now();
             self.world.allreduce_sum_f32(&mut self.model.params.grads);

@@ -12,7 +12,7 @@
 
 use super::data::TrainData;
 use super::metrics::PhaseTimes;
-use super::strategy::StepOutput;
+use super::strategy::{StepArgs, StepOutput};
 use crate::comm::Group;
 use crate::dist::{sample_blocks_distributed, RowExchange};
 use crate::graph::NodeId;
@@ -39,14 +39,15 @@ pub struct OwnerBatch {
 impl OwnerBatch {
     /// Sample the mini-batch `batch` (global ids; this rank takes the seeds it owns).
     /// Collective.
-    pub fn sample(
-        data: &TrainData,
-        group: &Group,
-        batch: &[NodeId],
-        fanouts: &[i32],
-        key: BatchKey,
-        self_loops: bool,
-    ) -> OwnerBatch {
+    pub fn sample(data: &TrainData, args: &StepArgs) -> OwnerBatch {
+        let StepArgs {
+            group,
+            batch,
+            fanouts,
+            key,
+            self_loops,
+            ..
+        } = *args;
         let layers = fanouts.len();
         let seeds: Vec<NodeId> = batch.iter().copied().filter(|&v| data.owns(v)).collect();
         let graph = LocalGraph::new(&data.part, data.orig_ids.as_deref());

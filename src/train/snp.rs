@@ -19,13 +19,11 @@
 use super::data::TrainData;
 use super::metrics::PhaseTimes;
 use super::owner_input::OwnerBatch;
-use super::strategy::StepOutput;
-use crate::comm::Group;
+use super::strategy::{StepArgs, StepOutput};
 use crate::dist::partial::{mean_weights, PartialAggregation};
 use crate::graph::NodeId;
 use crate::nn::layer::Conv;
 use crate::nn::{DropoutCtx, Layer, Model};
-use crate::sample::BatchKey;
 use crate::tensor::dropout::{derive_stream, DropoutMask};
 use crate::tensor::rows::InputRows;
 use anyhow::{bail, Result};
@@ -73,23 +71,20 @@ fn check_model(model: &str) -> Result<()> {
 }
 
 /// One SNP step; gradients accumulate in `model`. Collective.
-#[allow(clippy::too_many_arguments)]
 pub fn snp_step(
     model: &mut Model,
     data: &mut TrainData,
-    group: &Group,
-    batch: &[NodeId],
-    fanouts: &[i32],
-    key: BatchKey,
-    self_loops: bool,
-    scale: f32,
+    args: &StepArgs,
     times: &mut PhaseTimes,
 ) -> Result<StepOutput> {
     let Conv::Sage(conv) = model.layers[0].conv.clone() else {
         bail!("strategy snp: the input layer must be a SAGE convolution (model \"sage\")");
     };
+    let StepArgs {
+        group, key, scale, ..
+    } = *args;
     let t = Instant::now();
-    let ob = OwnerBatch::sample(data, group, batch, fanouts, key, self_loops);
+    let ob = OwnerBatch::sample(data, args);
     let block = &ob.input_block;
     let partial = PartialAggregation::new(group, &data.offsets, block, &mean_weights(block));
     times.sample += t.elapsed().as_secs_f64();

@@ -11,7 +11,7 @@
 use super::data::TrainData;
 use super::dump::BlockDump;
 use super::metrics::PhaseTimes;
-use super::strategy::StepOutput;
+use super::strategy::{StepArgs, StepOutput};
 use crate::comm::Group;
 use crate::dist::RowExchange;
 use crate::graph::parts::owner_of;
@@ -206,19 +206,21 @@ fn layer_input(
 
 /// One split-parallel step: cooperative sampling, then forward and backward layer by layer
 /// with the row shuffles in between. Gradients accumulate in `model`. Collective.
-#[allow(clippy::too_many_arguments)]
 pub fn split_step(
     model: &mut Model,
     data: &TrainData,
-    group: &Group,
-    batch: &[NodeId],
-    fanouts: &[i32],
-    key: BatchKey,
-    self_loops: bool,
-    scale: f32,
+    args: &StepArgs,
     times: &mut PhaseTimes,
     dump: Option<(&mut BlockDump, u64)>,
 ) -> Result<(StepOutput, Vec<SplitLayerStats>)> {
+    let StepArgs {
+        group,
+        batch,
+        fanouts,
+        key,
+        self_loops,
+        scale,
+    } = *args;
     let t = Instant::now();
     let mut sb = sample_split(group, data, batch, fanouts, key);
     if let Some((dump, step)) = dump {

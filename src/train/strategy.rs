@@ -42,6 +42,23 @@ pub struct StepOutput {
     pub input_rows: u64,
 }
 
+/// What every mini-batch step needs besides the model and the data: the ranks that share the
+/// mini-batch, the mini-batch, and how to sample and scale it.
+#[derive(Clone, Copy)]
+pub struct StepArgs<'a> {
+    /// The ranks sharing this mini-batch (the world; under hybrid, the node).
+    pub group: &'a Group,
+    /// The global mini-batch (under hybrid, this node's share of it).
+    pub batch: &'a [NodeId],
+    /// Neighbours per layer, from the seeds outward.
+    pub fanouts: &'a [i32],
+    pub key: BatchKey,
+    /// Add GCN's self-loop to every destination.
+    pub self_loops: bool,
+    /// 1 / global batch size: each rank returns gradients of the mean loss.
+    pub scale: f32,
+}
+
 /// The dropout stream of one optimizer step (each layer mixes in its index).
 fn dropout_stream(key: BatchKey) -> u64 {
     hash_key(&[key.seed, key.epoch, key.batch, 0x64726f70])
@@ -51,19 +68,21 @@ fn dropout_stream(key: BatchKey) -> u64 {
 /// blocks with owner-computes sampling, fetches input rows from the feature store, and runs
 /// forward, loss and backward (gradients accumulate in `model`). Collective: every rank calls
 /// it for every mini-batch, also with no seeds of its own.
-#[allow(clippy::too_many_arguments)]
 pub fn gdp_minibatch_step(
     model: &mut Model,
     data: &mut TrainData,
-    group: &Group,
-    batch: &[NodeId],
-    fanouts: &[i32],
-    key: BatchKey,
-    self_loops: bool,
-    scale: f32,
+    args: &StepArgs,
     times: &mut PhaseTimes,
     dump: Option<(&mut BlockDump, u64)>,
 ) -> Result<StepOutput> {
+    let StepArgs {
+        group,
+        batch,
+        fanouts,
+        key,
+        self_loops,
+        scale,
+    } = *args;
     let seeds: Vec<NodeId> = batch.iter().copied().filter(|&v| data.owns(v)).collect();
     let t = Instant::now();
     let graph = LocalGraph::new(&data.part, data.orig_ids.as_deref());
