@@ -985,3 +985,75 @@ fn gcn_on_2_and_4_ranks_trains_and_evaluates_the_same_model_as_1_rank() {
         compare(&format!("full batch 2 ranks on {data:?}"), &full_ref, &run);
     }
 }
+
+/// The real datasets (`GNNPAR_DATA`, default `../shared/datasets`).
+fn datasets_dir() -> PathBuf {
+    std::env::var_os("GNNPAR_DATA").map_or_else(
+        || PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/datasets")),
+        PathBuf::from,
+    )
+}
+
+/// Cora's features are binary bag-of-words (1,433 columns, ~1 % non-zero), so every strategy's
+/// input layer takes the sparse path (`Layer::forward_input`); its model must still be GDP's.
+#[test]
+fn every_strategy_on_sparse_bag_of_words_features_trains_the_same_model_as_1_rank() {
+    if !have_mpirun() {
+        return;
+    }
+    let npz = datasets_dir().join("planetoid/cora.npz");
+    if !npz.exists() {
+        eprintln!("SKIPPED: {} not found (set GNNPAR_DATA)", npz.display());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("cora.h5");
+    gnnpar(&["prepare", npz.to_str().unwrap(), "-o", ds.to_str().unwrap()]);
+    let parts = dir.path().join("cora-2");
+    gnnpar(&[
+        "partition",
+        ds.to_str().unwrap(),
+        "--parts",
+        "2",
+        "-o",
+        parts.to_str().unwrap(),
+    ]);
+    // 140 training vertices: batches of 32 give 5 steps in one epoch.
+    let common = [
+        "train",
+        "--layers",
+        "2",
+        "--hidden",
+        "16",
+        "--fanouts",
+        "5,5",
+        "--batch-size",
+        "32",
+        "--epochs",
+        "1",
+        "--eval-every",
+        "0",
+        "--dropout",
+        "0.3",
+        "--lr",
+        "0.01",
+        "--threads",
+        "1",
+    ];
+    let ref_ck = dir.path().join("ref.h5");
+    let mut args = common.to_vec();
+    args.extend(["--data", ds.to_str().unwrap()]);
+    args.extend(["--checkpoint", ref_ck.to_str().unwrap()]);
+    mpirun_ok(1, &args);
+    let reference = read_params(&ref_ck);
+    for strategy in ["gdp", "split", "dnp", "snp"] {
+        let ck = dir.path().join(format!("{strategy}.h5"));
+        let mut args = common.to_vec();
+        args.extend(["--data", parts.to_str().unwrap()]);
+        args.extend(["--strategy", strategy, "--checkpoint", ck.to_str().unwrap()]);
+        mpirun_ok(2, &args);
+        let d = rel_diff(&reference, &read_params(&ck));
+        eprintln!("cora, {strategy} on 2 ranks: relative difference {d:.2e}");
+        assert!(d <= 1e-4, "cora, {strategy} on 2 ranks: {d}");
+    }
+}

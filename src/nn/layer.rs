@@ -21,7 +21,7 @@ use crate::sample::Block;
 use crate::tensor::activation::{Activation, Saved};
 use crate::tensor::aggregate::LazyTranspose;
 use crate::tensor::dropout::{derive_stream, DropoutMask, KeptBits};
-use crate::tensor::sparse::CsrMatrix;
+use crate::tensor::sparse::{prefers_sparse, CsrMatrix};
 use crate::tensor::standard;
 
 /// How dropout behaves in one forward pass.
@@ -350,6 +350,24 @@ impl Layer {
             out += &base.slice(s![..block.num_dst, ..]);
         }
         (out, cache)
+    }
+
+    /// [`Layer::forward`] on a model's input features: mostly-zero rows (bag-of-words,
+    /// [`prefers_sparse`], a function of the data only) take [`Layer::forward_sparse`]'s path,
+    /// whose products skip the zeros; other input, or a convolution without a sparse path,
+    /// takes the dense one. Every strategy's input layer calls this, so all take the same path.
+    pub fn forward_input(
+        &self,
+        params: &ParamStore,
+        block: &Block,
+        x: ArrayView2<f32>,
+        ctx: &DropoutCtx,
+    ) -> (Array2<f32>, LayerCache) {
+        if self.conv.supports_sparse() && prefers_sparse(x) {
+            self.forward_sparse(params, block, &CsrMatrix::from_dense(x), ctx)
+        } else {
+            self.forward(params, block, x, ctx)
+        }
     }
 
     /// [`Layer::forward`] on sparse input rows (`block.num_src()` of them, e.g. bag-of-words

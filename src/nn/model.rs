@@ -18,7 +18,7 @@ use crate::sample::Block;
 use crate::tensor::activation::Activation;
 use crate::tensor::aggregate::LazyTranspose;
 use crate::tensor::dropout::derive_stream;
-use crate::tensor::sparse::{prefers_sparse, CsrMatrix};
+use crate::tensor::sparse::CsrMatrix;
 
 /// Which convolution the model stacks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -298,7 +298,7 @@ impl Model {
     /// Logits for the destinations of the last block (`blocks[L-1].num_dst × out_dim`), from
     /// `x` (`blocks[0].num_src() × in_dim`). Full-batch training passes the same block L times.
     ///
-    /// Mostly-zero input (bag-of-words features, [`prefers_sparse`]) is converted to CSR and
+    /// Mostly-zero input (bag-of-words features, [`crate::tensor::sparse::prefers_sparse`]) is converted to CSR and
     /// takes [`Model::forward_sparse`]'s path.
     ///
     /// # Panics
@@ -317,10 +317,7 @@ impl Model {
             self.layers.len(),
             blocks.len()
         );
-        if self.layers[0].conv.supports_sparse() && prefers_sparse(x.view()) {
-            return self.forward_sparse(blocks, &CsrMatrix::from_dense(x.view()), ctx);
-        }
-        let (first, cache) = self.layers[0].forward(&self.params, blocks[0], x.view(), ctx);
+        let (first, cache) = self.layers[0].forward_input(&self.params, blocks[0], x.view(), ctx);
         self.forward_rest(blocks, first, cache, ctx)
     }
 
@@ -361,6 +358,7 @@ mod tests {
     use super::*;
     use crate::nn::cross_entropy;
     use crate::tensor::dropout::mix64;
+    use crate::tensor::sparse::prefers_sparse;
 
     fn hash(salt: u64, i: usize) -> u64 {
         mix64(salt ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))

@@ -13,7 +13,6 @@ use super::owner_input::OwnerBatch;
 use super::strategy::{StepArgs, StepOutput};
 use crate::nn::Model;
 use crate::tensor::aggregate::LazyTranspose;
-use crate::tensor::sparse::{prefers_sparse, CsrMatrix};
 use anyhow::Result;
 use std::time::Instant;
 
@@ -37,14 +36,8 @@ pub fn dnp_step(
 
     let ctx = OwnerBatch::dropout_ctx(data, key);
     let t = Instant::now();
-    // Bag-of-words input stays sparse, as on GDP's path (`Model::forward`).
-    let first = &model.layers[0];
-    let (h_mine, input_cache) = if first.conv.supports_sparse() && prefers_sparse(x.view()) {
-        let x = CsrMatrix::from_dense(x.view());
-        first.forward_sparse(&model.params, &ob.input_block, &x, &ctx)
-    } else {
-        first.forward(&model.params, &ob.input_block, x.view(), &ctx)
-    };
+    let (h_mine, input_cache) =
+        model.layers[0].forward_input(&model.params, &ob.input_block, x.view(), &ctx);
     times.forward += t.elapsed().as_secs_f64();
     let (loss_sum, d_mine) = ob.upper_layers(
         model,

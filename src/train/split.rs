@@ -258,7 +258,12 @@ pub fn split_step(
         };
         let h_src = layer_input(group, sl, input, kind);
         times.gather += t.elapsed().as_secs_f64();
-        let (out, cache) = layer.forward(&model.params, &sl.block, h_src.view(), &ctx);
+        let (out, cache) = if l == 0 {
+            // Bag-of-words features stay sparse, as on GDP's path.
+            layer.forward_input(&model.params, &sl.block, h_src.view(), &ctx)
+        } else {
+            layer.forward(&model.params, &sl.block, h_src.view(), &ctx)
+        };
         caches.push(cache);
         h = Some(out);
     }
