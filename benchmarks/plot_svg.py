@@ -130,7 +130,7 @@ def feature_bytes(strategy, train_bytes):
     input layer's feature rows as `split_features` (hidden rows as `split_rows`); SNP moves none
     (its input layer sends partial rows of the hidden width, `snp_partials`).
     """
-    if strategy == "split":
+    if strategy in ("split", "hybrid"):
         return train_bytes.get("split_features", 0)
     return train_bytes.get("store_rows", 0)
 
@@ -150,7 +150,7 @@ def byte_groups(strategy, train_bytes):
             groups["allreduce"] += b
         else:
             groups["other"] += b
-    if strategy == "split":
+    if strategy in ("split", "hybrid"):
         groups["hidden rows + grads"] -= feats
     return groups
 
