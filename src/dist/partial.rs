@@ -37,6 +37,17 @@ pub fn mean_weights(block: &Block) -> Vec<f32> {
     w
 }
 
+/// Edge weights that depend on the destination only: `factors[v]` for every edge into `v`, in
+/// the block's CSR order (GCN: the destination factors of [`crate::tensor::aggregate::GcnNorm`]).
+pub fn destination_weights(block: &Block, factors: &[f32]) -> Vec<f32> {
+    assert_eq!(factors.len(), block.num_dst, "one factor per destination");
+    let mut w = Vec::with_capacity(block.num_edges());
+    for (i, &f) in factors.iter().enumerate() {
+        w.extend(std::iter::repeat_n(f, block.in_degree(i)));
+    }
+    w
+}
+
 /// The plan of one block's partial aggregation, both as requester (the destinations of the
 /// block are this rank's) and as source owner (for the virtual destinations other ranks, and
 /// this one, sent here).
@@ -261,6 +272,14 @@ mod tests {
         assert_eq!(
             mean_weights(&block()),
             vec![1.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0, 0.5, 0.5]
+        );
+    }
+
+    #[test]
+    fn destination_weights_repeat_per_edge() {
+        assert_eq!(
+            destination_weights(&block(), &[2.0, 3.0, 5.0]),
+            vec![2.0, 2.0, 2.0, 5.0, 5.0]
         );
     }
 

@@ -8,7 +8,7 @@
 //! Like SAGE, it aggregates first or projects first, whichever costs fewer multiply-adds for
 //! the block's shape.
 
-use ndarray::{Array2, ArrayView2, CowArray, Ix2};
+use ndarray::{Array2, ArrayView2, ArrayViewMut2, Axis, CowArray, Ix2, Zip};
 
 use super::init::glorot_uniform;
 use super::linear::{accumulate_bias_grad, add_bias};
@@ -16,6 +16,7 @@ use super::params::ParamStore;
 use crate::sample::Block;
 use crate::tensor::aggregate::{aggregate, aggregate_transpose, GcnNorm, LazyTranspose};
 use crate::tensor::gemm::{add_matmul_tn, matmul, matmul_nt};
+use crate::tensor::rows::InputRows;
 use crate::tensor::sparse::{add_spmm_tn, spmm, CsrMatrix, CsrTranspose};
 
 /// GCNConv (symmetric normalisation, bias).
@@ -112,6 +113,44 @@ impl GcnConv {
         (z, GcnCache { norm, order })
     }
 
+    /// The projected source rows `y_u = src[u]·(x_u·W)` without aggregation, `src` the
+    /// per-source factors (`1/sqrt(D_u)`, [`GcnNorm::source_factors`]): source-node
+    /// parallelism (SNP) projects each source once on its owner, which sums the rows weighted
+    /// by the destination factors there ([`crate::dist::partial`]).
+    pub(crate) fn project_sources(
+        &self,
+        params: &ParamStore,
+        x: &InputRows,
+        src: &[f32],
+    ) -> Array2<f32> {
+        let mut y = x.times(params.view(self.weight));
+        scale_rows(y.view_mut(), src);
+        y
+    }
+
+    /// The backward of [`GcnConv::project_sources`] for the weight: from `d_y` (one gradient
+    /// row per source), `dW += xᵀ·(src ⊙ d_y)`.
+    pub(crate) fn accumulate_source_grad(
+        &self,
+        params: &mut ParamStore,
+        x: &InputRows,
+        src: &[f32],
+        mut d_y: Array2<f32>,
+    ) {
+        scale_rows(d_y.view_mut(), src);
+        x.add_transposed_times(d_y.view(), params.grad_mut(self.weight));
+    }
+
+    /// `z += b` on the aggregated rows (SNP adds it where the destination's partial rows meet).
+    pub(crate) fn add_bias(&self, params: &ParamStore, z: ArrayViewMut2<f32>) {
+        add_bias(z, params.view(self.bias));
+    }
+
+    /// The backward of [`GcnConv::add_bias`]: `db += Σ dz`.
+    pub(crate) fn accumulate_bias_grad(&self, params: &mut ParamStore, dz: ArrayView2<f32>) {
+        accumulate_bias_grad(params, self.bias, dz);
+    }
+
     /// Accumulate gradients; return d `h_in` (`num_src` rows) when asked.
     pub fn backward(
         &self,
@@ -150,5 +189,79 @@ impl GcnConv {
                 need_d_in.then(|| matmul_nt(d_proj.view(), params.view(self.weight)))
             }
         }
+    }
+}
+
+/// `y[r] *= f[r]` for every row (rows in parallel: one multiply per element).
+fn scale_rows(mut y: ArrayViewMut2<f32>, f: &[f32]) {
+    assert_eq!(y.nrows(), f.len(), "gcn: one factor per row");
+    Zip::from(y.axis_iter_mut(Axis(0)))
+        .and(f)
+        .par_for_each(|mut row, &c| row *= c);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dist::partial::destination_weights;
+    use crate::tensor::aggregate::{BlockTranspose, EdgeWeights};
+
+    fn max_diff(a: ArrayView2<f32>, b: ArrayView2<f32>) -> f32 {
+        assert_eq!(a.dim(), b.dim());
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max)
+    }
+
+    /// SNP's pieces — scaled projection, destination weights per edge, bias — are the layer's
+    /// forward and weight/bias gradients, with a self-loop and both destination-factor cases
+    /// (all of `v`'s edges sampled, and some).
+    #[test]
+    fn snp_pieces_match_forward_and_backward() {
+        // dst 0 (id 10) <- {11, 12}; dst 1 (id 11) <- {13}; then self-loops.
+        let block = Block {
+            num_dst: 2,
+            src_nodes: vec![10, 11, 12, 13],
+            indptr: vec![0, 2, 3],
+            indices: vec![2, 3, 1],
+        }
+        .with_self_loops();
+        let mut table = vec![1u32; 14];
+        table[10] = 3; // both neighbours and the self-loop: standard GCN
+        table[11] = 4; // 2 of 4 edges: scaled by D/d̂
+        table[12] = 2;
+        table[13] = 5;
+        let mut params = ParamStore::new();
+        let conv = GcnConv::new(&mut params, "g", 3, 2, 7);
+        params.view_mut(conv.bias).fill(0.25);
+        let x = Array2::from_shape_fn((4, 3), |(i, j)| (i as f32 - 1.5) * 0.3 + j as f32 * 0.1);
+        let (z, cache) = conv.forward(&params, &block, CowArray::from(x.view()), Some(&table));
+
+        let norm = GcnNorm::new(&block, Some(&table));
+        let src = GcnNorm::source_factors(&block.src_nodes, &table);
+        assert_eq!(src, norm.src);
+        let w = destination_weights(&block, &norm.dst);
+        let rows = InputRows::Dense(x.clone());
+        let y = conv.project_sources(&params, &rows, &src);
+        let mut got = aggregate(&block, y.view(), EdgeWeights::PerEdge(&w));
+        conv.add_bias(&params, got.view_mut());
+        assert!(max_diff(got.view(), z.view()) < 1e-6, "{got} vs {z}");
+
+        let dz = Array2::from_shape_fn((2, 2), |(i, j)| 1.0 - i as f32 + 0.5 * j as f32);
+        let transpose = LazyTranspose::default();
+        conv.backward(&mut params, &block, &transpose, cache, dz.view(), false);
+        let (dw, db) = (
+            params.grad(conv.weight).to_owned(),
+            params.grad(conv.bias).to_owned(),
+        );
+        params.zero_grads();
+        conv.accumulate_bias_grad(&mut params, dz.view());
+        let t = BlockTranspose::new(&block);
+        let d_y = aggregate_transpose(&block, &t, dz.view(), EdgeWeights::PerEdge(&w));
+        conv.accumulate_source_grad(&mut params, &rows, &src, d_y);
+        assert!(max_diff(params.grad(conv.weight), dw.view()) < 1e-6);
+        assert!(max_diff(params.grad(conv.bias), db.view()) < 1e-6);
+        assert!(dw.iter().any(|&g| g != 0.0), "a gradient that can differ");
     }
 }

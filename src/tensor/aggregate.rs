@@ -405,11 +405,7 @@ impl GcnNorm {
                 .unwrap_or_else(|| panic!("vertex {v} has no degree (table of {})", table.len()))
                 as usize
         };
-        let src: Vec<f32> = block
-            .src_nodes
-            .iter()
-            .map(|&v| inv_sqrt(degree(v)))
-            .collect();
+        let src = GcnNorm::source_factors(&block.src_nodes, table);
         // Destinations are the first sources, so `src[i]` is `1/sqrt(D_v)` of destination i.
         let dst = (0..block.num_dst)
             .map(|i| {
@@ -426,6 +422,23 @@ impl GcnNorm {
             })
             .collect();
         GcnNorm { src, dst }
+    }
+
+    /// `1/sqrt(D_u)` for the vertices `ids` (global ids): the source factors of [`GcnNorm::new`]
+    /// with a table, for a caller that scales its own rows of the sources (SNP's source
+    /// owners), so the numbers are the same as on the block's path.
+    ///
+    /// # Panics
+    /// If an id is outside `table` (a caller bug).
+    pub fn source_factors(ids: &[u32], table: &[u32]) -> Vec<f32> {
+        ids.iter()
+            .map(|&v| {
+                let d = table.get(v as usize).unwrap_or_else(|| {
+                    panic!("vertex {v} has no degree (table of {})", table.len())
+                });
+                inv_sqrt(*d as usize)
+            })
+            .collect()
     }
 
     /// DGL's convention for blocks: `1/sqrt(d̂_v)` and `u`'s out-degree inside the block.

@@ -2,28 +2,39 @@
 //! live. The upper layers run data parallel as in GDP and the input layer's rows of each
 //! frontier vertex `v` are finished by `v`'s owner ([`super::owner_input`]), but the neighbour
 //! term is summed on the owners of the sources: the owner of `v` sends each sampled edge
-//! `u→v` with its weight (mean: `1/deg(v)`) to the owner of `u`, which projects `W_neigh·h_u`
-//! once per distinct source and returns the weighted partial sums per destination — rows of the
-//! hidden width, not the feature width ([`PartialAggregation`]). The owner of `v` adds them up
-//! with its root term `W_self·h_v + b` and applies the activation. No feature row ever leaves
+//! `u→v` with its weight to the owner of `u`, which projects `h_u` once per distinct source
+//! and returns the weighted partial sums per destination — rows of the hidden width, not the
+//! feature width ([`PartialAggregation`]). The owner of `v` adds them up, adds what the
+//! convolution adds at the destination and applies the activation. No feature row ever leaves
 //! its owner.
 //!
-//! Backward reverses every exchange: the gradient of `v`'s row comes back to `v`'s owner
-//! (root weights and bias), which sends it to every source owner that contributed a partial
-//! row (neighbour weights). The input layer needs no gradient of its input.
+//! Two convolutions split this way (`InputConv`):
+//! * GraphSAGE (mean): edge weight `1/deg(v)`, the source owner projects `W_neigh·h_u`, and
+//!   `v`'s owner adds the root term `W_self·h_v + b`;
+//! * GCN: edge weight `dst[v]` and source factor `src[u] = 1/sqrt(D_u)` of
+//!   [`GcnNorm::new`] with the graph's degree table (the source owner returns
+//!   `Σ dst[v]·src[u]·(h_u·W)`), and `v`'s owner adds the bias; the self-loop `v→v` is an
+//!   ordinary edge, whose source `v` lives on `v`'s owner.
 //!
-//! The model is GraphSAGE's, parameter for parameter: SNP trains what GDP trains. Dropout on
-//! the input features is keyed by vertex, so the masks are GDP's whichever rank applies them;
+//! Backward reverses every exchange: the gradient of `v`'s row comes back to `v`'s owner
+//! (SAGE's root weights, the bias), which sends it to every source owner that contributed a
+//! partial row (the projection's weights). The input layer needs no gradient of its input.
+//!
+//! The model is GDP's, parameter for parameter: SNP trains what GDP trains. Dropout on the
+//! input features is keyed by vertex, so the masks are GDP's whichever rank applies them;
 //! mostly-zero features are multiplied as CSR, as on GDP's path.
 
 use super::data::TrainData;
 use super::metrics::PhaseTimes;
 use super::owner_input::OwnerBatch;
 use super::strategy::{StepArgs, StepOutput};
-use crate::dist::partial::{mean_weights, PartialAggregation};
+use crate::dist::partial::{destination_weights, mean_weights, PartialAggregation};
 use crate::graph::NodeId;
+use crate::nn::gcn::GcnConv;
 use crate::nn::layer::Conv;
+use crate::nn::sage::SageConv;
 use crate::nn::{DropoutCtx, Layer, Model};
+use crate::tensor::aggregate::GcnNorm;
 use crate::tensor::dropout::{derive_stream, DropoutMask};
 use crate::tensor::rows::InputRows;
 use anyhow::{bail, Result};
@@ -31,8 +42,9 @@ use ndarray::Array2;
 use std::time::Instant;
 
 /// Why a configuration cannot run under SNP, or `Ok` when it can (config validation calls
-/// this). SNP splits the input layer's neighbour sum by source owner, so it needs a sum-type
-/// aggregator over the raw features: SAGE's mean, without an input projection in front.
+/// this). SNP splits the input layer's neighbour sum by source owner, so it needs a weighted-sum
+/// aggregator over the raw features: SAGE's mean or GCN's normalised sum, without an input
+/// projection in front.
 pub fn check_config(cfg: &crate::config::TrainConfig) -> Result<()> {
     check_model(&cfg.model)?;
     if cfg.input_proj {
@@ -49,13 +61,7 @@ pub fn check_config(cfg: &crate::config::TrainConfig) -> Result<()> {
 /// Why a model cannot run under SNP, or `Ok` when it can.
 fn check_model(model: &str) -> Result<()> {
     match model {
-        "sage" => Ok(()),
-        "gcn" => bail!(
-            "config: `strategy` \"snp\" does not support `model` \"gcn\" yet: SNP's partial sums \
-             implement SAGE's mean aggregator only, GCN's normalised sum (a per-edge weight \
-             sqrt(D_v)/d_v, a per-source factor 1/sqrt(D_u)) is not plugged in; use --model sage, \
-             or --strategy gdp, split or dnp"
-        ),
+        "sage" | "gcn" => Ok(()),
         "gat" => bail!(
             "config: `strategy` \"snp\" does not support `model` \"gat\": GAT's attention is a \
              softmax over all sources of a destination, which live on several ranks, so SNP would \
@@ -70,6 +76,18 @@ fn check_model(model: &str) -> Result<()> {
     }
 }
 
+/// The input layer's convolution as SNP splits it: the edge weights the requester sends, the
+/// factor the source owner applies to its projected rows, and the term added where the partial
+/// rows meet.
+enum InputConv {
+    /// Mean weights `1/deg(v)`; `W_neigh·h_u` on the source owner; root term `W_self·h_v + b`.
+    Sage(SageConv),
+    /// Destination factors of [`GcnNorm`] as edge weights; `src` holds `1/sqrt(D_u)` per
+    /// source row ([`PartialAggregation::sources`]) for `src[u]·(h_u·W)` on the source owner;
+    /// only the bias is added (the self-loop is an ordinary edge).
+    Gcn { conv: GcnConv, src: Vec<f32> },
+}
+
 /// One SNP step; gradients accumulate in `model`. Collective.
 pub fn snp_step(
     model: &mut Model,
@@ -77,32 +95,69 @@ pub fn snp_step(
     args: &StepArgs,
     times: &mut PhaseTimes,
 ) -> Result<StepOutput> {
-    let Conv::Sage(conv) = model.layers[0].conv.clone() else {
-        bail!("strategy snp: the input layer must be a SAGE convolution (model \"sage\")");
-    };
     let StepArgs {
         group, key, scale, ..
     } = *args;
     let t = Instant::now();
     let ob = OwnerBatch::sample(data, args);
     let block = &ob.input_block;
-    let partial = PartialAggregation::new(group, &data.offsets, block, &mean_weights(block));
+    let (mut conv, weights) = match &model.layers[0].conv {
+        Conv::Sage(c) => (InputConv::Sage(c.clone()), mean_weights(block)),
+        Conv::Gcn(c) => {
+            // Every rank holds the same table (built for model gcn), so all ranks take this
+            // branch alike and no collective is skipped.
+            let Some(table) = data.gcn_degrees.as_deref() else {
+                bail!(
+                    "strategy snp: model gcn needs the graph's degree table, which was not built"
+                );
+            };
+            // GDP's destination factors, from the same function: identical edge weights.
+            let norm = GcnNorm::new(block, Some(table));
+            let conv = InputConv::Gcn {
+                conv: c.clone(),
+                src: Vec::new(),
+            };
+            (conv, destination_weights(block, &norm.dst))
+        }
+        _ => bail!(
+            "strategy snp: the input layer must be a SAGE or GCN convolution (model \"sage\" \
+             or \"gcn\")"
+        ),
+    };
+    let partial = PartialAggregation::new(group, &data.offsets, block, &weights);
+    if let InputConv::Gcn { src, .. } = &mut conv {
+        let table = data.gcn_degrees.as_deref().expect("checked above");
+        *src = GcnNorm::source_factors(partial.sources(), table);
+    }
     times.sample += t.elapsed().as_secs_f64();
 
-    // Only own rows: the sources' on their owners, the destinations' (root term) here.
+    // Only own rows: the sources' on their owners, the destinations' (SAGE's root term) here.
     let t = Instant::now();
     let x_src = data.store.own_rows_of(partial.sources());
-    let x_dst = data.store.own_rows_of(block.dst_nodes());
+    let x_dst =
+        matches!(conv, InputConv::Sage(_)).then(|| data.store.own_rows_of(block.dst_nodes()));
     times.gather += t.elapsed().as_secs_f64();
 
     let ctx = OwnerBatch::dropout_ctx(data, key);
     let t = Instant::now();
     let layer = &model.layers[0];
     let x_src = input_rows(layer, &ctx, x_src, partial.sources());
-    let x_dst = input_rows(layer, &ctx, x_dst, block.dst_nodes());
-    let projected = conv.project_neighbours(&model.params, &x_src);
-    let mut h_mine = partial.forward(group, projected.view());
-    conv.add_root(&model.params, &x_dst, h_mine.view_mut());
+    let x_dst = x_dst.map(|x| input_rows(layer, &ctx, x, block.dst_nodes()));
+    let mut h_mine = match &conv {
+        InputConv::Sage(c) => {
+            let projected = c.project_neighbours(&model.params, &x_src);
+            let mut h = partial.forward(group, projected.view());
+            let x_dst = x_dst.as_ref().expect("gathered for sage");
+            c.add_root(&model.params, x_dst, h.view_mut());
+            h
+        }
+        InputConv::Gcn { conv: c, src } => {
+            let projected = c.project_sources(&model.params, &x_src, src);
+            let mut h = partial.forward(group, projected.view());
+            c.add_bias(&model.params, h.view_mut());
+            h
+        }
+    };
     let saved = layer.activation.map(|act| {
         act.forward_in_place(h_mine.view_mut());
         (act, act.save(h_mine.view()))
@@ -124,9 +179,19 @@ pub fn snp_step(
     if let Some((act, saved)) = &saved {
         act.backward_saved(saved, d_mine.view_mut());
     }
-    conv.accumulate_root_grad(&mut model.params, &x_dst, d_mine.view());
-    let d_projected = partial.backward(group, d_mine.view());
-    conv.accumulate_neighbour_grad(&mut model.params, &x_src, d_projected.view());
+    match &conv {
+        InputConv::Sage(c) => {
+            let x_dst = x_dst.as_ref().expect("gathered for sage");
+            c.accumulate_root_grad(&mut model.params, x_dst, d_mine.view());
+            let d_projected = partial.backward(group, d_mine.view());
+            c.accumulate_neighbour_grad(&mut model.params, &x_src, d_projected.view());
+        }
+        InputConv::Gcn { conv: c, src } => {
+            c.accumulate_bias_grad(&mut model.params, d_mine.view());
+            let d_projected = partial.backward(group, d_mine.view());
+            c.accumulate_source_grad(&mut model.params, &x_src, src, d_projected);
+        }
+    }
     times.backward += t.elapsed().as_secs_f64();
     Ok(ob.output(loss_sum, partial.sources().len()))
 }
