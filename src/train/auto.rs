@@ -1,9 +1,9 @@
 //! `--strategy auto`: pick a strategy before training.
 //!
 //! On several nodes `auto` is `hybrid` (only gradients cross nodes). On one node it compares
-//! the single-node strategies (gdp, split, dnp, and snp for GraphSAGE) with a dry run: the first
-//! [`DRY_RUN_BATCHES`] mini-batches of epoch 0 are sampled exactly as each strategy would
-//! sample them (no forward or backward), and per strategy the run counts
+//! the single-node strategies (gdp, split, dnp, and snp for GraphSAGE and GCN) with a dry run:
+//! the first [`DRY_RUN_BATCHES`] mini-batches of epoch 0 are sampled exactly as each strategy
+//! would sample them (no forward or backward), and per strategy the run counts
 //!
 //! - **bytes moved**: rows sent between ranks × the row's width × 4 bytes. GDP: remote input
 //!   feature rows. Split: each layer's cross-rank source rows at that layer's input width,
