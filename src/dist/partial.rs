@@ -258,13 +258,7 @@ mod tests {
     use ndarray::array;
 
     fn block() -> Block {
-        // dst 0 <- {1, 1, 2}; dst 1 <- {} (isolated); dst 2 <- {2, 0}.
-        Block {
-            num_dst: 3,
-            src_nodes: vec![10, 11, 12, 13],
-            indptr: vec![0, 3, 3, 5],
-            indices: vec![1, 1, 2, 2, 0],
-        }
+        Block::small_example()
     }
 
     #[test]
@@ -296,14 +290,6 @@ mod tests {
         assert_eq!(m.values, vec![4., 3., 16., 8.]);
     }
 
-    fn max_diff(a: ArrayView2<f32>, b: ArrayView2<f32>) -> f32 {
-        assert_eq!(a.dim(), b.dim());
-        a.iter()
-            .zip(b)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0.0, f32::max)
-    }
-
     /// On one rank the plan is the block's own weighted aggregation and its transpose.
     #[test]
     fn one_rank_matches_the_block_aggregation() {
@@ -318,11 +304,14 @@ mod tests {
         let y = x.slice(ndarray::s![..3, ..]);
         let got = plan.forward(&world, y);
         let want = aggregate(&b, x.view(), EdgeWeights::Mean);
-        assert!(max_diff(got.view(), want.view()) < 1e-6, "{got} vs {want}");
+        assert!(
+            crate::tensor::max_abs_diff(got.view(), want.view()) < 1e-6,
+            "{got} vs {want}"
+        );
         let d = array![[1.0f32, -1.0], [5.0, 5.0], [2.0, 0.5]];
         let got = plan.backward(&world, d.view());
         let want = aggregate_transpose(&b, &BlockTranspose::new(&b), d.view(), EdgeWeights::Mean);
-        assert!(max_diff(got.view(), want.slice(ndarray::s![..3, ..])) < 1e-6);
+        assert!(crate::tensor::max_abs_diff(got.view(), want.slice(ndarray::s![..3, ..])) < 1e-6);
         assert_eq!(want.row(3), array![0.0f32, 0.0]);
     }
 }

@@ -206,14 +206,6 @@ mod tests {
     use crate::dist::partial::destination_weights;
     use crate::tensor::aggregate::{BlockTranspose, EdgeWeights};
 
-    fn max_diff(a: ArrayView2<f32>, b: ArrayView2<f32>) -> f32 {
-        assert_eq!(a.dim(), b.dim());
-        a.iter()
-            .zip(b)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0.0, f32::max)
-    }
-
     /// SNP's pieces — scaled projection, destination weights per edge, bias — are the layer's
     /// forward and weight/bias gradients, with a self-loop and both destination-factor cases
     /// (all of `v`'s edges sampled, and some).
@@ -246,7 +238,10 @@ mod tests {
         let y = conv.project_sources(&params, &rows, &src);
         let mut got = aggregate(&block, y.view(), EdgeWeights::PerEdge(&w));
         conv.add_bias(&params, got.view_mut());
-        assert!(max_diff(got.view(), z.view()) < 1e-6, "{got} vs {z}");
+        assert!(
+            crate::tensor::max_abs_diff(got.view(), z.view()) < 1e-6,
+            "{got} vs {z}"
+        );
 
         let dz = Array2::from_shape_fn((2, 2), |(i, j)| 1.0 - i as f32 + 0.5 * j as f32);
         let transpose = LazyTranspose::default();
@@ -260,8 +255,8 @@ mod tests {
         let t = BlockTranspose::new(&block);
         let d_y = aggregate_transpose(&block, &t, dz.view(), EdgeWeights::PerEdge(&w));
         conv.accumulate_source_grad(&mut params, &rows, &src, d_y);
-        assert!(max_diff(params.grad(conv.weight), dw.view()) < 1e-6);
-        assert!(max_diff(params.grad(conv.bias), db.view()) < 1e-6);
+        assert!(crate::tensor::max_abs_diff(params.grad(conv.weight), dw.view()) < 1e-6);
+        assert!(crate::tensor::max_abs_diff(params.grad(conv.bias), db.view()) < 1e-6);
         assert!(dw.iter().any(|&g| g != 0.0), "a gradient that can differ");
     }
 }

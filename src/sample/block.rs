@@ -96,3 +96,17 @@ impl Block {
         Ok(())
     }
 }
+
+#[cfg(test)]
+impl Block {
+    /// A small block shared by unit tests: destinations 0..3 among sources with global ids
+    /// 10..14; dst 0 <- {1, 1, 2} (a duplicate edge), dst 1 <- {} (isolated), dst 2 <- {2, 0}.
+    pub(crate) fn small_example() -> Block {
+        Block {
+            num_dst: 3,
+            src_nodes: vec![10, 11, 12, 13],
+            indptr: vec![0, 3, 3, 5],
+            indices: vec![1, 1, 2, 2, 0],
+        }
+    }
+}

@@ -481,13 +481,7 @@ mod tests {
     use ndarray::array;
 
     fn block() -> Block {
-        // dst 0 <- {1, 1, 2}; dst 1 <- {} (isolated); dst 2 <- {2, 0}.
-        Block {
-            num_dst: 3,
-            src_nodes: vec![10, 11, 12, 13],
-            indptr: vec![0, 3, 3, 5],
-            indices: vec![1, 1, 2, 2, 0],
-        }
+        Block::small_example()
     }
 
     /// The fixed-width kernels (up to 16 columns) give bitwise what the generic loop gives:

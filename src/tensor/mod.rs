@@ -86,3 +86,13 @@ pub(crate) fn par_rows_from_zero(
     // SAFETY: every row was initialised above.
     unsafe { out.assume_init() }
 }
+
+/// The largest absolute element-wise difference of two equally shaped matrices (unit tests).
+#[cfg(test)]
+pub(crate) fn max_abs_diff(a: ndarray::ArrayView2<f32>, b: ndarray::ArrayView2<f32>) -> f32 {
+    assert_eq!(a.dim(), b.dim());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
