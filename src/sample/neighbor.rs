@@ -180,7 +180,26 @@ pub fn sample_count(fanout: i32, deg: usize) -> usize {
 
 /// Query vertices handled by one rayon task. Fixed (not derived from the thread count) so
 /// the work split, and anything that could depend on it, is the same on every machine.
-const CHUNK: usize = 512;
+pub(crate) const CHUNK: usize = 512;
+
+/// Pair every [`CHUNK`] of `items` with its own slice of `out`, where item `i` writes
+/// `out[offsets[i]..offsets[i + 1]]`: output sizes are known before any draw, so parallel
+/// chunks write straight into one buffer.
+pub(crate) fn chunked_outputs<'a, T, U>(
+    items: &'a [T],
+    offsets: &[usize],
+    out: &'a mut [U],
+) -> Vec<(&'a [T], &'a mut [U])> {
+    let mut outs = Vec::with_capacity(items.len().div_ceil(CHUNK));
+    let mut rest = out;
+    for (c, chunk) in items.chunks(CHUNK).enumerate() {
+        let len = offsets[c * CHUNK + chunk.len()] - offsets[c * CHUNK];
+        let (head, tail) = rest.split_at_mut(len);
+        outs.push((chunk, head));
+        rest = tail;
+    }
+    outs
+}
 
 /// Up to this many draws, membership is a linear scan of the chosen positions; above it a
 /// bit set over the neighbour list is cheaper.
@@ -224,36 +243,29 @@ pub fn sample_neighbors(
     }
     let mut neighbors = vec![0 as NodeId; total];
 
-    let mut outs: Vec<(&[Row], &mut [NodeId])> = Vec::with_capacity(rows.len().div_ceil(CHUNK));
-    let mut rest: &mut [NodeId] = &mut neighbors;
-    for (c, chunk) in rows.chunks(CHUNK).enumerate() {
-        let len = offsets[c * CHUNK + chunk.len()] - offsets[c * CHUNK];
-        let (head, tail) = rest.split_at_mut(len);
-        outs.push((chunk, head));
-        rest = tail;
-    }
-
     let prefix = key.prefix();
-    outs.into_par_iter().for_each(|(chunk, out)| {
-        let mut scratch = Scratch::default();
-        let mut at = 0;
-        for (j, &(nbrs, orig)) in chunk.iter().enumerate() {
-            if let Some(&(ahead, _)) = chunk.get(j + PREFETCH_AHEAD) {
-                prefetch_list(ahead);
-            }
-            let k = sample_count(fanout, nbrs.len());
-            let dst = &mut out[at..at + k];
-            at += k;
-            if k == nbrs.len() {
-                dst.copy_from_slice(nbrs);
-            } else {
-                scratch.choose(prefix.push(orig), nbrs.len(), k);
-                for (d, &p) in dst.iter_mut().zip(&scratch.positions) {
-                    *d = nbrs[p];
+    chunked_outputs(&rows, &offsets, &mut neighbors)
+        .into_par_iter()
+        .for_each(|(chunk, out)| {
+            let mut scratch = Scratch::default();
+            let mut at = 0;
+            for (j, &(nbrs, orig)) in chunk.iter().enumerate() {
+                if let Some(&(ahead, _)) = chunk.get(j + PREFETCH_AHEAD) {
+                    prefetch_list(ahead);
+                }
+                let k = sample_count(fanout, nbrs.len());
+                let dst = &mut out[at..at + k];
+                at += k;
+                if k == nbrs.len() {
+                    dst.copy_from_slice(nbrs);
+                } else {
+                    scratch.choose(prefix.push(orig), nbrs.len(), k);
+                    for (d, &p) in dst.iter_mut().zip(&scratch.positions) {
+                        *d = nbrs[p];
+                    }
                 }
             }
-        }
-    });
+        });
     Sampled { offsets, neighbors }
 }
 

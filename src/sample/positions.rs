@@ -10,7 +10,9 @@
 //! test below checks, for every fanout path (all neighbours, few draws, many draws), that the
 //! positions read back exactly the neighbours `sample_neighbors` returns.
 
-use super::neighbor::{sample_count, Adjacency, LayerKey, LocalGraph, Sampled, Scratch};
+use super::neighbor::{
+    chunked_outputs, sample_count, Adjacency, LayerKey, LocalGraph, Sampled, Scratch,
+};
 use crate::graph::NodeId;
 use rayon::prelude::*;
 
@@ -23,9 +25,6 @@ pub struct SampledEdges {
     /// produced `sampled.neighbors[i]`.
     pub positions: Vec<usize>,
 }
-
-/// Query vertices per rayon task (fixed, so the split never depends on the thread count).
-const CHUNK: usize = 512;
 
 /// [`sample_neighbors`](super::sample_neighbors) on a [`LocalGraph`], also returning the
 /// position in `graph.dataset().graph.indices` of every sampled edge.
@@ -56,38 +55,30 @@ pub fn sample_neighbor_positions(
     let mut positions = vec![0usize; total];
 
     // Each chunk of queries writes its own slice of the output.
-    let mut outs: Vec<(&[NodeId], &mut [usize])> =
-        Vec::with_capacity(vertices.len().div_ceil(CHUNK));
-    let mut rest: &mut [usize] = &mut positions;
-    for (c, chunk) in vertices.chunks(CHUNK).enumerate() {
-        let len = offsets[c * CHUNK + chunk.len()] - offsets[c * CHUNK];
-        let (head, tail) = rest.split_at_mut(len);
-        outs.push((chunk, head));
-        rest = tail;
-    }
-
     let prefix = key.prefix();
-    outs.into_par_iter().for_each(|(chunk, out)| {
-        let mut floyd = Scratch::default();
-        let mut at = 0;
-        for &v in chunk {
-            let deg = graph.neighbors(v).len();
-            let start = row_start(v);
-            let k = sample_count(fanout, deg);
-            let dst = &mut out[at..at + k];
-            at += k;
-            if k == deg {
-                for (i, d) in dst.iter_mut().enumerate() {
-                    *d = start + i;
-                }
-            } else {
-                floyd.choose(prefix.push(graph.orig_id(v)), deg, k);
-                for (d, &p) in dst.iter_mut().zip(&floyd.positions) {
-                    *d = start + p;
+    chunked_outputs(vertices, &offsets, &mut positions)
+        .into_par_iter()
+        .for_each(|(chunk, out)| {
+            let mut floyd = Scratch::default();
+            let mut at = 0;
+            for &v in chunk {
+                let deg = graph.neighbors(v).len();
+                let start = row_start(v);
+                let k = sample_count(fanout, deg);
+                let dst = &mut out[at..at + k];
+                at += k;
+                if k == deg {
+                    for (i, d) in dst.iter_mut().enumerate() {
+                        *d = start + i;
+                    }
+                } else {
+                    floyd.choose(prefix.push(graph.orig_id(v)), deg, k);
+                    for (d, &p) in dst.iter_mut().zip(&floyd.positions) {
+                        *d = start + p;
+                    }
                 }
             }
-        }
-    });
+        });
 
     let neighbors = positions.iter().map(|&e| ds.graph.indices[e]).collect();
     SampledEdges {
