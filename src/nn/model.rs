@@ -263,6 +263,16 @@ impl Model {
         x: &CsrMatrix,
         ctx: &DropoutCtx,
     ) -> (Array2<f32>, ForwardCache) {
+        self.check_blocks(blocks);
+        if !self.layers[0].conv.supports_sparse() {
+            return self.forward(blocks, &x.to_dense(), ctx);
+        }
+        let (first, cache) = self.layers[0].forward_sparse(&self.params, blocks[0], x, ctx);
+        self.forward_rest(blocks, first, cache, ctx)
+    }
+
+    /// One block per layer (a caller bug otherwise).
+    fn check_blocks(&self, blocks: &[&Block]) {
         assert_eq!(
             blocks.len(),
             self.layers.len(),
@@ -270,11 +280,6 @@ impl Model {
             self.layers.len(),
             blocks.len()
         );
-        if !self.layers[0].conv.supports_sparse() {
-            return self.forward(blocks, &x.to_dense(), ctx);
-        }
-        let (first, cache) = self.layers[0].forward_sparse(&self.params, blocks[0], x, ctx);
-        self.forward_rest(blocks, first, cache, ctx)
     }
 
     /// Layers `1..` after the first layer gave `h` (and its cache).
@@ -298,8 +303,9 @@ impl Model {
     /// Logits for the destinations of the last block (`blocks[L-1].num_dst × out_dim`), from
     /// `x` (`blocks[0].num_src() × in_dim`). Full-batch training passes the same block L times.
     ///
-    /// Mostly-zero input (bag-of-words features, [`crate::tensor::sparse::prefers_sparse`]) is converted to CSR and
-    /// takes [`Model::forward_sparse`]'s path.
+    /// Mostly-zero input (bag-of-words features,
+    /// [`crate::tensor::sparse::prefers_sparse`]) is converted to CSR and takes
+    /// [`Model::forward_sparse`]'s path.
     ///
     /// # Panics
     /// If the blocks do not chain (`blocks[l].num_src() != blocks[l-1].num_dst`) or the
@@ -310,13 +316,7 @@ impl Model {
         x: &Array2<f32>,
         ctx: &DropoutCtx,
     ) -> (Array2<f32>, ForwardCache) {
-        assert_eq!(
-            blocks.len(),
-            self.layers.len(),
-            "model has {} layers but got {} blocks",
-            self.layers.len(),
-            blocks.len()
-        );
+        self.check_blocks(blocks);
         let (first, cache) = self.layers[0].forward_input(&self.params, blocks[0], x.view(), ctx);
         self.forward_rest(blocks, first, cache, ctx)
     }
@@ -324,13 +324,7 @@ impl Model {
     /// Accumulate the gradient of the loss into `params.grads`, given `d_out` = d loss / d
     /// logits. Transposed CSRs are built once per distinct block.
     pub fn backward(&mut self, blocks: &[&Block], cache: ForwardCache, d_out: &Array2<f32>) {
-        assert_eq!(
-            blocks.len(),
-            self.layers.len(),
-            "model has {} layers but got {} blocks",
-            self.layers.len(),
-            blocks.len()
-        );
+        self.check_blocks(blocks);
         // Full-batch training passes one block to every layer: share its transpose.
         let transposes: Vec<LazyTranspose> =
             blocks.iter().map(|_| LazyTranspose::default()).collect();

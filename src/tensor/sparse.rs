@@ -266,15 +266,8 @@ pub fn spmm_into(
     mut out: ArrayViewMut2<f32>,
     accumulate: bool,
 ) {
-    assert_eq!(
-        x.ncols,
-        w.nrows(),
-        "spmm: x has {} columns, w {} rows",
-        x.ncols,
-        w.nrows()
-    );
+    check_spmm(x, rows, w);
     assert_eq!(out.dim(), (rows, w.ncols()), "spmm: output shape");
-    assert!(rows <= x.nrows(), "spmm: {rows} rows of {}", x.nrows());
     let w = super::standard(w);
     let n = w.ncols();
     if n == 0 || rows == 0 {
@@ -296,8 +289,8 @@ pub fn spmm_into(
         });
 }
 
-/// `x[..rows] · w` as a new matrix.
-pub fn spmm(x: &CsrMatrix, rows: usize, w: ArrayView2<f32>) -> Array2<f32> {
+/// The shapes `x[..rows] · w` needs (caller bugs otherwise).
+fn check_spmm(x: &CsrMatrix, rows: usize, w: ArrayView2<f32>) {
     assert_eq!(
         x.ncols,
         w.nrows(),
@@ -306,6 +299,11 @@ pub fn spmm(x: &CsrMatrix, rows: usize, w: ArrayView2<f32>) -> Array2<f32> {
         w.nrows()
     );
     assert!(rows <= x.nrows(), "spmm: {rows} rows of {}", x.nrows());
+}
+
+/// `x[..rows] · w` as a new matrix.
+pub fn spmm(x: &CsrMatrix, rows: usize, w: ArrayView2<f32>) -> Array2<f32> {
+    check_spmm(x, rows, w);
     let w = super::standard(w);
     let n = w.ncols();
     let ws = w.as_slice().expect("standard layout");
