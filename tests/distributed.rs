@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
 const BIN: &str = env!("CARGO_BIN_EXE_gnnpar");
 const TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -993,14 +995,6 @@ fn gcn_on_2_and_4_ranks_trains_and_evaluates_the_same_model_as_1_rank() {
     }
 }
 
-/// The real datasets (`GNNPAR_DATA`, default `../shared/datasets`).
-fn datasets_dir() -> PathBuf {
-    std::env::var_os("GNNPAR_DATA").map_or_else(
-        || PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/datasets")),
-        PathBuf::from,
-    )
-}
-
 /// Cora's features are binary bag-of-words (1,433 columns, ~1 % non-zero), so every strategy's
 /// input layer takes the sparse path (`Layer::forward_input`); its model must still be GDP's.
 #[test]
@@ -1008,11 +1002,9 @@ fn every_strategy_on_sparse_bag_of_words_features_trains_the_same_model_as_1_ran
     if !have_mpirun() {
         return;
     }
-    let npz = datasets_dir().join("planetoid/cora.npz");
-    if !npz.exists() {
-        eprintln!("SKIPPED: {} not found (set GNNPAR_DATA)", npz.display());
+    let Some(npz) = common::dataset("planetoid/cora.npz", "sparse features, all strategies") else {
         return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     let ds = dir.path().join("cora.h5");
     gnnpar(&["prepare", npz.to_str().unwrap(), "-o", ds.to_str().unwrap()]);

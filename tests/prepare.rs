@@ -13,26 +13,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn data_dir() -> PathBuf {
-    std::env::var_os("GNNPAR_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/datasets"))
-        })
-}
+mod common;
 
-/// The dataset file `rel` under the data directory, or `None` after a loud skip message.
+/// A real dataset file, or `None` after a loud `SKIPPED` line.
 fn dataset(rel: &str) -> Option<PathBuf> {
-    let p = data_dir().join(rel);
-    if p.is_file() {
-        Some(p)
-    } else {
-        eprintln!(
-            "SKIPPED: `{}` not found (set GNNPAR_DATA to the datasets directory)",
-            p.display()
-        );
-        None
-    }
+    common::dataset(rel, "prepare")
 }
 
 /// Run `gnnpar prepare` with `args`; panic with its stderr when it fails.
