@@ -180,6 +180,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
     // the library twice) keeps the first, which is fine.
     let _ = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
+        .use_current_thread()
         .build_global();
     if world.rank() == 0 {
         log::info!(
