@@ -1,12 +1,9 @@
 //! Turning sampled neighbours into blocks, and whole mini-batches of blocks.
 
 use super::neighbor::{sample_neighbors, Adjacency, LayerKey, Sampled};
-use super::rng::mix64;
 use super::Block;
 use crate::graph::{Dataset, NodeId};
-use std::collections::HashMap;
 use std::convert::Infallible;
-use std::hash::{BuildHasherDefault, Hasher};
 
 /// What identifies one global mini-batch: the run's seed, the epoch and the batch number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -28,32 +25,44 @@ impl BatchKey {
     }
 }
 
-/// Hasher for vertex-id keys: one SplitMix64 round instead of SipHash. Keys are our own
-/// vertex ids, not attacker-chosen, so a flooding-resistant hash buys nothing.
-#[derive(Default)]
-pub struct IdHasher(u64);
+/// Global vertex id → source-local index within one block, as a table indexed by id: one
+/// array access per sampled edge, where a hash map spent most of a mini-batch's sampling time
+/// (the blocks are built serially). The table grows to the largest id seen (4 bytes per vertex
+/// of the graph at most) and is reused across layers and batches; a block resets only the
+/// entries it set, so clearing costs the block's size, not the graph's.
+#[derive(Clone, Debug, Default)]
+pub struct LocalIds {
+    slot: Vec<u32>,
+}
 
-impl Hasher for IdHasher {
+impl LocalIds {
+    /// Marks an id with no local index.
+    const ABSENT: u32 = u32::MAX;
+
+    /// The local index of `v`, given `next` when `v` has none yet; true when it was new.
     #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = mix64(self.0 ^ b as u64);
+    fn index_or_insert(&mut self, v: NodeId, next: usize) -> (u32, bool) {
+        let v = v as usize;
+        if v >= self.slot.len() {
+            let len = (v + 1).max(2 * self.slot.len());
+            self.slot.resize(len, Self::ABSENT);
+        }
+        let s = &mut self.slot[v];
+        if *s == Self::ABSENT {
+            *s = u32::try_from(next).expect("a block has fewer than 2^32 - 1 sources");
+            (*s, true)
+        } else {
+            (*s, false)
         }
     }
 
-    #[inline]
-    fn write_u32(&mut self, x: u32) {
-        self.0 = mix64(x as u64);
-    }
-
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0
+    /// Forget the indices of `ids` (the sources of the block just built).
+    fn reset(&mut self, ids: &[NodeId]) {
+        for &v in ids {
+            self.slot[v as usize] = Self::ABSENT;
+        }
     }
 }
-
-/// Global vertex id → source-local index within one block.
-pub type IdMap = HashMap<NodeId, u32, BuildHasherDefault<IdHasher>>;
 
 /// The block whose destinations are `dst` and whose edges are `sampled` (row `i` of
 /// `sampled` holds the sources of `dst[i]`).
@@ -65,32 +74,30 @@ pub type IdMap = HashMap<NodeId, u32, BuildHasherDefault<IdHasher>>;
 /// # Panics
 /// When `sampled` does not have one row per destination.
 pub fn build_block(dst: &[NodeId], sampled: &Sampled) -> Block {
-    build_block_with(dst, sampled, &mut IdMap::default())
+    build_block_with(dst, sampled, &mut LocalIds::default())
 }
 
-/// [`build_block`] reusing `map`'s memory (cleared first); mini-batches reuse one map across
-/// their layers.
-pub fn build_block_with(dst: &[NodeId], sampled: &Sampled, map: &mut IdMap) -> Block {
+/// [`build_block`] reusing `ids`' memory; mini-batches reuse one table across their layers.
+pub fn build_block_with(dst: &[NodeId], sampled: &Sampled, ids: &mut LocalIds) -> Block {
     assert_eq!(
         sampled.offsets.len(),
         dst.len() + 1,
         "build_block: sampled rows do not match the destinations"
     );
-    map.clear();
-    map.reserve(dst.len() + sampled.neighbors.len() / 2);
     let mut src_nodes = Vec::with_capacity(dst.len() + sampled.neighbors.len());
     for &v in dst {
-        map.entry(v).or_insert(src_nodes.len() as u32);
+        ids.index_or_insert(v, src_nodes.len());
         src_nodes.push(v);
     }
     let mut indices = Vec::with_capacity(sampled.neighbors.len());
     for &u in &sampled.neighbors {
-        let idx = *map.entry(u).or_insert_with(|| {
+        let (idx, new) = ids.index_or_insert(u, src_nodes.len());
+        if new {
             src_nodes.push(u);
-            (src_nodes.len() - 1) as u32
-        });
+        }
         indices.push(idx);
     }
+    ids.reset(&src_nodes);
     src_nodes.shrink_to_fit();
     Block {
         num_dst: dst.len(),
@@ -133,11 +140,11 @@ pub fn sample_blocks_with<E>(
     mut sample: impl FnMut(&[NodeId], i32, LayerKey) -> Result<Sampled, E>,
 ) -> Result<Vec<Block>, E> {
     let mut blocks: Vec<Block> = Vec::with_capacity(fanouts.len());
-    let mut map = IdMap::default();
+    let mut ids = LocalIds::default();
     for (hop, &fanout) in fanouts.iter().enumerate() {
         let frontier: &[NodeId] = blocks.last().map_or(seeds, |b| &b.src_nodes);
         let sampled = sample(frontier, fanout, key.layer(hop as u32))?;
-        let block = build_block_with(frontier, &sampled, &mut map);
+        let block = build_block_with(frontier, &sampled, &mut ids);
         blocks.push(block);
     }
     blocks.reverse();
