@@ -151,10 +151,14 @@ mod fast {
     const MIN_ROWS: usize = 8 * MR;
     /// Fewest columns per task (every column block packs `A` again).
     const MIN_COLS: usize = 8 * NR;
-    /// Inner-dimension block of a split reduction, and the fewest tiles below which a long
-    /// reduction is split.
-    const K_BLOCK: usize = 8 * sgemm::KC;
-    const FEW_TILES: usize = 4;
+    /// A reduction at least this many times longer than the output's larger side is split
+    /// into inner blocks (a weight gradient `xᵀ·dy` over a mini-batch's rows).
+    const LONG_REDUCTION: usize = 4;
+    /// Fewest inner steps per block of a split reduction (a multiple of `KC`, where a
+    /// shared packed `B` starts its blocks).
+    const MIN_K_BLOCK: usize = 2 * sgemm::KC;
+    /// Most inner blocks of a split reduction (each adds one partial output to sum).
+    const MAX_K_BLOCKS: usize = 16;
     /// Largest `B` (floats) packed once and shared by all tiles.
     const SHARED_B_MAX: usize = 1 << 20;
 
@@ -203,6 +207,7 @@ mod fast {
     }
 
     impl Plan {
+        /// The plan of an `m×k` by `k×n` product.
         pub(super) fn new(m: usize, n: usize, k: usize) -> Plan {
             let tiles_for = |flops: usize| flops.div_ceil(TASK_FLOPS).clamp(1, MAX_TASKS);
             let split = |len: usize, parts: usize, min: usize, unit: usize| {
@@ -217,17 +222,25 @@ mod fast {
                 let rows = split(m, want, MIN_ROWS, MR);
                 let row_tiles = m.div_ceil(rows);
                 let cols = split(n, want / row_tiles, MIN_COLS, NR);
-                (rows, cols, row_tiles * n.div_ceil(cols))
+                (rows, cols)
             };
-            let (rows, cols, tiles) = plan_tiles(k);
-            if tiles < FEW_TILES && k >= 2 * K_BLOCK {
-                let (rows, cols, _) = plan_tiles(K_BLOCK);
+            // A long reduction into a small output: tiles of the output would each pack the
+            // whole of one operand again, so split the reduction instead, into blocks of whole
+            // `KC` steps (a short last step would cost a pass over the output for little work)
+            // that each compute the whole output from their rows of both operands, read and
+            // packed once. The partial outputs are summed in block order.
+            if k >= LONG_REDUCTION * m.max(n) && k >= 2 * MIN_K_BLOCK {
+                let inner = k
+                    .div_ceil(MAX_K_BLOCKS)
+                    .next_multiple_of(sgemm::KC)
+                    .max(MIN_K_BLOCK);
                 return Plan {
-                    rows,
-                    cols,
-                    inner: K_BLOCK,
+                    rows: m,
+                    cols: n,
+                    inner,
                 };
             }
+            let (rows, cols) = plan_tiles(k);
             Plan {
                 rows,
                 cols,
@@ -261,6 +274,10 @@ mod fast {
             cols: n,
             rs: if m > 1 { c.strides()[0] } else { n as isize },
         };
+        // Pack B once for all tiles when it is small (weights) or transposed (its packing is
+        // a scalar transpose); a large row-major B (a weight gradient's `dy`) is packed by
+        // each tile, block by block, while hot in cache.
+        let share = k * n <= SHARED_B_MAX || br.cs != 1;
         let plan = if m * n * k <= SERIAL_FLOPS {
             Plan {
                 rows: m,
@@ -270,10 +287,6 @@ mod fast {
         } else {
             Plan::new(m, n, k)
         };
-        // Pack B once for all tiles when it is small (weights) or transposed (its packing is
-        // a scalar transpose); a large row-major B (a weight gradient's `dy`) is packed by
-        // each tile, block by block, while hot in cache.
-        let share = k * n <= SHARED_B_MAX || br.cs != 1;
         let mut packed = PACKED.with(|p| std::mem::take(&mut *p.borrow_mut()));
         if share {
             // SAFETY: `br` describes `b`.
