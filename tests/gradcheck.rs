@@ -14,13 +14,14 @@ use gnnpar::nn::{
 use gnnpar::sample::Block;
 use gnnpar::tensor::activation::Activation;
 use gnnpar::tensor::aggregate::{
-    aggregate, aggregate_transpose, BlockTranspose, EdgeWeights, GcnNorm, LazyTranspose,
+    aggregate, aggregate_beside, aggregate_transpose, aggregate_transpose_beside, BlockTranspose,
+    EdgeWeights, GcnNorm, LazyTranspose,
 };
 use gnnpar::tensor::attention::{
     attention_aggregate, attention_backward, edge_softmax, node_logits, AttentionInputs,
 };
 use gnnpar::tensor::dropout::{mix64, DropoutMask};
-use ndarray::{Array2, ArrayView2};
+use ndarray::{s, Array2, ArrayView2};
 
 /// A small counter-based generator (tests need no `rand`).
 struct Rng(u64);
@@ -521,6 +522,22 @@ fn aggregations_backward_is_the_adjoint() {
         assert!(ax.row(1).iter().all(|&v| v == 0.0), "{name}");
         // The last source feeds nobody, so it gets no gradient.
         assert!(aty.row(19).iter().all(|&v| v == 0.0), "{name}");
+        // Beside the destinations' own rows: `[x_dst | A·x]` and its adjoint, for narrow
+        // (fixed-width kernel) and wide rows.
+        for cols in [5, 40] {
+            let xw = rng.matrix(20, cols, 1.0);
+            let yw = rng.matrix(9, 2 * cols, 1.0);
+            let bx = aggregate_beside(&block, xw.view(), w);
+            assert_eq!(bx.slice(s![.., ..cols]), xw.slice(s![..9, ..]), "{name}");
+            let expect = aggregate(&block, xw.view(), w);
+            assert_eq!(bx.slice(s![.., cols..]), expect, "{name}");
+            let bty = aggregate_transpose_beside(&block, &bt, yw.view(), w);
+            let (lhs, rhs) = (dot64(bx.view(), yw.view()), dot64(xw.view(), bty.view()));
+            assert!(
+                (lhs - rhs).abs() < 1e-5 * (1.0 + lhs.abs()),
+                "{name} beside, {cols} columns: {lhs} vs {rhs}"
+            );
+        }
         // Finite differences agree too (the map is linear, so they are exact up to rounding).
         let mut xs = x.clone();
         check_coords(

@@ -123,6 +123,41 @@ impl ParamStore {
         )
     }
 
+    /// The range and shape of matrices `first` and `second` stacked by rows.
+    ///
+    /// # Panics
+    /// Unless `second` was registered right after `first` with as many columns (a model
+    /// construction bug).
+    fn stacked_range(
+        &self,
+        first: usize,
+        second: usize,
+    ) -> (std::ops::Range<usize>, (usize, usize)) {
+        let (a, (ra, ca)) = self.range(first);
+        let (b, (rb, cb)) = self.range(second);
+        assert!(
+            a.end == b.start && ca == cb,
+            "parameters {} and {} are not adjacent matrices of equal width",
+            self.entries[first].name,
+            self.entries[second].name
+        );
+        (a.start..b.end, (ra + rb, ca))
+    }
+
+    /// The values of `first` and `second` (registered one after the other, with the same
+    /// columns) as one matrix, `first`'s rows on top: a layer that multiplies two inputs by
+    /// them can do it in one product.
+    pub fn stacked(&self, first: usize, second: usize) -> ArrayView2<'_, f32> {
+        let (r, d) = self.stacked_range(first, second);
+        ArrayView2::from_shape(d, &self.values[r]).expect("entries fit the buffer")
+    }
+
+    /// The gradients of [`ParamStore::stacked`], mutable.
+    pub fn stacked_grad_mut(&mut self, first: usize, second: usize) -> ArrayViewMut2<'_, f32> {
+        let (r, d) = self.stacked_range(first, second);
+        ArrayViewMut2::from_shape(d, &mut self.grads[r]).expect("entries fit the buffer")
+    }
+
     /// Set every gradient to zero (before a step's backward passes).
     pub fn zero_grads(&mut self) {
         self.grads.fill(0.0);
@@ -148,5 +183,24 @@ mod tests {
         assert_eq!(p.find("b"), Some(b));
         p.zero_grads();
         assert!(p.grads.iter().all(|&g| g == 0.0));
+    }
+
+    #[test]
+    fn adjacent_matrices_stack_by_rows() {
+        let mut p = ParamStore::new();
+        let top = p.add("top", &[2, 3]);
+        let bottom = p.add("bottom", &[1, 3]);
+        let bias = p.add("bias", &[3]);
+        p.view_mut(bottom)[[0, 2]] = 7.0;
+        let s = p.stacked(top, bottom);
+        assert_eq!(s.dim(), (3, 3));
+        assert_eq!(s[[2, 2]], 7.0);
+        p.stacked_grad_mut(top, bottom)[[0, 1]] = 3.0;
+        assert_eq!(p.grad(top)[[0, 1]], 3.0);
+        // Not adjacent in the given order, or of another width: refused.
+        for (a, b) in [(bottom, top), (top, bias)] {
+            let r = std::panic::catch_unwind(|| p.stacked(a, b).dim());
+            assert!(r.is_err(), "stacked({a}, {b}) should panic");
+        }
     }
 }

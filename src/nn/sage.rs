@@ -13,7 +13,10 @@ use super::init::glorot_uniform;
 use super::linear::{accumulate_bias_grad, add_bias};
 use super::params::ParamStore;
 use crate::sample::Block;
-use crate::tensor::aggregate::{aggregate, aggregate_transpose, EdgeWeights, LazyTranspose};
+use crate::tensor::aggregate::{
+    aggregate, aggregate_beside, aggregate_transpose, aggregate_transpose_beside, EdgeWeights,
+    LazyTranspose,
+};
 use crate::tensor::gemm::{add_matmul_nt_rows, add_matmul_tn, gemm_into, matmul, matmul_nt};
 use crate::tensor::rows::InputRows;
 use crate::tensor::sparse::{add_spmm_tn, spmm, spmm_into, CsrMatrix, CsrTranspose};
@@ -31,10 +34,9 @@ pub struct SageConv {
 /// Forward state for the backward pass.
 #[derive(Debug)]
 pub enum SageCache {
-    /// Aggregated first: the destinations' inputs (the first `num_dst` rows of `h`, which
-    /// holds either just those or the whole input when it was owned anyway) and their
-    /// neighbour means.
-    AggregateFirst { h: Array2<f32>, agg: Array2<f32> },
+    /// Aggregated first: `[h_dst | mean of neighbours]` per destination, the input of one
+    /// product with `[W_self; W_neigh]`.
+    AggregateFirst { beside: Array2<f32> },
     /// Projected first: the whole input.
     ProjectFirst { h_in: Array2<f32> },
     /// Sparse input rows, always projected first (the products cost only their non-zeros).
@@ -83,18 +85,12 @@ impl SageConv {
         let w_self = params.view(self.w_self);
         let w_neigh = params.view(self.w_neigh);
         if self.aggregate_first(block) {
-            let agg = aggregate(block, h_in.view(), EdgeWeights::Mean);
-            let mut z = matmul(agg.view(), w_neigh);
-            gemm_into(1.0, h_dst, w_self, 1.0, z.view_mut());
+            // One product `[h_dst | agg]·[W_self; W_neigh]` writes the output once; the two
+            // weights are registered one after the other, so they stack without a copy.
+            let beside = aggregate_beside(block, h_in.view(), EdgeWeights::Mean);
+            let mut z = matmul(beside.view(), params.stacked(self.w_self, self.w_neigh));
             add_bias(z.view_mut(), params.view(self.bias));
-            // Keep the input without copying when the layer owns it (dropout made it);
-            // otherwise copy only the destination rows.
-            let h = if h_in.is_view() {
-                h_dst.to_owned()
-            } else {
-                h_in.into_owned()
-            };
-            (z, SageCache::AggregateFirst { h, agg })
+            (z, SageCache::AggregateFirst { beside })
         } else {
             let projected = matmul(h_in.view(), w_neigh);
             let mut z = aggregate(block, projected.view(), EdgeWeights::Mean);
@@ -185,21 +181,20 @@ impl SageConv {
         let nd = block.num_dst;
         accumulate_bias_grad(params, self.bias, dz);
         match cache {
-            SageCache::AggregateFirst { h, agg } => {
-                add_matmul_tn(h.slice(s![..nd, ..]), dz, params.grad_mut(self.w_self));
-                add_matmul_tn(agg.view(), dz, params.grad_mut(self.w_neigh));
+            SageCache::AggregateFirst { beside } => {
+                let grad = params.stacked_grad_mut(self.w_self, self.w_neigh);
+                add_matmul_tn(beside.view(), dz, grad);
                 if !need_d_in {
                     return None;
                 }
-                let d_agg = matmul_nt(dz, params.view(self.w_neigh));
-                let mut d_in = aggregate_transpose(
+                // `[d h_dst | d agg]`, then the transposed mean adds the destinations' own part.
+                let d_beside = matmul_nt(dz, params.stacked(self.w_self, self.w_neigh));
+                Some(aggregate_transpose_beside(
                     block,
                     transpose.get(block),
-                    d_agg.view(),
+                    d_beside.view(),
                     EdgeWeights::Mean,
-                );
-                add_matmul_nt_rows(dz, params.view(self.w_self), d_in.view_mut());
-                Some(d_in)
+                ))
             }
             SageCache::Sparse { x } => {
                 let d_proj =

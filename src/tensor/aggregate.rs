@@ -117,17 +117,19 @@ macro_rules! narrow_rows {
     };
 }
 
-/// `Σ_e w_e · x[u_e]` over `(u_e, w_e)`, then the optional factor, into `row` (`C` columns).
+/// `Σ_e w_e · x[u_e]` over `(u_e, w_e)`, then the optional factor, into `row` (`C` columns);
+/// row `u` of `xs` starts at `u · stride`.
 #[inline(always)]
 fn sum_rows_fixed<const C: usize>(
     xs: &[f32],
+    stride: usize,
     edges: impl Iterator<Item = (usize, f32)>,
     scale: Option<f32>,
     row: &mut [f32],
 ) {
     let mut acc = [0f32; C];
     for (u, w) in edges {
-        let x: &[f32; C] = xs[u * C..u * C + C].try_into().expect("C floats");
+        let x: &[f32; C] = xs[u * stride..u * stride + C].try_into().expect("C floats");
         for c in 0..C {
             acc[c] += w * x[c];
         }
@@ -176,7 +178,7 @@ fn aggregate_row_fixed<const C: usize>(
         let u = block.indices[e] as usize;
         (u, edge_weight(weights, e, u, row_weight))
     });
-    sum_rows_fixed::<C>(xs, pairs, scale, row);
+    sum_rows_fixed::<C>(xs, C, pairs, scale, row);
 }
 
 simd_kernel! {
@@ -220,6 +222,7 @@ fn source_weight(bt: &BlockTranspose, weights: SourceWeights<'_>, k: usize, v: u
 fn aggregate_transpose_row_fixed<const C: usize>(
     bt: &BlockTranspose,
     ds: &[f32],
+    stride: usize,
     weights: SourceWeights<'_>,
     u: usize,
     row: &mut [f32],
@@ -232,28 +235,31 @@ fn aggregate_transpose_row_fixed<const C: usize>(
         let v = bt.dst[k] as usize;
         (v, source_weight(bt, weights, k, v))
     });
-    sum_rows_fixed::<C>(ds, pairs, scale, row);
+    sum_rows_fixed::<C>(ds, stride, pairs, scale, row);
 }
 
 simd_kernel! {
-    /// `row = Σ_{e: src_e = u} w_e · dy[dst_e]` (`row` starts at zero).
+    /// `row = Σ_{e: src_e = u} w_e · dy[dst_e]` (`row` starts at zero), where row `v` of `dy`
+    /// is `ds[v·stride..]`.
     fn aggregate_transpose_row(
         bt: &BlockTranspose,
         ds: &[f32],
+        stride: usize,
         weights: SourceWeights<'_>,
         u: usize,
         row: &mut [f32],
     ) {
         let cols = row.len();
-        narrow_rows!(cols, aggregate_transpose_row_fixed, (bt, ds, weights, u, row));
+        narrow_rows!(cols, aggregate_transpose_row_fixed, (bt, ds, stride, weights, u, row));
         let span = bt.indptr[u]..bt.indptr[u + 1];
         let prefetch = ds.len() > PREFETCH_MIN;
         for k in span.clone() {
             if prefetch && k + PREFETCH_EDGES < span.end {
-                prefetch_row(ds, bt.dst[k + PREFETCH_EDGES] as usize * cols, cols);
+                prefetch_row(ds, bt.dst[k + PREFETCH_EDGES] as usize * stride, cols);
             }
             let v = bt.dst[k] as usize;
-            axpy(source_weight(bt, weights, k, v), &ds[v * cols..(v + 1) * cols], row);
+            let start = v * stride;
+            axpy(source_weight(bt, weights, k, v), &ds[start..start + cols], row);
         }
         if let SourceWeights::Factored { src, .. } = weights {
             let s = src[u];
@@ -320,6 +326,32 @@ pub fn aggregate(block: &Block, x: ArrayView2<f32>, weights: EdgeWeights) -> Arr
     )
 }
 
+/// [`aggregate`] beside the destinations' own rows: row `i` of the result is
+/// `[x[i] | Σ_{e ∈ in_edges(i)} w_e · x[src_e]]` (twice `x`'s columns). A layer that multiplies
+/// both halves by weights stacked by rows (SAGE's `[W_self; W_neigh]`) then needs one product
+/// instead of two, and its output is written once.
+pub fn aggregate_beside(block: &Block, x: ArrayView2<f32>, weights: EdgeWeights) -> Array2<f32> {
+    assert_eq!(
+        x.nrows(),
+        block.num_src(),
+        "aggregate: x must have num_src rows"
+    );
+    let x = super::standard(x);
+    let cols = x.ncols();
+    let xs = x.as_slice().expect("standard layout");
+    let avg_degree = block.num_edges() / block.num_dst.max(1) + 1;
+    super::par_rows_from_zero(
+        block.num_dst,
+        2 * cols,
+        super::rows_per_task(cols * avg_degree),
+        |i, row| {
+            let (own, agg) = row.split_at_mut(cols);
+            own.copy_from_slice(&xs[i * cols..(i + 1) * cols]);
+            aggregate_row(block, xs, weights, i, agg)
+        },
+    )
+}
+
 /// The transpose of [`aggregate`]: `dx[u] = Σ_{e: src_e = u} w_e · dy[dst_e]`, with
 /// `block.num_src()` rows.
 pub fn aggregate_transpose(
@@ -336,6 +368,47 @@ pub fn aggregate_transpose(
     let dy = super::standard(dy);
     let cols = dy.ncols();
     let ds = dy.as_slice().expect("standard layout");
+    transpose_rows(block, bt, ds, cols, cols, weights, false)
+}
+
+/// The transpose of [`aggregate_beside`]: `d` has `num_dst` rows `[d_own | d_agg]`, and
+/// `dx[u] = Σ_{e: src_e = u} w_e · d_agg[dst_e] (+ d_own[u] when `u` is a destination)`, with
+/// `block.num_src()` rows of half `d`'s columns.
+pub fn aggregate_transpose_beside(
+    block: &Block,
+    bt: &BlockTranspose,
+    d: ArrayView2<f32>,
+    weights: EdgeWeights,
+) -> Array2<f32> {
+    assert_eq!(
+        d.nrows(),
+        block.num_dst,
+        "aggregate_transpose: d must have num_dst rows"
+    );
+    assert!(
+        d.ncols().is_multiple_of(2),
+        "aggregate_transpose_beside: d has an odd number of columns"
+    );
+    let d = super::standard(d);
+    let cols = d.ncols() / 2;
+    let ds = d.as_slice().expect("standard layout");
+    transpose_rows(block, bt, ds, 2 * cols, cols, weights, true)
+}
+
+/// Rows `dx[u] = Σ_{e: src_e = u} w_e · dy[dst_e]`, where row `v` of `dy` is the `cols` floats
+/// at `ds[v·stride + offset..]` with `offset = stride − cols`; with `add_own`, a destination's
+/// row then adds the `cols` floats at `ds[u·stride..]` (the other half of a
+/// [`aggregate_transpose_beside`] input).
+fn transpose_rows(
+    block: &Block,
+    bt: &BlockTranspose,
+    ds: &[f32],
+    stride: usize,
+    cols: usize,
+    weights: EdgeWeights,
+    add_own: bool,
+) -> Array2<f32> {
+    let agg = &ds[stride - cols..];
     let avg_degree = block.num_edges() / block.num_src().max(1) + 1;
     let inv_degree: Vec<f32>;
     let weights = match weights {
@@ -349,11 +422,17 @@ pub fn aggregate_transpose(
         EdgeWeights::PerEdge(w) => SourceWeights::PerEdge(w),
         EdgeWeights::Factored { src, dst } => SourceWeights::Factored { src, dst },
     };
+    let nd = block.num_dst;
     super::par_rows_from_zero(
         block.num_src(),
         cols,
         super::rows_per_task(cols * avg_degree),
-        |u, row| aggregate_transpose_row(bt, ds, weights, u, row),
+        |u, row| {
+            aggregate_transpose_row(bt, agg, stride, weights, u, row);
+            if add_own && u < nd {
+                axpy(1.0, &ds[u * stride..u * stride + cols], row);
+            }
+        },
     )
 }
 
