@@ -176,8 +176,10 @@ pub fn run(args: TrainArgs) -> Result<()> {
     // Threads divide the cores of the real host, also when nodes are pretend groups.
     let threads = crate::comm::threads_per_rank(cfg.threads, world.ranks_on_host());
     log_node_layout(&world);
-    // The global pool can only be built once per process; a second build (tests calling
-    // the library twice) keeps the first, which is fine.
+    // The calling thread (the process's main thread, which also makes every MPI call)
+    // becomes worker 0, so kernels run on it directly instead of being injected into the
+    // pool while it sleeps. The global pool can only be built once per process; a second
+    // build (the library called twice) keeps the first, which is fine.
     let _ = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .use_current_thread()
