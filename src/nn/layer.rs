@@ -429,10 +429,7 @@ impl Layer {
         conv: ConvCache,
         dropout: Option<DropoutSaved>,
     ) -> (Array2<f32>, LayerCache) {
-        let activated = self.activation.map(|act| {
-            act.forward_in_place(z.view_mut());
-            act.save(z.view())
-        });
+        let activated = self.activation.map(|act| act.forward_save(z.view_mut()));
         (
             z,
             LayerCache {

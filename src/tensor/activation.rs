@@ -8,6 +8,7 @@ use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use super::bitmask;
 use super::simd::simd_kernel;
 
 simd_kernel! {
@@ -49,6 +50,13 @@ simd_kernel! {
                 *gi *= if (w >> i) & 1 == 1 { 1.0 } else { other };
             }
         }
+    }
+}
+
+/// `bits` bit `i` ← `y[i] > 0`, vectorised where the CPU allows.
+fn pack_signs(y: &[f32], bits: &mut [u64]) {
+    if !bitmask::pack_positive(y, bits) {
+        pack_positive(y, bits)
     }
 }
 
@@ -138,10 +146,28 @@ impl Activation {
                 let mut bits = vec![0u64; ys.len().div_ceil(64)];
                 bits.par_chunks_mut(CHUNK / 64)
                     .zip(ys.par_chunks(CHUNK))
-                    .for_each(|(b, y)| pack_positive(y, b));
+                    .for_each(|(b, y)| pack_signs(y, b));
                 Saved::Positive(bits)
             }
         }
+    }
+
+    /// [`Activation::forward_in_place`] then [`Activation::save`], in one pass: each chunk's
+    /// signs are packed while it is still in cache.
+    pub fn forward_save(self, mut x: ArrayViewMut2<f32>) -> Saved {
+        if let Activation::Elu { .. } = self {
+            self.forward_in_place(x.view_mut());
+            return self.save(x.view());
+        }
+        let xs = x.as_slice_mut().expect("activation: standard layout");
+        let mut bits = vec![0u64; xs.len().div_ceil(64)];
+        bits.par_chunks_mut(CHUNK / 64)
+            .zip(xs.par_chunks_mut(CHUNK))
+            .for_each(|(b, y)| {
+                activate(self, y);
+                pack_signs(y, b)
+            });
+        Saved::Positive(bits)
     }
 
     /// `grad ← grad ⊙ f'(x)` from what [`Activation::save`] kept; the same result as
@@ -162,7 +188,11 @@ impl Activation {
                 );
                 g.par_chunks_mut(CHUNK)
                     .zip(bits.par_chunks(CHUNK / 64))
-                    .for_each(|(g, b)| scale_by_bits(b, other, g));
+                    .for_each(|(g, b)| {
+                        if !bitmask::scale_unset(b, other, g) {
+                            scale_by_bits(b, other, g)
+                        }
+                    });
             }
         }
     }

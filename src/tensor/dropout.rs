@@ -1,7 +1,10 @@
 //! Inverted dropout with counter-based masks.
 //!
 //! The mask bit of element `(row, col)` is a pure function of `(stream, row_key, col)`:
-//! `keep ⇔ hash(stream, row_key, col) < (1 − p)·2⁶⁴`. The caller passes the row's ORIGINAL
+//! `keep ⇔ hash32(row_seed(stream, row_key), col) < (1 − p)·2³²`. The row seed is a full
+//! 64-bit hash, computed once per row; the element hash is murmur3's 32-bit finaliser over
+//! `row_seed + col·φ` ([`super::bitmask::element_hash`]), which AVX-512 computes 16 columns at
+//! a time without 64-bit multiplies: dropout was the costliest element-wise kernel of training. The caller passes the row's ORIGINAL
 //! vertex id as `row_key` and derives `stream` from (seed, epoch, step, layer), so a vertex gets
 //! the same mask whichever rank computes it and wherever its row sits in a block
 //! (ARCHITECTURE invariant 3). Kept elements are scaled by `1/(1−p)` so the expectation is
@@ -10,6 +13,9 @@
 use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 
+use std::mem::MaybeUninit;
+
+use super::bitmask::{self, element_hash};
 use super::simd::simd_kernel;
 
 /// The murmur3 / SplitMix64 64-bit finaliser: a bijective mixer with full avalanche.
@@ -48,12 +54,13 @@ simd_kernel! {
 }
 
 simd_kernel! {
-    /// [`mask_row_copy`] that also records the kept elements, bit `c % 64` of `bits[c / 64]`.
+    /// [`mask_row_copy`] into uninitialised memory that also records the kept elements, bit
+    /// `c % 64` of `bits[c / 64]` (the portable form of [`bitmask::dropout_row`]).
     fn mask_row_copy_bits(
         mask: &DropoutMask,
         seed: u64,
         src: &[f32],
-        dst: &mut [f32],
+        dst: &mut [MaybeUninit<f32>],
         bits: &mut [u64],
     ) {
         for (w, (word, (ds, ss))) in bits
@@ -65,7 +72,7 @@ simd_kernel! {
             for (i, (d, &v)) in ds.iter_mut().zip(ss).enumerate() {
                 let keep = mask.keep_row(seed, w * 64 + i);
                 kept |= (keep as u64) << i;
-                *d = if keep { v * mask.scale } else { 0.0 };
+                d.write(if keep { v * mask.scale } else { 0.0 });
             }
             *word = kept;
         }
@@ -117,7 +124,11 @@ impl KeptBits {
         g.par_chunks_mut(cols)
             .zip(self.bits.par_chunks(self.words_per_row))
             .with_min_len(super::rows_per_task(cols))
-            .for_each(|(row, bits)| mask_row_from_bits(bits, self.scale, row));
+            .for_each(|(row, bits)| {
+                if !bitmask::scale_set_or_zero(bits, self.scale, row) {
+                    mask_row_from_bits(bits, self.scale, row)
+                }
+            });
     }
 }
 
@@ -125,8 +136,10 @@ impl KeptBits {
 #[derive(Clone, Copy, Debug)]
 pub struct DropoutMask {
     stream: u64,
-    /// Elements whose hash is below this are kept.
-    keep_below: u64,
+    /// Elements whose 32-bit hash is below this are kept (every element with `keep_all`).
+    keep_below: u32,
+    /// `p == 0`: `(1 − p)·2³²` does not fit 32 bits.
+    keep_all: bool,
     /// `1/(1−p)`.
     scale: f32,
 }
@@ -142,11 +155,11 @@ impl DropoutMask {
             "dropout probability {p} not in [0, 1)"
         );
         let keep = 1.0 - p as f64;
-        // 2^64 · keep, saturating at u64::MAX for keep == 1.
-        let keep_below = (keep * 18_446_744_073_709_551_616.0).min(u64::MAX as f64) as u64;
+        let threshold = (keep * 4_294_967_296.0).round();
         DropoutMask {
             stream,
-            keep_below,
+            keep_below: threshold.min(u32::MAX as f64) as u32,
+            keep_all: threshold > u32::MAX as f64,
             scale: (1.0 / keep) as f32,
         }
     }
@@ -165,8 +178,7 @@ impl DropoutMask {
 
     #[inline(always)]
     fn keep_row(&self, row_seed: u64, col: usize) -> bool {
-        mix64(row_seed.wrapping_add((col as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)))
-            < self.keep_below
+        self.keep_all || element_hash(row_seed as u32, col as u32) < self.keep_below
     }
 
     /// The scale `1/(1−p)` applied to kept elements.
@@ -248,8 +260,11 @@ impl DropoutMask {
             .zip(row_keys.par_iter())
             .with_min_len(super::rows_per_task(cols * 4))
             .for_each(|(((dst, src), bits), &key)| {
-                let dst = dst.write_copy_of_slice(src);
-                mask_row_copy_bits(self, self.row_seed(key), src, dst, bits)
+                let seed = self.row_seed(key);
+                let (below, all) = (self.keep_below, self.keep_all);
+                if !bitmask::dropout_row(seed as u32, below, all, self.scale, src, dst, bits) {
+                    mask_row_copy_bits(self, seed, src, dst, bits)
+                }
             });
         // SAFETY: every row was initialised above.
         (unsafe { out.assume_init() }, kept)

@@ -16,6 +16,7 @@
 //! * [`softmax`]: segment softmax per destination (GAT), row log-softmax;
 //! * [`attention`]: GAT edge scores and weighted multi-head aggregation, with backward;
 //! * [`activation`]: ReLU, ELU, LeakyReLU and their backward;
+//! * [`bitmask`]: AVX-512 forms of the kernels that apply or record one bit per element;
 //! * [`dropout`]: inverted dropout with counter-based masks keyed by original vertex ids;
 //! * [`memory`]: keep freed memory for reuse across mini-batches (no fresh page faults);
 //! * [`loss`]: cross-entropy and binary cross-entropy with logits.
@@ -23,6 +24,7 @@
 pub mod activation;
 pub mod aggregate;
 pub mod attention;
+pub mod bitmask;
 pub mod dropout;
 pub mod gather;
 pub mod gemm;
