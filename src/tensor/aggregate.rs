@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 use ndarray::{Array2, ArrayView2};
 
-use super::gather::axpy;
+use super::gather::{add_assign, axpy};
 use super::simd::simd_kernel;
 use crate::sample::Block;
 
@@ -340,13 +340,14 @@ pub fn aggregate_beside(block: &Block, x: ArrayView2<f32>, weights: EdgeWeights)
     let cols = x.ncols();
     let xs = x.as_slice().expect("standard layout");
     let avg_degree = block.num_edges() / block.num_dst.max(1) + 1;
-    super::par_rows_from_zero(
+    super::par_rows_uninit(
         block.num_dst,
         2 * cols,
         super::rows_per_task(cols * avg_degree),
         |i, row| {
             let (own, agg) = row.split_at_mut(cols);
-            own.copy_from_slice(&xs[i * cols..(i + 1) * cols]);
+            own.write_copy_of_slice(&xs[i * cols..(i + 1) * cols]);
+            let agg = super::zeroed(agg);
             aggregate_row(block, xs, weights, i, agg)
         },
     )
@@ -430,7 +431,7 @@ fn transpose_rows(
         |u, row| {
             aggregate_transpose_row(bt, agg, stride, weights, u, row);
             if add_own && u < nd {
-                axpy(1.0, &ds[u * stride..u * stride + cols], row);
+                add_assign(&ds[u * stride..u * stride + cols], row);
             }
         },
     )

@@ -105,6 +105,13 @@ simd_kernel! {
 }
 
 simd_kernel! {
+    /// `y += x` (vectorised: [`axpy`] outside a kernel compiles for baseline x86-64).
+    pub(crate) fn add_assign(x: &[f32], y: &mut [f32]) {
+        axpy(1.0, x, y)
+    }
+}
+
+simd_kernel! {
     /// `acc += Σ` every row of `s` (rows of `acc.len()` floats), in order.
     fn add_all_rows(s: &[f32], acc: &mut [f32]) {
         for row in s.chunks_exact(acc.len()) {

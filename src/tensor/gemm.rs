@@ -141,6 +141,7 @@ fn portable_gemm(
 #[cfg(target_arch = "x86_64")]
 mod fast {
     use super::*;
+    use crate::tensor::gather::add_assign;
     use crate::tensor::sgemm::{self, BSource, MatMut, MatRef, PackedB, Workspace, MR, NR};
 
     /// Multiply-adds per task: large enough that packing and rayon overheads stay small.
@@ -372,16 +373,19 @@ mod fast {
                     )
                 }
             });
+        // Row by row, partial 0 plus the others in block order (vector adds over whole
+        // rows; every element sums its partials in the same order as before).
         let sums = &partials[..k_blocks * m * n];
         c.axis_iter_mut(Axis(0))
             .into_par_iter()
             .enumerate()
+            .with_min_len(crate::tensor::rows_per_task(n * k_blocks))
             .for_each(|(i, mut row)| {
-                for (j, ci) in row.iter_mut().enumerate() {
-                    let mut s = sums[i * n + j];
-                    for q in 1..k_blocks {
-                        s += sums[(q * m + i) * n + j];
-                    }
+                let mut acc = sums[i * n..(i + 1) * n].to_vec();
+                for q in 1..k_blocks {
+                    add_assign(&sums[(q * m + i) * n..(q * m + i + 1) * n], &mut acc);
+                }
+                for (ci, &s) in row.iter_mut().zip(&acc) {
                     *ci = if beta == 0.0 {
                         alpha * s
                     } else {

@@ -37,6 +37,8 @@ pub mod skinny;
 pub mod softmax;
 pub mod sparse;
 
+use std::mem::MaybeUninit;
+
 use ndarray::{Array2, ArrayView2, CowArray, Ix2};
 use rayon::prelude::*;
 
@@ -68,6 +70,26 @@ pub(crate) fn par_rows_from_zero(
     min_rows: usize,
     fill: impl Fn(usize, &mut [f32]) + Sync + Send,
 ) -> Array2<f32> {
+    par_rows_uninit(rows, cols, min_rows, |i, row| fill(i, zeroed(row)))
+}
+
+/// Zero `row` and return it initialised.
+pub(crate) fn zeroed(row: &mut [MaybeUninit<f32>]) -> &mut [f32] {
+    for v in row.iter_mut() {
+        v.write(0.0);
+    }
+    // SAFETY: every element was just initialised.
+    unsafe { &mut *(row as *mut [MaybeUninit<f32>] as *mut [f32]) }
+}
+
+/// A `rows × cols` matrix built in parallel, row by row, by `fill(i, row)`, which must write
+/// every element of its row. Tasks take at least `min_rows` rows.
+pub(crate) fn par_rows_uninit(
+    rows: usize,
+    cols: usize,
+    min_rows: usize,
+    fill: impl Fn(usize, &mut [MaybeUninit<f32>]) + Sync + Send,
+) -> Array2<f32> {
     if cols == 0 || rows == 0 {
         return Array2::zeros((rows, cols));
     }
@@ -77,15 +99,8 @@ pub(crate) fn par_rows_from_zero(
         .par_chunks_mut(cols)
         .enumerate()
         .with_min_len(min_rows)
-        .for_each(|(i, row)| {
-            for v in row.iter_mut() {
-                v.write(0.0);
-            }
-            // SAFETY: every element of the row was just initialised.
-            let row = unsafe { &mut *(row as *mut [std::mem::MaybeUninit<f32>] as *mut [f32]) };
-            fill(i, row)
-        });
-    // SAFETY: every row was initialised above.
+        .for_each(|(i, row)| fill(i, row));
+    // SAFETY: `fill` initialised every row (its contract).
     unsafe { out.assume_init() }
 }
 
