@@ -352,6 +352,32 @@ impl Layer {
         (out, cache)
     }
 
+    /// [`Layer::forward`] taking the input by value: a plain layer (no input projection,
+    /// norm or residual, so nothing else reads the unmasked rows) applies its dropout in place
+    /// instead of writing a masked copy. Bitwise the same result.
+    pub fn forward_owned(
+        &self,
+        params: &ParamStore,
+        block: &Block,
+        mut h_src: Array2<f32>,
+        ctx: &DropoutCtx,
+    ) -> (Array2<f32>, LayerCache) {
+        let plain = self.input.is_none() && self.norm.is_none() && !self.residual;
+        let whole = h_src.nrows() == self.conv.input_rows(block)
+            && h_src.nrows() == block.num_src()
+            && h_src.ncols() == self.in_dim()
+            && h_src.is_standard_layout();
+        if !(plain && whole && ctx.training && self.dropout > 0.0) {
+            return self.forward(params, block, h_src.view(), ctx);
+        }
+        let mask = DropoutMask::new(derive_stream(ctx.stream, self.index as u64), self.dropout);
+        let keys = row_keys(block, h_src.nrows(), ctx.orig_ids);
+        let kept = mask.apply_recorded_in_place(h_src.view_mut(), &keys);
+        let h_in = CowArray::from(h_src);
+        let (z, conv) = self.conv.forward(params, block, h_in, ctx.gcn_degrees);
+        self.finish_forward(z, conv, Some(DropoutSaved::Bits(kept)))
+    }
+
     /// [`Layer::forward`] on a model's input features: mostly-zero rows (bag-of-words,
     /// [`prefers_sparse`], a function of the data only) take [`Layer::forward_sparse`]'s path,
     /// whose products skip the zeros; other input, or a convolution without a sparse path,

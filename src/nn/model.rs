@@ -293,7 +293,7 @@ impl Model {
         let mut caches = Vec::with_capacity(self.layers.len());
         caches.push(first);
         for (layer, block) in self.layers.iter().zip(blocks).skip(1) {
-            let (out, cache) = layer.forward(&self.params, block, h.view(), ctx);
+            let (out, cache) = layer.forward_owned(&self.params, block, h, ctx);
             caches.push(cache);
             h = out;
         }

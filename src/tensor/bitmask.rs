@@ -150,9 +150,53 @@ pub fn dropout_row(
     #[cfg(target_arch = "x86_64")]
     // SAFETY: AVX-512F is present (checked above) and the lengths agree.
     unsafe {
-        dropout_row_avx512(seed, keep_below, keep_all, scale, src, dst, bits)
+        let hash = RowHash {
+            seed,
+            keep_below,
+            keep_all,
+            scale,
+        };
+        dropout_row_avx512(hash, src.as_ptr(), dst.as_mut_ptr().cast(), src.len(), bits)
     };
     true
+}
+
+/// [`dropout_row`] in place.
+pub fn dropout_row_in_place(
+    seed: u32,
+    keep_below: u32,
+    keep_all: bool,
+    scale: f32,
+    row: &mut [f32],
+    bits: &mut [u64],
+) -> bool {
+    assert!(bits.len() * 64 >= row.len(), "dropout row: lengths");
+    if !avx512() {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: AVX-512F is present (checked above); each step reads its 16 floats before
+    // writing them, so reading and writing one row is fine.
+    unsafe {
+        let hash = RowHash {
+            seed,
+            keep_below,
+            keep_all,
+            scale,
+        };
+        dropout_row_avx512(hash, row.as_ptr(), row.as_mut_ptr(), row.len(), bits)
+    };
+    true
+}
+
+/// What decides and scales the kept elements of one dropout row.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct RowHash {
+    seed: u32,
+    keep_below: u32,
+    keep_all: bool,
+    scale: f32,
 }
 
 /// The per-element hash of [`dropout_row`] (murmur3's 32-bit finaliser).
@@ -169,18 +213,24 @@ pub fn element_hash(seed: u32, col: u32) -> u32 {
 /// ⌊2³²/φ⌋, odd: consecutive columns start far apart in the hash's input.
 const PHI32: u32 = 0x9e37_79b9;
 
+/// # Safety
+/// AVX-512F; `src` readable and `dst` writable for `n` floats (they may be the same row);
+/// `bits` covers `n` bits.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn dropout_row_avx512(
-    seed: u32,
-    keep_below: u32,
-    keep_all: bool,
-    scale: f32,
-    src: &[f32],
-    dst: &mut [MaybeUninit<f32>],
+    hash: RowHash,
+    src: *const f32,
+    dst: *mut f32,
+    n: usize,
     bits: &mut [u64],
 ) {
-    let n = src.len();
+    let RowHash {
+        seed,
+        keep_below,
+        keep_all,
+        scale,
+    } = hash;
     bits[..n.div_ceil(64)].fill(0);
     let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     let phi = _mm512_set1_epi32(PHI32 as i32);
@@ -208,14 +258,15 @@ unsafe fn dropout_row_avx512(
         } else {
             _mm512_cmplt_epu32_mask(h, below)
         };
-        let v = _mm512_maskz_mul_ps(k, _mm512_loadu_ps(src.as_ptr().add(c)), s);
-        _mm512_storeu_ps(dst.as_mut_ptr().add(c).cast::<f32>(), v);
+        let v = _mm512_maskz_mul_ps(k, _mm512_loadu_ps(src.add(c)), s);
+        _mm512_storeu_ps(dst.add(c), v);
         bits[c / 64] |= (k as u64) << (c % 64);
         x = _mm512_add_epi32(x, step);
     }
     for c in body..n {
         let keep = keep_all || element_hash(seed, c as u32) < keep_below;
-        dst[c].write(if keep { src[c] * scale } else { 0.0 });
+        let v = *src.add(c);
+        *dst.add(c) = if keep { v * scale } else { 0.0 };
         bits[c / 64] |= (keep as u64) << (c % 64);
     }
 }
@@ -264,6 +315,18 @@ mod tests {
         for (keep_below, keep_all) in [(0x8000_0000u32, false), (0x3000_0000, false), (0, true)] {
             let mut dst = vec![MaybeUninit::new(f32::NAN); n];
             let mut rec = vec![u64::MAX; 2];
+            let mut in_place = g.clone();
+            let mut rec2 = vec![0u64; 2];
+            if dropout_row_in_place(77, keep_below, keep_all, 2.0, &mut in_place, &mut rec2) {
+                let e: Vec<u32> = (0..n)
+                    .map(|c| {
+                        let keep = keep_all || element_hash(77, c as u32) < keep_below;
+                        (if keep { g[c] * 2.0 } else { 0.0 }).to_bits()
+                    })
+                    .collect();
+                let got: Vec<u32> = in_place.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(got, e, "dropout in place");
+            }
             if dropout_row(77, keep_below, keep_all, 2.0, &g, &mut dst, &mut rec) {
                 for c in 0..128 {
                     let keep = c < n && (keep_all || element_hash(77, c as u32) < keep_below);

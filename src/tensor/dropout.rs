@@ -80,6 +80,22 @@ simd_kernel! {
 }
 
 simd_kernel! {
+    /// [`mask_row`] that also records the kept elements (the portable form of
+    /// [`bitmask::dropout_row_in_place`]).
+    fn mask_row_bits(mask: &DropoutMask, seed: u64, row: &mut [f32], bits: &mut [u64]) {
+        for (w, (word, vs)) in bits.iter_mut().zip(row.chunks_mut(64)).enumerate() {
+            let mut kept = 0u64;
+            for (i, v) in vs.iter_mut().enumerate() {
+                let keep = mask.keep_row(seed, w * 64 + i);
+                kept |= (keep as u64) << i;
+                *v = if keep { *v * mask.scale } else { 0.0 };
+            }
+            *word = kept;
+        }
+    }
+}
+
+simd_kernel! {
     /// `row ← mask(row)` from recorded bits (what [`mask_row`] computes, without hashing).
     fn mask_row_from_bits(bits: &[u64], scale: f32, row: &mut [f32]) {
         for (vs, &word) in row.chunks_mut(64).zip(bits) {
@@ -235,6 +251,35 @@ impl DropoutMask {
         })
     }
 
+    /// [`DropoutMask::apply_recorded`] in place: `x ← mask(x)` (standard layout), returning
+    /// which elements were kept. Bitwise the same as the copying form.
+    pub fn apply_recorded_in_place(&self, mut x: ArrayViewMut2<f32>, row_keys: &[u64]) -> KeptBits {
+        assert_eq!(x.nrows(), row_keys.len(), "dropout: one key per row");
+        let (rows, cols) = x.dim();
+        let words = cols.div_ceil(64);
+        let mut kept = KeptBits {
+            words_per_row: words,
+            bits: vec![0u64; rows * words],
+            scale: self.scale,
+        };
+        if cols == 0 || rows == 0 {
+            return kept;
+        }
+        let xs = x.as_slice_mut().expect("dropout: standard layout");
+        xs.par_chunks_mut(cols)
+            .zip(kept.bits.par_chunks_mut(words))
+            .zip(row_keys.par_iter())
+            .with_min_len(super::rows_per_task(cols * 4))
+            .for_each(|((row, bits), &key)| {
+                let seed = self.row_seed(key);
+                let (below, all) = (self.keep_below, self.keep_all);
+                if !bitmask::dropout_row_in_place(seed as u32, below, all, self.scale, row, bits) {
+                    mask_row_bits(self, seed, row, bits)
+                }
+            });
+        kept
+    }
+
     /// [`DropoutMask::apply`] that also returns which elements were kept, for the backward.
     pub fn apply_recorded(&self, x: ArrayView2<f32>, row_keys: &[u64]) -> (Array2<f32>, KeptBits) {
         assert_eq!(x.nrows(), row_keys.len(), "dropout: one key per row");
@@ -331,6 +376,10 @@ mod tests {
         let keys: Vec<u64> = (0..9).map(|i| 11 * i as u64).collect();
         let (y, kept) = mask.apply_recorded(x.view(), &keys);
         assert_eq!(y, mask.apply(x.view(), &keys));
+        let mut in_place = x.clone();
+        let kept_in_place = mask.apply_recorded_in_place(in_place.view_mut(), &keys);
+        assert_eq!(in_place, y);
+        assert_eq!(kept_in_place.bits, kept.bits);
         let g = Array2::from_shape_fn((9, 70), |(i, j)| ((i * 70 + j) as f32).sin());
         let mut by_keys = g.clone();
         mask.apply_in_place(by_keys.view_mut(), &keys);

@@ -107,7 +107,7 @@ impl OwnerBatch {
         let mut h = self.plan.forward(group, kinds.0, h_mine.view());
         let mut caches = Vec::with_capacity(self.upper.len());
         for (layer, block) in model.layers[1..].iter().zip(&self.upper) {
-            let (out, cache) = layer.forward(&model.params, block, h.view(), ctx);
+            let (out, cache) = layer.forward_owned(&model.params, block, h, ctx);
             caches.push(cache);
             h = out;
         }
