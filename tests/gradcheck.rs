@@ -531,7 +531,7 @@ fn aggregations_backward_is_the_adjoint() {
             assert_eq!(bx.slice(s![.., ..cols]), xw.slice(s![..9, ..]), "{name}");
             let expect = aggregate(&block, xw.view(), w);
             assert_eq!(bx.slice(s![.., cols..]), expect, "{name}");
-            let bty = aggregate_transpose_beside(&block, &bt, yw.view(), w);
+            let bty = aggregate_transpose_beside(&block, &bt, yw.view(), w, None);
             let (lhs, rhs) = (dot64(bx.view(), yw.view()), dot64(xw.view(), bty.view()));
             assert!(
                 (lhs - rhs).abs() < 1e-5 * (1.0 + lhs.abs()),

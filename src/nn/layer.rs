@@ -179,8 +179,36 @@ impl Conv {
         }
     }
 
-    /// Accumulate parameter gradients; return d `h_in` (`input_rows` rows) when asked.
+    /// Accumulate parameter gradients; return d `h_in` (`input_rows` rows) when asked, masked
+    /// by the input dropout's `kept` bits when given (SAGE does it while each row is in cache).
+    #[allow(clippy::too_many_arguments)]
     pub fn backward(
+        &self,
+        params: &mut ParamStore,
+        block: &Block,
+        transpose: &LazyTranspose,
+        cache: ConvCache,
+        dz: ArrayView2<f32>,
+        need_d_in: bool,
+        kept: Option<&KeptBits>,
+    ) -> Option<Array2<f32>> {
+        match (self, cache) {
+            (Conv::Sage(c), ConvCache::Sage(k)) => {
+                c.backward(params, block, transpose, k, dz, need_d_in, kept)
+            }
+            (conv, cache) => {
+                let mut d_in =
+                    conv.backward_unmasked(params, block, transpose, cache, dz, need_d_in)?;
+                if let Some(kept) = kept {
+                    kept.apply_in_place(d_in.view_mut());
+                }
+                Some(d_in)
+            }
+        }
+    }
+
+    /// [`Conv::backward`] of the convolutions that leave the dropout mask to the caller.
+    fn backward_unmasked(
         &self,
         params: &mut ParamStore,
         block: &Block,
@@ -190,9 +218,6 @@ impl Conv {
         need_d_in: bool,
     ) -> Option<Array2<f32>> {
         match (self, cache) {
-            (Conv::Sage(c), ConvCache::Sage(k)) => {
-                c.backward(params, block, transpose, k, dz, need_d_in)
-            }
             (Conv::Gcn(c), ConvCache::Gcn(k)) => {
                 c.backward(params, block, transpose, k, dz, need_d_in)
             }
@@ -516,13 +541,21 @@ impl Layer {
         // A norm's gain and bias (and a projection's weights) learn from the gradient of the
         // convolution's input, so it is needed even when the caller does not want d `h_src`.
         let need_d_in = need_d_base || self.norm.is_some();
-        let mut d_in =
-            self.conv
-                .backward(params, block, transpose, cache.conv, dz.view(), need_d_in)?;
-        match &cache.dropout {
-            Some(DropoutSaved::Bits(kept)) => kept.apply_in_place(d_in.view_mut()),
-            Some(DropoutSaved::Keys(mask, keys)) => mask.apply_in_place(d_in.view_mut(), keys),
-            None => {}
+        let kept = match &cache.dropout {
+            Some(DropoutSaved::Bits(kept)) => Some(kept),
+            _ => None,
+        };
+        let mut d_in = self.conv.backward(
+            params,
+            block,
+            transpose,
+            cache.conv,
+            dz.view(),
+            need_d_in,
+            kept,
+        )?;
+        if let Some(DropoutSaved::Keys(mask, keys)) = &cache.dropout {
+            mask.apply_in_place(d_in.view_mut(), keys);
         }
         if let (Some(ln), Some(nc)) = (&self.norm, cache.norm) {
             d_in = ln.backward(params, nc, d_in.view());

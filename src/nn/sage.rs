@@ -17,6 +17,7 @@ use crate::tensor::aggregate::{
     aggregate, aggregate_beside, aggregate_transpose, aggregate_transpose_beside, EdgeWeights,
     LazyTranspose,
 };
+use crate::tensor::dropout::KeptBits;
 use crate::tensor::gemm::{add_matmul_nt_rows, add_matmul_tn, gemm_into, matmul, matmul_nt};
 use crate::tensor::rows::InputRows;
 use crate::tensor::sparse::{add_spmm_tn, spmm, spmm_into, CsrMatrix, CsrTranspose};
@@ -168,7 +169,9 @@ impl SageConv {
         accumulate_bias_grad(params, self.bias, dz);
     }
 
-    /// Accumulate gradients; return d `h_in` (`num_src` rows) when asked.
+    /// Accumulate gradients; return d `h_in` (`num_src` rows) when asked, masked by the input
+    /// dropout's `kept` bits when given.
+    #[allow(clippy::too_many_arguments)]
     pub fn backward(
         &self,
         params: &mut ParamStore,
@@ -177,6 +180,7 @@ impl SageConv {
         cache: SageCache,
         dz: ArrayView2<f32>,
         need_d_in: bool,
+        kept: Option<&KeptBits>,
     ) -> Option<Array2<f32>> {
         let nd = block.num_dst;
         accumulate_bias_grad(params, self.bias, dz);
@@ -189,11 +193,13 @@ impl SageConv {
                 }
                 // `[d h_dst | d agg]`, then the transposed mean adds the destinations' own part.
                 let d_beside = matmul_nt(dz, params.stacked(self.w_self, self.w_neigh));
+                // The dropout mask is applied to each row as it is produced.
                 Some(aggregate_transpose_beside(
                     block,
                     transpose.get(block),
                     d_beside.view(),
                     EdgeWeights::Mean,
+                    kept,
                 ))
             }
             SageCache::Sparse { x } => {
@@ -207,6 +213,9 @@ impl SageConv {
                 }
                 let mut d_in = matmul_nt(d_proj.view(), params.view(self.w_neigh));
                 add_matmul_nt_rows(dz, params.view(self.w_self), d_in.view_mut());
+                if let Some(kept) = kept {
+                    kept.apply_in_place(d_in.view_mut());
+                }
                 Some(d_in)
             }
             SageCache::ProjectFirst { h_in } => {
@@ -219,6 +228,9 @@ impl SageConv {
                 }
                 let mut d_in = matmul_nt(d_proj.view(), params.view(self.w_neigh));
                 add_matmul_nt_rows(dz, params.view(self.w_self), d_in.view_mut());
+                if let Some(kept) = kept {
+                    kept.apply_in_place(d_in.view_mut());
+                }
                 Some(d_in)
             }
         }

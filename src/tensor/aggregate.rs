@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 
 use ndarray::{Array2, ArrayView2};
 
+use super::dropout::KeptBits;
 use super::gather::{add_assign, axpy};
 use super::simd::simd_kernel;
 use crate::sample::Block;
@@ -369,17 +370,21 @@ pub fn aggregate_transpose(
     let dy = super::standard(dy);
     let cols = dy.ncols();
     let ds = dy.as_slice().expect("standard layout");
-    transpose_rows(block, bt, ds, cols, cols, weights, false)
+    transpose_rows(block, bt, ds, cols, cols, weights, false, None)
 }
 
 /// The transpose of [`aggregate_beside`]: `d` has `num_dst` rows `[d_own | d_agg]`, and
 /// `dx[u] = Σ_{e: src_e = u} w_e · d_agg[dst_e] (+ d_own[u] when `u` is a destination)`, with
 /// `block.num_src()` rows of half `d`'s columns.
+///
+/// With `kept`, each row is then masked by a dropout's recorded bits (the backward of the
+/// dropout that made the layer's input), while it is still in cache.
 pub fn aggregate_transpose_beside(
     block: &Block,
     bt: &BlockTranspose,
     d: ArrayView2<f32>,
     weights: EdgeWeights,
+    kept: Option<&KeptBits>,
 ) -> Array2<f32> {
     assert_eq!(
         d.nrows(),
@@ -393,13 +398,14 @@ pub fn aggregate_transpose_beside(
     let d = super::standard(d);
     let cols = d.ncols() / 2;
     let ds = d.as_slice().expect("standard layout");
-    transpose_rows(block, bt, ds, 2 * cols, cols, weights, true)
+    transpose_rows(block, bt, ds, 2 * cols, cols, weights, true, kept)
 }
 
 /// Rows `dx[u] = Σ_{e: src_e = u} w_e · dy[dst_e]`, where row `v` of `dy` is the `cols` floats
 /// at `ds[v·stride + offset..]` with `offset = stride − cols`; with `add_own`, a destination's
 /// row then adds the `cols` floats at `ds[u·stride..]` (the other half of a
-/// [`aggregate_transpose_beside`] input).
+/// [`aggregate_transpose_beside`] input); with `kept`, the row is finally masked.
+#[allow(clippy::too_many_arguments)]
 fn transpose_rows(
     block: &Block,
     bt: &BlockTranspose,
@@ -408,7 +414,11 @@ fn transpose_rows(
     cols: usize,
     weights: EdgeWeights,
     add_own: bool,
+    kept: Option<&KeptBits>,
 ) -> Array2<f32> {
+    if let Some(k) = kept {
+        k.check_shape(block.num_src(), cols);
+    }
     let agg = &ds[stride - cols..];
     let avg_degree = block.num_edges() / block.num_src().max(1) + 1;
     let inv_degree: Vec<f32>;
@@ -432,6 +442,9 @@ fn transpose_rows(
             aggregate_transpose_row(bt, agg, stride, weights, u, row);
             if add_own && u < nd {
                 add_assign(&ds[u * stride..u * stride + cols], row);
+            }
+            if let Some(k) = kept {
+                k.apply_row(u, row);
             }
         },
     )

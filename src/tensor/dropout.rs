@@ -116,6 +116,24 @@ pub struct KeptBits {
 }
 
 impl KeptBits {
+    /// Panic unless these bits belong to a `rows × cols` matrix.
+    pub fn check_shape(&self, rows: usize, cols: usize) {
+        assert_eq!(
+            (rows * self.words_per_row, self.words_per_row),
+            (self.bits.len(), cols.div_ceil(64)),
+            "dropout bits: shape"
+        );
+    }
+
+    /// [`KeptBits::apply_in_place`] on row `r` alone.
+    #[inline]
+    pub fn apply_row(&self, r: usize, row: &mut [f32]) {
+        let bits = &self.bits[r * self.words_per_row..(r + 1) * self.words_per_row];
+        if !bitmask::scale_set_or_zero(bits, self.scale, row) {
+            mask_row_from_bits(bits, self.scale, row)
+        }
+    }
+
     /// The gradient's backward through the dropout: `g ← mask(g)`, bitwise what
     /// [`DropoutMask::apply_in_place`] gives with the forward's keys.
     ///
@@ -138,13 +156,9 @@ impl KeptBits {
         }
         let g = g.as_slice_mut().expect("dropout: standard layout");
         g.par_chunks_mut(cols)
-            .zip(self.bits.par_chunks(self.words_per_row))
+            .enumerate()
             .with_min_len(super::rows_per_task(cols))
-            .for_each(|(row, bits)| {
-                if !bitmask::scale_set_or_zero(bits, self.scale, row) {
-                    mask_row_from_bits(bits, self.scale, row)
-                }
-            });
+            .for_each(|(r, row)| self.apply_row(r, row));
     }
 }
 
