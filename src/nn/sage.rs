@@ -187,10 +187,16 @@ impl SageConv {
         match cache {
             SageCache::AggregateFirst { beside } => {
                 let grad = params.stacked_grad_mut(self.w_self, self.w_neigh);
-                add_matmul_tn(beside.view(), dz, grad);
                 if !need_d_in {
+                    add_matmul_tn(beside.view(), dz, grad);
                     return None;
                 }
+                // Building the transpose is serial: do it while the other thread starts on the
+                // weight gradient.
+                rayon::join(
+                    || transpose.get(block),
+                    || add_matmul_tn(beside.view(), dz, grad),
+                );
                 // `[d h_dst | d agg]`, then the transposed mean adds the destinations' own part.
                 let d_beside = matmul_nt(dz, params.stacked(self.w_self, self.w_neigh));
                 // The dropout mask is applied to each row as it is produced.
