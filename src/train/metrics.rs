@@ -47,8 +47,12 @@ pub fn accuracy(logits: &Array2<f32>, rows: &[usize], labels: &[i64]) -> f64 {
     if rows.is_empty() {
         return f64::NAN;
     }
-    let correct = rows
-        .iter()
+    correct_count(logits, rows, labels) as f64 / rows.len() as f64
+}
+
+/// How many of `rows` have their arg-max logit at the label.
+fn correct_count(logits: &Array2<f32>, rows: &[usize], labels: &[i64]) -> usize {
+    rows.iter()
         .filter(|&&r| {
             let row = logits.row(r);
             let mut best = 0;
@@ -59,8 +63,7 @@ pub fn accuracy(logits: &Array2<f32>, rows: &[usize], labels: &[i64]) -> f64 {
             }
             best as i64 == labels[r]
         })
-        .count();
-    correct as f64 / rows.len() as f64
+        .count()
 }
 
 /// ROC-AUC by the rank-sum (Mann–Whitney) formula; tied scores get their average rank.
@@ -191,12 +194,10 @@ pub fn distributed_metric(
 ) -> f64 {
     match kind {
         MetricKind::Accuracy => {
-            let local = if rows.is_empty() {
-                0.0
-            } else {
-                accuracy(logits, rows, labels) * rows.len() as f64
-            };
-            let mut sums = [local, rows.len() as f64];
+            // Counts, not fractions: `(c/n)·n` is not always `c` in floating point, and the
+            // metric must be the one rank's whatever the split.
+            let correct = correct_count(logits, rows, labels) as f64;
+            let mut sums = [correct, rows.len() as f64];
             group.allreduce_sum_f64(&mut sums);
             if sums[1] == 0.0 {
                 f64::NAN
