@@ -242,3 +242,40 @@ impl SageConv {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::dropout::DropoutMask;
+    use ndarray::Array2;
+
+    /// The dropout mask applied inside the transposed mean (each row as it is produced) gives
+    /// bitwise what masking the whole input gradient afterwards gives, for rows wide enough
+    /// for the vector kernels and with a partial last vector.
+    #[test]
+    fn fused_input_dropout_backward_matches_masking_afterwards() {
+        let block = Block::small_example();
+        let (din, dout) = (41, 37);
+        let mut params = ParamStore::new();
+        let conv = SageConv::new(&mut params, "s", din, dout, 3);
+        let h = Array2::from_shape_fn((block.num_src(), din), |(i, j)| {
+            ((i * 31 + j * 7) % 17) as f32 * 0.1 - 0.8
+        });
+        let keys: Vec<u64> = block.src_nodes.iter().map(|&v| v as u64).collect();
+        let (h_in, kept) = DropoutMask::new(9, 0.4).apply_recorded(h.view(), &keys);
+        let (z, cache) = conv.forward(&params, &block, CowArray::from(h_in.view()));
+        assert!(matches!(cache, SageCache::AggregateFirst { .. }));
+        let dz = z.mapv(|v| v.sin());
+        let t = LazyTranspose::default();
+        let fused = conv
+            .backward(&mut params, &block, &t, cache, dz.view(), true, Some(&kept))
+            .unwrap();
+        let (_, cache) = conv.forward(&params, &block, CowArray::from(h_in.view()));
+        let mut after = conv
+            .backward(&mut params, &block, &t, cache, dz.view(), true, None)
+            .unwrap();
+        kept.apply_in_place(after.view_mut());
+        assert_eq!(fused, after);
+        assert!(fused.iter().any(|&v| v == 0.0) && fused.iter().any(|&v| v != 0.0));
+    }
+}
