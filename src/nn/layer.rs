@@ -179,6 +179,29 @@ impl Conv {
         }
     }
 
+    /// [`Conv::forward`] followed by `activation`, fused into the convolution's product where
+    /// it can be (SAGE with ReLU); returns the activation's saved state when it was applied.
+    pub fn forward_activated(
+        &self,
+        params: &ParamStore,
+        block: &Block,
+        h_in: CowArray<f32, Ix2>,
+        gcn_degrees: Option<&[u32]>,
+        activation: Option<Activation>,
+    ) -> (Array2<f32>, ConvCache, Option<Saved>) {
+        match self {
+            Conv::Sage(c) => {
+                let relu = activation == Some(Activation::Relu);
+                let (z, k, bits) = c.forward_relu(params, block, h_in, relu);
+                (z, ConvCache::Sage(k), bits.map(Saved::Positive))
+            }
+            _ => {
+                let (z, k) = self.forward(params, block, h_in, gcn_degrees);
+                (z, k, None)
+            }
+        }
+    }
+
     /// Accumulate parameter gradients; return d `h_in` (`input_rows` rows) when asked, masked
     /// by the input dropout's `kept` bits when given (SAGE does it while each row is in cache).
     #[allow(clippy::too_many_arguments)]
@@ -366,8 +389,10 @@ impl Layer {
         } else {
             (h, None)
         };
-        let (z, conv) = self.conv.forward(params, block, h_in, ctx.gcn_degrees);
-        let (mut out, mut cache) = self.finish_forward(z, conv, dropout);
+        let (z, conv, activated) =
+            self.conv
+                .forward_activated(params, block, h_in, ctx.gcn_degrees, self.activation);
+        let (mut out, mut cache) = self.finish_forward(z, conv, dropout, activated);
         cache.norm = norm;
         cache.input = input;
         if self.residual {
@@ -399,8 +424,10 @@ impl Layer {
         let keys = row_keys(block, h_src.nrows(), ctx.orig_ids);
         let kept = mask.apply_recorded_in_place(h_src.view_mut(), &keys);
         let h_in = CowArray::from(h_src);
-        let (z, conv) = self.conv.forward(params, block, h_in, ctx.gcn_degrees);
-        self.finish_forward(z, conv, Some(DropoutSaved::Bits(kept)))
+        let (z, conv, activated) =
+            self.conv
+                .forward_activated(params, block, h_in, ctx.gcn_degrees, self.activation);
+        self.finish_forward(z, conv, Some(DropoutSaved::Bits(kept)), activated)
     }
 
     /// [`Layer::forward`] on a model's input features: mostly-zero rows (bag-of-words,
@@ -470,17 +497,20 @@ impl Layer {
             DropoutSaved::Keys(mask, keys)
         });
         let (z, conv) = self.conv.forward_sparse(params, block, h, ctx.gcn_degrees);
-        self.finish_forward(z, conv, dropout)
+        self.finish_forward(z, conv, dropout, None)
     }
 
-    /// The activation after the convolution, and the cache.
+    /// The activation after the convolution (unless the convolution applied it: `activated`),
+    /// and the cache.
     fn finish_forward(
         &self,
         mut z: Array2<f32>,
         conv: ConvCache,
         dropout: Option<DropoutSaved>,
+        activated: Option<Saved>,
     ) -> (Array2<f32>, LayerCache) {
-        let activated = self.activation.map(|act| act.forward_save(z.view_mut()));
+        let activated =
+            activated.or_else(|| self.activation.map(|act| act.forward_save(z.view_mut())));
         (
             z,
             LayerCache {

@@ -18,7 +18,9 @@ use crate::tensor::aggregate::{
     LazyTranspose,
 };
 use crate::tensor::dropout::KeptBits;
-use crate::tensor::gemm::{add_matmul_nt_rows, add_matmul_tn, gemm_into, matmul, matmul_nt};
+use crate::tensor::gemm::{
+    add_matmul_nt_rows, add_matmul_tn, gemm_into, matmul, matmul_bias_relu, matmul_nt,
+};
 use crate::tensor::rows::InputRows;
 use crate::tensor::sparse::{add_spmm_tn, spmm, spmm_into, CsrMatrix, CsrTranspose};
 
@@ -81,6 +83,20 @@ impl SageConv {
         block: &Block,
         h_in: CowArray<f32, Ix2>,
     ) -> (Array2<f32>, SageCache) {
+        let (z, cache, _) = self.forward_relu(params, block, h_in, false);
+        (z, cache)
+    }
+
+    /// [`SageConv::forward`], then with `relu` the ReLU too when the product can apply it
+    /// (with the bias) as it stores its tiles: the output is activated exactly when the sign
+    /// bits (bit `i·out + j` = output `(i, j)` > 0) are returned.
+    pub fn forward_relu(
+        &self,
+        params: &ParamStore,
+        block: &Block,
+        h_in: CowArray<f32, Ix2>,
+        relu: bool,
+    ) -> (Array2<f32>, SageCache, Option<Vec<u64>>) {
         let nd = block.num_dst;
         let h_dst = h_in.slice(s![..nd, ..]);
         let w_self = params.view(self.w_self);
@@ -88,10 +104,16 @@ impl SageConv {
         if self.aggregate_first(block) {
             // One product `[h_dst | agg]·[W_self; W_neigh]` writes the output once; the two
             // weights are registered one after the other, so they stack without a copy.
+            // The bias (and ReLU) are applied by the product's tiles as they are stored.
             let beside = aggregate_beside(block, h_in.view(), EdgeWeights::Mean);
-            let mut z = matmul(beside.view(), params.stacked(self.w_self, self.w_neigh));
-            add_bias(z.view_mut(), params.view(self.bias));
-            (z, SageCache::AggregateFirst { beside })
+            let bias = params.view(self.bias);
+            let (z, bits) = matmul_bias_relu(
+                beside.view(),
+                params.stacked(self.w_self, self.w_neigh),
+                Some(bias.as_slice().expect("contiguous bias")),
+                relu,
+            );
+            (z, SageCache::AggregateFirst { beside }, bits)
         } else {
             let projected = matmul(h_in.view(), w_neigh);
             let mut z = aggregate(block, projected.view(), EdgeWeights::Mean);
@@ -102,6 +124,7 @@ impl SageConv {
                 SageCache::ProjectFirst {
                     h_in: h_in.into_owned(),
                 },
+                None,
             )
         }
     }

@@ -142,7 +142,9 @@ fn portable_gemm(
 mod fast {
     use super::*;
     use crate::tensor::gather::add_assign;
-    use crate::tensor::sgemm::{self, BSource, MatMut, MatRef, PackedB, Workspace, MR, NR};
+    use crate::tensor::sgemm::{
+        self, BSource, Epilogue, MatMut, MatRef, PackedB, Workspace, MR, NR,
+    };
 
     /// Multiply-adds per task: large enough that packing and rayon overheads stay small.
     const TASK_FLOPS: usize = 1 << 22;
@@ -251,11 +253,11 @@ mod fast {
     }
 
     /// Run one tile on this thread's workspace.
-    fn run_tile(alpha: f32, a: MatRef, b: BSource, beta: f32, c: MatMut) {
+    fn run_tile(alpha: f32, a: MatRef, b: BSource, beta: f32, c: MatMut, epi: Epilogue) {
         let mut ws = WORKSPACE.with(|w| std::mem::take(&mut *w.borrow_mut()));
         // SAFETY: `usable` checked AVX-512; the driver passes in-bounds, disjoint tiles whose
         // columns start at multiples of NR and inner ranges at multiples of KC.
-        unsafe { sgemm::gemm_tile(alpha, a, b, beta, c, &mut ws) };
+        unsafe { sgemm::gemm_tile(alpha, a, b, beta, c, &mut ws, epi) };
         WORKSPACE.with(|w| *w.borrow_mut() = ws);
     }
 
@@ -264,7 +266,20 @@ mod fast {
         a: ArrayView2<f32>,
         b: ArrayView2<f32>,
         beta: f32,
+        c: ArrayViewMut2<f32>,
+    ) {
+        gemm_with(alpha, a, b, beta, c, Epilogue::NONE)
+    }
+
+    /// [`gemm`] whose tiles apply `epi` (origin `(0, 0)`, `ld` = the output's columns) before
+    /// storing; a split reduction applies it when it sums the partial outputs.
+    pub(super) fn gemm_with(
+        alpha: f32,
+        a: ArrayView2<f32>,
+        b: ArrayView2<f32>,
+        beta: f32,
         mut c: ArrayViewMut2<f32>,
+        epi: Epilogue,
     ) {
         let (m, k) = a.dim();
         let n = b.ncols();
@@ -333,6 +348,7 @@ mod fast {
                         source(0, j, k, cols),
                         beta,
                         cm.sub(i, j, rows, cols),
+                        epi.at(i, j),
                     )
                 }
             };
@@ -370,6 +386,7 @@ mod fast {
                         source(p, j, depth, cols),
                         0.0,
                         parts.sub(q * m + i, j, rows, cols),
+                        Epilogue::NONE,
                     )
                 }
             });
@@ -392,10 +409,94 @@ mod fast {
                         alpha * s + beta * *ci
                     };
                 }
+                if !epi.is_none() {
+                    // SAFETY: the caller's epilogue covers the whole output; row `i` owns
+                    // its bit words (`n` is a multiple of 32 when bits are asked for).
+                    unsafe { apply_epilogue(epi, i, row.as_slice_mut().expect("unit stride")) };
+                }
             });
         PARTIALS.with(|p| *p.borrow_mut() = partials);
         PACKED.with(|p| *p.borrow_mut() = packed);
     }
+}
+
+/// Row `i` of a product after a split reduction: [`super::sgemm::Epilogue`]'s bias and ReLU, with the
+/// same operations the kernel's epilogue does.
+///
+/// # Safety
+/// `epi`'s pointers cover row `i` (bias: `row.len()` floats; bits: the row's 32-bit words).
+#[cfg(target_arch = "x86_64")]
+unsafe fn apply_epilogue(epi: super::sgemm::Epilogue, i: usize, row: &mut [f32]) {
+    if !epi.bias.is_null() {
+        let bias = std::slice::from_raw_parts(epi.bias, row.len());
+        super::gather::add_assign(bias, row);
+    }
+    if !epi.relu_bits.is_null() {
+        for (w, vs) in row.chunks_mut(32).enumerate() {
+            let mut positive = 0u32;
+            for (b, v) in vs.iter_mut().enumerate() {
+                positive |= ((*v > 0.0) as u32) << b;
+                *v = v.max(0.0);
+            }
+            *epi.relu_bits.add((i * epi.ld) / 32 + w) = positive;
+        }
+    }
+}
+
+/// `relu(a · b + bias)` (each part optional), and with `relu` the signs of the outputs, bit
+/// `i·n + j` of the returned words set where `out[i, j] > 0` (the layout of
+/// [`super::activation::Saved::Positive`]). On the AVX-512 path the product's tiles apply both
+/// before they are stored, instead of two more passes over the output.
+pub fn matmul_bias_relu(
+    a: ArrayView2<f32>,
+    b: ArrayView2<f32>,
+    bias: Option<&[f32]>,
+    relu: bool,
+) -> (Array2<f32>, Option<Vec<u64>>) {
+    let (m, k, n) = (a.nrows(), a.ncols(), b.ncols());
+    if let Some(bias) = bias {
+        assert_eq!(bias.len(), n, "gemm: bias length");
+    }
+    #[cfg(target_arch = "x86_64")]
+    if k == b.nrows()
+        && k > 0
+        && m * n > 0
+        && (!relu || n.is_multiple_of(32))
+        && !super::skinny::handles(&a, &b)
+        && fast::usable_inputs(&a, &b)
+    {
+        let mut bits = relu.then(|| vec![0u64; (m * n).div_ceil(64)]);
+        let epi = super::sgemm::Epilogue {
+            bias: bias.map_or(std::ptr::null(), |b| b.as_ptr()),
+            relu_bits: bits
+                .as_mut()
+                .map_or(std::ptr::null_mut(), |w| w.as_mut_ptr().cast::<u32>()),
+            ld: n,
+            origin: (0, 0),
+        };
+        let mut c = Array2::<f32>::uninit((m, n));
+        // SAFETY: a fresh standard-layout m×n allocation, every element of which the packed
+        // kernel writes (beta = 0) before anything reads it; the bit words (little-endian
+        // halves of the u64 words) are written once each.
+        unsafe {
+            let view = ArrayViewMut2::from_shape_ptr((m, n), c.as_mut_ptr().cast::<f32>());
+            fast::gemm_with(1.0, a, b, 0.0, view, epi);
+            return (c.assume_init(), bits);
+        }
+    }
+    let mut c = matmul(a, b);
+    if let Some(bias) = bias {
+        c.axis_iter_mut(Axis(0))
+            .into_par_iter()
+            .for_each(|mut row| super::gather::add_assign(bias, row.as_slice_mut().unwrap()));
+    }
+    let bits = relu.then(
+        || match super::activation::Activation::Relu.forward_save(c.view_mut()) {
+            super::activation::Saved::Positive(bits) => bits,
+            super::activation::Saved::Output(_) => unreachable!("ReLU keeps signs"),
+        },
+    );
+    (c, bits)
 }
 
 /// `a · b`.
@@ -580,6 +681,42 @@ mod tests {
             for j in 0..60 {
                 let e = if i < 200 { prod[[i, j]] + 2.0 } else { 2.0 };
                 assert!((d[[i, j]] - e).abs() <= 1e-4 * (1.0 + e.abs()));
+            }
+        }
+    }
+    /// The fused bias and ReLU give what a product followed by the separate passes gives,
+    /// on the tiled path (one and two inner blocks), a split reduction, a width the fused
+    /// bits do not cover (fallback), and a thin product (the thin-shape loops).
+    #[test]
+    fn fused_bias_relu_matches_separate_passes() {
+        for (m, k, n) in [
+            (500, 300, 64),
+            (200, 40, 96),
+            (32, 5000, 64),
+            (300, 50, 40),
+            (2000, 3, 64),
+        ] {
+            let a = pseudo(m, k, 1);
+            let b = pseudo(k, n, 2);
+            let bias: Vec<f32> = (0..n).map(|j| (j as f32 * 0.37).sin() * 0.1).collect();
+            let mut expect = matmul(a.view(), b.view());
+            for mut row in expect.rows_mut() {
+                for (v, &bj) in row.iter_mut().zip(&bias) {
+                    *v += bj;
+                }
+            }
+            let (only_bias, none) = matmul_bias_relu(a.view(), b.view(), Some(&bias), false);
+            assert!(none.is_none());
+            assert_eq!(only_bias, expect, "{m}x{k}x{n} bias");
+            let (out, bits) = matmul_bias_relu(a.view(), b.view(), Some(&bias), true);
+            let bits = bits.expect("ReLU bits");
+            for i in 0..m {
+                for j in 0..n {
+                    let e = expect[[i, j]];
+                    assert_eq!(out[[i, j]], e.max(0.0), "{m}x{k}x{n} at ({i}, {j})");
+                    let bit = (bits[(i * n + j) / 64] >> ((i * n + j) % 64)) & 1 == 1;
+                    assert_eq!(bit, e > 0.0, "{m}x{k}x{n} bit ({i}, {j})");
+                }
             }
         }
     }

@@ -99,6 +99,49 @@ impl MatMut {
     }
 }
 
+/// What a tile does after its last inner block, before storing: add a bias row, then ReLU
+/// while recording which outputs are positive. Both are optional (null pointers).
+#[derive(Clone, Copy, Debug)]
+pub struct Epilogue {
+    /// `bias[j]` is added to column `j` of the whole product.
+    pub bias: *const f32,
+    /// Bit `i·ld + j` (in 32-bit words, little-endian within the caller's 64-bit words) gets
+    /// `out[i, j] > 0` for the whole product's row `i`, column `j`; ReLU is applied.
+    pub relu_bits: *mut u32,
+    /// Row length of the bit layout (the product's columns, a multiple of 32).
+    pub ld: usize,
+    /// Where the tile handed to [`gemm_tile`] starts in the whole product (row, column).
+    pub origin: (usize, usize),
+}
+
+impl Epilogue {
+    /// No bias, no activation.
+    pub const NONE: Epilogue = Epilogue {
+        bias: std::ptr::null(),
+        relu_bits: std::ptr::null_mut(),
+        ld: 0,
+        origin: (0, 0),
+    };
+
+    /// True when it does nothing.
+    pub fn is_none(&self) -> bool {
+        self.bias.is_null() && self.relu_bits.is_null()
+    }
+
+    /// This epilogue for the sub-tile at `(i, j)` of the current one.
+    pub fn at(self, i: usize, j: usize) -> Epilogue {
+        Epilogue {
+            origin: (self.origin.0 + i, self.origin.1 + j),
+            ..self
+        }
+    }
+}
+
+// SAFETY: as for MatMut: the driver hands disjoint tiles (and disjoint 32-bit words of the
+// bit set, since tiles start at multiples of NR = 32 columns) to different threads.
+unsafe impl Send for Epilogue {}
+unsafe impl Sync for Epilogue {}
+
 /// Packing buffers, reused across calls on one thread.
 #[derive(Default)]
 pub struct Workspace {
@@ -223,6 +266,7 @@ pub unsafe fn gemm_tile(
     beta: f32,
     c: MatMut,
     ws: &mut Workspace,
+    epi: Epilogue,
 ) {
     let (m, k, n) = (a.rows, a.cols, c.cols);
     debug_assert_eq!(c.rows, m);
@@ -230,6 +274,7 @@ pub unsafe fn gemm_tile(
         return;
     }
     if k == 0 {
+        debug_assert!(epi.is_none(), "an epilogue needs a non-empty product");
         scale_rows(c, beta);
         return;
     }
@@ -243,6 +288,7 @@ pub unsafe fn gemm_tile(
         for pc in (0..k).step_by(KC) {
             let kc = KC.min(k - pc);
             let first = pc == 0;
+            let tile_epi = if pc + kc == k { epi } else { Epilogue::NONE };
             // The packed B of this block, and the offsets of its columns and rows in it.
             let (packed, pb, jb): (&PackedB, usize, usize) = match b {
                 BSource::Shared { packed, p0, j0 } => (packed, p0 + pc, j0 + jc),
@@ -270,6 +316,7 @@ pub unsafe fn gemm_tile(
                         let tile = c.sub(ic + ir * MR, jc + jr * NR, mr, nr);
                         let beta = if first { beta } else { 1.0 };
                         let overwrite = first && beta == 0.0;
+                        let e = tile_epi.at(ic + ir * MR, jc + jr * NR);
                         if direct {
                             kernel::<true>(
                                 kc,
@@ -280,6 +327,7 @@ pub unsafe fn gemm_tile(
                                 alpha,
                                 beta,
                                 overwrite,
+                                e,
                             );
                         } else {
                             kernel::<false>(
@@ -291,6 +339,7 @@ pub unsafe fn gemm_tile(
                                 alpha,
                                 beta,
                                 overwrite,
+                                e,
                             );
                         }
                     }
@@ -393,7 +442,8 @@ fn lanes(n: usize) -> __mmask16 {
 ///
 /// `DIRECT`: `a` points at row 0 of the tile's rows of a row-major `A` (row stride `rsa`);
 /// rows past `mr` re-read row `mr − 1` (their results are not stored). Otherwise `a` is a
-/// packed `MR`-row panel (`rsa` unused).
+/// packed `MR`-row panel (`rsa` unused). `epi` (with the tile's origin) is applied to the
+/// values before they are stored.
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn kernel<const DIRECT: bool>(
@@ -405,6 +455,7 @@ unsafe fn kernel<const DIRECT: bool>(
     alpha: f32,
     beta: f32,
     overwrite: bool,
+    epi: Epilogue,
 ) {
     let mut acc = [[_mm512_setzero_ps(); 2]; MR];
     let mut bp = b;
@@ -439,11 +490,14 @@ unsafe fn kernel<const DIRECT: bool>(
     let masks = [lanes(tile.cols), lanes(tile.cols.saturating_sub(16))];
     let va = _mm512_set1_ps(alpha);
     let vb = _mm512_set1_ps(beta);
+    let zero = _mm512_setzero_ps();
+    let (i0, j0) = epi.origin;
     for (r, row) in acc.iter().enumerate() {
         if r >= tile.rows {
             break;
         }
         let out = tile.ptr.offset(r as isize * tile.rs);
+        let mut positive = 0u32;
         for (h, &mask) in masks.iter().enumerate() {
             if mask == 0 {
                 continue;
@@ -453,7 +507,20 @@ unsafe fn kernel<const DIRECT: bool>(
             if !overwrite {
                 v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, dst), vb, v);
             }
+            if !epi.bias.is_null() {
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, epi.bias.add(j0 + 16 * h)));
+            }
+            if !epi.relu_bits.is_null() {
+                let k = _mm512_mask_cmp_ps_mask::<_CMP_GT_OQ>(mask, v, zero);
+                positive |= (k as u32) << (16 * h);
+                v = _mm512_max_ps(v, zero);
+            }
             _mm512_mask_storeu_ps(dst, mask, v);
+        }
+        if !epi.relu_bits.is_null() {
+            // Columns j0..j0 + 32 of row i0 + r: one whole 32-bit word (j0 and ld are
+            // multiples of 32), which no other tile writes.
+            *epi.relu_bits.add(((i0 + r) * epi.ld + j0) / 32) = positive;
         }
     }
 }

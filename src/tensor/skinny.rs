@@ -36,6 +36,40 @@ const REDUCE_BLOCK: usize = 512;
 /// Fewest output rows (row dots, combinations) or reduction rows for these paths to pay off.
 const MIN_ROWS: usize = 1024;
 
+/// The thin-shape loops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Path {
+    Dots,
+    Combinations,
+    Reduction,
+}
+
+/// Which loop takes `a·b` (into a standard-layout output), if one applies.
+fn path(a: &ArrayView2<f32>, b: &ArrayView2<f32>) -> Option<Path> {
+    let ((m, k), n) = (a.dim(), b.ncols());
+    if m * n * k == 0 {
+        return None;
+    }
+    let a_rows = a.strides()[1] == 1 || k == 1;
+    if n <= DOT_COLS && k >= DOT_MIN_INNER && m >= MIN_ROWS && a_rows {
+        return Some(Path::Dots);
+    }
+    if k <= COMBINE_INNER && m >= MIN_ROWS && n >= 16 {
+        return Some(Path::Combinations);
+    }
+    let x_rows = a.t().is_standard_layout();
+    let y_rows = b.is_standard_layout();
+    if x_rows && y_rows && k >= 2 * REDUCE_BLOCK && m * n <= REDUCE_OUT && m.min(n) <= REDUCE_SIDE {
+        return Some(Path::Reduction);
+    }
+    None
+}
+
+/// True when [`try_gemm`] takes `a·b` (into a standard-layout output).
+pub(crate) fn handles(a: &ArrayView2<f32>, b: &ArrayView2<f32>) -> bool {
+    path(a, b).is_some()
+}
+
 /// `c = alpha·a·b + beta·c` by one of the thin-shape loops, when one applies (returns false
 /// otherwise and leaves `c` untouched). `beta == 0` never reads `c`.
 pub(crate) fn try_gemm(
@@ -45,27 +79,16 @@ pub(crate) fn try_gemm(
     beta: f32,
     c: &mut ArrayViewMut2<f32>,
 ) -> bool {
-    let ((m, k), n) = (a.dim(), b.ncols());
-    if !c.is_standard_layout() || m * n * k == 0 {
+    if !c.is_standard_layout() {
         return false;
     }
-    let a_rows = a.strides()[1] == 1 || k == 1;
-    if n <= DOT_COLS && k >= DOT_MIN_INNER && m >= MIN_ROWS && a_rows {
-        row_dots(alpha, a, b, beta, c);
-        return true;
+    match path(a, b) {
+        Some(Path::Dots) => row_dots(alpha, a, b, beta, c),
+        Some(Path::Combinations) => row_combinations(alpha, a, b, beta, c),
+        Some(Path::Reduction) => row_reduction(alpha, &a.t(), b, beta, c),
+        None => return false,
     }
-    if k <= COMBINE_INNER && m >= MIN_ROWS && n >= 16 {
-        row_combinations(alpha, a, b, beta, c);
-        return true;
-    }
-    let at = a.t();
-    let x_rows = at.is_standard_layout();
-    let y_rows = b.is_standard_layout();
-    if x_rows && y_rows && k >= 2 * REDUCE_BLOCK && m * n <= REDUCE_OUT && m.min(n) <= REDUCE_SIDE {
-        row_reduction(alpha, &at, b, beta, c);
-        return true;
-    }
-    false
+    true
 }
 
 /// `Σ x[p]·y[p]` in 16 lanes (lane `p % 16`), the lanes then added in order.
