@@ -8,7 +8,7 @@
 
 use std::sync::OnceLock;
 
-use ndarray::{Array2, ArrayView2};
+use ndarray::{Array2, ArrayView2, CowArray, Ix2};
 
 use super::dropout::KeptBits;
 use super::gather::{add_assign, axpy};
@@ -307,18 +307,24 @@ fn prefetch_row(xs: &[f32], start: usize, len: usize) {
     let _ = (xs, start, len);
 }
 
-/// `out[i] = Σ_{e ∈ in_edges(i)} w_e · x[src_e]`: `x` has `block.num_src()` rows, the result
-/// `block.num_dst`.
-pub fn aggregate(block: &Block, x: ArrayView2<f32>, weights: EdgeWeights) -> Array2<f32> {
+/// The source rows of a forward aggregation in standard layout (checked to be one per
+/// source), and the block's average in-degree (+1), which sizes the parallel tasks.
+fn source_rows<'a>(block: &Block, x: ArrayView2<'a, f32>) -> (CowArray<'a, f32, Ix2>, usize) {
     assert_eq!(
         x.nrows(),
         block.num_src(),
         "aggregate: x must have num_src rows"
     );
-    let x = super::standard(x);
+    let avg_degree = block.num_edges() / block.num_dst.max(1) + 1;
+    (super::standard(x), avg_degree)
+}
+
+/// `out[i] = Σ_{e ∈ in_edges(i)} w_e · x[src_e]`: `x` has `block.num_src()` rows, the result
+/// `block.num_dst`.
+pub fn aggregate(block: &Block, x: ArrayView2<f32>, weights: EdgeWeights) -> Array2<f32> {
+    let (x, avg_degree) = source_rows(block, x);
     let cols = x.ncols();
     let xs = x.as_slice().expect("standard layout");
-    let avg_degree = block.num_edges() / block.num_dst.max(1) + 1;
     super::par_rows_from_zero(
         block.num_dst,
         cols,
@@ -332,15 +338,9 @@ pub fn aggregate(block: &Block, x: ArrayView2<f32>, weights: EdgeWeights) -> Arr
 /// both halves by weights stacked by rows (SAGE's `[W_self; W_neigh]`) then needs one product
 /// instead of two, and its output is written once.
 pub fn aggregate_beside(block: &Block, x: ArrayView2<f32>, weights: EdgeWeights) -> Array2<f32> {
-    assert_eq!(
-        x.nrows(),
-        block.num_src(),
-        "aggregate: x must have num_src rows"
-    );
-    let x = super::standard(x);
+    let (x, avg_degree) = source_rows(block, x);
     let cols = x.ncols();
     let xs = x.as_slice().expect("standard layout");
-    let avg_degree = block.num_edges() / block.num_dst.max(1) + 1;
     super::par_rows_uninit(
         block.num_dst,
         2 * cols,

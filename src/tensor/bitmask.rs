@@ -14,12 +14,14 @@
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 
+#[cfg(target_arch = "x86_64")]
 use super::simd::{level, Level};
 
 /// Whether the AVX-512 kernels may run.
+#[cfg(target_arch = "x86_64")]
 #[inline]
 fn avx512() -> bool {
-    cfg!(target_arch = "x86_64") && level() == Level::Avx512
+    level() == Level::Avx512
 }
 
 /// The 16 bits of `bits` starting at element `c` (a multiple of 16).
@@ -32,15 +34,13 @@ fn mask16(bits: &[u64], c: usize) -> __mmask16 {
 /// `g[i] ← g[i]·scale` where bit `i` is set, `0` elsewhere (the backward of a dropout).
 pub fn scale_set_or_zero(bits: &[u64], scale: f32, g: &mut [f32]) -> bool {
     assert!(bits.len() * 64 >= g.len(), "bit set shorter than the row");
-    if !avx512() {
-        return false;
-    }
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: AVX-512F is present (checked above) and the bit set covers `g`.
-    unsafe {
-        scale_set_or_zero_avx512(bits, scale, g)
-    };
-    true
+    if avx512() {
+        // SAFETY: AVX-512F is present (just checked) and the bit set covers `g`.
+        unsafe { scale_set_or_zero_avx512(bits, scale, g) };
+        return true;
+    }
+    false
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -67,15 +67,13 @@ unsafe fn scale_set_or_zero_avx512(bits: &[u64], scale: f32, g: &mut [f32]) {
 /// `g[i] ← g[i]·1` where bit `i` is set, `g[i]·other` elsewhere (a ReLU-like backward).
 pub fn scale_unset(bits: &[u64], other: f32, g: &mut [f32]) -> bool {
     assert!(bits.len() * 64 >= g.len(), "bit set shorter than the row");
-    if !avx512() {
-        return false;
-    }
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: AVX-512F is present (checked above) and the bit set covers `g`.
-    unsafe {
-        scale_unset_avx512(bits, other, g)
-    };
-    true
+    if avx512() {
+        // SAFETY: AVX-512F is present (just checked) and the bit set covers `g`.
+        unsafe { scale_unset_avx512(bits, other, g) };
+        return true;
+    }
+    false
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -101,15 +99,13 @@ unsafe fn scale_unset_avx512(bits: &[u64], other: f32, g: &mut [f32]) {
 /// end in its last word are cleared).
 pub fn pack_positive(y: &[f32], bits: &mut [u64]) -> bool {
     assert!(bits.len() * 64 >= y.len(), "bit set shorter than the row");
-    if !avx512() {
-        return false;
-    }
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: AVX-512F is present (checked above) and the bit set covers `y`.
-    unsafe {
-        pack_positive_avx512(y, bits)
-    };
-    true
+    if avx512() {
+        // SAFETY: AVX-512F is present (just checked) and the bit set covers `y`.
+        unsafe { pack_positive_avx512(y, bits) };
+        return true;
+    }
+    false
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -144,21 +140,21 @@ pub fn dropout_row(
         src.len() == dst.len() && bits.len() * 64 >= src.len(),
         "dropout row: lengths"
     );
-    if !avx512() {
-        return false;
-    }
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: AVX-512F is present (checked above) and the lengths agree.
-    unsafe {
-        let hash = RowHash {
-            seed,
-            keep_below,
-            keep_all,
-            scale,
+    if avx512() {
+        // SAFETY: AVX-512F is present (just checked) and the lengths agree.
+        unsafe {
+            let hash = RowHash {
+                seed,
+                keep_below,
+                keep_all,
+                scale,
+            };
+            dropout_row_avx512(hash, src.as_ptr(), dst.as_mut_ptr().cast(), src.len(), bits)
         };
-        dropout_row_avx512(hash, src.as_ptr(), dst.as_mut_ptr().cast(), src.len(), bits)
-    };
-    true
+        return true;
+    }
+    false
 }
 
 /// [`dropout_row`] in place.
@@ -171,22 +167,22 @@ pub fn dropout_row_in_place(
     bits: &mut [u64],
 ) -> bool {
     assert!(bits.len() * 64 >= row.len(), "dropout row: lengths");
-    if !avx512() {
-        return false;
-    }
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: AVX-512F is present (checked above); each step reads its 16 floats before
-    // writing them, so reading and writing one row is fine.
-    unsafe {
-        let hash = RowHash {
-            seed,
-            keep_below,
-            keep_all,
-            scale,
+    if avx512() {
+        // SAFETY: AVX-512F is present (just checked); each step reads its 16 floats before
+        // writing them, so reading and writing one row is fine.
+        unsafe {
+            let hash = RowHash {
+                seed,
+                keep_below,
+                keep_all,
+                scale,
+            };
+            dropout_row_avx512(hash, row.as_ptr(), row.as_mut_ptr(), row.len(), bits)
         };
-        dropout_row_avx512(hash, row.as_ptr(), row.as_mut_ptr(), row.len(), bits)
-    };
-    true
+        return true;
+    }
+    false
 }
 
 /// What decides and scales the kept elements of one dropout row.

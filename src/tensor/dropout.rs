@@ -116,6 +116,16 @@ pub struct KeptBits {
 }
 
 impl KeptBits {
+    /// All bits clear for a `rows × cols` matrix (rows padded to whole words).
+    fn none_kept(rows: usize, cols: usize, scale: f32) -> KeptBits {
+        let words = cols.div_ceil(64);
+        KeptBits {
+            words_per_row: words,
+            bits: vec![0u64; rows * words],
+            scale,
+        }
+    }
+
     /// Panic unless these bits belong to a `rows × cols` matrix.
     pub fn check_shape(&self, rows: usize, cols: usize) {
         assert_eq!(
@@ -270,12 +280,8 @@ impl DropoutMask {
     pub fn apply_recorded_in_place(&self, mut x: ArrayViewMut2<f32>, row_keys: &[u64]) -> KeptBits {
         assert_eq!(x.nrows(), row_keys.len(), "dropout: one key per row");
         let (rows, cols) = x.dim();
-        let words = cols.div_ceil(64);
-        let mut kept = KeptBits {
-            words_per_row: words,
-            bits: vec![0u64; rows * words],
-            scale: self.scale,
-        };
+        let mut kept = KeptBits::none_kept(rows, cols, self.scale);
+        let words = kept.words_per_row;
         if cols == 0 || rows == 0 {
             return kept;
         }
@@ -299,12 +305,8 @@ impl DropoutMask {
         assert_eq!(x.nrows(), row_keys.len(), "dropout: one key per row");
         let x = super::standard(x);
         let (rows, cols) = x.dim();
-        let words = cols.div_ceil(64);
-        let mut kept = KeptBits {
-            words_per_row: words,
-            bits: vec![0u64; rows * words],
-            scale: self.scale,
-        };
+        let mut kept = KeptBits::none_kept(rows, cols, self.scale);
+        let words = kept.words_per_row;
         if cols == 0 || rows == 0 {
             return (Array2::zeros((rows, cols)), kept);
         }
