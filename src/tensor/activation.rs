@@ -248,4 +248,23 @@ mod tests {
             assert_eq!(got, expect, "{act:?}");
         }
     }
+
+    /// The portable sign loops (CPUs without AVX-512) match the vector kernels bitwise.
+    #[test]
+    fn portable_sign_loops_match_the_vector_kernels() {
+        let y: Vec<f32> = (0..83).map(|i| ((i * 7) % 5) as f32 - 2.0).collect();
+        let mut portable = vec![0u64; 2];
+        pack_positive(&y, &mut portable);
+        let mut vector = vec![u64::MAX; 2];
+        if bitmask::pack_positive(&y, &mut vector) {
+            assert_eq!(vector, portable);
+        }
+        let g: Vec<f32> = (0..83).map(|i| (i as f32 * 0.2).sin()).collect();
+        let mut p = g.clone();
+        scale_by_bits(&portable, 0.3, &mut p);
+        let mut v = g.clone();
+        if bitmask::scale_unset(&portable, 0.3, &mut v) {
+            assert_eq!(v, p);
+        }
+    }
 }

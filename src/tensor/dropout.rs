@@ -410,4 +410,50 @@ mod tests {
         let x = Array2::from_elem((3, 5), 2.5f32);
         assert_eq!(mask.apply(x.view(), &[1, 2, 3]), x);
     }
+
+    /// The portable loops (what CPUs without AVX-512 run) give bitwise what the AVX-512
+    /// kernels give: hashing, masking, recording and applying recorded bits.
+    #[test]
+    fn portable_loops_match_the_vector_kernels() {
+        let mask = DropoutMask::new(21, 0.35);
+        let n = 83;
+        let src: Vec<f32> = (0..n).map(|i| (i as f32 * 0.3).cos()).collect();
+        for key in [3u64, 99, 12345] {
+            let seed = mask.row_seed(key);
+            let (mut dst_v, mut bits_v) = (vec![MaybeUninit::new(0f32); n], vec![0u64; 2]);
+            let (mut dst_p, mut bits_p) = (vec![MaybeUninit::new(0f32); n], vec![0u64; 2]);
+            let vector = bitmask::dropout_row(
+                seed as u32,
+                mask.keep_below,
+                mask.keep_all,
+                mask.scale,
+                &src,
+                &mut dst_v,
+                &mut bits_v,
+            );
+            mask_row_copy_bits(&mask, seed, &src, &mut dst_p, &mut bits_p);
+            // SAFETY: both rows were fully written.
+            let (v, p): (Vec<f32>, Vec<f32>) = unsafe {
+                (
+                    dst_v.iter().map(|x| x.assume_init()).collect(),
+                    dst_p.iter().map(|x| x.assume_init()).collect(),
+                )
+            };
+            let mut in_place = src.clone();
+            let mut bits_i = vec![0u64; 2];
+            mask_row_bits(&mask, seed, &mut in_place, &mut bits_i);
+            assert_eq!(in_place, p, "portable in place vs copy");
+            assert_eq!(bits_i, bits_p);
+            let mut from_bits = src.clone();
+            mask_row_from_bits(&bits_p, mask.scale, &mut from_bits);
+            assert_eq!(from_bits, p, "recorded bits");
+            if vector {
+                assert_eq!(v, p, "vector vs portable");
+                assert_eq!(bits_v, bits_p);
+                let mut g = src.clone();
+                assert!(bitmask::scale_set_or_zero(&bits_p, mask.scale, &mut g));
+                assert_eq!(g, p);
+            }
+        }
+    }
 }
