@@ -2,35 +2,16 @@
 //! transpose), and the helpers other layers share: bias add and bias gradient.
 
 use ndarray::{Array2, ArrayView2, ArrayViewMut2};
-use rayon::prelude::*;
 
 use super::init::glorot_uniform;
 use super::params::ParamStore;
-use crate::tensor::gather::{axpy, column_sums};
+use crate::tensor::gather::{add_to_rows, axpy, column_sums};
 use crate::tensor::gemm::{add_matmul_tn, matmul, matmul_nt};
-use crate::tensor::simd::simd_kernel;
 use crate::tensor::sparse::{add_spmm_tn, spmm, CsrMatrix, CsrTranspose};
 
-simd_kernel! {
-    /// `row += b`.
-    fn add_row(b: &[f32], row: &mut [f32]) {
-        axpy(1.0, b, row)
-    }
-}
-
 /// `z[i, :] += bias` for every row.
-pub fn add_bias(mut z: ArrayViewMut2<f32>, bias: ArrayView2<f32>) {
-    let cols = z.ncols();
-    assert_eq!(bias.len(), cols, "bias length");
-    let b = bias.to_slice().expect("bias is contiguous");
-    if cols == 0 {
-        return;
-    }
-    z.as_slice_mut()
-        .expect("standard layout")
-        .par_chunks_mut(cols)
-        .with_min_len(crate::tensor::rows_per_task(cols))
-        .for_each(|row| add_row(b, row));
+pub fn add_bias(z: ArrayViewMut2<f32>, bias: ArrayView2<f32>) {
+    add_to_rows(z, bias.to_slice().expect("bias is contiguous"));
 }
 
 /// `grad(bias) += Σ_rows dz`.

@@ -111,6 +111,20 @@ simd_kernel! {
     }
 }
 
+/// `z[i, :] += b` for every row of a standard-layout matrix (a bias), in parallel over rows.
+pub fn add_to_rows(mut z: ArrayViewMut2<f32>, b: &[f32]) {
+    let cols = z.ncols();
+    assert_eq!(b.len(), cols, "bias length");
+    if cols == 0 {
+        return;
+    }
+    z.as_slice_mut()
+        .expect("standard layout")
+        .par_chunks_mut(cols)
+        .with_min_len(super::rows_per_task(cols))
+        .for_each(|row| add_assign(b, row));
+}
+
 simd_kernel! {
     /// `acc += Σ` every row of `s` (rows of `acc.len()` floats), in order.
     fn add_all_rows(s: &[f32], acc: &mut [f32]) {

@@ -486,9 +486,7 @@ pub fn matmul_bias_relu(
     }
     let mut c = matmul(a, b);
     if let Some(bias) = bias {
-        c.axis_iter_mut(Axis(0))
-            .into_par_iter()
-            .for_each(|mut row| super::gather::add_assign(bias, row.as_slice_mut().unwrap()));
+        super::gather::add_to_rows(c.view_mut(), bias);
     }
     let bits = relu.then(
         || match super::activation::Activation::Relu.forward_save(c.view_mut()) {
