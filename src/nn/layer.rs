@@ -215,32 +215,11 @@ impl Conv {
         need_d_in: bool,
         kept: Option<&KeptBits>,
     ) -> Option<Array2<f32>> {
-        match (self, cache) {
+        let mut d_in = match (self, cache) {
+            // SAGE masks each row inside its transposed mean.
             (Conv::Sage(c), ConvCache::Sage(k)) => {
-                c.backward(params, block, transpose, k, dz, need_d_in, kept)
+                return c.backward(params, block, transpose, k, dz, need_d_in, kept);
             }
-            (conv, cache) => {
-                let mut d_in =
-                    conv.backward_unmasked(params, block, transpose, cache, dz, need_d_in)?;
-                if let Some(kept) = kept {
-                    kept.apply_in_place(d_in.view_mut());
-                }
-                Some(d_in)
-            }
-        }
-    }
-
-    /// [`Conv::backward`] of the convolutions that leave the dropout mask to the caller.
-    fn backward_unmasked(
-        &self,
-        params: &mut ParamStore,
-        block: &Block,
-        transpose: &LazyTranspose,
-        cache: ConvCache,
-        dz: ArrayView2<f32>,
-        need_d_in: bool,
-    ) -> Option<Array2<f32>> {
-        match (self, cache) {
             (Conv::Gcn(c), ConvCache::Gcn(k)) => {
                 c.backward(params, block, transpose, k, dz, need_d_in)
             }
@@ -252,7 +231,11 @@ impl Conv {
                 c.backward_sparse(params, &x, dz, need_d_in)
             }
             _ => panic!("layer cache does not belong to this layer"),
+        }?;
+        if let Some(kept) = kept {
+            kept.apply_in_place(d_in.view_mut());
         }
+        Some(d_in)
     }
 }
 
