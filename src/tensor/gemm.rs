@@ -397,12 +397,13 @@ mod fast {
             .into_par_iter()
             .enumerate()
             .with_min_len(crate::tensor::rows_per_task(n * k_blocks))
-            .for_each(|(i, mut row)| {
-                let mut acc = sums[i * n..(i + 1) * n].to_vec();
+            .for_each_init(Vec::new, |acc, (i, mut row)| {
+                acc.clear();
+                acc.extend_from_slice(&sums[i * n..(i + 1) * n]);
                 for q in 1..k_blocks {
-                    add_assign(&sums[(q * m + i) * n..(q * m + i + 1) * n], &mut acc);
+                    add_assign(&sums[(q * m + i) * n..(q * m + i + 1) * n], acc);
                 }
-                for (ci, &s) in row.iter_mut().zip(&acc) {
+                for (ci, &s) in row.iter_mut().zip(acc.iter()) {
                     *ci = if beta == 0.0 {
                         alpha * s
                     } else {
