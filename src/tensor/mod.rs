@@ -104,6 +104,16 @@ pub(crate) fn par_rows_uninit(
     unsafe { out.assume_init() }
 }
 
+/// A reproducible `m × n` test matrix with entries in `[-0.5, 0.5)`, one per `salt` (unit
+/// tests of the products).
+#[cfg(test)]
+pub(crate) fn pseudo_matrix(m: usize, n: usize, salt: u64) -> Array2<f32> {
+    Array2::from_shape_fn((m, n), |(i, j)| {
+        let h = dropout::mix64(salt ^ ((i as u64) << 32) ^ j as u64);
+        (h >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+    })
+}
+
 /// The largest absolute element-wise difference of two equally shaped matrices (unit tests).
 #[cfg(test)]
 pub(crate) fn max_abs_diff(a: ndarray::ArrayView2<f32>, b: ndarray::ArrayView2<f32>) -> f32 {

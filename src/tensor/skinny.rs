@@ -257,12 +257,7 @@ mod tests {
     use super::*;
     use ndarray::Array2;
 
-    fn pseudo(m: usize, n: usize, salt: u64) -> Array2<f32> {
-        Array2::from_shape_fn((m, n), |(i, j)| {
-            let h = crate::tensor::dropout::mix64(salt ^ ((i as u64) << 32) ^ j as u64);
-            (h >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-        })
-    }
+    use crate::tensor::pseudo_matrix as pseudo;
 
     fn reference(a: ArrayView2<f32>, b: ArrayView2<f32>) -> Array2<f64> {
         let a = a.mapv(f64::from);
