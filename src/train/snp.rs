@@ -158,10 +158,9 @@ pub fn snp_step(
             h
         }
     };
-    let saved = layer.activation.map(|act| {
-        act.forward_in_place(h_mine.view_mut());
-        (act, act.save(h_mine.view()))
-    });
+    let saved = layer
+        .activation
+        .map(|act| (act, act.forward_save(h_mine.view_mut())));
     times.forward += t.elapsed().as_secs_f64();
 
     let (loss_sum, mut d_mine) = ob.upper_layers(
