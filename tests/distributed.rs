@@ -212,6 +212,15 @@ const TRAIN: &[&str] = &[
     "1",
 ];
 
+/// The parameters one rank trains with the test configuration and `--model model` on `ds`.
+fn reference_params(fx: &Fixture, model: &str, ds: &Path) -> Vec<f32> {
+    let ck = fx.path(&format!("ref-{model}.h5"));
+    let mut args = train_args(&["--data", ds.to_str().unwrap()]);
+    args.extend(["--model", model, "--checkpoint", ck.to_str().unwrap()]);
+    mpirun_ok(1, &args);
+    read_params(&ck)
+}
+
 fn train_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     TRAIN.iter().copied().chain(extra.iter().copied()).collect()
 }
@@ -467,11 +476,7 @@ fn dnp_and_split_with_sage_and_gat_on_2_and_4_ranks_train_the_same_model_as_1_ra
     let fx = Fixture::new();
     let ds = fx.path("sbm.h5");
     for model in ["sage", "gat"] {
-        let ref_ck = fx.path(&format!("ref-{model}.h5"));
-        let mut args = train_args(&["--data", ds.to_str().unwrap()]);
-        args.extend(["--model", model, "--checkpoint", ref_ck.to_str().unwrap()]);
-        mpirun_ok(1, &args);
-        let reference = read_params(&ref_ck);
+        let reference = reference_params(&fx, model, &ds);
         for strategy in ["dnp", "split"] {
             for (np, parts) in [(2, "parts2"), (4, "parts4")] {
                 let ck = fx.path(&format!("{strategy}-{model}-{np}.h5"));
@@ -740,11 +745,7 @@ fn snp_with_sage_and_gcn_on_2_and_4_ranks_trains_the_same_model_as_1_rank_withou
     // SAGE (mean weights, root term) and GCN (destination factors as edge weights, source
     // factors on the owners, the self-loop an ordinary edge, bias only).
     for model in ["sage", "gcn"] {
-        let ref_ck = fx.path(&format!("ref-{model}.h5"));
-        let mut args = train_args(&["--data", ds.to_str().unwrap()]);
-        args.extend(["--model", model, "--checkpoint", ref_ck.to_str().unwrap()]);
-        mpirun_ok(1, &args);
-        let reference = read_params(&ref_ck);
+        let reference = reference_params(&fx, model, &ds);
         for (np, parts) in [(2, "parts2"), (4, "parts4")] {
             let ck = fx.path(&format!("snp-{model}{np}.h5"));
             let metrics = fx.path(&format!("snp-{model}{np}.jsonl"));
