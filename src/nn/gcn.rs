@@ -15,7 +15,8 @@ use super::linear::{accumulate_bias_grad, add_bias};
 use super::params::ParamStore;
 use crate::sample::Block;
 use crate::tensor::aggregate::{aggregate, aggregate_transpose, GcnNorm, LazyTranspose};
-use crate::tensor::gemm::{add_matmul_tn, matmul, matmul_nt};
+use crate::tensor::gather::add_to_rows;
+use crate::tensor::gemm::{add_matmul_tn, matmul, matmul_bias_relu, matmul_nt};
 use crate::tensor::rows::InputRows;
 use crate::tensor::sparse::{add_spmm_tn, spmm, CsrMatrix, CsrTranspose};
 
@@ -83,15 +84,19 @@ impl GcnConv {
     ) -> (Array2<f32>, GcnCache) {
         let norm = GcnNorm::new(block, src_degrees);
         let w = params.view(self.weight);
-        let (mut z, order) = if self.aggregate_first(block) {
+        let bias = params.view(self.bias);
+        let bias = bias.to_slice().expect("bias is contiguous");
+        let (z, order) = if self.aggregate_first(block) {
+            // The product's tiles add the bias as they are stored.
             let agg = aggregate(block, h_in.view(), norm.weights());
-            (matmul(agg.view(), w), GcnOrder::AggregateFirst(agg))
+            let z = matmul_bias_relu(agg.view(), w, Some(bias), false).0;
+            (z, GcnOrder::AggregateFirst(agg))
         } else {
             let projected = matmul(h_in.view(), w);
-            let z = aggregate(block, projected.view(), norm.weights());
+            let mut z = aggregate(block, projected.view(), norm.weights());
+            add_to_rows(z.view_mut(), bias);
             (z, GcnOrder::ProjectFirst(h_in.into_owned()))
         };
-        add_bias(z.view_mut(), params.view(self.bias));
         (z, GcnCache { norm, order })
     }
 

@@ -6,7 +6,7 @@ use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 use super::init::glorot_uniform;
 use super::params::ParamStore;
 use crate::tensor::gather::{add_to_rows, axpy, column_sums};
-use crate::tensor::gemm::{add_matmul_tn, matmul, matmul_nt};
+use crate::tensor::gemm::{add_matmul_tn, matmul_bias_relu, matmul_nt};
 use crate::tensor::sparse::{add_spmm_tn, spmm, CsrMatrix, CsrTranspose};
 
 /// `z[i, :] += bias` for every row.
@@ -60,9 +60,10 @@ impl Linear {
             x.ncols(),
             self.in_dim
         );
-        let mut y = matmul(x, params.view(self.weight));
-        add_bias(y.view_mut(), params.view(self.bias));
-        y
+        let bias = params.view(self.bias);
+        let bias = bias.to_slice().expect("bias is contiguous");
+        // The product's tiles add the bias as they are stored.
+        matmul_bias_relu(x, params.view(self.weight), Some(bias), false).0
     }
 
     /// `x·W + b` for sparse rows `x`.
