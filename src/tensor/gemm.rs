@@ -613,6 +613,9 @@ mod tests {
             (5, 9000, 3),
             (1100, 256, 256),
             (40, 256, 3000),
+            // A `B` too large to share, packed by each tile: whole panels and a ragged one.
+            (50, 4100, 288),
+            (30, 3600, 300),
             (7, 0, 9),
         ] {
             let a = pseudo(m, k, 11);

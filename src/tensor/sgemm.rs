@@ -235,6 +235,19 @@ impl PackedB {
         }
         self.skip = self.buf.as_ptr().align_offset(64).min(15);
         let data = &mut self.buf[self.skip..self.skip + len];
+        if b.cs == 1 && n == npad {
+            // Row by row: each source row is read once, in order, and scattered into the
+            // panels (reading a panel at a time would stride through all `kc` rows per panel).
+            let out = data.as_mut_ptr();
+            for p in 0..kc {
+                let src = b.ptr.offset((pc + p) as isize * b.rs);
+                for j in 0..npad / NR {
+                    *(out.add(j * kc * NR + p * NR) as *mut [f32; NR]) =
+                        *(src.add(j * NR) as *const [f32; NR]);
+                }
+            }
+            return;
+        }
         for (j, panel) in data.chunks_exact_mut(kc * NR).enumerate() {
             let j0 = j * NR;
             pack_b_panel(b.sub(pc, j0, kc, NR.min(n - j0)), panel);
@@ -304,7 +317,7 @@ pub unsafe fn gemm_tile(
                 let aptr = if direct {
                     ablk.ptr
                 } else {
-                    let abuf = aligned(ws_a, a_panels * kc * MR);
+                    let abuf = aligned(ws_a, a_panels * a_panel_stride(kc));
                     pack_a(ablk, abuf);
                     abuf.as_ptr()
                 };
@@ -332,7 +345,7 @@ pub unsafe fn gemm_tile(
                         } else {
                             kernel::<false>(
                                 kc,
-                                aptr.add(ir * kc * MR),
+                                aptr.add(ir * a_panel_stride(kc)),
                                 0,
                                 bptr,
                                 tile,
@@ -361,35 +374,62 @@ unsafe fn scale_rows(c: MatMut, beta: f32) {
     }
 }
 
-/// Pack `a` (`mc × kc`) into `MR`-row panels, zero-padding the last one.
+/// Floats from one packed `A` panel of depth `kc` to the next. The padding of one cache line
+/// keeps the panels off the same L1 sets: a transposed `A` is packed by writing one step into
+/// every panel in turn, and `kc·MR` floats is a multiple of 4 KiB when `kc` is 256.
+fn a_panel_stride(kc: usize) -> usize {
+    kc * MR + 16
+}
+
+/// Pack `a` (`mc × kc`) into `MR`-row panels [`a_panel_stride`] floats apart, zero-padding
+/// the last one.
 unsafe fn pack_a(a: MatRef, buf: &mut [f32]) {
     let (mc, kc) = (a.rows, a.cols);
-    for (panel, out) in buf.chunks_exact_mut(kc * MR).enumerate() {
-        let i0 = panel * MR;
-        let rows = MR.min(mc - i0);
-        if a.rs == 1 {
-            // Column-major source (a transposed view): each column of the panel is contiguous.
-            for p in 0..kc {
-                let src = a.ptr.offset(i0 as isize + p as isize * a.cs);
-                let dst = &mut out[p * MR..(p + 1) * MR];
-                if rows == MR {
-                    // A fixed length: inlined vector moves, not a memcpy call per column.
-                    dst.copy_from_slice(&*(src as *const [f32; MR]));
-                } else {
-                    dst[..rows].copy_from_slice(std::slice::from_raw_parts(src, rows));
-                    dst[rows..].fill(0.0);
+    let stride = a_panel_stride(kc);
+    let panels = mc.div_ceil(MR);
+    if a.rs == 1 {
+        // Column-major source (a transposed view): step `p` of every panel lies in one
+        // contiguous source column, so read the columns in order (streaming) and scatter each
+        // into the panels; reading a panel at a time would stride through all `kc` columns
+        // once per panel.
+        let full = mc / MR;
+        let out = buf.as_mut_ptr();
+        for p in 0..kc {
+            let src = a.ptr.offset(p as isize * a.cs);
+            if p + 8 < kc {
+                let ahead = a.ptr.offset((p + 8) as isize * a.cs) as *const i8;
+                for line in (0..mc * 4).step_by(64) {
+                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                        ahead.add(line),
+                    );
                 }
             }
-        } else {
-            for r in 0..MR {
-                if r < rows {
-                    for p in 0..kc {
-                        out[p * MR + r] = a.at(i0 + r, p);
-                    }
-                } else {
-                    for p in 0..kc {
-                        out[p * MR + r] = 0.0;
-                    }
+            for panel in 0..full {
+                // A fixed length: inlined vector moves, not a memcpy call per step.
+                *(out.add(panel * stride + p * MR) as *mut [f32; MR]) =
+                    *(src.add(panel * MR) as *const [f32; MR]);
+            }
+            if full < panels {
+                let rows = mc - full * MR;
+                let dst = std::slice::from_raw_parts_mut(out.add(full * stride + p * MR), MR);
+                dst[..rows].copy_from_slice(std::slice::from_raw_parts(src.add(full * MR), rows));
+                dst[rows..].fill(0.0);
+            }
+        }
+        return;
+    }
+    for panel in 0..panels {
+        let out = &mut buf[panel * stride..panel * stride + kc * MR];
+        let i0 = panel * MR;
+        let rows = MR.min(mc - i0);
+        for r in 0..MR {
+            if r < rows {
+                for p in 0..kc {
+                    out[p * MR + r] = a.at(i0 + r, p);
+                }
+            } else {
+                for p in 0..kc {
+                    out[p * MR + r] = 0.0;
                 }
             }
         }
