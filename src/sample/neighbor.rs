@@ -247,22 +247,39 @@ pub fn sample_neighbors(
     chunked_outputs(&rows, &offsets, &mut neighbors)
         .into_par_iter()
         .for_each(|(chunk, out)| {
+            // Two stages, `DRAW_AHEAD` vertices apart: draw a vertex's positions and prefetch
+            // the chosen entries, then copy them out once the loads have had time to land.
             let mut scratch = Scratch::default();
+            let mut drawn: [Vec<usize>; DRAW_AHEAD] = Default::default();
             let mut at = 0;
-            for (j, &(nbrs, orig)) in chunk.iter().enumerate() {
+            for j in 0..chunk.len() + DRAW_AHEAD {
+                // Copy out vertex `j - DRAW_AHEAD` first: vertex `j`'s draw reuses its slot.
+                if let Some(i) = j.checked_sub(DRAW_AHEAD) {
+                    let (nbrs, _) = chunk[i];
+                    let k = sample_count(fanout, nbrs.len());
+                    let dst = &mut out[at..at + k];
+                    at += k;
+                    if k == nbrs.len() {
+                        dst.copy_from_slice(nbrs);
+                    } else {
+                        for (d, &p) in dst.iter_mut().zip(&drawn[i % DRAW_AHEAD]) {
+                            *d = nbrs[p];
+                        }
+                    }
+                }
+                let Some(&(nbrs, orig)) = chunk.get(j) else {
+                    continue;
+                };
                 if let Some(&(ahead, _)) = chunk.get(j + PREFETCH_AHEAD) {
                     prefetch_list(ahead);
                 }
                 let k = sample_count(fanout, nbrs.len());
-                let dst = &mut out[at..at + k];
-                at += k;
-                if k == nbrs.len() {
-                    dst.copy_from_slice(nbrs);
-                } else {
+                if k < nbrs.len() {
                     scratch.choose(prefix.push(orig), nbrs.len(), k);
-                    for (d, &p) in dst.iter_mut().zip(&scratch.positions) {
-                        *d = nbrs[p];
+                    for &p in &scratch.positions {
+                        prefetch(&nbrs[p]);
                     }
+                    std::mem::swap(&mut scratch.positions, &mut drawn[j % DRAW_AHEAD]);
                 }
             }
         });
@@ -271,6 +288,22 @@ pub fn sample_neighbors(
 
 /// How many vertices ahead the list of a frontier vertex is prefetched.
 const PREFETCH_AHEAD: usize = 8;
+
+/// How many vertices after its draw a vertex's chosen neighbours are copied out.
+const DRAW_AHEAD: usize = 4;
+
+/// Ask the CPU to start loading the cache line of `x`.
+#[inline(always)]
+fn prefetch<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetching is a hint that never faults.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch((x as *const T).cast(), _MM_HINT_T0);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
+}
 
 /// Ask the CPU to start loading a neighbour list that will be read soon. Frontier vertices
 /// are scattered over the graph, so without this nearly every list read is a cache miss that
