@@ -14,7 +14,7 @@ use super::init::glorot_uniform;
 use super::linear::{accumulate_bias_grad, add_bias};
 use super::params::ParamStore;
 use crate::sample::Block;
-use crate::tensor::aggregate::{aggregate, aggregate_transpose, GcnNorm, LazyTranspose};
+use crate::tensor::aggregate::{aggregate, aggregate_transpose_lazy, GcnNorm, LazyTranspose};
 use crate::tensor::gather::add_to_rows;
 use crate::tensor::gemm::{add_matmul_tn, matmul, matmul_bias_relu, matmul_nt};
 use crate::tensor::rows::InputRows;
@@ -175,21 +175,21 @@ impl GcnConv {
                     return None;
                 }
                 let d_agg = matmul_nt(dz, params.view(self.weight));
-                Some(aggregate_transpose(
+                Some(aggregate_transpose_lazy(
                     block,
-                    transpose.get(block),
+                    transpose,
                     d_agg.view(),
                     weights,
                 ))
             }
             GcnOrder::SparseProject(x) => {
-                let d_proj = aggregate_transpose(block, transpose.get(block), dz, weights);
+                let d_proj = aggregate_transpose_lazy(block, transpose, dz, weights);
                 let xt = CsrTranspose::new(&x);
                 add_spmm_tn(&xt, x.nrows(), d_proj.view(), params.grad_mut(self.weight));
                 need_d_in.then(|| matmul_nt(d_proj.view(), params.view(self.weight)))
             }
             GcnOrder::ProjectFirst(h_in) => {
-                let d_proj = aggregate_transpose(block, transpose.get(block), dz, weights);
+                let d_proj = aggregate_transpose_lazy(block, transpose, dz, weights);
                 add_matmul_tn(h_in.view(), d_proj.view(), params.grad_mut(self.weight));
                 need_d_in.then(|| matmul_nt(d_proj.view(), params.view(self.weight)))
             }
@@ -209,7 +209,7 @@ fn scale_rows(mut y: ArrayViewMut2<f32>, f: &[f32]) {
 mod tests {
     use super::*;
     use crate::dist::partial::destination_weights;
-    use crate::tensor::aggregate::{BlockTranspose, EdgeWeights};
+    use crate::tensor::aggregate::{aggregate_transpose, BlockTranspose, EdgeWeights};
 
     /// SNP's pieces — scaled projection, destination weights per edge, bias — are the layer's
     /// forward and weight/bias gradients, with a self-loop and both destination-factor cases

@@ -14,7 +14,7 @@ use super::linear::{accumulate_bias_grad, add_bias};
 use super::params::ParamStore;
 use crate::sample::Block;
 use crate::tensor::aggregate::{
-    aggregate, aggregate_beside, aggregate_transpose, aggregate_transpose_beside, EdgeWeights,
+    aggregate, aggregate_beside, aggregate_transpose_beside, aggregate_transpose_lazy, EdgeWeights,
     LazyTranspose,
 };
 use crate::tensor::dropout::KeptBits;
@@ -232,8 +232,7 @@ impl SageConv {
                 ))
             }
             SageCache::Sparse { x } => {
-                let d_proj =
-                    aggregate_transpose(block, transpose.get(block), dz, EdgeWeights::Mean);
+                let d_proj = aggregate_transpose_lazy(block, transpose, dz, EdgeWeights::Mean);
                 let xt = CsrTranspose::new(&x);
                 add_spmm_tn(&xt, nd, dz, params.grad_mut(self.w_self));
                 add_spmm_tn(&xt, x.nrows(), d_proj.view(), params.grad_mut(self.w_neigh));
@@ -248,8 +247,7 @@ impl SageConv {
                 Some(d_in)
             }
             SageCache::ProjectFirst { h_in } => {
-                let d_proj =
-                    aggregate_transpose(block, transpose.get(block), dz, EdgeWeights::Mean);
+                let d_proj = aggregate_transpose_lazy(block, transpose, dz, EdgeWeights::Mean);
                 add_matmul_tn(h_in.slice(s![..nd, ..]), dz, params.grad_mut(self.w_self));
                 add_matmul_tn(h_in.view(), d_proj.view(), params.grad_mut(self.w_neigh));
                 if !need_d_in {

@@ -373,6 +373,67 @@ pub fn aggregate_transpose(
     transpose_rows(block, bt, ds, cols, cols, weights, false, None)
 }
 
+/// Rows at most this wide are scattered serially by [`aggregate_transpose_lazy`] when the
+/// block's transpose is not built yet: one pass over the edges, each adding at most a cache
+/// line to its source's row, costs less than building the transpose (a counting sort of the
+/// edges) to gather over it. An output layer's few classes are the usual case.
+const SCATTER_MAX_COLS: usize = 16;
+
+/// [`aggregate_transpose`] over a transpose built only when needed: narrow rows
+/// ([`SCATTER_MAX_COLS`]) are scattered over the block's own CSR unless the transpose already
+/// exists. Both ways add every source's terms in the same order, so the results are bitwise
+/// equal.
+pub fn aggregate_transpose_lazy(
+    block: &Block,
+    transpose: &LazyTranspose,
+    dy: ArrayView2<f32>,
+    weights: EdgeWeights,
+) -> Array2<f32> {
+    match transpose.0.get() {
+        None if dy.ncols() <= SCATTER_MAX_COLS => scatter_transpose(block, dy, weights),
+        _ => aggregate_transpose(block, transpose.get(block), dy, weights),
+    }
+}
+
+/// [`aggregate_transpose`] as one serial scatter over the block's edges, destinations in
+/// order: source `u` receives its terms in increasing edge order, as the transposed gather
+/// adds them, with the same weights.
+fn scatter_transpose(block: &Block, dy: ArrayView2<f32>, weights: EdgeWeights) -> Array2<f32> {
+    assert_eq!(
+        dy.nrows(),
+        block.num_dst,
+        "aggregate_transpose: dy must have num_dst rows"
+    );
+    let dy = super::standard(dy);
+    let cols = dy.ncols();
+    let ds = dy.as_slice().expect("standard layout");
+    let mut out = Array2::zeros((block.num_src(), cols));
+    let dx = out.as_slice_mut().expect("fresh array");
+    for v in 0..block.num_dst {
+        let y = &ds[v * cols..(v + 1) * cols];
+        // The weights of the transposed gather (`SourceWeights`), computed the same way.
+        let dst_weight = match weights {
+            EdgeWeights::Mean => 1.0 / block.in_degree(v) as f32,
+            EdgeWeights::Factored { dst, .. } => dst[v],
+            _ => 1.0,
+        };
+        for e in block.indptr[v]..block.indptr[v + 1] {
+            let u = block.indices[e] as usize;
+            let w = match weights {
+                EdgeWeights::PerEdge(w) => w[e],
+                _ => dst_weight,
+            };
+            axpy(w, y, &mut dx[u * cols..(u + 1) * cols]);
+        }
+    }
+    if let EdgeWeights::Factored { src, .. } = weights {
+        for (row, &s) in dx.chunks_exact_mut(cols.max(1)).zip(src) {
+            row.iter_mut().for_each(|r| *r *= s);
+        }
+    }
+    out
+}
+
 /// The transpose of [`aggregate_beside`]: `d` has `num_dst` rows `[d_own | d_agg]`, and
 /// `dx[u] = Σ_{e: src_e = u} w_e · d_agg[dst_e] (+ d_own[u] when `u` is a destination)`, with
 /// `block.num_src()` rows of half `d`'s columns.
@@ -608,6 +669,36 @@ mod tests {
                     full_t.slice(ndarray::s![.., ..c]),
                     "{w:?}, {c} columns"
                 );
+            }
+        }
+    }
+
+    /// Narrow rows are scattered while no transpose exists, gathered once one does: both give
+    /// bitwise the same rows, and the scatter builds no transpose.
+    #[test]
+    fn lazy_transpose_scatters_narrow_rows_bitwise_like_the_gather() {
+        let b = block();
+        let bt = BlockTranspose::new(&b);
+        let per_edge = [0.3, 1.7, -0.2, 0.9, 1.1];
+        let norm = GcnNorm::new(&b, None);
+        for w in [
+            EdgeWeights::Sum,
+            EdgeWeights::Mean,
+            EdgeWeights::PerEdge(&per_edge),
+            norm.weights(),
+        ] {
+            for c in [1, 2, 7, 16, 17] {
+                let dy = Array2::from_shape_fn((3, c), |(i, j)| ((i * c + j) as f32 * 0.73).cos());
+                let gathered = aggregate_transpose(&b, &bt, dy.view(), w);
+                let lazy = LazyTranspose::default();
+                assert_eq!(
+                    aggregate_transpose_lazy(&b, &lazy, dy.view(), w),
+                    gathered,
+                    "{w:?}, {c} columns"
+                );
+                assert_eq!(lazy.0.get().is_some(), c > SCATTER_MAX_COLS, "{c} columns");
+                lazy.get(&b);
+                assert_eq!(aggregate_transpose_lazy(&b, &lazy, dy.view(), w), gathered);
             }
         }
     }
