@@ -287,6 +287,12 @@ impl LayerCache {
     pub fn conv_cache(&self) -> &ConvCache {
         &self.conv
     }
+
+    /// Forget the activation: its backward was applied by the layer above
+    /// ([`Layer::backward_fused`]).
+    pub fn clear_activation(&mut self) {
+        self.activated = None;
+    }
 }
 
 impl Layer {
@@ -533,6 +539,55 @@ impl Layer {
         d_h_dst: Array2<f32>,
         need_d_src: bool,
     ) -> Option<Array2<f32>> {
+        self.backward_fused(params, block, transpose, cache, d_h_dst, need_d_src, None)
+    }
+
+    /// The sign bits of this layer's ReLU output when the layer above may apply the ReLU's
+    /// backward for it ([`Layer::fuses_relu_below`]): nothing is added to the output after
+    /// the ReLU (no residual), so its gradient goes straight into the ReLU's backward.
+    pub fn relu_bits<'c>(&self, cache: &'c LayerCache) -> Option<&'c [u64]> {
+        match (&self.activation, &cache.activated) {
+            (Some(Activation::Relu), Some(Saved::Positive(bits))) if !self.residual => Some(bits),
+            _ => None,
+        }
+    }
+
+    /// Whether the gradient this layer returns for its input can carry the ReLU backward of
+    /// the layer below: the input dropout's mask is the last thing applied to it (no norm,
+    /// residual or input projection after it in the backward), with recorded bits whose rows
+    /// are whole words.
+    pub fn fuses_relu_below(&self, cache: &LayerCache) -> bool {
+        let plain = self.input.is_none() && self.norm.is_none() && !self.residual;
+        let bits = matches!(cache.dropout, Some(DropoutSaved::Bits(_)));
+        plain && bits && self.conv.in_dim().is_multiple_of(64)
+    }
+
+    /// [`Layer::backward_owned`], and with `below_relu` (the layer below's
+    /// [`Layer::relu_bits`], when [`Layer::fuses_relu_below`]) the ReLU backward of the layer
+    /// below applied to the returned gradient in the same pass as the dropout's; the layer
+    /// below then skips its own.
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward_fused(
+        &self,
+        params: &mut ParamStore,
+        block: &Block,
+        transpose: &LazyTranspose,
+        mut cache: LayerCache,
+        d_h_dst: Array2<f32>,
+        need_d_src: bool,
+        below_relu: Option<&[u64]>,
+    ) -> Option<Array2<f32>> {
+        if let (Some(positive), Some(DropoutSaved::Bits(kept))) = (below_relu, &cache.dropout) {
+            assert!(
+                self.fuses_relu_below(&cache),
+                "layer {}: no ReLU fusion here",
+                self.index
+            );
+            let both = kept
+                .and_positive(self.conv.in_dim(), positive)
+                .expect("whole-word rows");
+            cache.dropout = Some(DropoutSaved::Bits(both));
+        }
         assert_eq!(
             d_h_dst.nrows(),
             block.num_dst,

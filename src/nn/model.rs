@@ -336,10 +336,33 @@ impl Model {
             })
             .collect();
         let mut d = d_out.clone();
-        for (l, layer_cache) in cache.layers.into_iter().enumerate().rev() {
+        let mut caches = cache.layers;
+        for l in (0..blocks.len()).rev() {
+            let layer_cache = caches.pop().expect("one cache per layer");
             let layer = &self.layers[l];
             let t = &transposes[owner[l]];
-            match layer.backward_owned(&mut self.params, blocks[l], t, layer_cache, d, l > 0) {
+            // The ReLU backward of the layer below rides on this layer's input-dropout pass
+            // (one pass over the gradient instead of two) when both sides allow it.
+            let below_relu = match (l.checked_sub(1), caches.last()) {
+                (Some(b), Some(below)) if layer.fuses_relu_below(&layer_cache) => {
+                    self.layers[b].relu_bits(below)
+                }
+                _ => None,
+            };
+            let fused = below_relu.is_some();
+            let next = layer.backward_fused(
+                &mut self.params,
+                blocks[l],
+                t,
+                layer_cache,
+                d,
+                l > 0,
+                below_relu,
+            );
+            if fused {
+                caches.last_mut().expect("layer below").clear_activation();
+            }
+            match next {
                 Some(next) => d = next,
                 None => break,
             }
@@ -372,6 +395,72 @@ mod tests {
             src_nodes: (0..ns as u32).map(|v| 3 * v + 1).collect(),
             indptr,
             indices,
+        }
+    }
+
+    /// A model's backward applies a hidden layer's ReLU backward inside the input-dropout pass
+    /// of the layer above when the widths are whole words: the gradients equal those of the
+    /// layers' own backward passes, chained without fusion.
+    #[test]
+    fn fused_relu_backward_matches_the_layer_by_layer_chain() {
+        let blocks = [block(40, 90, 21), block(16, 40, 22), block(6, 16, 23)];
+        let refs: Vec<&Block> = blocks.iter().collect();
+        for kind in [
+            ModelKind::Sage,
+            ModelKind::Gcn,
+            ModelKind::Gat,
+            ModelKind::Mlp,
+        ] {
+            let cfg = ModelConfig {
+                kind,
+                in_dim: 12,
+                hidden: 64,
+                out_dim: 3,
+                layers: 3,
+                heads: 1,
+                dropout: 0.4,
+                gat_concat: true,
+                residual: false,
+                norm: NormKind::None,
+                input_proj: false,
+                linear_output: false,
+            };
+            let ctx = DropoutCtx {
+                training: true,
+                stream: 8,
+                orig_ids: None,
+                gcn_degrees: None,
+            };
+            let x = Array2::from_shape_fn((90, 12), |(i, j)| {
+                (hash(3, i * 12 + j) >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+            });
+            let labels: Vec<i64> = (0..6).map(|i| i % 3).collect();
+            let mut fused = Model::new(cfg, 4).unwrap();
+            let mut chained = fused.clone();
+            let (y, cache) = fused.forward(&refs, &x, &ctx);
+            let (_, d) = cross_entropy(&y, &labels);
+            if matches!(kind, ModelKind::Sage | ModelKind::Gcn) {
+                // Their hidden layers qualify (GAT's ELU does not), so the fused path is the
+                // one under test.
+                assert!(fused.layers[1].fuses_relu_below(&cache.layers[1]), "{kind}");
+                assert!(
+                    fused.layers[0].relu_bits(&cache.layers[0]).is_some(),
+                    "{kind}"
+                );
+            }
+            fused.backward(&refs, cache, &d);
+            let (_, cache) = chained.forward(&refs, &x, &ctx);
+            let mut g = d.clone();
+            for (l, c) in cache.layers.into_iter().enumerate().rev() {
+                let layer = &chained.layers[l];
+                let t = LazyTranspose::default();
+                match layer.backward_owned(&mut chained.params, refs[l], &t, c, g, l > 0) {
+                    Some(next) => g = next,
+                    None => break,
+                }
+            }
+            assert!(fused.params.grads.iter().any(|&g| g != 0.0));
+            assert_eq!(fused.params.grads, chained.params.grads, "{kind}");
         }
     }
 

@@ -135,6 +135,20 @@ impl KeptBits {
         );
     }
 
+    /// These bits and'ed with `positive`, the sign bits of a ReLU's output over the same
+    /// matrix (bit `r·cols + c`, [`super::activation::Saved::Positive`]'s layout), when the
+    /// rows are whole words (`cols` a multiple of 64) so that both layouts agree; `None`
+    /// otherwise. Masking a gradient with the result is the dropout's backward and then the
+    /// ReLU's, in one pass: up to the sign of zeros, the same values as the two passes.
+    pub fn and_positive(&self, cols: usize, positive: &[u64]) -> Option<KeptBits> {
+        let whole_words = cols.is_multiple_of(64) && self.words_per_row == cols / 64;
+        if !whole_words || positive.len() < self.bits.len() {
+            return None;
+        }
+        let bits = self.bits.iter().zip(positive).map(|(k, p)| k & p).collect();
+        Some(KeptBits { bits, ..*self })
+    }
+
     /// [`KeptBits::apply_in_place`] on row `r` alone.
     #[inline]
     pub fn apply_row(&self, r: usize, row: &mut [f32]) {
