@@ -209,6 +209,33 @@ pub fn element_hash(seed: u32, col: u32) -> u32 {
 /// ⌊2³²/φ⌋, odd: consecutive columns start far apart in the hash's input.
 const PHI32: u32 = 0x9e37_79b9;
 
+/// [`element_hash`] of columns `c0..c0 + 16` of the row whose seed is `seed`, one per lane.
+///
+/// # Safety
+/// AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub unsafe fn element_hash16(seed: u32, c0: u32) -> __m512i {
+    let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    let cols = _mm512_add_epi32(_mm512_set1_epi32(c0 as i32), lanes);
+    let x = _mm512_add_epi32(
+        _mm512_set1_epi32(seed as i32),
+        _mm512_mullo_epi32(cols, _mm512_set1_epi32(PHI32 as i32)),
+    );
+    finalise16(x)
+}
+
+/// murmur3's 32-bit finaliser on 16 lanes.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn finalise16(x: __m512i) -> __m512i {
+    let mut h = _mm512_xor_si512(x, _mm512_srli_epi32::<16>(x));
+    h = _mm512_mullo_epi32(h, _mm512_set1_epi32(0x85eb_ca6bu32 as i32));
+    h = _mm512_xor_si512(h, _mm512_srli_epi32::<13>(h));
+    h = _mm512_mullo_epi32(h, _mm512_set1_epi32(0xc2b2_ae35u32 as i32));
+    _mm512_xor_si512(h, _mm512_srli_epi32::<16>(h))
+}
+
 /// # Safety
 /// AVX-512F; `src` readable and `dst` writable for `n` floats (they may be the same row);
 /// `bits` covers `n` bits.
@@ -236,19 +263,11 @@ unsafe fn dropout_row_avx512(
         _mm512_mullo_epi32(lanes, phi),
     );
     let step = _mm512_set1_epi32(PHI32.wrapping_mul(16) as i32);
-    let (m1, m2) = (
-        _mm512_set1_epi32(0x85eb_ca6bu32 as i32),
-        _mm512_set1_epi32(0xc2b2_ae35u32 as i32),
-    );
     let below = _mm512_set1_epi32(keep_below as i32);
     let s = _mm512_set1_ps(scale);
     let body = n / 16 * 16;
     for c in (0..body).step_by(16) {
-        let mut h = _mm512_xor_si512(x, _mm512_srli_epi32::<16>(x));
-        h = _mm512_mullo_epi32(h, m1);
-        h = _mm512_xor_si512(h, _mm512_srli_epi32::<13>(h));
-        h = _mm512_mullo_epi32(h, m2);
-        h = _mm512_xor_si512(h, _mm512_srli_epi32::<16>(h));
+        let h = finalise16(x);
         let k: __mmask16 = if keep_all {
             0xffff
         } else {

@@ -126,6 +126,18 @@ impl KeptBits {
         }
     }
 
+    /// The kept bits a fused product recorded for a `rows × cols` output (bit `i·cols + j`,
+    /// `cols` a multiple of 64) under `mask`.
+    pub fn from_product(rows: usize, cols: usize, mask: &DropoutMask, bits: Vec<u64>) -> KeptBits {
+        assert!(cols.is_multiple_of(64), "dropout bits: whole words per row");
+        assert_eq!(bits.len(), rows * cols / 64, "dropout bits: shape");
+        KeptBits {
+            words_per_row: cols / 64,
+            bits,
+            scale: mask.scale,
+        }
+    }
+
     /// Panic unless these bits belong to a `rows × cols` matrix.
     pub fn check_shape(&self, rows: usize, cols: usize) {
         assert_eq!(
@@ -238,6 +250,17 @@ impl DropoutMask {
     /// The scale `1/(1−p)` applied to kept elements.
     pub fn scale(&self) -> f32 {
         self.scale
+    }
+
+    /// This mask over rows keyed by `row_keys`, in the form a product applies as it stores
+    /// its output ([`super::gemm::matmul_bias_relu_dropout`]); `None` when nothing is dropped
+    /// (`p == 0`), which needs no pass at all.
+    pub fn fused(&self, row_keys: &[u64]) -> Option<super::gemm::RowDropout> {
+        (!self.keep_all).then(|| super::gemm::RowDropout {
+            seeds: row_keys.iter().map(|&k| self.row_seed(k) as u32).collect(),
+            keep_below: self.keep_below,
+            scale: self.scale,
+        })
     }
 
     /// Multiply `x` in place by the mask (kept: `·1/(1−p)`, dropped: `0`); row `r` uses key

@@ -18,6 +18,7 @@ use std::cell::RefCell;
 use ndarray::linalg::general_mat_mul;
 use ndarray::parallel::prelude::*;
 use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, Axis};
+use rayon::slice::ParallelSliceMut;
 
 /// Below this many multiply-adds a product runs on the calling thread.
 const SERIAL_FLOPS: usize = 1 << 20;
@@ -442,6 +443,50 @@ unsafe fn apply_epilogue(epi: super::sgemm::Epilogue, i: usize, row: &mut [f32])
             *epi.relu_bits.add((i * epi.ld) / 32 + w) = positive;
         }
     }
+    if !epi.drop_seeds.is_null() {
+        let seed = *epi.drop_seeds.add(i);
+        for (w, vs) in row.chunks_mut(32).enumerate() {
+            let mut kept = 0u32;
+            for (b, v) in vs.iter_mut().enumerate() {
+                let col = (w * 32 + b) as u32;
+                let keep = super::bitmask::element_hash(seed, col) < epi.keep_below;
+                kept |= (keep as u32) << b;
+                *v = if keep { *v * epi.drop_scale } else { 0.0 };
+            }
+            *epi.drop_bits.add((i * epi.ld) / 32 + w) = kept;
+        }
+    }
+}
+
+/// The input dropout of the layer that reads a product's output, applied by the product as it
+/// stores its tiles ([`matmul_bias_relu_dropout`]): row `i` is masked with seed `seeds[i]`
+/// (see [`super::dropout::DropoutMask::fused`]).
+#[derive(Clone, Debug)]
+pub struct RowDropout {
+    pub seeds: Vec<u32>,
+    pub keep_below: u32,
+    pub scale: f32,
+}
+
+/// [`matmul_bias_relu`], then `dropout` on the result: the third value holds which outputs
+/// were kept, bit `i·n + j` (the layout of [`super::dropout::KeptBits`] when `n` is a
+/// multiple of 64, which is required). Bitwise what masking the output afterwards gives.
+pub fn matmul_bias_relu_dropout(
+    a: ArrayView2<f32>,
+    b: ArrayView2<f32>,
+    bias: Option<&[f32]>,
+    relu: bool,
+    dropout: &RowDropout,
+) -> (Array2<f32>, Option<Vec<u64>>, Vec<u64>) {
+    let (m, n) = (a.nrows(), b.ncols());
+    assert_eq!(dropout.seeds.len(), m, "gemm: one dropout seed per row");
+    assert!(
+        n.is_multiple_of(64),
+        "gemm: fused dropout needs whole 64-bit words per row"
+    );
+    let mut kept = vec![0u64; m * n / 64];
+    let (c, bits) = product_with_epilogue(a, b, bias, relu, Some((dropout, &mut kept)));
+    (c, bits, kept)
 }
 
 /// `relu(a · b + bias)` (each part optional), and with `relu` the signs of the outputs, bit
@@ -453,6 +498,18 @@ pub fn matmul_bias_relu(
     b: ArrayView2<f32>,
     bias: Option<&[f32]>,
     relu: bool,
+) -> (Array2<f32>, Option<Vec<u64>>) {
+    product_with_epilogue(a, b, bias, relu, None)
+}
+
+/// [`matmul_bias_relu`] with the optional dropout of [`matmul_bias_relu_dropout`], whose kept
+/// bits go to the given words.
+fn product_with_epilogue(
+    a: ArrayView2<f32>,
+    b: ArrayView2<f32>,
+    bias: Option<&[f32]>,
+    relu: bool,
+    dropout: Option<(&RowDropout, &mut Vec<u64>)>,
 ) -> (Array2<f32>, Option<Vec<u64>>) {
     let (m, k, n) = (a.nrows(), a.ncols(), b.ncols());
     if let Some(bias) = bias {
@@ -467,6 +524,15 @@ pub fn matmul_bias_relu(
         && fast::usable_inputs(&a, &b)
     {
         let mut bits = relu.then(|| vec![0u64; (m * n).div_ceil(64)]);
+        let (drop_seeds, drop_bits, keep_below, drop_scale) = match dropout {
+            Some((d, kept)) => (
+                d.seeds.as_ptr(),
+                kept.as_mut_ptr().cast::<u32>(),
+                d.keep_below,
+                d.scale,
+            ),
+            None => (std::ptr::null(), std::ptr::null_mut(), 0, 1.0),
+        };
         let epi = super::sgemm::Epilogue {
             bias: bias.map_or(std::ptr::null(), |b| b.as_ptr()),
             relu_bits: bits
@@ -474,6 +540,10 @@ pub fn matmul_bias_relu(
                 .map_or(std::ptr::null_mut(), |w| w.as_mut_ptr().cast::<u32>()),
             ld: n,
             origin: (0, 0),
+            drop_seeds,
+            drop_bits,
+            keep_below,
+            drop_scale,
         };
         let mut c = Array2::<f32>::uninit((m, n));
         // SAFETY: a fresh standard-layout m×n allocation, every element of which the packed
@@ -495,7 +565,33 @@ pub fn matmul_bias_relu(
             super::activation::Saved::Output(_) => unreachable!("ReLU keeps signs"),
         },
     );
+    if let Some((d, kept)) = dropout {
+        drop_rows(c.view_mut(), d, kept);
+    }
     (c, bits)
+}
+
+/// The portable form of the epilogue's dropout: mask each row of `c` with its seed and
+/// record the kept elements (bit `i·n + j` of `kept`).
+fn drop_rows(mut c: ArrayViewMut2<f32>, d: &RowDropout, kept: &mut [u64]) {
+    let n = c.ncols();
+    let words = n / 64;
+    let cs = c.as_slice_mut().expect("fresh product");
+    cs.par_chunks_mut(n.max(1))
+        .zip(kept.par_chunks_mut(words.max(1)))
+        .zip(d.seeds.par_iter())
+        .for_each(|((row, bits), &seed)| {
+            for (w, (vs, word)) in row.chunks_mut(64).zip(bits.iter_mut()).enumerate() {
+                let mut k = 0u64;
+                for (b, v) in vs.iter_mut().enumerate() {
+                    let col = (w * 64 + b) as u32;
+                    let keep = super::bitmask::element_hash(seed, col) < d.keep_below;
+                    k |= (keep as u64) << b;
+                    *v = if keep { *v * d.scale } else { 0.0 };
+                }
+                *word = k;
+            }
+        });
 }
 
 /// `a · b`.
@@ -684,6 +780,39 @@ mod tests {
     /// The fused bias and ReLU give what a product followed by the separate passes gives,
     /// on the tiled path (one and two inner blocks), a split reduction, a width the fused
     /// bits do not cover (fallback), and a thin product (the thin-shape loops).
+    /// The next layer's dropout applied by the product as it stores (kernel tiles, a split
+    /// reduction, and the portable path of a reversed view) gives bitwise the masked output
+    /// and the same kept bits as masking afterwards with the same row keys.
+    #[test]
+    fn fused_dropout_matches_masking_afterwards() {
+        use crate::tensor::dropout::DropoutMask;
+        let mask = DropoutMask::new(17, 0.4);
+        for &(m, k, n) in &[(50, 40, 64), (300, 70, 128), (30, 5000, 64), (7, 3, 192)] {
+            let a = pseudo(m, k, 21) - 0.5;
+            let b = pseudo(k, n, 22) - 0.5;
+            let bias: Vec<f32> = (0..n).map(|j| (j as f32 * 0.37).sin() * 0.1).collect();
+            let keys: Vec<u64> = (0..m as u64).map(|i| i * 31 + 5).collect();
+            let d = mask.fused(&keys).expect("p > 0");
+            let reversed = a.slice(s![..;-1, ..]).to_owned();
+            for (case, a) in [
+                ("forward", a.view()),
+                ("reversed", reversed.slice(s![..;-1, ..])),
+            ] {
+                let (z, bits, kept) = matmul_bias_relu_dropout(a, b.view(), Some(&bias), true, &d);
+                let (mut want, want_bits) = matmul_bias_relu(a, b.view(), Some(&bias), true);
+                let want_kept = mask.apply_recorded_in_place(want.view_mut(), &keys);
+                assert_eq!(bits, want_bits, "{case} {m}x{k}x{n}: relu bits");
+                assert_eq!(z, want, "{case} {m}x{k}x{n}: values");
+                let got = crate::tensor::dropout::KeptBits::from_product(m, n, &mask, kept);
+                let mut g1 = pseudo(m, n, 23);
+                let mut g2 = g1.clone();
+                got.apply_in_place(g1.view_mut());
+                want_kept.apply_in_place(g2.view_mut());
+                assert_eq!(g1, g2, "{case} {m}x{k}x{n}: kept bits");
+            }
+        }
+    }
+
     #[test]
     fn fused_bias_relu_matches_separate_passes() {
         for (m, k, n) in [

@@ -100,7 +100,8 @@ impl MatMut {
 }
 
 /// What a tile does after its last inner block, before storing: add a bias row, then ReLU
-/// while recording which outputs are positive. Both are optional (null pointers).
+/// while recording which outputs are positive, then the next layer's input dropout while
+/// recording which outputs are kept. Each is optional (null pointers).
 #[derive(Clone, Copy, Debug)]
 pub struct Epilogue {
     /// `bias[j]` is added to column `j` of the whole product.
@@ -108,24 +109,36 @@ pub struct Epilogue {
     /// Bit `i·ld + j` (in 32-bit words, little-endian within the caller's 64-bit words) gets
     /// `out[i, j] > 0` for the whole product's row `i`, column `j`; ReLU is applied.
     pub relu_bits: *mut u32,
-    /// Row length of the bit layout (the product's columns, a multiple of 32).
+    /// Row length of the bit layouts (the product's columns, a multiple of 32).
     pub ld: usize,
     /// Where the tile handed to [`gemm_tile`] starts in the whole product (row, column).
     pub origin: (usize, usize),
+    /// The dropout, when `drop_seeds` is not null: output `(i, j)` is kept when
+    /// `element_hash(drop_seeds[i], j) < keep_below` (scaled by `drop_scale`) and zeroed
+    /// otherwise, as [`super::dropout::DropoutMask`] does, recording bit `i·ld + j` of
+    /// `drop_bits` like `relu_bits`.
+    pub drop_seeds: *const u32,
+    pub drop_bits: *mut u32,
+    pub keep_below: u32,
+    pub drop_scale: f32,
 }
 
 impl Epilogue {
-    /// No bias, no activation.
+    /// No bias, no activation, no dropout.
     pub const NONE: Epilogue = Epilogue {
         bias: std::ptr::null(),
         relu_bits: std::ptr::null_mut(),
         ld: 0,
         origin: (0, 0),
+        drop_seeds: std::ptr::null(),
+        drop_bits: std::ptr::null_mut(),
+        keep_below: 0,
+        drop_scale: 1.0,
     };
 
     /// True when it does nothing.
     pub fn is_none(&self) -> bool {
-        self.bias.is_null() && self.relu_bits.is_null()
+        self.bias.is_null() && self.relu_bits.is_null() && self.drop_seeds.is_null()
     }
 
     /// This epilogue for the sub-tile at `(i, j)` of the current one.
@@ -532,12 +545,15 @@ unsafe fn kernel<const DIRECT: bool>(
     let vb = _mm512_set1_ps(beta);
     let zero = _mm512_setzero_ps();
     let (i0, j0) = epi.origin;
+    let below = _mm512_set1_epi32(epi.keep_below as i32);
+    let drop_scale = _mm512_set1_ps(epi.drop_scale);
     for (r, row) in acc.iter().enumerate() {
         if r >= tile.rows {
             break;
         }
         let out = tile.ptr.offset(r as isize * tile.rs);
         let mut positive = 0u32;
+        let mut kept = 0u32;
         for (h, &mask) in masks.iter().enumerate() {
             if mask == 0 {
                 continue;
@@ -555,12 +571,23 @@ unsafe fn kernel<const DIRECT: bool>(
                 positive |= (k as u32) << (16 * h);
                 v = _mm512_max_ps(v, zero);
             }
+            if !epi.drop_seeds.is_null() {
+                let seed = *epi.drop_seeds.add(i0 + r);
+                let hash = super::bitmask::element_hash16(seed, (j0 + 16 * h) as u32);
+                let k = _mm512_mask_cmplt_epu32_mask(mask, hash, below);
+                kept |= (k as u32) << (16 * h);
+                v = _mm512_maskz_mul_ps(k, v, drop_scale);
+            }
             _mm512_mask_storeu_ps(dst, mask, v);
         }
+        // Columns j0..j0 + 32 of row i0 + r: one whole 32-bit word of each bit set (j0 and
+        // ld are multiples of 32), which no other tile writes.
+        let word = ((i0 + r) * epi.ld + j0) / 32;
         if !epi.relu_bits.is_null() {
-            // Columns j0..j0 + 32 of row i0 + r: one whole 32-bit word (j0 and ld are
-            // multiples of 32), which no other tile writes.
-            *epi.relu_bits.add(((i0 + r) * epi.ld + j0) / 32) = positive;
+            *epi.relu_bits.add(word) = positive;
+        }
+        if !epi.drop_seeds.is_null() {
+            *epi.drop_bits.add(word) = kept;
         }
     }
 }
