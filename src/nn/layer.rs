@@ -21,6 +21,7 @@ use crate::sample::Block;
 use crate::tensor::activation::{Activation, Saved};
 use crate::tensor::aggregate::LazyTranspose;
 use crate::tensor::dropout::{derive_stream, DropoutMask, KeptBits};
+use crate::tensor::gemm::RowDropout;
 use crate::tensor::sparse::{prefers_sparse, CsrMatrix};
 use crate::tensor::standard;
 
@@ -181,6 +182,9 @@ impl Conv {
 
     /// [`Conv::forward`] followed by `activation`, fused into the convolution's product where
     /// it can be (SAGE with ReLU); returns the activation's saved state when it was applied.
+    ///
+    /// With `then` (the next layer's input dropout) and a fused activation, the product may
+    /// mask its output too: it did exactly when the kept bits are returned.
     pub fn forward_activated(
         &self,
         params: &ParamStore,
@@ -188,16 +192,17 @@ impl Conv {
         h_in: CowArray<f32, Ix2>,
         gcn_degrees: Option<&[u32]>,
         activation: Option<Activation>,
-    ) -> (Array2<f32>, ConvCache, Option<Saved>) {
+        then: Option<&RowDropout>,
+    ) -> (Array2<f32>, ConvCache, Option<Saved>, Option<Vec<u64>>) {
         match self {
             Conv::Sage(c) => {
                 let relu = activation == Some(Activation::Relu);
-                let (z, k, bits) = c.forward_relu(params, block, h_in, relu);
-                (z, ConvCache::Sage(k), bits.map(Saved::Positive))
+                let (z, k, bits, kept) = c.forward_relu(params, block, h_in, relu, then);
+                (z, ConvCache::Sage(k), bits.map(Saved::Positive), kept)
             }
             _ => {
                 let (z, k) = self.forward(params, block, h_in, gcn_degrees);
-                (z, k, None)
+                (z, k, None, None)
             }
         }
     }
@@ -257,6 +262,31 @@ pub struct Layer {
     /// Add the destination's own (un-normalised) input row to the output; needs
     /// `conv.in_dim() == conv.out_dim()`.
     pub residual: bool,
+}
+
+/// A layer's input dropout offered to the layer below ([`Layer::dropout_for_below`]).
+#[derive(Clone, Debug)]
+pub struct NextDropout {
+    mask: DropoutMask,
+    /// The mask's seed per input row, for the product's epilogue.
+    rows: RowDropout,
+}
+
+impl NextDropout {
+    /// The kept bits of a product output `z` that applied `then` (`words` returned).
+    fn kept(
+        then: Option<&NextDropout>,
+        z: &Array2<f32>,
+        words: Option<Vec<u64>>,
+    ) -> Option<KeptBits> {
+        let (then, words) = (then?, words?);
+        Some(KeptBits::from_product(
+            z.nrows(),
+            z.ncols(),
+            &then.mask,
+            words,
+        ))
+    }
 }
 
 /// How a layer's backward re-applies its input dropout.
@@ -325,6 +355,22 @@ impl Layer {
         h_src: ArrayView2<f32>,
         ctx: &DropoutCtx,
     ) -> (Array2<f32>, LayerCache) {
+        let (out, cache, _) = self.forward_then(params, block, h_src, ctx, None);
+        (out, cache)
+    }
+
+    /// [`Layer::forward`], offering the layer above's input dropout (`then`) to this layer's
+    /// product: the output comes back masked exactly when its kept bits come back too (see
+    /// [`Model`](super::model::Model)'s forward). A residual, added after the activation, keeps
+    /// the dropout out of the product.
+    pub fn forward_then(
+        &self,
+        params: &ParamStore,
+        block: &Block,
+        h_src: ArrayView2<f32>,
+        ctx: &DropoutCtx,
+        then: Option<&NextDropout>,
+    ) -> (Array2<f32>, LayerCache, Option<KeptBits>) {
         assert_eq!(
             h_src.nrows(),
             block.num_src(),
@@ -378,9 +424,16 @@ impl Layer {
         } else {
             (h, None)
         };
-        let (z, conv, activated) =
-            self.conv
-                .forward_activated(params, block, h_in, ctx.gcn_degrees, self.activation);
+        let then = then.filter(|_| !self.residual);
+        let (z, conv, activated, kept) = self.conv.forward_activated(
+            params,
+            block,
+            h_in,
+            ctx.gcn_degrees,
+            self.activation,
+            then.map(|t| &t.rows),
+        );
+        let kept = NextDropout::kept(then, &z, kept);
         let (mut out, mut cache) = self.finish_forward(z, conv, dropout, activated);
         cache.norm = norm;
         cache.input = input;
@@ -388,7 +441,7 @@ impl Layer {
             // The destinations are the first `num_dst` sources: their own input rows.
             out += &base.slice(s![..block.num_dst, ..]);
         }
-        (out, cache)
+        (out, cache, kept)
     }
 
     /// [`Layer::forward`] taking the input by value: a plain layer (no input projection,
@@ -398,25 +451,70 @@ impl Layer {
         &self,
         params: &ParamStore,
         block: &Block,
-        mut h_src: Array2<f32>,
+        h_src: Array2<f32>,
         ctx: &DropoutCtx,
     ) -> (Array2<f32>, LayerCache) {
+        let (out, cache, _) = self.forward_owned_then(params, block, h_src, None, ctx, None);
+        (out, cache)
+    }
+
+    /// The input dropout of this layer, when the layer below may apply it in its product
+    /// ([`Layer::forward_then`]): a plain layer (nothing else reads the unmasked rows) whose
+    /// input rows are the block's sources in whole 64-bit words of bits.
+    pub fn dropout_for_below(&self, block: &Block, ctx: &DropoutCtx) -> Option<NextDropout> {
+        let plain = self.input.is_none() && self.norm.is_none() && !self.residual;
+        let rows = self.conv.input_rows(block);
+        let fits = rows == block.num_src() && self.in_dim().is_multiple_of(64);
+        if !(plain && fits && ctx.training && self.dropout > 0.0) {
+            return None;
+        }
+        let mask = DropoutMask::new(derive_stream(ctx.stream, self.index as u64), self.dropout);
+        let rows = mask.fused(&row_keys(block, rows, ctx.orig_ids))?;
+        Some(NextDropout { mask, rows })
+    }
+
+    /// [`Layer::forward_owned`] whose input the layer below may already have masked (`kept`:
+    /// the bits [`Layer::forward_then`] returned for this layer's [`Layer::dropout_for_below`]),
+    /// offering `then` to this layer's own product.
+    pub fn forward_owned_then(
+        &self,
+        params: &ParamStore,
+        block: &Block,
+        mut h_src: Array2<f32>,
+        kept: Option<KeptBits>,
+        ctx: &DropoutCtx,
+        then: Option<&NextDropout>,
+    ) -> (Array2<f32>, LayerCache, Option<KeptBits>) {
         let plain = self.input.is_none() && self.norm.is_none() && !self.residual;
         let whole = h_src.nrows() == self.conv.input_rows(block)
             && h_src.nrows() == block.num_src()
             && h_src.ncols() == self.in_dim()
             && h_src.is_standard_layout();
-        if !(plain && whole && ctx.training && self.dropout > 0.0) {
-            return self.forward(params, block, h_src.view(), ctx);
-        }
-        let mask = DropoutMask::new(derive_stream(ctx.stream, self.index as u64), self.dropout);
-        let keys = row_keys(block, h_src.nrows(), ctx.orig_ids);
-        let kept = mask.apply_recorded_in_place(h_src.view_mut(), &keys);
+        let kept = match kept {
+            Some(kept) => {
+                assert!(plain && whole, "layer {}: input masked below", self.index);
+                kept
+            }
+            None if plain && whole && ctx.training && self.dropout > 0.0 => {
+                let mask =
+                    DropoutMask::new(derive_stream(ctx.stream, self.index as u64), self.dropout);
+                let keys = row_keys(block, h_src.nrows(), ctx.orig_ids);
+                mask.apply_recorded_in_place(h_src.view_mut(), &keys)
+            }
+            None => return self.forward_then(params, block, h_src.view(), ctx, then),
+        };
         let h_in = CowArray::from(h_src);
-        let (z, conv, activated) =
-            self.conv
-                .forward_activated(params, block, h_in, ctx.gcn_degrees, self.activation);
-        self.finish_forward(z, conv, Some(DropoutSaved::Bits(kept)), activated)
+        let (z, conv, activated, kept_above) = self.conv.forward_activated(
+            params,
+            block,
+            h_in,
+            ctx.gcn_degrees,
+            self.activation,
+            then.map(|t| &t.rows),
+        );
+        let kept_above = NextDropout::kept(then, &z, kept_above);
+        let (out, cache) = self.finish_forward(z, conv, Some(DropoutSaved::Bits(kept)), activated);
+        (out, cache, kept_above)
     }
 
     /// [`Layer::forward`] on a model's input features: mostly-zero rows (bag-of-words,
@@ -430,10 +528,25 @@ impl Layer {
         x: ArrayView2<f32>,
         ctx: &DropoutCtx,
     ) -> (Array2<f32>, LayerCache) {
+        let (out, cache, _) = self.forward_input_then(params, block, x, ctx, None);
+        (out, cache)
+    }
+
+    /// [`Layer::forward_input`] offering `then` as [`Layer::forward_then`] does (the sparse
+    /// path never takes it).
+    pub fn forward_input_then(
+        &self,
+        params: &ParamStore,
+        block: &Block,
+        x: ArrayView2<f32>,
+        ctx: &DropoutCtx,
+        then: Option<&NextDropout>,
+    ) -> (Array2<f32>, LayerCache, Option<KeptBits>) {
         if self.conv.supports_sparse() && prefers_sparse(x) {
-            self.forward_sparse(params, block, &CsrMatrix::from_dense(x), ctx)
+            let (out, cache) = self.forward_sparse(params, block, &CsrMatrix::from_dense(x), ctx);
+            (out, cache, None)
         } else {
-            self.forward(params, block, x, ctx)
+            self.forward_then(params, block, x, ctx, then)
         }
     }
 

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::gat::GatConv;
 use super::gcn::GcnConv;
-use super::layer::{Conv, DropoutCtx, Layer, LayerCache};
+use super::layer::{Conv, DropoutCtx, Layer, LayerCache, NextDropout};
 use super::linear::Linear;
 use super::norm::{LayerNorm, NormKind};
 use super::params::ParamStore;
@@ -17,7 +17,7 @@ use super::sage::SageConv;
 use crate::sample::Block;
 use crate::tensor::activation::Activation;
 use crate::tensor::aggregate::LazyTranspose;
-use crate::tensor::dropout::derive_stream;
+use crate::tensor::dropout::{derive_stream, KeptBits};
 use crate::tensor::sparse::CsrMatrix;
 
 /// Which convolution the model stacks.
@@ -268,7 +268,7 @@ impl Model {
             return self.forward(blocks, &x.to_dense(), ctx);
         }
         let (first, cache) = self.layers[0].forward_sparse(&self.params, blocks[0], x, ctx);
-        self.forward_rest(blocks, first, cache, ctx)
+        self.forward_rest(blocks, first, cache, None, ctx)
     }
 
     /// One block per layer (a caller bug otherwise).
@@ -282,22 +282,34 @@ impl Model {
         );
     }
 
-    /// Layers `1..` after the first layer gave `h` (and its cache).
+    /// Layers `1..` after the first layer gave `h` (and its cache, and `kept` when it applied
+    /// layer 1's input dropout).
     fn forward_rest(
         &self,
         blocks: &[&Block],
         mut h: Array2<f32>,
         first: LayerCache,
+        mut kept: Option<KeptBits>,
         ctx: &DropoutCtx,
     ) -> (Array2<f32>, ForwardCache) {
         let mut caches = Vec::with_capacity(self.layers.len());
         caches.push(first);
-        for (layer, block) in self.layers.iter().zip(blocks).skip(1) {
-            let (out, cache) = layer.forward_owned(&self.params, block, h, ctx);
+        for (l, (layer, block)) in self.layers.iter().zip(blocks).enumerate().skip(1) {
+            let then = self.dropout_above(l, blocks, ctx);
+            let (out, cache, above) =
+                layer.forward_owned_then(&self.params, block, h, kept, ctx, then.as_ref());
             caches.push(cache);
             h = out;
+            kept = above;
         }
         (h, ForwardCache { layers: caches })
+    }
+
+    /// The input dropout of layer `l + 1`, offered to layer `l`'s product so that the output
+    /// is masked as it is stored instead of in another pass.
+    fn dropout_above(&self, l: usize, blocks: &[&Block], ctx: &DropoutCtx) -> Option<NextDropout> {
+        let (above, block) = (self.layers.get(l + 1)?, blocks.get(l + 1)?);
+        above.dropout_for_below(block, ctx)
     }
 
     /// Logits for the destinations of the last block (`blocks[L-1].num_dst × out_dim`), from
@@ -317,8 +329,15 @@ impl Model {
         ctx: &DropoutCtx,
     ) -> (Array2<f32>, ForwardCache) {
         self.check_blocks(blocks);
-        let (first, cache) = self.layers[0].forward_input(&self.params, blocks[0], x.view(), ctx);
-        self.forward_rest(blocks, first, cache, ctx)
+        let then = self.dropout_above(0, blocks, ctx);
+        let (first, cache, kept) = self.layers[0].forward_input_then(
+            &self.params,
+            blocks[0],
+            x.view(),
+            ctx,
+            then.as_ref(),
+        );
+        self.forward_rest(blocks, first, cache, kept, ctx)
     }
 
     /// Accumulate the gradient of the loss into `params.grads`, given `d_out` = d loss / d
@@ -398,11 +417,12 @@ mod tests {
         }
     }
 
-    /// A model's backward applies a hidden layer's ReLU backward inside the input-dropout pass
-    /// of the layer above when the widths are whole words: the gradients equal those of the
-    /// layers' own backward passes, chained without fusion.
+    /// A model's forward lets a hidden layer's product apply the input dropout of the layer
+    /// above, and its backward applies a hidden layer's ReLU backward inside the input-dropout
+    /// pass of the layer above, when the widths are whole words: logits and gradients equal
+    /// those of the layers' own passes, chained without fusion.
     #[test]
-    fn fused_relu_backward_matches_the_layer_by_layer_chain() {
+    fn fused_model_passes_match_the_layer_by_layer_chain() {
         let blocks = [block(40, 90, 21), block(16, 40, 22), block(6, 16, 23)];
         let refs: Vec<&Block> = blocks.iter().collect();
         for kind in [
@@ -448,8 +468,30 @@ mod tests {
                     "{kind}"
                 );
             }
+            if kind == ModelKind::Sage {
+                // SAGE's products take the next layer's dropout.
+                let then = fused.layers[1]
+                    .dropout_for_below(refs[1], &ctx)
+                    .expect("plain");
+                let (_, _, kept) = fused.layers[0].forward_then(
+                    &fused.params,
+                    refs[0],
+                    x.view(),
+                    &ctx,
+                    Some(&then),
+                );
+                assert!(kept.is_some());
+            }
             fused.backward(&refs, cache, &d);
-            let (_, cache) = chained.forward(&refs, &x, &ctx);
+            let mut h = x.clone();
+            let mut caches = Vec::new();
+            for (l, layer) in chained.layers.iter().enumerate() {
+                let (out, c) = layer.forward(&chained.params, refs[l], h.view(), &ctx);
+                caches.push(c);
+                h = out;
+            }
+            assert_eq!(h, y, "{kind}: logits");
+            let cache = ForwardCache { layers: caches };
             let mut g = d.clone();
             for (l, c) in cache.layers.into_iter().enumerate().rev() {
                 let layer = &chained.layers[l];
@@ -522,7 +564,7 @@ mod tests {
             sparse.backward(&blocks, cache, &d);
             // The dense path, layer by layer.
             let (h, c0) = dense.layers[0].forward(&dense.params, &b0, x.view(), &ctx);
-            let (yd, cache) = dense.forward_rest(&blocks, h, c0, &ctx);
+            let (yd, cache) = dense.forward_rest(&blocks, h, c0, None, &ctx);
             for (a, b) in ys.iter().zip(&yd) {
                 assert!(
                     (a - b).abs() <= 1e-5 * (1.0 + b.abs()),

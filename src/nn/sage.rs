@@ -19,7 +19,8 @@ use crate::tensor::aggregate::{
 };
 use crate::tensor::dropout::KeptBits;
 use crate::tensor::gemm::{
-    add_matmul_nt_rows, add_matmul_tn, gemm_into, matmul, matmul_bias_relu, matmul_nt,
+    add_matmul_nt_rows, add_matmul_tn, gemm_into, matmul, matmul_bias_relu,
+    matmul_bias_relu_dropout, matmul_nt, RowDropout,
 };
 use crate::tensor::rows::InputRows;
 use crate::tensor::sparse::{add_spmm_tn, spmm, spmm_into, CsrMatrix, CsrTranspose};
@@ -33,6 +34,10 @@ pub struct SageConv {
     pub in_dim: usize,
     pub out_dim: usize,
 }
+
+/// One bit per output element, when a fused product recorded them (ReLU signs, kept
+/// dropout elements).
+pub type MaybeBits = Option<Vec<u64>>;
 
 /// Forward state for the backward pass.
 #[derive(Debug)]
@@ -83,20 +88,23 @@ impl SageConv {
         block: &Block,
         h_in: CowArray<f32, Ix2>,
     ) -> (Array2<f32>, SageCache) {
-        let (z, cache, _) = self.forward_relu(params, block, h_in, false);
+        let (z, cache, _, _) = self.forward_relu(params, block, h_in, false, None);
         (z, cache)
     }
 
     /// [`SageConv::forward`], then with `relu` the ReLU too when the product can apply it
     /// (with the bias) as it stores its tiles: the output is activated exactly when the sign
-    /// bits (bit `i·out + j` = output `(i, j)` > 0) are returned.
+    /// bits (bit `i·out + j` = output `(i, j)` > 0) are returned. With `relu` and `then` (the
+    /// next layer's input dropout, one seed per destination), the product masks the
+    /// activated output as well, exactly when the kept bits are returned.
     pub fn forward_relu(
         &self,
         params: &ParamStore,
         block: &Block,
         h_in: CowArray<f32, Ix2>,
         relu: bool,
-    ) -> (Array2<f32>, SageCache, Option<Vec<u64>>) {
+        then: Option<&RowDropout>,
+    ) -> (Array2<f32>, SageCache, MaybeBits, MaybeBits) {
         let nd = block.num_dst;
         let h_dst = h_in.slice(s![..nd, ..]);
         let w_self = params.view(self.w_self);
@@ -107,13 +115,19 @@ impl SageConv {
             // The bias (and ReLU) are applied by the product's tiles as they are stored.
             let beside = aggregate_beside(block, h_in.view(), EdgeWeights::Mean);
             let bias = params.view(self.bias);
-            let (z, bits) = matmul_bias_relu(
-                beside.view(),
-                params.stacked(self.w_self, self.w_neigh),
-                Some(bias.as_slice().expect("contiguous bias")),
-                relu,
-            );
-            (z, SageCache::AggregateFirst { beside }, bits)
+            let bias = Some(bias.as_slice().expect("contiguous bias"));
+            let w = params.stacked(self.w_self, self.w_neigh);
+            let (z, bits, kept) = match then.filter(|_| relu) {
+                Some(d) => {
+                    let (z, bits, kept) = matmul_bias_relu_dropout(beside.view(), w, bias, relu, d);
+                    (z, bits, Some(kept))
+                }
+                None => {
+                    let (z, bits) = matmul_bias_relu(beside.view(), w, bias, relu);
+                    (z, bits, None)
+                }
+            };
+            (z, SageCache::AggregateFirst { beside }, bits, kept)
         } else {
             let projected = matmul(h_in.view(), w_neigh);
             let mut z = aggregate(block, projected.view(), EdgeWeights::Mean);
@@ -124,6 +138,7 @@ impl SageConv {
                 SageCache::ProjectFirst {
                     h_in: h_in.into_owned(),
                 },
+                None,
                 None,
             )
         }
