@@ -194,7 +194,8 @@ simd_kernel! {
         let prefetch = xs.len() > PREFETCH_MIN;
         for e in edges.clone() {
             // A far source row is a cache miss: start loading it a few edges ahead.
-            if prefetch && e + PREFETCH_EDGES < edges.end {
+            // Past the row's last edge the next row's sources, handled next, are prefetched.
+            if prefetch && e + PREFETCH_EDGES < block.indices.len() {
                 prefetch_row(xs, block.indices[e + PREFETCH_EDGES] as usize * cols, cols);
             }
             let u = block.indices[e] as usize;
@@ -255,7 +256,7 @@ simd_kernel! {
         let span = bt.indptr[u]..bt.indptr[u + 1];
         let prefetch = ds.len() > PREFETCH_MIN;
         for k in span.clone() {
-            if prefetch && k + PREFETCH_EDGES < span.end {
+            if prefetch && k + PREFETCH_EDGES < bt.dst.len() {
                 prefetch_row(ds, bt.dst[k + PREFETCH_EDGES] as usize * stride, cols);
             }
             let v = bt.dst[k] as usize;
