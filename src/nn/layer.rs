@@ -272,23 +272,6 @@ pub struct NextDropout {
     rows: RowDropout,
 }
 
-impl NextDropout {
-    /// The kept bits of a product output `z` that applied `then` (`words` returned).
-    fn kept(
-        then: Option<&NextDropout>,
-        z: &Array2<f32>,
-        words: Option<Vec<u64>>,
-    ) -> Option<KeptBits> {
-        let (then, words) = (then?, words?);
-        Some(KeptBits::from_product(
-            z.nrows(),
-            z.ncols(),
-            &then.mask,
-            words,
-        ))
-    }
-}
-
 /// How a layer's backward re-applies its input dropout.
 #[derive(Debug)]
 enum DropoutSaved {
@@ -425,15 +408,7 @@ impl Layer {
             (h, None)
         };
         let then = then.filter(|_| !self.residual);
-        let (z, conv, activated, kept) = self.conv.forward_activated(
-            params,
-            block,
-            h_in,
-            ctx.gcn_degrees,
-            self.activation,
-            then.map(|t| &t.rows),
-        );
-        let kept = NextDropout::kept(then, &z, kept);
+        let (z, conv, activated, kept) = self.convolve(params, block, h_in, ctx, then);
         let (mut out, mut cache) = self.finish_forward(z, conv, dropout, activated);
         cache.norm = norm;
         cache.input = input;
@@ -504,7 +479,22 @@ impl Layer {
             None => return self.forward_then(params, block, h_src.view(), ctx, then),
         };
         let h_in = CowArray::from(h_src);
-        let (z, conv, activated, kept_above) = self.conv.forward_activated(
+        let (z, conv, activated, kept_above) = self.convolve(params, block, h_in, ctx, then);
+        let (out, cache) = self.finish_forward(z, conv, Some(DropoutSaved::Bits(kept)), activated);
+        (out, cache, kept_above)
+    }
+
+    /// The convolution with this layer's activation, offering `then` to its product; the kept
+    /// bits come back when the product applied it.
+    fn convolve(
+        &self,
+        params: &ParamStore,
+        block: &Block,
+        h_in: CowArray<f32, Ix2>,
+        ctx: &DropoutCtx,
+        then: Option<&NextDropout>,
+    ) -> (Array2<f32>, ConvCache, Option<Saved>, Option<KeptBits>) {
+        let (z, conv, activated, words) = self.conv.forward_activated(
             params,
             block,
             h_in,
@@ -512,9 +502,10 @@ impl Layer {
             self.activation,
             then.map(|t| &t.rows),
         );
-        let kept_above = NextDropout::kept(then, &z, kept_above);
-        let (out, cache) = self.finish_forward(z, conv, Some(DropoutSaved::Bits(kept)), activated);
-        (out, cache, kept_above)
+        let kept = then
+            .zip(words)
+            .map(|(t, w)| KeptBits::from_product(z.nrows(), z.ncols(), &t.mask, w));
+        (z, conv, activated, kept)
     }
 
     /// [`Layer::forward`] on a model's input features: mostly-zero rows (bag-of-words,

@@ -400,6 +400,40 @@ mod tests {
         mix64(salt ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
     }
 
+    /// A model without residuals, norms or projections, 3 classes, one head.
+    fn plain_config(
+        kind: ModelKind,
+        in_dim: usize,
+        hidden: usize,
+        layers: usize,
+        dropout: f32,
+    ) -> ModelConfig {
+        ModelConfig {
+            kind,
+            in_dim,
+            hidden,
+            out_dim: 3,
+            layers,
+            heads: 1,
+            dropout,
+            gat_concat: true,
+            residual: false,
+            norm: NormKind::None,
+            input_proj: false,
+            linear_output: false,
+        }
+    }
+
+    /// A training step's dropout context on stream `stream`, ids as given.
+    fn training(stream: u64) -> DropoutCtx<'static> {
+        DropoutCtx {
+            training: true,
+            stream,
+            orig_ids: None,
+            gcn_degrees: None,
+        }
+    }
+
     /// `nd` destinations among `ns` sources, 0–4 random in-edges each.
     fn block(nd: usize, ns: usize, salt: u64) -> Block {
         let (mut indptr, mut indices) = (vec![0], Vec::new());
@@ -431,26 +465,8 @@ mod tests {
             ModelKind::Gat,
             ModelKind::Mlp,
         ] {
-            let cfg = ModelConfig {
-                kind,
-                in_dim: 12,
-                hidden: 64,
-                out_dim: 3,
-                layers: 3,
-                heads: 1,
-                dropout: 0.4,
-                gat_concat: true,
-                residual: false,
-                norm: NormKind::None,
-                input_proj: false,
-                linear_output: false,
-            };
-            let ctx = DropoutCtx {
-                training: true,
-                stream: 8,
-                orig_ids: None,
-                gcn_degrees: None,
-            };
+            let cfg = plain_config(kind, 12, 64, 3, 0.4);
+            let ctx = training(8);
             let x = Array2::from_shape_fn((90, 12), |(i, j)| {
                 (hash(3, i * 12 + j) >> 40) as f32 / (1u64 << 24) as f32 - 0.5
             });
@@ -526,26 +542,8 @@ mod tests {
                 b1 = b1.with_self_loops();
             }
             let blocks = [&b0, &b1];
-            let cfg = ModelConfig {
-                kind,
-                in_dim: 80,
-                hidden: 16,
-                out_dim: 3,
-                layers: 2,
-                heads: 1,
-                dropout: 0.3,
-                gat_concat: true,
-                residual: false,
-                norm: NormKind::None,
-                input_proj: false,
-                linear_output: false,
-            };
-            let ctx = DropoutCtx {
-                training: true,
-                stream: 5,
-                orig_ids: None,
-                gcn_degrees: None,
-            };
+            let cfg = plain_config(kind, 80, 16, 2, 0.3);
+            let ctx = training(5);
             let labels: Vec<i64> = (0..6).map(|i| i % 3).collect();
             let mut sparse = Model::new(cfg, 9).unwrap();
             let mut dense = sparse.clone();

@@ -363,15 +363,21 @@ pub fn aggregate_transpose(
     dy: ArrayView2<f32>,
     weights: EdgeWeights,
 ) -> Array2<f32> {
+    let dy = destination_rows(block, dy);
+    let cols = dy.ncols();
+    let ds = dy.as_slice().expect("standard layout");
+    transpose_rows(block, bt, ds, cols, cols, weights, false, None)
+}
+
+/// The gradient rows of a transposed aggregation in standard layout (checked to be one per
+/// destination).
+fn destination_rows<'a>(block: &Block, dy: ArrayView2<'a, f32>) -> CowArray<'a, f32, Ix2> {
     assert_eq!(
         dy.nrows(),
         block.num_dst,
         "aggregate_transpose: dy must have num_dst rows"
     );
-    let dy = super::standard(dy);
-    let cols = dy.ncols();
-    let ds = dy.as_slice().expect("standard layout");
-    transpose_rows(block, bt, ds, cols, cols, weights, false, None)
+    super::standard(dy)
 }
 
 /// Rows at most this wide are scattered serially by [`aggregate_transpose_lazy`] when the
@@ -400,12 +406,7 @@ pub fn aggregate_transpose_lazy(
 /// order: source `u` receives its terms in increasing edge order, as the transposed gather
 /// adds them, with the same weights.
 fn scatter_transpose(block: &Block, dy: ArrayView2<f32>, weights: EdgeWeights) -> Array2<f32> {
-    assert_eq!(
-        dy.nrows(),
-        block.num_dst,
-        "aggregate_transpose: dy must have num_dst rows"
-    );
-    let dy = super::standard(dy);
+    let dy = destination_rows(block, dy);
     let cols = dy.ncols();
     let ds = dy.as_slice().expect("standard layout");
     let mut out = Array2::zeros((block.num_src(), cols));
@@ -639,6 +640,19 @@ mod tests {
         Block::small_example()
     }
 
+    /// Per-edge weights of the example block's five edges.
+    const PER_EDGE: [f32; 5] = [0.3, 1.7, -0.2, 0.9, 1.1];
+
+    /// Every kind of edge weighting on the example block (`norm`: its GCN normalisation).
+    fn every_weighting(norm: &GcnNorm) -> [EdgeWeights<'_>; 4] {
+        [
+            EdgeWeights::Sum,
+            EdgeWeights::Mean,
+            EdgeWeights::PerEdge(&PER_EDGE),
+            norm.weights(),
+        ]
+    }
+
     /// The fixed-width kernels (up to 16 columns) give bitwise what the generic loop gives:
     /// compare the first `c` columns of a 17-column aggregation with a `c`-column one.
     #[test]
@@ -647,14 +661,8 @@ mod tests {
         let bt = BlockTranspose::new(&b);
         let wide = Array2::from_shape_fn((4, 17), |(i, j)| ((i * 17 + j) as f32 * 0.37).sin());
         let dy = Array2::from_shape_fn((3, 17), |(i, j)| ((i * 17 + j) as f32 * 0.73).cos());
-        let per_edge = [0.3, 1.7, -0.2, 0.9, 1.1];
         let norm = GcnNorm::new(&b, None);
-        for w in [
-            EdgeWeights::Sum,
-            EdgeWeights::Mean,
-            EdgeWeights::PerEdge(&per_edge),
-            norm.weights(),
-        ] {
+        for w in every_weighting(&norm) {
             let full = aggregate(&b, wide.view(), w);
             let full_t = aggregate_transpose(&b, &bt, dy.view(), w);
             for c in [1, 2, 5, 10, 16] {
@@ -680,14 +688,8 @@ mod tests {
     fn lazy_transpose_scatters_narrow_rows_bitwise_like_the_gather() {
         let b = block();
         let bt = BlockTranspose::new(&b);
-        let per_edge = [0.3, 1.7, -0.2, 0.9, 1.1];
         let norm = GcnNorm::new(&b, None);
-        for w in [
-            EdgeWeights::Sum,
-            EdgeWeights::Mean,
-            EdgeWeights::PerEdge(&per_edge),
-            norm.weights(),
-        ] {
+        for w in every_weighting(&norm) {
             for c in [1, 2, 7, 16, 17] {
                 let dy = Array2::from_shape_fn((3, c), |(i, j)| ((i * c + j) as f32 * 0.73).cos());
                 let gathered = aggregate_transpose(&b, &bt, dy.view(), w);
