@@ -278,11 +278,20 @@ unsafe fn dropout_row_avx512(
         bits[c / 64] |= (k as u64) << (c % 64);
         x = _mm512_add_epi32(x, step);
     }
-    for c in body..n {
-        let keep = keep_all || element_hash(seed, c as u32) < keep_below;
-        let v = *src.add(c);
-        *dst.add(c) = if keep { v * scale } else { 0.0 };
-        bits[c / 64] |= (keep as u64) << (c % 64);
+    if body < n {
+        // The last `n − body` (< 16) columns under a lane mask: narrow rows (an input layer's
+        // few features) are all tail.
+        let c = body;
+        let tail: __mmask16 = (1u16 << (n - body)) - 1;
+        let h = finalise16(x);
+        let k: __mmask16 = if keep_all {
+            tail
+        } else {
+            _mm512_mask_cmplt_epu32_mask(tail, h, below)
+        };
+        let v = _mm512_maskz_mul_ps(k, _mm512_maskz_loadu_ps(tail, src.add(c)), s);
+        _mm512_mask_storeu_ps(dst.add(c), tail, v);
+        bits[c / 64] |= (k as u64) << (c % 64);
     }
 }
 
@@ -298,6 +307,28 @@ mod tests {
 
     fn bit(bits: &[u64], c: usize) -> bool {
         (bits[c / 64] >> (c % 64)) & 1 == 1
+    }
+
+    /// Rows narrower than one vector (an input layer's few features) are all tail: masked
+    /// lanes give the scalar definition's values and bits, and leave the rest untouched.
+    #[test]
+    fn narrow_dropout_rows_match_the_scalar_definition() {
+        for n in [1, 7, 10, 15] {
+            let g: Vec<f32> = (0..n).map(|i| (i as f32 * 0.9).cos() - 0.1).collect();
+            let mut row = g.clone();
+            row.push(42.0);
+            let mut bits = vec![u64::MAX; 1];
+            if dropout_row_in_place(5, 0x9000_0000, false, 3.0, &mut row[..n], &mut bits) {
+                for c in 0..n {
+                    let keep = element_hash(5, c as u32) < 0x9000_0000;
+                    let e = if keep { g[c] * 3.0 } else { 0.0 };
+                    assert_eq!(row[c].to_bits(), e.to_bits(), "{n} columns, at {c}");
+                    assert_eq!(bit(&bits, c), keep, "{n} columns, bit {c}");
+                }
+                assert_eq!(bits[0] >> n, 0, "{n} columns: bits past the row");
+                assert_eq!(row[n], 42.0, "{n} columns: past the row");
+            }
+        }
     }
 
     #[test]
