@@ -730,18 +730,8 @@ fn losses() {
 
 fn config(kind: ModelKind, dropout: f32) -> ModelConfig {
     ModelConfig {
-        kind,
-        in_dim: 5,
-        hidden: 4,
-        out_dim: 3,
-        layers: 2,
         heads: 2,
-        dropout,
-        gat_concat: true,
-        residual: false,
-        norm: NormKind::None,
-        input_proj: false,
-        linear_output: false,
+        ..ModelConfig::plain(kind, 5, 4, 3, 2, dropout)
     }
 }
 

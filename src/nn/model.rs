@@ -97,6 +97,32 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
+    /// `layers` layers of `kind` without residuals, norms, input projection or linear output;
+    /// one head (GAT's hidden heads concatenated).
+    pub fn plain(
+        kind: ModelKind,
+        in_dim: usize,
+        hidden: usize,
+        out_dim: usize,
+        layers: usize,
+        dropout: f32,
+    ) -> ModelConfig {
+        ModelConfig {
+            kind,
+            in_dim,
+            hidden,
+            out_dim,
+            layers,
+            heads: 1,
+            dropout,
+            gat_concat: true,
+            residual: false,
+            norm: NormKind::None,
+            input_proj: false,
+            linear_output: false,
+        }
+    }
+
     /// Check the shape; errors name the offending field.
     pub fn validate(&self) -> Result<()> {
         ensure!(self.layers >= 1, "model: layers must be at least 1 (got 0)");
@@ -400,30 +426,6 @@ mod tests {
         mix64(salt ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
     }
 
-    /// A model without residuals, norms or projections, 3 classes, one head.
-    fn plain_config(
-        kind: ModelKind,
-        in_dim: usize,
-        hidden: usize,
-        layers: usize,
-        dropout: f32,
-    ) -> ModelConfig {
-        ModelConfig {
-            kind,
-            in_dim,
-            hidden,
-            out_dim: 3,
-            layers,
-            heads: 1,
-            dropout,
-            gat_concat: true,
-            residual: false,
-            norm: NormKind::None,
-            input_proj: false,
-            linear_output: false,
-        }
-    }
-
     /// A training step's dropout context on stream `stream`, ids as given.
     fn training(stream: u64) -> DropoutCtx<'static> {
         DropoutCtx {
@@ -465,7 +467,7 @@ mod tests {
             ModelKind::Gat,
             ModelKind::Mlp,
         ] {
-            let cfg = plain_config(kind, 12, 64, 3, 0.4);
+            let cfg = ModelConfig::plain(kind, 12, 64, 3, 3, 0.4);
             let ctx = training(8);
             let x = Array2::from_shape_fn((90, 12), |(i, j)| {
                 (hash(3, i * 12 + j) >> 40) as f32 / (1u64 << 24) as f32 - 0.5
@@ -542,7 +544,7 @@ mod tests {
                 b1 = b1.with_self_loops();
             }
             let blocks = [&b0, &b1];
-            let cfg = plain_config(kind, 80, 16, 2, 0.3);
+            let cfg = ModelConfig::plain(kind, 80, 16, 3, 2, 0.3);
             let ctx = training(5);
             let labels: Vec<i64> = (0..6).map(|i| i % 3).collect();
             let mut sparse = Model::new(cfg, 9).unwrap();
