@@ -9,6 +9,7 @@
 
 use super::rng::{below, HashKey};
 use crate::graph::{Dataset, NodeId};
+use crate::util::prefetch::prefetch;
 use rayon::prelude::*;
 
 /// A rank's view of the adjacency of the vertices it owns (ARCHITECTURE invariant 2).
@@ -292,37 +293,15 @@ const PREFETCH_AHEAD: usize = 8;
 /// How many vertices after its draw a vertex's chosen neighbours are copied out.
 const DRAW_AHEAD: usize = 4;
 
-/// Ask the CPU to start loading the cache line of `x`.
-#[inline(always)]
-fn prefetch<T>(x: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: prefetching is a hint that never faults.
-    unsafe {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        _mm_prefetch((x as *const T).cast(), _MM_HINT_T0);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = x;
-}
-
 /// Ask the CPU to start loading a neighbour list that will be read soon. Frontier vertices
 /// are scattered over the graph, so without this nearly every list read is a cache miss that
 /// the loop waits for; with it several misses are in flight at once.
 #[inline(always)]
 fn prefetch_list(list: &[NodeId]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        if let (Some(first), Some(last)) = (list.first(), list.last()) {
-            // SAFETY: prefetching is a hint that never faults; both pointers are in bounds.
-            unsafe {
-                _mm_prefetch((first as *const NodeId).cast(), _MM_HINT_T0);
-                _mm_prefetch((last as *const NodeId).cast(), _MM_HINT_T0);
-            }
-        }
+    if let (Some(first), Some(last)) = (list.first(), list.last()) {
+        prefetch(first);
+        prefetch(last);
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = list;
 }
 
 /// Per-task buffers reused across vertices, so drawing allocates nothing per vertex. The one

@@ -294,18 +294,9 @@ const PREFETCH_EDGES: usize = 4;
 /// Hint the CPU to load `len` floats of `xs` from `start` (every 64-byte line).
 #[inline(always)]
 fn prefetch_row(xs: &[f32], start: usize, len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        if start + len <= xs.len() {
-            for off in (0..len).step_by(16) {
-                // SAFETY: prefetching never faults, and the address is inside `xs`.
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(xs.as_ptr().add(start + off).cast()) };
-            }
-        }
+    if start + len <= xs.len() {
+        crate::util::prefetch::prefetch_span(xs[start..].as_ptr(), len);
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (xs, start, len);
 }
 
 /// The source rows of a forward aggregation in standard layout (checked to be one per

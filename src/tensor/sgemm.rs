@@ -21,6 +21,8 @@
 
 use std::arch::x86_64::*;
 
+use crate::util::prefetch::prefetch_span;
+
 /// Rows of the micro-kernel's tile.
 pub const MR: usize = 12;
 /// Columns of the micro-kernel's tile (two zmm registers).
@@ -410,12 +412,7 @@ unsafe fn pack_a(a: MatRef, buf: &mut [f32]) {
         for p in 0..kc {
             let src = a.ptr.offset(p as isize * a.cs);
             if p + 8 < kc {
-                let ahead = a.ptr.offset((p + 8) as isize * a.cs) as *const i8;
-                for line in (0..mc * 4).step_by(64) {
-                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                        ahead.add(line),
-                    );
-                }
+                prefetch_span(a.ptr.offset((p + 8) as isize * a.cs), mc);
             }
             for panel in 0..full {
                 // A fixed length: inlined vector moves, not a memcpy call per step.
