@@ -123,15 +123,29 @@ unsafe fn pack_positive_avx512(y: &[f32], bits: &mut [u64]) {
     }
 }
 
-/// A dropout row: `dst[c] ← keep(c) ? src[c]·scale : 0` with
-/// `keep(c) ⇔ keep_all ∨ fmix32(seed + c·φ) < keep_below`, recording `keep(c)` in `bits`.
-/// [`super::dropout`] defines the hash; this computes it 16 columns at a time.
-#[allow(clippy::too_many_arguments)]
+/// What decides and scales the kept elements of one dropout row: column `c` is kept when
+/// `keep_all ∨ element_hash(seed, c) < keep_below`, and kept values are scaled by `scale`.
+#[derive(Clone, Copy, Debug)]
+pub struct RowHash {
+    pub seed: u32,
+    pub keep_below: u32,
+    pub keep_all: bool,
+    pub scale: f32,
+}
+
+impl RowHash {
+    /// Whether column `col` is kept.
+    #[inline(always)]
+    pub fn keep(&self, col: usize) -> bool {
+        self.keep_all || element_hash(self.seed, col as u32) < self.keep_below
+    }
+}
+
+/// A dropout row: `dst[c] ← keep(c) ? src[c]·scale : 0` ([`RowHash::keep`]), recording
+/// `keep(c)` in `bits`. [`super::dropout`] defines the hash; this computes it 16 columns at a
+/// time.
 pub fn dropout_row(
-    seed: u32,
-    keep_below: u32,
-    keep_all: bool,
-    scale: f32,
+    hash: RowHash,
     src: &[f32],
     dst: &mut [MaybeUninit<f32>],
     bits: &mut [u64],
@@ -140,59 +154,37 @@ pub fn dropout_row(
         src.len() == dst.len() && bits.len() * 64 >= src.len(),
         "dropout row: lengths"
     );
-    #[cfg(target_arch = "x86_64")]
-    if avx512() {
-        // SAFETY: AVX-512F is present (just checked) and the lengths agree.
-        unsafe {
-            let hash = RowHash {
-                seed,
-                keep_below,
-                keep_all,
-                scale,
-            };
-            dropout_row_avx512(hash, src.as_ptr(), dst.as_mut_ptr().cast(), src.len(), bits)
-        };
-        return true;
-    }
-    false
+    // SAFETY: the lengths agree.
+    unsafe { dropout_row_raw(hash, src.as_ptr(), dst.as_mut_ptr().cast(), src.len(), bits) }
 }
 
 /// [`dropout_row`] in place.
-pub fn dropout_row_in_place(
-    seed: u32,
-    keep_below: u32,
-    keep_all: bool,
-    scale: f32,
-    row: &mut [f32],
-    bits: &mut [u64],
-) -> bool {
+pub fn dropout_row_in_place(hash: RowHash, row: &mut [f32], bits: &mut [u64]) -> bool {
     assert!(bits.len() * 64 >= row.len(), "dropout row: lengths");
-    #[cfg(target_arch = "x86_64")]
-    if avx512() {
-        // SAFETY: AVX-512F is present (just checked); each step reads its 16 floats before
-        // writing them, so reading and writing one row is fine.
-        unsafe {
-            let hash = RowHash {
-                seed,
-                keep_below,
-                keep_all,
-                scale,
-            };
-            dropout_row_avx512(hash, row.as_ptr(), row.as_mut_ptr(), row.len(), bits)
-        };
-        return true;
-    }
-    false
+    // SAFETY: each step reads its 16 floats before writing them, so reading and writing one
+    // row is fine.
+    unsafe { dropout_row_raw(hash, row.as_ptr(), row.as_mut_ptr(), row.len(), bits) }
 }
 
-/// What decides and scales the kept elements of one dropout row.
-#[cfg(target_arch = "x86_64")]
-#[derive(Clone, Copy)]
-struct RowHash {
-    seed: u32,
-    keep_below: u32,
-    keep_all: bool,
-    scale: f32,
+/// [`dropout_row_avx512`] when the CPU has AVX-512 (false, touching nothing, otherwise).
+///
+/// # Safety
+/// `src` readable and `dst` writable for `n` floats (they may be the same row); `bits` covers
+/// `n` bits.
+unsafe fn dropout_row_raw(
+    hash: RowHash,
+    src: *const f32,
+    dst: *mut f32,
+    n: usize,
+    bits: &mut [u64],
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if avx512() {
+        dropout_row_avx512(hash, src, dst, n, bits);
+        return true;
+    }
+    let _ = (hash, src, dst, n, bits);
+    false
 }
 
 /// The per-element hash of [`dropout_row`] (murmur3's 32-bit finaliser).
@@ -216,13 +208,19 @@ const PHI32: u32 = 0x9e37_79b9;
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub unsafe fn element_hash16(seed: u32, c0: u32) -> __m512i {
+    finalise16(hash_input16(seed, c0))
+}
+
+/// `seed + c·φ` for columns `c0..c0 + 16`: the input of [`element_hash`]'s finaliser.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn hash_input16(seed: u32, c0: u32) -> __m512i {
     let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     let cols = _mm512_add_epi32(_mm512_set1_epi32(c0 as i32), lanes);
-    let x = _mm512_add_epi32(
+    _mm512_add_epi32(
         _mm512_set1_epi32(seed as i32),
         _mm512_mullo_epi32(cols, _mm512_set1_epi32(PHI32 as i32)),
-    );
-    finalise16(x)
+    )
 }
 
 /// murmur3's 32-bit finaliser on 16 lanes.
@@ -255,13 +253,8 @@ unsafe fn dropout_row_avx512(
         scale,
     } = hash;
     bits[..n.div_ceil(64)].fill(0);
-    let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    let phi = _mm512_set1_epi32(PHI32 as i32);
     // seed + c·φ for the 16 columns of the current step, advanced by 16·φ per step.
-    let mut x = _mm512_add_epi32(
-        _mm512_set1_epi32(seed as i32),
-        _mm512_mullo_epi32(lanes, phi),
-    );
+    let mut x = hash_input16(seed, 0);
     let step = _mm512_set1_epi32(PHI32.wrapping_mul(16) as i32);
     let below = _mm512_set1_epi32(keep_below as i32);
     let s = _mm512_set1_ps(scale);
@@ -318,7 +311,13 @@ mod tests {
             let mut row = g.clone();
             row.push(42.0);
             let mut bits = vec![u64::MAX; 1];
-            if dropout_row_in_place(5, 0x9000_0000, false, 3.0, &mut row[..n], &mut bits) {
+            let hash = RowHash {
+                seed: 5,
+                keep_below: 0x9000_0000,
+                keep_all: false,
+                scale: 3.0,
+            };
+            if dropout_row_in_place(hash, &mut row[..n], &mut bits) {
                 for c in 0..n {
                     let keep = element_hash(5, c as u32) < 0x9000_0000;
                     let e = if keep { g[c] * 3.0 } else { 0.0 };
@@ -363,7 +362,13 @@ mod tests {
             let mut rec = vec![u64::MAX; 2];
             let mut in_place = g.clone();
             let mut rec2 = vec![0u64; 2];
-            if dropout_row_in_place(77, keep_below, keep_all, 2.0, &mut in_place, &mut rec2) {
+            let hash = RowHash {
+                seed: 77,
+                keep_below,
+                keep_all,
+                scale: 2.0,
+            };
+            if dropout_row_in_place(hash, &mut in_place, &mut rec2) {
                 let e: Vec<u32> = (0..n)
                     .map(|c| {
                         let keep = keep_all || element_hash(77, c as u32) < keep_below;
@@ -373,7 +378,7 @@ mod tests {
                 let got: Vec<u32> = in_place.iter().map(|v| v.to_bits()).collect();
                 assert_eq!(got, e, "dropout in place");
             }
-            if dropout_row(77, keep_below, keep_all, 2.0, &g, &mut dst, &mut rec) {
+            if dropout_row(hash, &g, &mut dst, &mut rec) {
                 for c in 0..128 {
                     let keep = c < n && (keep_all || element_hash(77, c as u32) < keep_below);
                     assert_eq!(bit(&rec, c), keep, "dropout bit {c}");

@@ -15,7 +15,7 @@ use rayon::prelude::*;
 
 use std::mem::MaybeUninit;
 
-use super::bitmask::{self, element_hash};
+use super::bitmask::{self, element_hash, RowHash};
 use super::simd::simd_kernel;
 
 /// The murmur3 / SplitMix64 64-bit finaliser: a bijective mixer with full avalanche.
@@ -57,8 +57,7 @@ simd_kernel! {
     /// [`mask_row_copy`] into uninitialised memory that also records the kept elements, bit
     /// `c % 64` of `bits[c / 64]` (the portable form of [`bitmask::dropout_row`]).
     fn mask_row_copy_bits(
-        mask: &DropoutMask,
-        seed: u64,
+        hash: RowHash,
         src: &[f32],
         dst: &mut [MaybeUninit<f32>],
         bits: &mut [u64],
@@ -70,9 +69,9 @@ simd_kernel! {
         {
             let mut kept = 0u64;
             for (i, (d, &v)) in ds.iter_mut().zip(ss).enumerate() {
-                let keep = mask.keep_row(seed, w * 64 + i);
+                let keep = hash.keep(w * 64 + i);
                 kept |= (keep as u64) << i;
-                d.write(if keep { v * mask.scale } else { 0.0 });
+                d.write(if keep { v * hash.scale } else { 0.0 });
             }
             *word = kept;
         }
@@ -82,16 +81,26 @@ simd_kernel! {
 simd_kernel! {
     /// [`mask_row`] that also records the kept elements (the portable form of
     /// [`bitmask::dropout_row_in_place`]).
-    fn mask_row_bits(mask: &DropoutMask, seed: u64, row: &mut [f32], bits: &mut [u64]) {
+    fn mask_row_bits(hash: RowHash, row: &mut [f32], bits: &mut [u64]) {
         for (w, (word, vs)) in bits.iter_mut().zip(row.chunks_mut(64)).enumerate() {
             let mut kept = 0u64;
             for (i, v) in vs.iter_mut().enumerate() {
-                let keep = mask.keep_row(seed, w * 64 + i);
+                let keep = hash.keep(w * 64 + i);
                 kept |= (keep as u64) << i;
-                *v = if keep { *v * mask.scale } else { 0.0 };
+                *v = if keep { *v * hash.scale } else { 0.0 };
             }
             *word = kept;
         }
+    }
+}
+
+/// One dropout row in place, recording the kept elements (bit `c % 64` of `bits[c / 64]`):
+/// the AVX-512 kernel where the CPU has it, the portable loop (bitwise the same) elsewhere.
+/// Every masking of recorded rows goes through here: a layer's input dropout, and the one a
+/// product applies to its output ([`super::gemm::matmul_bias_relu_dropout`]).
+pub fn mask_row_recorded(hash: RowHash, row: &mut [f32], bits: &mut [u64]) {
+    if !bitmask::dropout_row_in_place(hash, row, bits) {
+        mask_row_bits(hash, row, bits)
     }
 }
 
@@ -236,6 +245,17 @@ impl DropoutMask {
         mix64(self.stream ^ mix64(row_key ^ 0x5851_f42d_4c95_7f2d))
     }
 
+    /// The row keyed by `row_key` in the form the row kernels take.
+    #[inline]
+    fn row_hash(&self, row_key: u64) -> RowHash {
+        RowHash {
+            seed: self.row_seed(row_key) as u32,
+            keep_below: self.keep_below,
+            keep_all: self.keep_all,
+            scale: self.scale,
+        }
+    }
+
     /// True when element `(row_key, col)` is kept.
     #[inline]
     pub fn keep(&self, row_key: u64, col: usize) -> bool {
@@ -327,13 +347,7 @@ impl DropoutMask {
             .zip(kept.bits.par_chunks_mut(words))
             .zip(row_keys.par_iter())
             .with_min_len(super::rows_per_task(cols * 4))
-            .for_each(|((row, bits), &key)| {
-                let seed = self.row_seed(key);
-                let (below, all) = (self.keep_below, self.keep_all);
-                if !bitmask::dropout_row_in_place(seed as u32, below, all, self.scale, row, bits) {
-                    mask_row_bits(self, seed, row, bits)
-                }
-            });
+            .for_each(|((row, bits), &key)| mask_row_recorded(self.row_hash(key), row, bits));
         kept
     }
 
@@ -358,10 +372,9 @@ impl DropoutMask {
             .zip(row_keys.par_iter())
             .with_min_len(super::rows_per_task(cols * 4))
             .for_each(|(((dst, src), bits), &key)| {
-                let seed = self.row_seed(key);
-                let (below, all) = (self.keep_below, self.keep_all);
-                if !bitmask::dropout_row(seed as u32, below, all, self.scale, src, dst, bits) {
-                    mask_row_copy_bits(self, seed, src, dst, bits)
+                let hash = self.row_hash(key);
+                if !bitmask::dropout_row(hash, src, dst, bits) {
+                    mask_row_copy_bits(hash, src, dst, bits)
                 }
             });
         // SAFETY: every row was initialised above.
@@ -456,19 +469,11 @@ mod tests {
         let n = 83;
         let src: Vec<f32> = (0..n).map(|i| (i as f32 * 0.3).cos()).collect();
         for key in [3u64, 99, 12345] {
-            let seed = mask.row_seed(key);
+            let hash = mask.row_hash(key);
             let (mut dst_v, mut bits_v) = (vec![MaybeUninit::new(0f32); n], vec![0u64; 2]);
             let (mut dst_p, mut bits_p) = (vec![MaybeUninit::new(0f32); n], vec![0u64; 2]);
-            let vector = bitmask::dropout_row(
-                seed as u32,
-                mask.keep_below,
-                mask.keep_all,
-                mask.scale,
-                &src,
-                &mut dst_v,
-                &mut bits_v,
-            );
-            mask_row_copy_bits(&mask, seed, &src, &mut dst_p, &mut bits_p);
+            let vector = bitmask::dropout_row(hash, &src, &mut dst_v, &mut bits_v);
+            mask_row_copy_bits(hash, &src, &mut dst_p, &mut bits_p);
             // SAFETY: both rows were fully written.
             let (v, p): (Vec<f32>, Vec<f32>) = unsafe {
                 (
@@ -478,7 +483,7 @@ mod tests {
             };
             let mut in_place = src.clone();
             let mut bits_i = vec![0u64; 2];
-            mask_row_bits(&mask, seed, &mut in_place, &mut bits_i);
+            mask_row_bits(hash, &mut in_place, &mut bits_i);
             assert_eq!(in_place, p, "portable in place vs copy");
             assert_eq!(bits_i, bits_p);
             let mut from_bits = src.clone();

@@ -444,17 +444,18 @@ unsafe fn apply_epilogue(epi: super::sgemm::Epilogue, i: usize, row: &mut [f32])
         }
     }
     if !epi.drop_seeds.is_null() {
-        let seed = *epi.drop_seeds.add(i);
-        for (w, vs) in row.chunks_mut(32).enumerate() {
-            let mut kept = 0u32;
-            for (b, v) in vs.iter_mut().enumerate() {
-                let col = (w * 32 + b) as u32;
-                let keep = super::bitmask::element_hash(seed, col) < epi.keep_below;
-                kept |= (keep as u32) << b;
-                *v = if keep { *v * epi.drop_scale } else { 0.0 };
-            }
-            *epi.drop_bits.add((i * epi.ld) / 32 + w) = kept;
-        }
+        let hash = super::bitmask::RowHash {
+            seed: *epi.drop_seeds.add(i),
+            keep_below: epi.keep_below,
+            keep_all: false,
+            scale: epi.drop_scale,
+        };
+        // A fused dropout's rows are whole 64-bit words (`ld` a multiple of 64).
+        let words = std::slice::from_raw_parts_mut(
+            epi.drop_bits.add(i * epi.ld / 32).cast::<u64>(),
+            epi.ld / 64,
+        );
+        super::dropout::mask_row_recorded(hash, row, words);
     }
 }
 
@@ -466,6 +467,18 @@ pub struct RowDropout {
     pub seeds: Vec<u32>,
     pub keep_below: u32,
     pub scale: f32,
+}
+
+impl RowDropout {
+    /// Row `i` in the form the row kernels take.
+    fn row_hash(&self, i: usize) -> super::bitmask::RowHash {
+        super::bitmask::RowHash {
+            seed: self.seeds[i],
+            keep_below: self.keep_below,
+            keep_all: false,
+            scale: self.scale,
+        }
+    }
 }
 
 /// [`matmul_bias_relu`], then `dropout` on the result: the third value holds which outputs
@@ -579,19 +592,8 @@ fn drop_rows(mut c: ArrayViewMut2<f32>, d: &RowDropout, kept: &mut [u64]) {
     let cs = c.as_slice_mut().expect("fresh product");
     cs.par_chunks_mut(n.max(1))
         .zip(kept.par_chunks_mut(words.max(1)))
-        .zip(d.seeds.par_iter())
-        .for_each(|((row, bits), &seed)| {
-            for (w, (vs, word)) in row.chunks_mut(64).zip(bits.iter_mut()).enumerate() {
-                let mut k = 0u64;
-                for (b, v) in vs.iter_mut().enumerate() {
-                    let col = (w * 64 + b) as u32;
-                    let keep = super::bitmask::element_hash(seed, col) < d.keep_below;
-                    k |= (keep as u64) << b;
-                    *v = if keep { *v * d.scale } else { 0.0 };
-                }
-                *word = k;
-            }
-        });
+        .enumerate()
+        .for_each(|(i, (row, bits))| super::dropout::mask_row_recorded(d.row_hash(i), row, bits));
 }
 
 /// `a · b`.

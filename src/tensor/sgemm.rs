@@ -551,6 +551,11 @@ unsafe fn kernel<const DIRECT: bool>(
         let out = tile.ptr.offset(r as isize * tile.rs);
         let mut positive = 0u32;
         let mut kept = 0u32;
+        let drop_seed = if epi.drop_seeds.is_null() {
+            0
+        } else {
+            *epi.drop_seeds.add(i0 + r)
+        };
         for (h, &mask) in masks.iter().enumerate() {
             if mask == 0 {
                 continue;
@@ -569,8 +574,7 @@ unsafe fn kernel<const DIRECT: bool>(
                 v = _mm512_max_ps(v, zero);
             }
             if !epi.drop_seeds.is_null() {
-                let seed = *epi.drop_seeds.add(i0 + r);
-                let hash = super::bitmask::element_hash16(seed, (j0 + 16 * h) as u32);
+                let hash = super::bitmask::element_hash16(drop_seed, (j0 + 16 * h) as u32);
                 let k = _mm512_mask_cmplt_epu32_mask(mask, hash, below);
                 kept |= (k as u32) << (16 * h);
                 v = _mm512_maskz_mul_ps(k, v, drop_scale);
