@@ -322,6 +322,18 @@ impl Layer {
         }
     }
 
+    /// No input projection, norm or residual: nothing but the convolution reads the input
+    /// rows, and nothing is added to the output after the activation.
+    fn is_plain(&self) -> bool {
+        self.input.is_none() && self.norm.is_none() && !self.residual
+    }
+
+    /// This layer's input dropout in training step `ctx` (its stream mixes in the layer's
+    /// index).
+    pub fn input_dropout(&self, ctx: &DropoutCtx) -> DropoutMask {
+        DropoutMask::new(derive_stream(ctx.stream, self.index as u64), self.dropout)
+    }
+
     /// Input columns: the projection's when there is one, else the convolution's.
     pub fn in_dim(&self) -> usize {
         self.input.as_ref().map_or(self.conv.in_dim(), |p| p.in_dim)
@@ -400,7 +412,7 @@ impl Layer {
             None => (standard(h), None),
         };
         let (h_in, dropout) = if ctx.training && self.dropout > 0.0 {
-            let mask = DropoutMask::new(derive_stream(ctx.stream, self.index as u64), self.dropout);
+            let mask = self.input_dropout(ctx);
             let keys = row_keys(block, rows, ctx.orig_ids);
             let (h, kept) = mask.apply_recorded(h.view(), &keys);
             (CowArray::from(h), Some(DropoutSaved::Bits(kept)))
@@ -437,13 +449,13 @@ impl Layer {
     /// ([`Layer::forward_then`]): a plain layer (nothing else reads the unmasked rows) whose
     /// input rows are the block's sources in whole 64-bit words of bits.
     pub fn dropout_for_below(&self, block: &Block, ctx: &DropoutCtx) -> Option<NextDropout> {
-        let plain = self.input.is_none() && self.norm.is_none() && !self.residual;
+        let plain = self.is_plain();
         let rows = self.conv.input_rows(block);
         let fits = rows == block.num_src() && self.in_dim().is_multiple_of(64);
         if !(plain && fits && ctx.training && self.dropout > 0.0) {
             return None;
         }
-        let mask = DropoutMask::new(derive_stream(ctx.stream, self.index as u64), self.dropout);
+        let mask = self.input_dropout(ctx);
         let rows = mask.fused(&row_keys(block, rows, ctx.orig_ids))?;
         Some(NextDropout { mask, rows })
     }
@@ -460,7 +472,7 @@ impl Layer {
         ctx: &DropoutCtx,
         then: Option<&NextDropout>,
     ) -> (Array2<f32>, LayerCache, Option<KeptBits>) {
-        let plain = self.input.is_none() && self.norm.is_none() && !self.residual;
+        let plain = self.is_plain();
         let whole = h_src.nrows() == self.conv.input_rows(block)
             && h_src.nrows() == block.num_src()
             && h_src.ncols() == self.in_dim()
@@ -471,8 +483,7 @@ impl Layer {
                 kept
             }
             None if plain && whole && ctx.training && self.dropout > 0.0 => {
-                let mask =
-                    DropoutMask::new(derive_stream(ctx.stream, self.index as u64), self.dropout);
+                let mask = self.input_dropout(ctx);
                 let keys = row_keys(block, h_src.nrows(), ctx.orig_ids);
                 mask.apply_recorded_in_place(h_src.view_mut(), &keys)
             }
@@ -584,7 +595,7 @@ impl Layer {
             x.first_rows(rows)
         };
         let dropout = (ctx.training && self.dropout > 0.0).then(|| {
-            let mask = DropoutMask::new(derive_stream(ctx.stream, self.index as u64), self.dropout);
+            let mask = self.input_dropout(ctx);
             let keys = row_keys(block, rows, ctx.orig_ids);
             mask.apply_sparse_in_place(&mut h, &keys);
             DropoutSaved::Keys(mask, keys)
@@ -661,7 +672,7 @@ impl Layer {
     /// residual or input projection after it in the backward), with recorded bits whose rows
     /// are whole words.
     pub fn fuses_relu_below(&self, cache: &LayerCache) -> bool {
-        let plain = self.input.is_none() && self.norm.is_none() && !self.residual;
+        let plain = self.is_plain();
         let bits = matches!(cache.dropout, Some(DropoutSaved::Bits(_)));
         plain && bits && self.conv.in_dim().is_multiple_of(64)
     }

@@ -207,6 +207,23 @@ impl SageConv {
         accumulate_bias_grad(params, self.bias, dz);
     }
 
+    /// The input gradient of the project-first orders: `d_proj·W_neighᵀ` for every source,
+    /// plus `dz·W_selfᵀ` on the destinations' rows, masked by `kept` when given.
+    fn input_grad(
+        &self,
+        params: &ParamStore,
+        d_proj: ArrayView2<f32>,
+        dz: ArrayView2<f32>,
+        kept: Option<&KeptBits>,
+    ) -> Array2<f32> {
+        let mut d_in = matmul_nt(d_proj, params.view(self.w_neigh));
+        add_matmul_nt_rows(dz, params.view(self.w_self), d_in.view_mut());
+        if let Some(kept) = kept {
+            kept.apply_in_place(d_in.view_mut());
+        }
+        d_in
+    }
+
     /// Accumulate gradients; return d `h_in` (`num_src` rows) when asked, masked by the input
     /// dropout's `kept` bits when given.
     #[allow(clippy::too_many_arguments)]
@@ -254,12 +271,7 @@ impl SageConv {
                 if !need_d_in {
                     return None;
                 }
-                let mut d_in = matmul_nt(d_proj.view(), params.view(self.w_neigh));
-                add_matmul_nt_rows(dz, params.view(self.w_self), d_in.view_mut());
-                if let Some(kept) = kept {
-                    kept.apply_in_place(d_in.view_mut());
-                }
-                Some(d_in)
+                Some(self.input_grad(params, d_proj.view(), dz, kept))
             }
             SageCache::ProjectFirst { h_in } => {
                 let d_proj = aggregate_transpose_lazy(block, transpose, dz, EdgeWeights::Mean);
@@ -268,12 +280,7 @@ impl SageConv {
                 if !need_d_in {
                     return None;
                 }
-                let mut d_in = matmul_nt(d_proj.view(), params.view(self.w_neigh));
-                add_matmul_nt_rows(dz, params.view(self.w_self), d_in.view_mut());
-                if let Some(kept) = kept {
-                    kept.apply_in_place(d_in.view_mut());
-                }
-                Some(d_in)
+                Some(self.input_grad(params, d_proj.view(), dz, kept))
             }
         }
     }

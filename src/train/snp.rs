@@ -35,7 +35,6 @@ use crate::nn::layer::Conv;
 use crate::nn::sage::SageConv;
 use crate::nn::{DropoutCtx, Layer, Model};
 use crate::tensor::aggregate::GcnNorm;
-use crate::tensor::dropout::{derive_stream, DropoutMask};
 use crate::tensor::rows::InputRows;
 use anyhow::{bail, Result};
 use ndarray::Array2;
@@ -200,8 +199,7 @@ pub fn snp_step(
 /// `Layer::forward` draws (the layer's stream, rows keyed by original id) — GDP's mask for
 /// every vertex, whichever rank applies it.
 fn input_rows(layer: &Layer, ctx: &DropoutCtx, x: Array2<f32>, ids: &[NodeId]) -> InputRows {
-    let mask = (ctx.training && layer.dropout > 0.0)
-        .then(|| DropoutMask::new(derive_stream(ctx.stream, layer.index as u64), layer.dropout));
+    let mask = (ctx.training && layer.dropout > 0.0).then(|| layer.input_dropout(ctx));
     let keys: Vec<u64> = match (&mask, ctx.orig_ids) {
         (None, _) => Vec::new(),
         (Some(_), Some(orig)) => ids.iter().map(|&v| orig[v as usize]).collect(),
