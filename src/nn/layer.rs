@@ -180,6 +180,12 @@ impl Conv {
         }
     }
 
+    /// Whether [`Conv::forward_activated`] can apply a following dropout in its product (SAGE
+    /// with a fused ReLU; on a project-first block it still declines).
+    fn may_apply_dropout(&self, activation: Option<Activation>) -> bool {
+        matches!(self, Conv::Sage(_)) && activation == Some(Activation::Relu)
+    }
+
     /// [`Conv::forward`] followed by `activation`, fused into the convolution's product where
     /// it can be (SAGE with ReLU); returns the activation's saved state when it was applied.
     ///
@@ -334,6 +340,12 @@ impl Layer {
         DropoutMask::new(derive_stream(ctx.stream, self.index as u64), self.dropout)
     }
 
+    /// Whether this layer's product may apply the input dropout of the layer above
+    /// ([`Layer::forward_then`]): not when a residual is added after the activation.
+    pub fn may_apply_dropout_above(&self) -> bool {
+        !self.residual && self.conv.may_apply_dropout(self.activation)
+    }
+
     /// Input columns: the projection's when there is one, else the convolution's.
     pub fn in_dim(&self) -> usize {
         self.input.as_ref().map_or(self.conv.in_dim(), |p| p.in_dim)
@@ -419,7 +431,7 @@ impl Layer {
         } else {
             (h, None)
         };
-        let then = then.filter(|_| !self.residual);
+        let then = then.filter(|_| self.may_apply_dropout_above());
         let (z, conv, activated, kept) = self.convolve(params, block, h_in, ctx, then);
         let (mut out, mut cache) = self.finish_forward(z, conv, dropout, activated);
         cache.norm = norm;

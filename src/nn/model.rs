@@ -333,7 +333,11 @@ impl Model {
 
     /// The input dropout of layer `l + 1`, offered to layer `l`'s product so that the output
     /// is masked as it is stored instead of in another pass.
+    /// (Not built for a layer whose product cannot take it: the seeds would go unused.)
     fn dropout_above(&self, l: usize, blocks: &[&Block], ctx: &DropoutCtx) -> Option<NextDropout> {
+        if !self.layers[l].may_apply_dropout_above() {
+            return None;
+        }
         let (above, block) = (self.layers.get(l + 1)?, blocks.get(l + 1)?);
         above.dropout_for_below(block, ctx)
     }
