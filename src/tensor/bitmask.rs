@@ -211,6 +211,27 @@ pub unsafe fn element_hash16(seed: u32, c0: u32) -> __m512i {
     finalise16(hash_input16(seed, c0))
 }
 
+/// [`element_hash`] of columns `c0..c0 + 8`, one per lane (the AVX2 form of
+/// [`element_hash16`]).
+///
+/// # Safety
+/// AVX2.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub unsafe fn element_hash8(seed: u32, c0: u32) -> __m256i {
+    let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let cols = _mm256_add_epi32(_mm256_set1_epi32(c0 as i32), lanes);
+    let x = _mm256_add_epi32(
+        _mm256_set1_epi32(seed as i32),
+        _mm256_mullo_epi32(cols, _mm256_set1_epi32(PHI32 as i32)),
+    );
+    let mut h = _mm256_xor_si256(x, _mm256_srli_epi32::<16>(x));
+    h = _mm256_mullo_epi32(h, _mm256_set1_epi32(0x85eb_ca6bu32 as i32));
+    h = _mm256_xor_si256(h, _mm256_srli_epi32::<13>(h));
+    h = _mm256_mullo_epi32(h, _mm256_set1_epi32(0xc2b2_ae35u32 as i32));
+    _mm256_xor_si256(h, _mm256_srli_epi32::<16>(h))
+}
+
 /// `seed + c·φ` for columns `c0..c0 + 16`: the input of [`element_hash`]'s finaliser.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]

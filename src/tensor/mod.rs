@@ -5,7 +5,7 @@
 //! combines its partial results in a fixed order.
 //!
 //! * [`gemm`]: matrix products (`A·B`, `Aᵀ·B`, `A·Bᵀ`) split over tiles of the output;
-//! * [`sgemm`]: the packed AVX-512 kernel those tiles run;
+//! * [`sgemm`]: the packed AVX-512 and AVX2 kernels those tiles run;
 //! * [`skinny`]: products with a very thin side (few output columns, few inner steps, small
 //!   weight gradients over many rows), streamed instead of packed;
 //! * [`simd`]: runs element-wise loops compiled for AVX2 / AVX-512 when the CPU has them;

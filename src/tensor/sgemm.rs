@@ -1,27 +1,31 @@
-//! A packed, cache-blocked `f32` matrix product with an AVX-512 micro-kernel, run on one
-//! thread over one tile of the output ([`super::gemm`] splits products into such tiles).
+//! A packed, cache-blocked `f32` matrix product with AVX-512 and AVX2 micro-kernels, run on
+//! one thread over one tile of the output ([`super::gemm`] splits products into such tiles).
 //!
-//! `matrixmultiply` (what `ndarray` uses) has AVX2 kernels only and reaches about a fifth of
-//! this machine's AVX-512 peak on GNN shapes. This is the classic BLIS loop nest:
+//! `matrixmultiply` (what `ndarray` uses) reaches about a fifth of an AVX-512 machine's peak
+//! on GNN shapes, and about 70% of an AVX2 machine's; it also cannot apply a bias, ReLU or
+//! dropout as it stores. This is the classic BLIS loop nest:
 //!
 //! * `B` is packed once per product ([`PackedB`]) into `NR`-column panels of `KC` rows (row
 //!   `p` of a panel is `NR` contiguous floats), so the micro-kernel streams it from L1;
 //! * a row-major `A` is read in place, `MC × KC` blocks at a time (the kernel broadcasts from
 //!   its `MR` rows); other layouts are packed into `MR`-row panels;
 //! * the micro-kernel keeps an `MR × NR` = 12 × 32 tile of `C` in 24 zmm registers and does
-//!   `kc` rank-1 updates.
+//!   `kc` rank-1 updates ([`avx512`]); without AVX-512 it does the same as four 6 × 16
+//!   sub-tiles of 12 ymm registers ([`avx2`]).
 //!
 //! # Determinism
 //! Every element `C[i, j]` is computed the same way wherever it lies in a tile: one fused
 //! multiply-add chain over `p` per `KC` block, blocks added to `C` in increasing `p`. The
 //! result therefore depends on the shape only, never on how the caller splits rows or columns
-//! among threads.
+//! among threads, nor on which of the two kernels runs.
 
 #![cfg(target_arch = "x86_64")]
 
-use std::arch::x86_64::*;
-
+use crate::tensor::simd::{level, Level};
 use crate::util::prefetch::prefetch_span;
+
+mod avx2;
+mod avx512;
 
 /// Rows of the micro-kernel's tile.
 pub const MR: usize = 12;
@@ -34,9 +38,25 @@ const MC: usize = 12 * MR;
 /// Columns of one packed block of `B` (`KC·NC` floats = 1 MiB, in L2).
 const NC: usize = 32 * NR;
 
-/// True when this CPU can run the kernel (checked once; std caches the answer).
+/// The micro-kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    Avx512,
+    Avx2,
+}
+
+/// The kernel this CPU runs best, if any (from [`level`], detected once).
+pub fn isa() -> Option<Isa> {
+    match level() {
+        Level::Avx512 => Some(Isa::Avx512),
+        Level::Avx2 => Some(Isa::Avx2),
+        Level::Base => None,
+    }
+}
+
+/// True when this CPU can run one of the kernels.
 pub fn available() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
+    isa().is_some()
 }
 
 /// A read-only strided matrix: element `(i, j)` is at `ptr + i·rs + j·cs`.
@@ -191,8 +211,11 @@ fn aligned(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
 
 /// All of `B` (`k × n`) packed once per product and shared by every tile: for each `KC`
 /// block of rows starting at `pc`, `NR`-column panels of `kc` rows each, at offset
-/// `pc·npad + panel·kc·NR` (`npad` = `n` rounded up to `NR`). Packing per product instead of
-/// per tile matters most for a transposed `B` (`Wᵀ`), whose packing is a scalar transpose.
+/// `pc·npad + panel·kc·NR` (`npad` = `n` rounded up to `NR`). A panel holds the kernel's
+/// column slices one after the other ([`Isa::slice_width`] columns, `kc` rows each, a row's
+/// columns contiguous), so that the slice a kernel call reads is one contiguous block that
+/// spreads over every L1 set. Packing per product instead of per tile matters most for a
+/// transposed `B` (`Wᵀ`), whose packing is a scalar transpose.
 #[derive(Default)]
 pub struct PackedB {
     buf: Vec<f32>,
@@ -202,11 +225,12 @@ pub struct PackedB {
 }
 
 impl PackedB {
-    /// Pack `b` into this buffer (reusing its memory), in parallel over panels.
+    /// Pack `b` for `isa`'s kernel into this buffer (reusing its memory), in parallel over
+    /// panels.
     ///
     /// # Safety
     /// `b` must describe valid memory.
-    pub unsafe fn pack(&mut self, b: MatRef) {
+    pub unsafe fn pack(&mut self, b: MatRef, isa: Isa) {
         use rayon::prelude::*;
         let (k, n) = (b.rows, b.cols);
         let npad = n.next_multiple_of(NR);
@@ -234,12 +258,12 @@ impl PackedB {
             .for_each(|(pc, kc, j, panel)| {
                 let j0 = j * NR;
                 // SAFETY: the panel lies inside `b` (caller's contract).
-                unsafe { pack_b_panel(b.sub(pc, j0, kc, NR.min(n - j0)), panel) }
+                unsafe { pack_b_panel(b.sub(pc, j0, kc, NR.min(n - j0)), panel, isa) }
             });
     }
 
-    /// Pack rows `pc..pc + kc` of `b` (serially), as the only `KC` block.
-    unsafe fn pack_block(&mut self, b: MatRef, pc: usize, kc: usize) {
+    /// Pack rows `pc..pc + kc` of `b` (serially) for `isa`, as the only `KC` block.
+    unsafe fn pack_block(&mut self, b: MatRef, pc: usize, kc: usize, isa: Isa) {
         let n = b.cols;
         let npad = n.next_multiple_of(NR);
         self.k = kc;
@@ -254,18 +278,25 @@ impl PackedB {
             // Row by row: each source row is read once, in order, and scattered into the
             // panels (reading a panel at a time would stride through all `kc` rows per panel).
             let out = data.as_mut_ptr();
+            let sw = isa.slice_width();
             for p in 0..kc {
                 let src = b.ptr.offset((pc + p) as isize * b.rs);
                 for j in 0..npad / NR {
-                    *(out.add(j * kc * NR + p * NR) as *mut [f32; NR]) =
-                        *(src.add(j * NR) as *const [f32; NR]);
+                    let panel = out.add(j * kc * NR);
+                    for s in 0..NR / sw {
+                        copy_row(
+                            src.add(j * NR + s * sw),
+                            panel.add(s * kc * sw + p * sw),
+                            sw,
+                        );
+                    }
                 }
             }
             return;
         }
         for (j, panel) in data.chunks_exact_mut(kc * NR).enumerate() {
             let j0 = j * NR;
-            pack_b_panel(b.sub(pc, j0, kc, NR.min(n - j0)), panel);
+            pack_b_panel(b.sub(pc, j0, kc, NR.min(n - j0)), panel, isa);
         }
     }
 
@@ -284,10 +315,12 @@ impl PackedB {
 /// `p0..p0 + a.cols` (`p0` a multiple of `KC`) of the product whose `B` is `packed`.
 ///
 /// # Safety
-/// The CPU must support AVX-512F ([`available`]); `a` is `m×k`, `c` is `m×n` inside
-/// `packed`'s columns, all in bounds, and `c` overlaps neither input.
+/// The CPU must support `isa` ([`isa`] returns it or [`Isa::Avx2`] on an AVX-512 CPU); `a`
+/// is `m×k`, `c` is `m×n` inside `packed`'s columns, all in bounds, and `c` overlaps neither
+/// input.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn gemm_tile(
+    isa: Isa,
     alpha: f32,
     a: MatRef,
     b: BSource,
@@ -321,7 +354,7 @@ pub unsafe fn gemm_tile(
             let (packed, pb, jb): (&PackedB, usize, usize) = match b {
                 BSource::Shared { packed, p0, j0 } => (packed, p0 + pc, j0 + jc),
                 BSource::Own(own) => {
-                    ws_b.pack_block(own.sub(0, jc, k, nc), pc, kc);
+                    ws_b.pack_block(own.sub(0, jc, k, nc), pc, kc, isa);
                     (&*ws_b, 0, 0)
                 }
             };
@@ -339,40 +372,75 @@ pub unsafe fn gemm_tile(
                 for jr in 0..b_panels {
                     let nr = NR.min(nc - jr * NR);
                     let bptr = packed.panel(pb, jb + jr * NR);
-                    for ir in 0..a_panels {
-                        let mr = MR.min(mc - ir * MR);
-                        let tile = c.sub(ic + ir * MR, jc + jr * NR, mr, nr);
-                        let beta = if first { beta } else { 1.0 };
-                        let overwrite = first && beta == 0.0;
-                        let e = tile_epi.at(ic + ir * MR, jc + jr * NR);
-                        if direct {
-                            kernel::<true>(
-                                kc,
-                                aptr.offset((ir * MR) as isize * a.rs),
-                                a.rs,
-                                bptr,
-                                tile,
-                                alpha,
-                                beta,
-                                overwrite,
-                                e,
-                            );
-                        } else {
-                            kernel::<false>(
-                                kc,
-                                aptr.add(ir * a_panel_stride(kc)),
-                                0,
-                                bptr,
-                                tile,
-                                alpha,
-                                beta,
-                                overwrite,
-                                e,
-                            );
+                    // Every row panel runs against one column slice of the B panel before the
+                    // next slice, so that the slice stays in L1 while A streams from L2.
+                    for slice in 0..isa.slices() {
+                        if slice * NR / isa.slices() >= nr {
+                            break;
+                        }
+                        for ir in 0..a_panels {
+                            let mr = MR.min(mc - ir * MR);
+                            let tile = c.sub(ic + ir * MR, jc + jr * NR, mr, nr);
+                            let beta = if first { beta } else { 1.0 };
+                            let overwrite = first && beta == 0.0;
+                            let e = tile_epi.at(ic + ir * MR, jc + jr * NR);
+                            let (ap, rsa) = if direct {
+                                (aptr.offset((ir * MR) as isize * a.rs), a.rs)
+                            } else {
+                                (aptr.add(ir * a_panel_stride(kc)), 0)
+                            };
+                            let args = (kc, ap, rsa, bptr, tile, alpha, beta, overwrite, e);
+                            if direct {
+                                kernel::<true>(isa, slice, args);
+                            } else {
+                                kernel::<false>(isa, slice, args);
+                            }
                         }
                     }
                 }
             }
+        }
+    }
+}
+
+/// What every micro-kernel takes: the depth `kc`, `A` (a row pointer and its stride, or a
+/// packed panel and 0), the packed `B` panel, the output tile, `alpha`, `beta`, whether to
+/// overwrite the tile, and the epilogue.
+type KernelArgs = (
+    usize,
+    *const f32,
+    isize,
+    *const f32,
+    MatMut,
+    f32,
+    f32,
+    bool,
+    Epilogue,
+);
+
+impl Isa {
+    /// Columns of the slices the kernel covers a tile in, one pass over `kc` each.
+    pub fn slice_width(self) -> usize {
+        match self {
+            Isa::Avx512 => NR,
+            Isa::Avx2 => avx2::SC,
+        }
+    }
+
+    /// Column slices of a tile.
+    fn slices(self) -> usize {
+        NR / self.slice_width()
+    }
+}
+
+/// The micro-kernel of `isa` on column slice `slice` of one tile (see [`avx512::kernel`]).
+#[inline(always)]
+unsafe fn kernel<const DIRECT: bool>(isa: Isa, slice: usize, args: KernelArgs) {
+    let (kc, a, rsa, b, tile, alpha, beta, overwrite, epi) = args;
+    match isa {
+        Isa::Avx512 => avx512::kernel::<DIRECT>(kc, a, rsa, b, tile, alpha, beta, overwrite, epi),
+        Isa::Avx2 => {
+            avx2::kernel::<DIRECT>(slice, kc, a, rsa, b, tile, alpha, beta, overwrite, epi)
         }
     }
 }
@@ -446,149 +514,198 @@ unsafe fn pack_a(a: MatRef, buf: &mut [f32]) {
     }
 }
 
-/// Pack one panel of `b` (`kc × cols`, `cols ≤ NR`) into `out` (`kc × NR`), zero-padding
-/// the missing columns.
-unsafe fn pack_b_panel(b: MatRef, out: &mut [f32]) {
+/// Pack one panel of `b` (`kc × cols`, `cols ≤ NR`) into `out` (`kc × NR`, as `isa`'s
+/// column slices one after the other; see [`PackedB`]), zero-padding the missing columns.
+unsafe fn pack_b_panel(b: MatRef, out: &mut [f32], isa: Isa) {
     let (kc, cols) = (b.rows, b.cols);
+    let sw = isa.slice_width();
     if b.cs == 1 {
         for p in 0..kc {
             let src = b.ptr.offset(p as isize * b.rs);
-            let dst = &mut out[p * NR..(p + 1) * NR];
-            if cols == NR {
-                // A fixed length: inlined vector moves, not a memcpy call per row.
-                dst.copy_from_slice(&*(src as *const [f32; NR]));
-            } else {
-                dst[..cols].copy_from_slice(std::slice::from_raw_parts(src, cols));
-                dst[cols..].fill(0.0);
+            for s in 0..NR / sw {
+                let c0 = s * sw;
+                let dst = &mut out[s * kc * sw + p * sw..][..sw];
+                if c0 + sw <= cols {
+                    copy_row(src.add(c0), dst.as_mut_ptr(), sw);
+                } else {
+                    let n = cols.saturating_sub(c0);
+                    dst[..n].copy_from_slice(std::slice::from_raw_parts(src.add(c0), n));
+                    dst[n..].fill(0.0);
+                }
             }
         }
     } else {
         for j in 0..NR {
-            if j < cols {
-                for p in 0..kc {
-                    out[p * NR + j] = b.at(p, j);
-                }
-            } else {
-                for p in 0..kc {
-                    out[p * NR + j] = 0.0;
-                }
+            let slice = &mut out[j / sw * kc * sw..][..kc * sw];
+            for p in 0..kc {
+                slice[p * sw + j % sw] = if j < cols { b.at(p, j) } else { 0.0 };
             }
         }
     }
 }
 
-/// Mask of the first `n` (≤ 16) lanes.
+/// Copy `len` (16 or 32) floats: a fixed length inlines as vector moves, not a memcpy call
+/// per row.
 #[inline(always)]
-fn lanes(n: usize) -> __mmask16 {
-    if n >= 16 {
-        0xffff
-    } else {
-        ((1u32 << n) - 1) as __mmask16
+unsafe fn copy_row(src: *const f32, dst: *mut f32, len: usize) {
+    match len {
+        16 => *(dst as *mut [f32; 16]) = *(src as *const [f32; 16]),
+        32 => *(dst as *mut [f32; 32]) = *(src as *const [f32; 32]),
+        _ => std::ptr::copy_nonoverlapping(src, dst, len),
     }
 }
 
-/// `tile = alpha·(A · b_panel) + beta·tile` for one `mr × nr` tile (`mr ≤ MR`, `nr ≤ NR`);
-/// `overwrite` ignores the old contents (`beta == 0`).
-///
-/// `DIRECT`: `a` points at row 0 of the tile's rows of a row-major `A` (row stride `rsa`);
-/// rows past `mr` re-read row `mr − 1` (their results are not stored). Otherwise `a` is a
-/// packed `MR`-row panel (`rsa` unused). `epi` (with the tile's origin) is applied to the
-/// values before they are stored.
-#[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn kernel<const DIRECT: bool>(
-    kc: usize,
-    a: *const f32,
-    rsa: isize,
-    b: *const f32,
-    tile: MatMut,
-    alpha: f32,
-    beta: f32,
-    overwrite: bool,
-    epi: Epilogue,
-) {
-    let mut acc = [[_mm512_setzero_ps(); 2]; MR];
-    let mut bp = b;
-    if DIRECT {
-        let last = tile.rows.max(1) - 1;
-        let rows: [*const f32; MR] = std::array::from_fn(|r| a.offset(r.min(last) as isize * rsa));
-        for p in 0..kc {
-            let b0 = _mm512_load_ps(bp);
-            let b1 = _mm512_load_ps(bp.add(16));
-            for (r, row) in acc.iter_mut().enumerate() {
-                let av = _mm512_set1_ps(*rows[r].add(p));
-                row[0] = _mm512_fmadd_ps(av, b0, row[0]);
-                row[1] = _mm512_fmadd_ps(av, b1, row[1]);
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::bitmask::element_hash;
+    use crate::tensor::pseudo_matrix as pseudo;
+    use ndarray::Array2;
+
+    /// What every kernel computes for element `(i, j)`, step by step in scalar code: one
+    /// fused multiply-add chain per `KC` block, `alpha·acc + beta·old` fused (`beta` = 1 after
+    /// the first block, the old value ignored when overwriting), then the epilogue. Kernels
+    /// must match it bitwise.
+    #[allow(clippy::too_many_arguments)]
+    fn model(
+        a: &Array2<f32>,
+        b: &Array2<f32>,
+        alpha: f32,
+        beta: f32,
+        old: &Array2<f32>,
+        bias: &[f32],
+        seeds: &[u32],
+        keep_below: u32,
+        scale: f32,
+    ) -> (Array2<f32>, Vec<u32>, Vec<u32>) {
+        let (m, k, n) = (a.nrows(), a.ncols(), b.ncols());
+        let mut c = old.clone();
+        let (mut pos, mut kept) = (vec![0u32; m * n / 32], vec![0u32; m * n / 32]);
+        for i in 0..m {
+            for j in 0..n {
+                for pc in (0..k).step_by(KC) {
+                    let mut acc = 0f32;
+                    for p in pc..k.min(pc + KC) {
+                        acc = a[[i, p]].mul_add(b[[p, j]], acc);
+                    }
+                    let first = pc == 0;
+                    let bt = if first { beta } else { 1.0 };
+                    c[[i, j]] = if first && beta == 0.0 {
+                        acc * alpha
+                    } else {
+                        c[[i, j]].mul_add(bt, acc * alpha)
+                    };
+                }
+                let mut v = c[[i, j]] + bias[j];
+                let bit = 1u32 << (j % 32);
+                if v > 0.0 {
+                    pos[(i * n + j) / 32] |= bit;
+                }
+                v = v.max(0.0);
+                if element_hash(seeds[i], j as u32) < keep_below {
+                    kept[(i * n + j) / 32] |= bit;
+                    v *= scale;
+                } else {
+                    v = 0.0;
+                }
+                c[[i, j]] = v;
             }
-            bp = bp.add(NR);
         }
-    } else {
-        let mut ap = a;
-        for _ in 0..kc {
-            let b0 = _mm512_load_ps(bp);
-            let b1 = _mm512_load_ps(bp.add(16));
-            // A constant trip count: fully unrolled, `acc` lives in registers.
-            for (r, row) in acc.iter_mut().enumerate() {
-                let av = _mm512_set1_ps(*ap.add(r));
-                row[0] = _mm512_fmadd_ps(av, b0, row[0]);
-                row[1] = _mm512_fmadd_ps(av, b1, row[1]);
-            }
-            ap = ap.add(MR);
-            bp = bp.add(NR);
-        }
+        (c, pos, kept)
     }
-    let masks = [lanes(tile.cols), lanes(tile.cols.saturating_sub(16))];
-    let va = _mm512_set1_ps(alpha);
-    let vb = _mm512_set1_ps(beta);
-    let zero = _mm512_setzero_ps();
-    let (i0, j0) = epi.origin;
-    let below = _mm512_set1_epi32(epi.keep_below as i32);
-    let drop_scale = _mm512_set1_ps(epi.drop_scale);
-    for (r, row) in acc.iter().enumerate() {
-        if r >= tile.rows {
-            break;
-        }
-        let out = tile.ptr.offset(r as isize * tile.rs);
-        let mut positive = 0u32;
-        let mut kept = 0u32;
-        let drop_seed = if epi.drop_seeds.is_null() {
-            0
-        } else {
-            *epi.drop_seeds.add(i0 + r)
+
+    /// Every kernel this CPU has, on direct and packed `A`, shared and per-tile `B`, tile
+    /// tails and two `KC` blocks, with the whole epilogue: bitwise the scalar model (so the
+    /// AVX2 and AVX-512 kernels also agree bitwise with each other).
+    #[test]
+    fn kernels_match_the_scalar_model_bitwise() {
+        let isas: Vec<Isa> = match isa() {
+            Some(Isa::Avx512) => vec![Isa::Avx512, Isa::Avx2],
+            Some(Isa::Avx2) => vec![Isa::Avx2],
+            None => {
+                eprintln!("SKIPPED: this CPU has neither AVX2+FMA nor AVX-512");
+                return;
+            }
         };
-        for (h, &mask) in masks.iter().enumerate() {
-            if mask == 0 {
-                continue;
+        for &(m, k, n) in &[(1, 3, 32), (13, 40, 64), (29, 300, 96), (12, 256, 32)] {
+            let a = pseudo(m, k, 1);
+            let at = a.t().to_owned();
+            let b = pseudo(k, n, 2);
+            let old = pseudo(m, n, 3);
+            let bias: Vec<f32> = (0..n).map(|j| j as f32 * 0.01 - 0.1).collect();
+            let seeds: Vec<u32> = (0..m as u32)
+                .map(|i| i.wrapping_mul(2_654_435_761))
+                .collect();
+            let (keep_below, scale) = (u32::MAX / 3 * 2, 1.5);
+            for (alpha, beta) in [(1.0, 0.0), (0.5, -2.0)] {
+                let expect = model(&a, &b, alpha, beta, &old, &bias, &seeds, keep_below, scale);
+                for &isa in &isas {
+                    for transposed_a in [false, true] {
+                        for shared in [false, true] {
+                            let mut c = old.clone();
+                            let (mut pos, mut kept) = (vec![0u32; m * n / 32], vec![0; m * n / 32]);
+                            let epi = Epilogue {
+                                bias: bias.as_ptr(),
+                                relu_bits: pos.as_mut_ptr(),
+                                ld: n,
+                                origin: (0, 0),
+                                drop_seeds: seeds.as_ptr(),
+                                drop_bits: kept.as_mut_ptr(),
+                                keep_below,
+                                drop_scale: scale,
+                            };
+                            let av = if transposed_a { at.t() } else { a.view() };
+                            let aref = MatRef {
+                                ptr: av.as_ptr(),
+                                rows: m,
+                                cols: k,
+                                rs: av.strides()[0],
+                                cs: av.strides()[1],
+                            };
+                            let bref = MatRef {
+                                ptr: b.as_ptr(),
+                                rows: k,
+                                cols: n,
+                                rs: n as isize,
+                                cs: 1,
+                            };
+                            let cm = MatMut {
+                                ptr: c.as_mut_ptr(),
+                                rows: m,
+                                cols: n,
+                                rs: n as isize,
+                            };
+                            let mut packed = PackedB::default();
+                            let mut ws = Workspace::default();
+                            // SAFETY: the CPU has `isa`; every operand covers its shape.
+                            unsafe {
+                                let source = if shared {
+                                    packed.pack(bref, isa);
+                                    BSource::Shared {
+                                        packed: &packed,
+                                        p0: 0,
+                                        j0: 0,
+                                    }
+                                } else {
+                                    BSource::Own(bref)
+                                };
+                                gemm_tile(isa, alpha, aref, source, beta, cm, &mut ws, epi);
+                            }
+                            let what = format!(
+                                "{isa:?} {m}×{k}×{n} alpha {alpha} beta {beta} \
+                                 transposed A {transposed_a} shared B {shared}"
+                            );
+                            let same = c
+                                .iter()
+                                .zip(expect.0.iter())
+                                .all(|(x, y)| x.to_bits() == y.to_bits());
+                            assert!(same, "{what}: values differ from the scalar model");
+                            assert_eq!(pos, expect.1, "{what}: ReLU bits");
+                            assert_eq!(kept, expect.2, "{what}: dropout bits");
+                        }
+                    }
+                }
             }
-            let dst = out.add(16 * h);
-            let mut v = _mm512_mul_ps(row[h], va);
-            if !overwrite {
-                v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, dst), vb, v);
-            }
-            if !epi.bias.is_null() {
-                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, epi.bias.add(j0 + 16 * h)));
-            }
-            if !epi.relu_bits.is_null() {
-                let k = _mm512_mask_cmp_ps_mask::<_CMP_GT_OQ>(mask, v, zero);
-                positive |= (k as u32) << (16 * h);
-                v = _mm512_max_ps(v, zero);
-            }
-            if !epi.drop_seeds.is_null() {
-                let hash = super::bitmask::element_hash16(drop_seed, (j0 + 16 * h) as u32);
-                let k = _mm512_mask_cmplt_epu32_mask(mask, hash, below);
-                kept |= (k as u32) << (16 * h);
-                v = _mm512_maskz_mul_ps(k, v, drop_scale);
-            }
-            _mm512_mask_storeu_ps(dst, mask, v);
-        }
-        // Columns j0..j0 + 32 of row i0 + r: one whole 32-bit word of each bit set (j0 and
-        // ld are multiples of 32), which no other tile writes.
-        let word = ((i0 + r) * epi.ld + j0) / 32;
-        if !epi.relu_bits.is_null() {
-            *epi.relu_bits.add(word) = positive;
-        }
-        if !epi.drop_seeds.is_null() {
-            *epi.drop_bits.add(word) = kept;
         }
     }
 }
