@@ -1,9 +1,9 @@
 //! Matrix products on `f32`, parallel over tiles of the output.
 //!
-//! On CPUs with AVX-512 or AVX2 + FMA the product is cut into tiles (blocks of rows, of columns when the
-//! output has few rows, and of the inner dimension when the output is small and the reduction
-//! long, as for weight gradients `xᵀ·dy`), and each tile runs the packed kernel of
-//! [`super::sgemm`] on a rayon worker. Tile boundaries depend only on the shape, inner-dimension
+//! On CPUs with AVX-512 or AVX2 + FMA the product is cut into tiles (blocks of rows, of
+//! columns when the output has few rows, and of the inner dimension when the output is small
+//! and the reduction long, as for weight gradients `xᵀ·dy`), and each tile runs the packed
+//! kernel of [`super::sgemm`] on a rayon worker. Tile boundaries depend only on the shape, inner-dimension
 //! partial products are added in block order, and the kernel computes each element the same
 //! way in any tile, so the result is bitwise the same for any number of threads.
 //!
