@@ -28,7 +28,12 @@ pub struct TrainConfig {
     pub hidden: usize,
     /// Attention heads (GAT only).
     pub heads: usize,
+    /// Drop probability on the input of every layer but the first (between layers).
     pub dropout: f32,
+    /// Drop probability on the first layer's input (the features, or their projection with
+    /// `input_proj`); default: `dropout`. DGL's and PyG's GraphSAGE examples drop only between
+    /// layers (0 here); PyG's GCN example drops the features too.
+    pub input_dropout: Option<f32>,
     /// Residual connections on the hidden → hidden layers (needs `layers` ≥ 3).
     pub residual: bool,
     /// Normalisation of every layer's input except the first layer's: `none` or `layer`.
@@ -81,6 +86,7 @@ impl Default for TrainConfig {
             hidden: 128,
             heads: 4,
             dropout: 0.5,
+            input_dropout: None,
             residual: false,
             norm: NormKind::None,
             input_proj: false,
@@ -115,6 +121,11 @@ impl TrainConfig {
         toml::from_str(&text).map_err(|e| anyhow::anyhow!("config `{}`: {e}", path.display()))
     }
 
+    /// The drop probability on the first layer's input.
+    pub fn first_layer_dropout(&self) -> f32 {
+        self.input_dropout.unwrap_or(self.dropout)
+    }
+
     /// Whether GCN-style self-loops are added to every block.
     pub fn uses_self_loops(&self) -> bool {
         self.self_loops.unwrap_or(self.model == "gcn")
@@ -136,6 +147,11 @@ impl TrainConfig {
         }
         if !(0.0..1.0).contains(&self.dropout) {
             bail!("config: `dropout` = {} must be in [0, 1)", self.dropout);
+        }
+        if let Some(p) = self.input_dropout {
+            if !(0.0..1.0).contains(&p) {
+                bail!("config: `input_dropout` = {p} must be in [0, 1)");
+            }
         }
         if self.residual && self.layers < 3 && !(self.input_proj && self.layers == 2) {
             bail!(
@@ -235,7 +251,8 @@ impl TrainConfig {
     pub fn model_hash(&self) -> u64 {
         let key = serde_json::json!({
             "model": self.model, "layers": self.layers, "hidden": self.hidden, "heads": self.heads,
-            "dropout": self.dropout, "fanouts": self.fanouts, "batch_size": self.batch_size,
+            "dropout": self.dropout, "input_dropout": self.first_layer_dropout(),
+            "fanouts": self.fanouts, "batch_size": self.batch_size,
             "lr": self.lr, "weight_decay": self.weight_decay, "seed": self.seed,
             "full_batch": self.full_batch, "feature_norm": self.feature_norm,
             "self_loops": self.uses_self_loops(),
@@ -295,6 +312,13 @@ mod tests {
                     ..Default::default()
                 },
                 "dropout",
+            ),
+            (
+                TrainConfig {
+                    input_dropout: Some(-0.1),
+                    ..Default::default()
+                },
+                "input_dropout",
             ),
         ] {
             let err = cfg.validate().unwrap_err().to_string();
@@ -363,5 +387,24 @@ mod tests {
         };
         assert_eq!(a.model_hash(), b.model_hash());
         assert_ne!(a.model_hash(), c.model_hash());
+    }
+
+    /// The first layer's dropout defaults to `dropout`; the hash follows the value in force,
+    /// so spelling out the default changes nothing and another value is another model.
+    #[test]
+    fn input_dropout_defaults_to_dropout_and_is_hashed() {
+        let a = TrainConfig::default();
+        assert_eq!(a.first_layer_dropout(), a.dropout);
+        let same = TrainConfig {
+            input_dropout: Some(a.dropout),
+            ..a.clone()
+        };
+        let other = TrainConfig {
+            input_dropout: Some(0.0),
+            ..a.clone()
+        };
+        assert_eq!(a.model_hash(), same.model_hash());
+        assert_ne!(a.model_hash(), other.model_hash());
+        assert_eq!(other.first_layer_dropout(), 0.0);
     }
 }

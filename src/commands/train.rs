@@ -27,8 +27,13 @@ pub struct TrainArgs {
     /// Attention heads (GAT).
     #[arg(long)]
     pub heads: Option<usize>,
+    /// Drop probability on the input of every layer but the first.
     #[arg(long)]
     pub dropout: Option<f32>,
+    /// Drop probability on the first layer's input (default: --dropout; 0 drops only
+    /// between layers, as DGL's and PyG's GraphSAGE examples do).
+    #[arg(long)]
+    pub input_dropout: Option<f32>,
     /// Residual connections on the hidden → hidden layers: true or false (needs 3+ layers).
     #[arg(long, value_name = "BOOL")]
     pub residual: Option<bool>,
@@ -132,6 +137,9 @@ impl TrainArgs {
             checkpoint_every,
             cache_mb
         );
+        if self.input_dropout.is_some() {
+            cfg.input_dropout = self.input_dropout;
+        }
         if self.full_batch {
             cfg.full_batch = true;
         }

@@ -72,8 +72,11 @@ pub struct ModelConfig {
     pub layers: usize,
     /// GAT attention heads (ignored by other kinds).
     pub heads: usize,
-    /// Drop probability on every layer's input, in `[0, 1)`.
+    /// Drop probability on the input of every layer but the first, in `[0, 1)`.
     pub dropout: f32,
+    /// Drop probability on the first layer's input (the features, or their projection), in
+    /// `[0, 1)`.
+    pub input_dropout: f32,
     /// GAT hidden layers: concatenate the heads (`heads·hidden` columns) or average them
     /// (`hidden` columns). The output layer always averages, so it has `out_dim` columns.
     pub gat_concat: bool,
@@ -115,6 +118,7 @@ impl ModelConfig {
             layers,
             heads: 1,
             dropout,
+            input_dropout: dropout,
             gat_concat: true,
             residual: false,
             norm: NormKind::None,
@@ -167,6 +171,11 @@ impl ModelConfig {
             self.dropout.is_finite() && (0.0..1.0).contains(&self.dropout),
             "model: dropout must be in [0, 1), got {}",
             self.dropout
+        );
+        ensure!(
+            self.input_dropout.is_finite() && (0.0..1.0).contains(&self.input_dropout),
+            "model: input_dropout must be in [0, 1), got {}",
+            self.input_dropout
         );
         Ok(())
     }
@@ -264,7 +273,11 @@ impl Model {
             layers.push(Layer {
                 index: l,
                 conv,
-                dropout: cfg.dropout,
+                dropout: if l == 0 {
+                    cfg.input_dropout
+                } else {
+                    cfg.dropout
+                },
                 activation,
                 input,
                 norm,
@@ -525,6 +538,45 @@ mod tests {
             }
             assert!(fused.params.grads.iter().any(|&g| g != 0.0));
             assert_eq!(fused.params.grads, chained.params.grads, "{kind}");
+        }
+    }
+
+    /// `input_dropout` governs the first layer's input only: with it at 0 a training step of
+    /// a 1-layer model sees its features unmasked (the evaluation logits), while `dropout`
+    /// still masks the input of a second layer.
+    #[test]
+    fn input_dropout_applies_to_the_first_layer_only() {
+        let x = Array2::from_shape_fn((20, 8), |(i, j)| {
+            hash(3, i * 8 + j) as f32 / u64::MAX as f32
+        });
+        let b0 = block(6, 20, 21);
+        let eval = DropoutCtx {
+            training: false,
+            ..training(1)
+        };
+        for kind in [
+            ModelKind::Sage,
+            ModelKind::Gcn,
+            ModelKind::Gat,
+            ModelKind::Mlp,
+        ] {
+            let mut cfg = ModelConfig::plain(kind, 8, 16, 3, 1, 0.5);
+            cfg.input_dropout = 0.0;
+            let model = Model::new(cfg.clone(), 2).unwrap();
+            let (trained, _) = model.forward(&[&b0], &x, &training(7));
+            let (evaluated, _) = model.forward(&[&b0], &x, &eval);
+            assert_eq!(trained, evaluated, "{kind}: first layer's input was masked");
+            cfg.input_dropout = 0.5;
+            let model = Model::new(cfg, 2).unwrap();
+            let (trained, _) = model.forward(&[&b0], &x, &training(7));
+            assert_ne!(trained, evaluated, "{kind}: input dropout 0.5 did nothing");
+            let cfg = ModelConfig {
+                input_dropout: 0.0,
+                ..ModelConfig::plain(kind, 8, 16, 3, 2, 0.5)
+            };
+            let model = Model::new(cfg, 2).unwrap();
+            let dropouts: Vec<f32> = model.layers.iter().map(|l| l.dropout).collect();
+            assert_eq!(dropouts, [0.0, 0.5], "{kind}");
         }
     }
 

@@ -126,6 +126,7 @@ impl<'w> Trainer<'w> {
                 layers: cfg.layers,
                 heads: cfg.heads,
                 dropout: cfg.dropout,
+                input_dropout: cfg.first_layer_dropout(),
                 gat_concat: true,
                 residual: cfg.residual,
                 norm: cfg.norm,
