@@ -16,6 +16,8 @@
 #   WORKLOADS="sage-tolokers gcn-cora" benchmarks/train_vs_peers.sh     # a subset
 #   SYSTEMS="gnnpar dgl" benchmarks/train_vs_peers.sh                   # skip PyG
 #   PYG_SYNTH200K=1 benchmarks/train_vs_peers.sh   # also PyG on the 200k graph (~12 min/epoch)
+#   SEED=1 SAGE_EPOCHS=20 benchmarks/train_vs_peers.sh  # another seed, longer SAGE runs
+#                                                       # (benchmarks/accuracy_vs_peers.sh)
 #
 # Environment: GNNPAR (binary, default target/release/gnnpar, built if missing), GNNPAR_DATA
 # (the real datasets, default ../shared/datasets next to the crate), PEERS_DIR (the peer
@@ -34,6 +36,9 @@ PEERS_DIR="${PEERS_DIR:-$here/peers}"
 PEERS_VENV="${PEERS_VENV:-$PEERS_DIR/.venv}"
 peer_python="$PEERS_VENV/bin/python"
 THREADS="${THREADS:-2}"
+SEED="${SEED:-0}"
+SAGE_EPOCHS="${SAGE_EPOCHS:-3}"
+GCN_EPOCHS="${GCN_EPOCHS:-200}"
 WORKLOADS="${WORKLOADS:-sage-tolokers sage-facebook sage-synth200k gcn-cora gcn-tolokers}"
 SYSTEMS="${SYSTEMS:-gnnpar dgl pyg}"
 work="${BENCH_WORK:-$here/work/train}"
@@ -97,8 +102,8 @@ epochs() {
     case "$1:$2" in
         sage-synth200k:pyg) [[ "${PYG_SYNTH200K:-0}" == 1 ]] && echo 1 || echo 0 ;;
         sage-synth200k:*) echo 1 ;;
-        sage-*) echo 3 ;;
-        gcn-*) echo 200 ;;
+        sage-*) echo "$SAGE_EPOCHS" ;;
+        gcn-*) echo "$GCN_EPOCHS" ;;
     esac
 }
 
@@ -116,6 +121,7 @@ run_one() {
         echo "model=$model"
         echo "dataset=$dataset"
         echo "epochs=$n"
+        echo "seed=$SEED"
     } > "$base.meta"
     if [[ -z "$data" ]]; then
         echo "skipped=dataset $dataset not found under $GNNPAR_DATA" >> "$base.meta"
@@ -129,7 +135,7 @@ run_one() {
     case "$system" in
         gnnpar)
             cmd=("$GNNPAR" train --data "$data" --config "$root/inputs/$model-bench.toml"
-                --threads "$THREADS" --epochs "$n" --eval-every 1
+                --threads "$THREADS" --epochs "$n" --eval-every 1 --seed "$SEED"
                 --metrics "$base.metrics.jsonl" --summary "$base.summary.json")
             ;;
         dgl | pyg)
@@ -138,7 +144,7 @@ run_one() {
                 return
             fi
             cmd=("$peer_python" "$PEERS_DIR/${system}_bench.py" --data "$data" --model "$model"
-                --epochs "$n" --threads "$THREADS")
+                --epochs "$n" --threads "$THREADS" --seed "$SEED")
             ;;
     esac
     echo "loadavg_before=$(cat /proc/loadavg)" >> "$base.meta"

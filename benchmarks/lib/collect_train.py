@@ -7,7 +7,7 @@ shell script), and when it ran: `.measure.json` (wall time and peak RSS from mea
 `.metrics.jsonl`. Every JSON line carries the same fields whatever the system, so the
 systems can be read side by side:
 
-    workload, model, dataset, system, version, status ("ok", "skipped", "failed"), note,
+    workload, model, dataset, system, seed, version, status ("ok", "skipped", "failed"), note,
     epochs, epoch_time_median, epoch_seconds, peak_rss_mb (measured from outside, the same way
     for every system), wall_seconds and cpu_seconds (whole process), metric_name, val, test, best_epoch, final_loss,
     split_per_epoch (seconds per epoch by phase: gnnpar's sample / gather / forward / backward /
@@ -125,6 +125,7 @@ def collect(runs: str, workload: str, system: str, threads: int) -> dict:
         "dataset": meta.get("dataset", workload.split("-", 1)[1]),
         "system": system,
         "threads": threads,
+        "seed": int(meta["seed"]) if meta.get("seed", "").isdigit() else None,
     }
     if "skipped" in meta or not meta:
         line["status"] = "skipped"
