@@ -24,6 +24,7 @@ use crate::tensor::gemm::{
 };
 use crate::tensor::rows::InputRows;
 use crate::tensor::sparse::{add_spmm_tn, spmm, spmm_into, CsrMatrix, CsrTranspose};
+use crate::tensor::sparse_rows::matmul_mostly_zero_rows;
 
 /// SAGEConv (mean, root weight).
 #[derive(Clone, Debug, PartialEq)]
@@ -253,7 +254,10 @@ impl SageConv {
                     || add_matmul_tn(beside.view(), dz, grad),
                 );
                 // `[d h_dst | d agg]`, then the transposed mean adds the destinations' own part.
-                let d_beside = matmul_nt(dz, params.stacked(self.w_self, self.w_neigh));
+                // Below another layer `dz` is mostly zeros (this layer's ReLU, the next
+                // layer's dropout): the product skips them, with the dense product's bits.
+                let d_beside =
+                    matmul_mostly_zero_rows(dz, params.stacked(self.w_self, self.w_neigh).t());
                 // The dropout mask is applied to each row as it is produced.
                 Some(aggregate_transpose_beside(
                     block,

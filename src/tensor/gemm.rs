@@ -883,6 +883,10 @@ mod throughput {
     fn gemm_throughput() {
         // (m, k, n, a transposed, b transposed): forward, weight gradient, input gradient.
         for &(m, k, n, ta, tb) in &[
+            // Tolokers SAGE's middle layer: forward, weight gradient, input gradient.
+            (5200, 512, 256, false, false),
+            (512, 5200, 256, true, false),
+            (5200, 256, 512, false, true),
             (10000, 256, 256, false, false),
             (1000, 4714, 256, false, false),
             (256, 10000, 256, true, false),

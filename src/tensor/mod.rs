@@ -36,6 +36,7 @@ pub mod simd;
 pub mod skinny;
 pub mod softmax;
 pub mod sparse;
+pub mod sparse_rows;
 
 use std::mem::MaybeUninit;
 

@@ -303,7 +303,7 @@ impl PackedB {
     /// The packed panel of columns `j0..j0 + NR` (`j0` a multiple of `NR`) in the `KC` block
     /// starting at row `pc`.
     #[inline]
-    fn panel(&self, pc: usize, j0: usize) -> *const f32 {
+    pub(crate) fn panel(&self, pc: usize, j0: usize) -> *const f32 {
         let kc = KC.min(self.k - pc);
         debug_assert!(j0.is_multiple_of(NR) && j0 < self.npad);
         self.buf[self.skip + pc * self.npad + j0 * kc..].as_ptr()

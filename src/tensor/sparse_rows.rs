@@ -1,0 +1,381 @@
+//! `a · b` for an `a` whose rows are mostly zeros, skipping the zeros.
+//!
+//! The input gradient of a hidden layer, `dz · Wᵀ`, has such an `a`: `dz` is zero wherever the
+//! layer's ReLU was off or the next layer's dropout dropped the output, three quarters of it
+//! at dropout 0.5. Rows of `a` are taken in chunks; each chunk lists its rows' non-zeros and,
+//! when they are few enough, multiplies only those with the packed `b` (an AVX2 kernel over
+//! four rows and one 16-column slice of `b` at a time, the slice held in L1); a denser chunk
+//! runs the dense packed kernel ([`super::sgemm`]) instead.
+//!
+//! Every output element is the fused multiply-add chain over the non-zero terms in increasing
+//! `k`, and the dense kernel's chain over all terms adds only exact zeros besides, which change
+//! no sum: the result is bitwise [`super::gemm::matmul`]'s (for finite `b`; a dense product
+//! turns `0·∞` into NaN where this one skips the term).
+
+use ndarray::{s, Array2, ArrayView2};
+
+use super::gemm::matmul;
+
+/// `a · b`, skipping the zeros of `a` where its rows are mostly zeros; bitwise
+/// [`matmul`]`(a, b)`.
+pub fn matmul_mostly_zero_rows(a: ArrayView2<f32>, b: ArrayView2<f32>) -> Array2<f32> {
+    product(a, b).0
+}
+
+/// The product and how many row chunks skipped zeros (tests).
+fn product(a: ArrayView2<f32>, b: ArrayView2<f32>) -> (Array2<f32>, usize) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(done) = kernel::product(a, b) {
+        return done;
+    }
+    (matmul(a, b), 0)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod kernel {
+    use std::arch::x86_64::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use rayon::prelude::*;
+
+    use super::*;
+    use crate::tensor::sgemm::{self, BSource, Epilogue, Isa, MatMut, MatRef, PackedB, Workspace};
+
+    /// Rows per task: one list-building pass and one sweep over `b` each.
+    const CHUNK: usize = 64;
+    /// Rows the kernel interleaves: four rows × two accumulators keep eight FMA chains going.
+    const GROUP: usize = 4;
+    /// Columns of a slice of the packed `b` (its AVX2 layout).
+    const SLICE: usize = 16;
+    /// A chunk denser than this runs the dense kernel (a listed term costs about twice a
+    /// dense one).
+    const MAX_DENSITY: f64 = 0.5;
+    /// Below this many multiply-adds the dense product is used (lists would not pay).
+    const MIN_FLOPS: usize = 1 << 20;
+
+    /// The non-zeros of one chunk of rows, in groups of [`GROUP`] rows interleaved step by
+    /// step: step `t` of a group holds the `t`-th non-zero of each of its rows (a row with
+    /// fewer gets `(0, 0.0)`, a zero term), as an offset into a packed slice of `b` and a
+    /// value.
+    #[derive(Default)]
+    struct ChunkLists {
+        offsets: Vec<u32>,
+        values: Vec<f32>,
+        /// Where each group's steps start (one more entry than groups).
+        group_start: Vec<usize>,
+        row_k: Vec<u32>,
+        row_v: Vec<f32>,
+    }
+
+    impl ChunkLists {
+        /// List the non-zeros of `a` (row-major rows); returns the fraction of non-zeros.
+        fn build(&mut self, a: ArrayView2<f32>) -> f64 {
+            let (rows, k) = a.dim();
+            self.offsets.clear();
+            self.values.clear();
+            self.group_start.clear();
+            self.group_start.push(0);
+            self.row_k.resize(GROUP * k, 0);
+            self.row_v.resize(GROUP * k, 0.0);
+            let mut nonzeros = 0;
+            for g0 in (0..rows).step_by(GROUP) {
+                let mut lens = [0usize; GROUP];
+                for (r, len) in lens.iter_mut().enumerate().take(rows - g0) {
+                    let row = a.row(g0 + r);
+                    let row = row.as_slice().expect("row-major rows");
+                    let (ks, vs) = (&mut self.row_k[r * k..], &mut self.row_v[r * k..]);
+                    // Branch-free: write every element, advance past the non-zeros only.
+                    for (j, &v) in row.iter().enumerate() {
+                        ks[*len] = j as u32;
+                        vs[*len] = v;
+                        *len += (v != 0.0) as usize;
+                    }
+                }
+                nonzeros += lens.iter().sum::<usize>();
+                let steps = lens.iter().copied().max().unwrap_or(0);
+                for t in 0..steps {
+                    for (r, &len) in lens.iter().enumerate() {
+                        let (j, v) = if t < len {
+                            (self.row_k[r * k + t], self.row_v[r * k + t])
+                        } else {
+                            (0, 0.0)
+                        };
+                        self.offsets.push(j * SLICE as u32);
+                        self.values.push(v);
+                    }
+                }
+                self.group_start
+                    .push(self.group_start.last().unwrap() + steps);
+            }
+            nonzeros as f64 / (rows * k).max(1) as f64
+        }
+    }
+
+    /// Whether the listed kernel applies: AVX2 (also on AVX-512 CPUs), one `KC` block of
+    /// reduction (the dense kernel's chains restart per block), row-major `a`, and enough work.
+    fn usable(a: &ArrayView2<f32>, b: &ArrayView2<f32>) -> bool {
+        let (m, k) = a.dim();
+        let n = b.ncols();
+        sgemm::isa().is_some()
+            && (1..=sgemm::KC).contains(&k)
+            && n >= SLICE
+            && m >= CHUNK
+            && m * n * k >= MIN_FLOPS
+            && (a.strides()[1] == 1)
+            && a.strides()[0] >= 0
+            && b.strides().iter().all(|&s| s >= 0)
+    }
+
+    /// A pointer that may cross to rayon workers (each writes its own rows).
+    #[derive(Clone, Copy)]
+    struct Out(*mut f32);
+    // SAFETY: tasks write disjoint row ranges of the output.
+    unsafe impl Send for Out {}
+    unsafe impl Sync for Out {}
+
+    impl Out {
+        /// Element `i` (a method, so that closures capture the `Send` wrapper, not the
+        /// pointer).
+        ///
+        /// # Safety
+        /// In bounds of the output.
+        unsafe fn at(self, i: usize) -> *mut f32 {
+            self.0.add(i)
+        }
+    }
+
+    pub(super) fn product(a: ArrayView2<f32>, b: ArrayView2<f32>) -> Option<(Array2<f32>, usize)> {
+        if !usable(&a, &b) {
+            return None;
+        }
+        let (m, k, n) = (a.nrows(), a.ncols(), b.ncols());
+        let bref = MatRef {
+            ptr: b.as_ptr(),
+            rows: k,
+            cols: n,
+            rs: b.strides()[0],
+            cs: b.strides()[1],
+        };
+        let mut packed = PackedB::default();
+        // SAFETY: `bref` describes `b`.
+        unsafe { packed.pack(bref, Isa::Avx2) };
+        let mut c = Array2::<f32>::uninit((m, n));
+        let out = Out(c.as_mut_ptr().cast::<f32>());
+        let sparse_chunks = AtomicUsize::new(0);
+        let packed = &packed;
+        (0..m.div_ceil(CHUNK)).into_par_iter().for_each_init(
+            || (ChunkLists::default(), Workspace::default()),
+            |(lists, ws), t| {
+                let i0 = t * CHUNK;
+                let rows = CHUNK.min(m - i0);
+                let chunk = a.slice(s![i0..i0 + rows, ..]);
+                let tile = MatMut {
+                    // SAFETY: rows i0..i0 + rows of the m×n output.
+                    ptr: unsafe { out.at(i0 * n) },
+                    rows,
+                    cols: n,
+                    rs: n as isize,
+                };
+                if lists.build(chunk) <= MAX_DENSITY {
+                    sparse_chunks.fetch_add(1, Ordering::Relaxed);
+                    // SAFETY: AVX2 is present (`usable`); `packed` holds `b` in the AVX2
+                    // layout and `tile` the chunk's rows.
+                    unsafe { listed_chunk(lists, packed, k, tile) };
+                } else {
+                    let aref = MatRef {
+                        ptr: chunk.as_ptr(),
+                        rows,
+                        cols: k,
+                        rs: chunk.strides()[0],
+                        cs: 1,
+                    };
+                    let source = BSource::Shared {
+                        packed,
+                        p0: 0,
+                        j0: 0,
+                    };
+                    // SAFETY: as above; the AVX2 kernel reads this layout of `b`.
+                    unsafe {
+                        sgemm::gemm_tile(
+                            Isa::Avx2,
+                            1.0,
+                            aref,
+                            source,
+                            0.0,
+                            tile,
+                            ws,
+                            Epilogue::NONE,
+                        )
+                    };
+                }
+            },
+        );
+        // SAFETY: every row chunk was written whole, by one kernel or the other.
+        let c = unsafe { c.assume_init() };
+        Some((c, sparse_chunks.into_inner()))
+    }
+
+    /// The chunk's rows of the product, from its lists, one 16-column slice of `b` at a time.
+    ///
+    /// # Safety
+    /// AVX2 and FMA; `packed` holds the `k × tile.cols` matrix `b` in the AVX2 layout.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn listed_chunk(lists: &ChunkLists, packed: &PackedB, k: usize, tile: MatMut) {
+        for j0 in (0..tile.cols).step_by(SLICE) {
+            // Slice j0/16 of panel j0/32: its `k` rows of 16 floats, contiguous.
+            let panel = packed.panel(0, j0 / sgemm::NR * sgemm::NR);
+            let slice = panel.add((j0 % sgemm::NR) * k);
+            let cols = SLICE.min(tile.cols - j0);
+            for (g, bounds) in lists.group_start.windows(2).enumerate() {
+                let (first, last) = (bounds[0], bounds[1]);
+                let acc = group(
+                    last - first,
+                    lists.offsets.as_ptr().add(first * GROUP),
+                    lists.values.as_ptr().add(first * GROUP),
+                    slice,
+                );
+                let rows = GROUP.min(tile.rows - g * GROUP);
+                store(
+                    &acc,
+                    tile.ptr.add(g * GROUP * tile.rs as usize + j0),
+                    tile.rs,
+                    rows,
+                    cols,
+                );
+            }
+        }
+    }
+
+    /// Four rows' sums over `steps` listed terms against one slice of `b`.
+    #[inline(always)]
+    unsafe fn group(
+        steps: usize,
+        offsets: *const u32,
+        values: *const f32,
+        slice: *const f32,
+    ) -> [[__m256; 2]; GROUP] {
+        let mut acc = [[_mm256_setzero_ps(); 2]; GROUP];
+        for t in 0..steps {
+            for (r, row) in acc.iter_mut().enumerate() {
+                let b = slice.add(*offsets.add(t * GROUP + r) as usize);
+                let v = _mm256_broadcast_ss(&*values.add(t * GROUP + r));
+                row[0] = _mm256_fmadd_ps(v, _mm256_load_ps(b), row[0]);
+                row[1] = _mm256_fmadd_ps(v, _mm256_load_ps(b.add(8)), row[1]);
+            }
+        }
+        acc
+    }
+
+    /// Store `rows` rows of `cols` (≤ 16) columns of the group's sums at `out`.
+    #[inline(always)]
+    unsafe fn store(
+        acc: &[[__m256; 2]; GROUP],
+        out: *mut f32,
+        rs: isize,
+        rows: usize,
+        cols: usize,
+    ) {
+        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        for (r, row) in acc.iter().enumerate().take(rows) {
+            let dst = out.offset(r as isize * rs);
+            for (h, &v) in row.iter().enumerate() {
+                let n = cols.saturating_sub(8 * h).min(8);
+                if n == 8 {
+                    _mm256_storeu_ps(dst.add(8 * h), v);
+                } else if n > 0 {
+                    let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), lanes);
+                    _mm256_maskstore_ps(dst.add(8 * h), mask, v);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::pseudo_matrix as pseudo;
+
+    /// `a` with about `keep` of its entries non-zero (exact zeros elsewhere, as a ReLU and a
+    /// dropout leave them).
+    fn mostly_zero(m: usize, k: usize, keep: f32, salt: u64) -> Array2<f32> {
+        let mut a = pseudo(m, k, salt);
+        let pick = pseudo(m, k, salt + 1);
+        a.zip_mut_with(&pick, |v, &p| {
+            if p + 0.5 >= keep {
+                *v = 0.0;
+            }
+        });
+        a
+    }
+
+    fn bitwise_equal(x: &Array2<f32>, y: &Array2<f32>) -> bool {
+        x.dim() == y.dim()
+            && x.iter()
+                .zip(y.iter())
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+    }
+
+    /// Sparse chunks, dense chunks and both in one product, tails of rows and columns, a
+    /// transposed `b` (an input gradient's `Wᵀ`): bitwise the dense product.
+    #[test]
+    fn listed_products_equal_the_dense_product_bitwise() {
+        for &(m, k, n, keep) in &[
+            (5200, 256, 512, 0.25),
+            (130, 256, 40, 0.25),
+            (257, 200, 33, 0.1),
+            (200, 64, 512, 0.9),
+            (64, 256, 256, 0.0),
+        ] {
+            let a = mostly_zero(m, k, keep, 3);
+            let w = pseudo(n, k, 4);
+            let (listed, sparse_chunks) = product(a.view(), w.t());
+            let dense = matmul(a.view(), w.t());
+            assert!(bitwise_equal(&listed, &dense), "{m}×{k}×{n} at {keep}");
+            #[cfg(target_arch = "x86_64")]
+            if crate::tensor::sgemm::isa().is_some() {
+                let chunks = m.div_ceil(64);
+                let expect = if keep <= 0.25 { chunks } else { 0 };
+                assert_eq!(sparse_chunks, expect, "{m}×{k}×{n} at {keep}");
+            }
+        }
+        // Half the rows dense, half sparse: both kernels in one product.
+        let mut a = mostly_zero(512, 256, 0.2, 5);
+        a.slice_mut(s![256.., ..]).assign(&pseudo(256, 256, 6));
+        let w = pseudo(300, 256, 7);
+        let (listed, sparse_chunks) = product(a.view(), w.t());
+        assert!(bitwise_equal(&listed, &matmul(a.view(), w.t())));
+        #[cfg(target_arch = "x86_64")]
+        if crate::tensor::sgemm::isa().is_some() {
+            assert_eq!(sparse_chunks, 4);
+        }
+    }
+
+    /// Listed against dense on the input gradient of Tolokers SAGE's middle layer (best of
+    /// several runs; `cargo test --release -- --ignored --nocapture listed_throughput`).
+    #[test]
+    #[ignore]
+    fn listed_throughput() {
+        let best = |f: &mut dyn FnMut()| {
+            f();
+            (0..20)
+                .map(|_| {
+                    let t = std::time::Instant::now();
+                    f();
+                    t.elapsed().as_secs_f64()
+                })
+                .fold(f64::INFINITY, f64::min)
+        };
+        for keep in [0.25, 0.5] {
+            let a = mostly_zero(5200, 256, keep, 3);
+            let w = pseudo(512, 256, 4);
+            let dense = best(&mut || drop(matmul(a.view(), w.t())));
+            let listed = best(&mut || drop(matmul_mostly_zero_rows(a.view(), w.t())));
+            eprintln!(
+                "5200×256×512 at density {keep}: dense {:.2} ms, listed {:.2} ms",
+                dense * 1e3,
+                listed * 1e3
+            );
+        }
+    }
+}
