@@ -20,11 +20,11 @@ use crate::tensor::aggregate::{
 use crate::tensor::dropout::KeptBits;
 use crate::tensor::gemm::{
     add_matmul_nt_rows, add_matmul_tn, gemm_into, matmul, matmul_bias_relu,
-    matmul_bias_relu_dropout, matmul_nt, RowDropout,
+    matmul_bias_relu_dropout, matmul_nt, matmul_onto_bias_relu, RowDropout,
 };
 use crate::tensor::rows::InputRows;
 use crate::tensor::sparse::{add_spmm_tn, spmm, spmm_into, CsrMatrix, CsrTranspose};
-use crate::tensor::sparse_rows::matmul_mostly_zero_rows;
+use crate::tensor::sparse_rows::{matmul_mostly_zero_rows, splits_exactly_after};
 
 /// SAGEConv (mean, root weight).
 #[derive(Clone, Debug, PartialEq)]
@@ -118,14 +118,26 @@ impl SageConv {
             let bias = params.view(self.bias);
             let bias = Some(bias.as_slice().expect("contiguous bias"));
             let w = params.stacked(self.w_self, self.w_neigh);
-            let (z, bits, kept) = match then.filter(|_| relu) {
-                Some(d) => {
-                    let (z, bits, kept) = matmul_bias_relu_dropout(beside.view(), w, bias, relu, d);
-                    (z, bits, Some(kept))
-                }
-                None => {
-                    let (z, bits) = matmul_bias_relu(beside.view(), w, bias, relu);
-                    (z, bits, None)
+            let then = then.filter(|_| relu);
+            let in_dim = w_self.nrows();
+            let (z, bits, kept) = if splits_exactly_after(in_dim) {
+                // `h_dst` below another layer is mostly zeros (its ReLU and this layer's
+                // dropout): its half of the product skips them, and the aggregated half is
+                // added on by the dense product, with the same bits as the single product.
+                let z_self = matmul_mostly_zero_rows(beside.slice(s![.., ..in_dim]), w_self);
+                let agg = beside.slice(s![.., in_dim..]);
+                matmul_onto_bias_relu(z_self, agg, w_neigh, bias, relu, then)
+            } else {
+                match then {
+                    Some(d) => {
+                        let (z, bits, kept) =
+                            matmul_bias_relu_dropout(beside.view(), w, bias, relu, d);
+                        (z, bits, Some(kept))
+                    }
+                    None => {
+                        let (z, bits) = matmul_bias_relu(beside.view(), w, bias, relu);
+                        (z, bits, None)
+                    }
                 }
             };
             (z, SageCache::AggregateFirst { beside }, bits, kept)

@@ -499,7 +499,7 @@ pub fn matmul_bias_relu_dropout(
         "gemm: fused dropout needs whole 64-bit words per row"
     );
     let mut kept = vec![0u64; m * n / 64];
-    let (c, bits) = product_with_epilogue(a, b, bias, relu, Some((dropout, &mut kept)));
+    let (c, bits) = product_with_epilogue(None, a, b, bias, relu, Some((dropout, &mut kept)));
     (c, bits, kept)
 }
 
@@ -513,12 +513,49 @@ pub fn matmul_bias_relu(
     bias: Option<&[f32]>,
     relu: bool,
 ) -> (Array2<f32>, Option<Vec<u64>>) {
-    product_with_epilogue(a, b, bias, relu, None)
+    product_with_epilogue(None, a, b, bias, relu, None)
+}
+
+/// [`matmul_bias_relu`] (with [`matmul_bias_relu_dropout`]'s dropout when given) of `c + a·b`
+/// instead of `a·b`: the product adds onto `c` before its tiles apply the epilogue. Bitwise
+/// the product of `[x | a]·[y; b]` when `c` is `x·y` over a whole number of `KC` inner steps
+/// (the packed kernel adds its `KC` blocks to the output one after the other, the same way).
+pub fn matmul_onto_bias_relu(
+    c: Array2<f32>,
+    a: ArrayView2<f32>,
+    b: ArrayView2<f32>,
+    bias: Option<&[f32]>,
+    relu: bool,
+    dropout: Option<&RowDropout>,
+) -> (Array2<f32>, Option<Vec<u64>>, Option<Vec<u64>>) {
+    let (m, n) = (a.nrows(), b.ncols());
+    assert_eq!(
+        c.dim(),
+        (m, n),
+        "gemm: the output to add onto has the product's shape"
+    );
+    match dropout {
+        Some(d) => {
+            assert_eq!(d.seeds.len(), m, "gemm: one dropout seed per row");
+            assert!(
+                n.is_multiple_of(64),
+                "gemm: fused dropout needs whole 64-bit words per row"
+            );
+            let mut kept = vec![0u64; m * n / 64];
+            let (c, bits) = product_with_epilogue(Some(c), a, b, bias, relu, Some((d, &mut kept)));
+            (c, bits, Some(kept))
+        }
+        None => {
+            let (c, bits) = product_with_epilogue(Some(c), a, b, bias, relu, None);
+            (c, bits, None)
+        }
+    }
 }
 
 /// [`matmul_bias_relu`] with the optional dropout of [`matmul_bias_relu_dropout`], whose kept
-/// bits go to the given words.
+/// bits go to the given words, of `onto + a·b` when `onto` is given.
 fn product_with_epilogue(
+    onto: Option<Array2<f32>>,
     a: ArrayView2<f32>,
     b: ArrayView2<f32>,
     bias: Option<&[f32]>,
@@ -559,6 +596,13 @@ fn product_with_epilogue(
             keep_below,
             drop_scale,
         };
+        if let Some(mut c) = onto {
+            if !c.is_standard_layout() {
+                c = c.as_standard_layout().into_owned();
+            }
+            fast::gemm_with(1.0, a, b, 1.0, c.view_mut(), epi);
+            return (c, bits);
+        }
         let mut c = Array2::<f32>::uninit((m, n));
         // SAFETY: a fresh standard-layout m×n allocation, every element of which the packed
         // kernel writes (beta = 0) before anything reads it; the bit words (little-endian
@@ -569,7 +613,13 @@ fn product_with_epilogue(
             return (c.assume_init(), bits);
         }
     }
-    let mut c = matmul(a, b);
+    let mut c = match onto {
+        Some(mut c) => {
+            gemm_into(1.0, a, b, 1.0, c.view_mut());
+            c
+        }
+        None => matmul(a, b),
+    };
     if let Some(bias) = bias {
         super::gather::add_to_rows(c.view_mut(), bias);
     }

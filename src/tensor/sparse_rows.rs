@@ -24,6 +24,23 @@ pub fn matmul_mostly_zero_rows(a: ArrayView2<f32>, b: ArrayView2<f32>) -> Array2
     product(a, b).0
 }
 
+/// Whether a product `[x | a]·[y; b]` may be split into [`matmul_mostly_zero_rows`]`(x, y)`
+/// and the dense product of `a·b` added onto it
+/// ([`super::gemm::matmul_onto_bias_relu`]) with bitwise the same result: when `x` has
+/// exactly one `KC` block of columns (the listed product's reach, and where the dense kernel
+/// ends one chain and adds the next).
+pub fn splits_exactly_after(k: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        k == super::sgemm::KC && super::sgemm::isa().is_some()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = k;
+        false
+    }
+}
+
 /// The product and how many row chunks skipped zeros (tests).
 fn product(a: ArrayView2<f32>, b: ArrayView2<f32>) -> (Array2<f32>, usize) {
     #[cfg(target_arch = "x86_64")]
@@ -406,6 +423,44 @@ mod tests {
         if crate::tensor::sgemm::isa().is_some() {
             assert_eq!(sparse_chunks, 4);
         }
+    }
+
+    /// A SAGE layer's forward split in two: the listed `x·y` (one `KC` block), then `a·b`
+    /// added on with bias, ReLU and dropout: bitwise the single product `[x | a]·[y; b]`,
+    /// values and bits.
+    #[test]
+    fn split_product_equals_the_single_product_bitwise() {
+        use crate::tensor::dropout::DropoutMask;
+        use crate::tensor::gemm::{matmul_bias_relu_dropout, matmul_onto_bias_relu};
+        let k = 256;
+        if !splits_exactly_after(k) {
+            eprintln!("SKIPPED: no packed kernel on this CPU");
+            return;
+        }
+        let (m, n) = (700, 128);
+        let x = mostly_zero(m, k, 0.25, 11);
+        let a = pseudo(m, k, 12);
+        let w = pseudo(2 * k, n, 13);
+        let bias: Vec<f32> = (0..n).map(|j| j as f32 * 1e-3 - 0.05).collect();
+        let keys: Vec<u64> = (0..m as u64).map(|i| i * 7 + 3).collect();
+        let drop = DropoutMask::new(5, 0.5).fused(&keys).expect("p > 0");
+        let mut beside = Array2::zeros((m, 2 * k));
+        beside.slice_mut(s![.., ..k]).assign(&x);
+        beside.slice_mut(s![.., k..]).assign(&a);
+        let (z, bits, kept) =
+            matmul_bias_relu_dropout(beside.view(), w.view(), Some(&bias), true, &drop);
+        let z_self = matmul_mostly_zero_rows(x.view(), w.slice(s![..k, ..]));
+        let (z2, bits2, kept2) = matmul_onto_bias_relu(
+            z_self,
+            a.view(),
+            w.slice(s![k.., ..]),
+            Some(&bias),
+            true,
+            Some(&drop),
+        );
+        assert!(bitwise_equal(&z, &z2));
+        assert_eq!(bits, bits2);
+        assert_eq!(Some(kept), kept2);
     }
 
     /// Listed against dense on the input gradient of Tolokers SAGE's middle layer (best of
