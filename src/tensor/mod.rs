@@ -13,6 +13,8 @@
 //! * [`aggregate`]: CSR aggregation over a [`crate::sample::Block`] (sum, mean, per-edge
 //!   weights such as GCN's symmetric normalisation) and its transpose;
 //! * [`sparse`]: CSR rows for mostly-zero input features, with the first layer's products;
+//! * [`sparse_rows`]: products whose left operand is mostly zeros (after a ReLU and a
+//!   dropout), skipping them with the dense product's bits;
 //! * [`softmax`]: segment softmax per destination (GAT), row log-softmax;
 //! * [`attention`]: GAT edge scores and weighted multi-head aggregation, with backward;
 //! * [`activation`]: ReLU, ELU, LeakyReLU and their backward;
