@@ -406,7 +406,7 @@ pub unsafe fn gemm_tile(
 /// What every micro-kernel takes: the depth `kc`, `A` (a row pointer and its stride, or a
 /// packed panel and 0), the packed `B` panel, the output tile, `alpha`, `beta`, whether to
 /// overwrite the tile, and the epilogue.
-type KernelArgs = (
+pub(super) type KernelArgs = (
     usize,
     *const f32,
     isize,
@@ -436,12 +436,9 @@ impl Isa {
 /// The micro-kernel of `isa` on column slice `slice` of one tile (see [`avx512::kernel`]).
 #[inline(always)]
 unsafe fn kernel<const DIRECT: bool>(isa: Isa, slice: usize, args: KernelArgs) {
-    let (kc, a, rsa, b, tile, alpha, beta, overwrite, epi) = args;
     match isa {
-        Isa::Avx512 => avx512::kernel::<DIRECT>(kc, a, rsa, b, tile, alpha, beta, overwrite, epi),
-        Isa::Avx2 => {
-            avx2::kernel::<DIRECT>(slice, kc, a, rsa, b, tile, alpha, beta, overwrite, epi)
-        }
+        Isa::Avx512 => avx512::kernel::<DIRECT>(args),
+        Isa::Avx2 => avx2::kernel::<DIRECT>(slice, args),
     }
 }
 

@@ -12,7 +12,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{Epilogue, MatMut, MR};
+use super::{Epilogue, KernelArgs, MatMut, MR};
 use crate::util::prefetch::prefetch;
 
 /// Rows of a sub-tile.
@@ -26,19 +26,8 @@ pub(super) const SC: usize = 16;
 /// slice 1: the epilogue writes a row's 32-bit bit words in the first and completes them in
 /// the second.
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn kernel<const DIRECT: bool>(
-    slice: usize,
-    kc: usize,
-    a: *const f32,
-    rsa: isize,
-    b: *const f32,
-    tile: MatMut,
-    alpha: f32,
-    beta: f32,
-    overwrite: bool,
-    epi: Epilogue,
-) {
+pub(super) unsafe fn kernel<const DIRECT: bool>(slice: usize, args: KernelArgs) {
+    let (kc, a, rsa, b, tile, alpha, beta, overwrite, epi) = args;
     let c0 = slice * SC;
     debug_assert!(c0 < tile.cols);
     for r0 in (0..MR).step_by(SR) {

@@ -2,7 +2,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{Epilogue, MatMut, MR, NR};
+use super::{KernelArgs, MR, NR};
 
 /// Mask of the first `n` (≤ 16) lanes.
 #[inline(always)]
@@ -22,18 +22,8 @@ fn lanes(n: usize) -> __mmask16 {
 /// packed `MR`-row panel (`rsa` unused). `epi` (with the tile's origin) is applied to the
 /// values before they are stored.
 #[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn kernel<const DIRECT: bool>(
-    kc: usize,
-    a: *const f32,
-    rsa: isize,
-    b: *const f32,
-    tile: MatMut,
-    alpha: f32,
-    beta: f32,
-    overwrite: bool,
-    epi: Epilogue,
-) {
+pub(super) unsafe fn kernel<const DIRECT: bool>(args: KernelArgs) {
+    let (kc, a, rsa, b, tile, alpha, beta, overwrite, epi) = args;
     let mut acc = [[_mm512_setzero_ps(); 2]; MR];
     let mut bp = b;
     if DIRECT {
