@@ -140,6 +140,8 @@ impl TrainArgs {
         if self.input_dropout.is_some() {
             cfg.input_dropout = self.input_dropout;
         }
+        // Spelled out, so that the logged configuration says what the first layer drops.
+        cfg.input_dropout = Some(cfg.first_layer_dropout());
         if self.full_batch {
             cfg.full_batch = true;
         }
