@@ -10,8 +10,8 @@
 //! * a row-major `A` is read in place, `MC × KC` blocks at a time (the kernel broadcasts from
 //!   its `MR` rows); other layouts are packed into `MR`-row panels;
 //! * the micro-kernel keeps an `MR × NR` = 12 × 32 tile of `C` in 24 zmm registers and does
-//!   `kc` rank-1 updates ([`avx512`]); without AVX-512 it does the same as four 6 × 16
-//!   sub-tiles of 12 ymm registers ([`avx2`]).
+//!   `kc` rank-1 updates (`avx512`); without AVX-512 it does the same as four 6 × 16
+//!   sub-tiles of 12 ymm registers (`avx2`).
 //!
 //! # Determinism
 //! Every element `C[i, j]` is computed the same way wherever it lies in a tile: one fused

@@ -8,7 +8,7 @@
 //! L2, each listed term feeding four FMAs); a denser chunk runs the dense packed kernel
 //! ([`super::sgemm`]) instead. On the input gradient of Tolokers SAGE's middle layer (5200 ×
 //! 256 × 512, a quarter non-zero) it takes half the dense product's time on an AVX2 CPU; CPUs
-//! with AVX-512 keep the dense product (see [`listing_pays`]).
+//! with AVX-512 keep the dense product (see `listing_pays`).
 //!
 //! Every output element is the fused multiply-add chain over the non-zero terms in increasing
 //! `k`, and the dense kernel's chain over all terms adds only exact zeros besides, which change
