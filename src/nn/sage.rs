@@ -19,8 +19,8 @@ use crate::tensor::aggregate::{
 };
 use crate::tensor::dropout::KeptBits;
 use crate::tensor::gemm::{
-    add_matmul_nt_rows, add_matmul_tn, gemm_into, matmul, matmul_bias_relu,
-    matmul_bias_relu_dropout, matmul_nt, matmul_onto_bias_relu, RowDropout,
+    add_matmul_nt_rows, add_matmul_tn, gemm_into, matmul, matmul_nt, matmul_onto_bias_relu,
+    RowDropout,
 };
 use crate::tensor::rows::InputRows;
 use crate::tensor::sparse::{add_spmm_tn, spmm, spmm_into, CsrMatrix, CsrTranspose};
@@ -120,26 +120,16 @@ impl SageConv {
             let w = params.stacked(self.w_self, self.w_neigh);
             let then = then.filter(|_| relu);
             let in_dim = w_self.nrows();
-            let (z, bits, kept) = if splits_exactly_after(in_dim) {
-                // `h_dst` below another layer is mostly zeros (its ReLU and this layer's
-                // dropout): its half of the product skips them, and the aggregated half is
-                // added on by the dense product, with the same bits as the single product.
+            // `h_dst` below another layer is mostly zeros (its ReLU and this layer's dropout):
+            // where that pays, its half of the product skips them, and the aggregated half is
+            // added on by the dense product, with the same bits as the single product.
+            let (onto, a, b) = if splits_exactly_after(in_dim) {
                 let z_self = matmul_mostly_zero_rows(beside.slice(s![.., ..in_dim]), w_self);
-                let agg = beside.slice(s![.., in_dim..]);
-                matmul_onto_bias_relu(z_self, agg, w_neigh, bias, relu, then)
+                (Some(z_self), beside.slice(s![.., in_dim..]), w_neigh)
             } else {
-                match then {
-                    Some(d) => {
-                        let (z, bits, kept) =
-                            matmul_bias_relu_dropout(beside.view(), w, bias, relu, d);
-                        (z, bits, Some(kept))
-                    }
-                    None => {
-                        let (z, bits) = matmul_bias_relu(beside.view(), w, bias, relu);
-                        (z, bits, None)
-                    }
-                }
+                (None, beside.view(), w)
             };
+            let (z, bits, kept) = matmul_onto_bias_relu(onto, a, b, bias, relu, then);
             (z, SageCache::AggregateFirst { beside }, bits, kept)
         } else {
             let projected = matmul(h_in.view(), w_neigh);

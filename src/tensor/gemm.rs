@@ -3,9 +3,10 @@
 //! On CPUs with AVX-512 or AVX2 + FMA the product is cut into tiles (blocks of rows, of
 //! columns when the output has few rows, and of the inner dimension when the output is small
 //! and the reduction long, as for weight gradients `xᵀ·dy`), and each tile runs the packed
-//! kernel of [`super::sgemm`] on a rayon worker. Tile boundaries depend only on the shape, inner-dimension
-//! partial products are added in block order, and the kernel computes each element the same
-//! way in any tile, so the result is bitwise the same for any number of threads.
+//! kernel of [`super::sgemm`] on a rayon worker. Tile boundaries depend only on the shape,
+//! inner-dimension partial products are added in block order, and the kernel computes each
+//! element the same way in any tile, so the result is bitwise the same for any number of
+//! threads.
 //!
 //! Elsewhere (or for an output without unit column stride) the same row / column split runs
 //! `ndarray`'s `general_mat_mul` (matrixmultiply) per block.
@@ -144,7 +145,7 @@ mod fast {
     use super::*;
     use crate::tensor::gather::add_assign;
     use crate::tensor::sgemm::{
-        self, BSource, Epilogue, MatMut, MatRef, PackedB, Workspace, MR, NR,
+        self, BSource, Epilogue, Isa, MatMut, MatRef, PackedB, Workspace, MR, NR,
     };
 
     /// Multiply-adds per task: large enough that packing and rayon overheads stay small.
@@ -176,8 +177,8 @@ mod fast {
         static PACKED: RefCell<PackedB> = RefCell::new(PackedB::default());
     }
 
-    /// Whether the fast path applies: a packed kernel for this CPU, `c` with unit column stride, and no
-    /// negative strides anywhere.
+    /// Whether the fast path applies: a packed kernel for this CPU, `c` with unit column
+    /// stride, and no negative strides anywhere.
     pub(super) fn usable(a: &ArrayView2<f32>, b: &ArrayView2<f32>, c: &ArrayViewMut2<f32>) -> bool {
         let unit_cols = c.ncols() <= 1 || c.strides()[1] == 1;
         unit_cols && c.strides().iter().all(|&x| x >= 0) && usable_inputs(a, b)
@@ -189,16 +190,6 @@ mod fast {
             .iter()
             .all(|s| s.iter().all(|&x| x >= 0));
         non_negative && sgemm::available()
-    }
-
-    fn mat_ref(a: &ArrayView2<f32>) -> MatRef {
-        MatRef {
-            ptr: a.as_ptr(),
-            rows: a.nrows(),
-            cols: a.ncols(),
-            rs: a.strides()[0],
-            cs: a.strides()[1],
-        }
     }
 
     /// How the product is cut: blocks of `rows`, `cols` and `inner` (each a function of the
@@ -254,9 +245,9 @@ mod fast {
     }
 
     /// Run one tile on this thread's workspace.
-    fn run_tile(alpha: f32, a: MatRef, b: BSource, beta: f32, c: MatMut, epi: Epilogue) {
+    #[allow(clippy::too_many_arguments)]
+    fn run_tile(isa: Isa, alpha: f32, a: MatRef, b: BSource, beta: f32, c: MatMut, epi: Epilogue) {
         let mut ws = WORKSPACE.with(|w| std::mem::take(&mut *w.borrow_mut()));
-        let isa = sgemm::isa().expect("`usable` checked for a kernel");
         // SAFETY: `isa` is this CPU's; the driver passes in-bounds, disjoint tiles whose
         // columns start at multiples of NR and inner ranges at multiples of KC.
         unsafe { sgemm::gemm_tile(isa, alpha, a, b, beta, c, &mut ws, epi) };
@@ -285,7 +276,8 @@ mod fast {
     ) {
         let (m, k) = a.dim();
         let n = b.ncols();
-        let (ar, br) = (mat_ref(&a), mat_ref(&b));
+        let (ar, br) = (MatRef::of(&a), MatRef::of(&b));
+        let isa = sgemm::isa().expect("`usable` checked for a kernel");
         let cm = MatMut {
             ptr: c.as_mut_ptr(),
             rows: m,
@@ -308,7 +300,7 @@ mod fast {
         let mut packed = PACKED.with(|p| std::mem::take(&mut *p.borrow_mut()));
         if share {
             // SAFETY: `br` describes `b`.
-            unsafe { packed.pack(br, sgemm::isa().expect("`usable` checked for a kernel")) };
+            unsafe { packed.pack(br, isa) };
         }
         let packed_ref = &packed;
         let source = move |p: usize, j: usize, depth: usize, cols: usize| {
@@ -345,6 +337,7 @@ mod fast {
                 // SAFETY: the tiles partition the output and lie inside every operand.
                 unsafe {
                     run_tile(
+                        isa,
                         alpha,
                         ar.sub(i, 0, rows, k),
                         source(0, j, k, cols),
@@ -383,6 +376,7 @@ mod fast {
                 // SAFETY: as above; partial `q` occupies rows `q·m..(q+1)·m` of `parts`.
                 unsafe {
                     run_tile(
+                        isa,
                         1.0,
                         ar.sub(i, p, rows, depth),
                         source(p, j, depth, cols),
@@ -492,15 +486,8 @@ pub fn matmul_bias_relu_dropout(
     relu: bool,
     dropout: &RowDropout,
 ) -> (Array2<f32>, Option<Vec<u64>>, Vec<u64>) {
-    let (m, n) = (a.nrows(), b.ncols());
-    assert_eq!(dropout.seeds.len(), m, "gemm: one dropout seed per row");
-    assert!(
-        n.is_multiple_of(64),
-        "gemm: fused dropout needs whole 64-bit words per row"
-    );
-    let mut kept = vec![0u64; m * n / 64];
-    let (c, bits) = product_with_epilogue(None, a, b, bias, relu, Some((dropout, &mut kept)));
-    (c, bits, kept)
+    let (c, bits, kept) = matmul_onto_bias_relu(None, a, b, bias, relu, Some(dropout));
+    (c, bits, kept.expect("a dropout records its kept bits"))
 }
 
 /// `relu(a · b + bias)` (each part optional), and with `relu` the signs of the outputs, bit
@@ -513,59 +500,43 @@ pub fn matmul_bias_relu(
     bias: Option<&[f32]>,
     relu: bool,
 ) -> (Array2<f32>, Option<Vec<u64>>) {
-    product_with_epilogue(None, a, b, bias, relu, None)
+    let (c, bits, _) = matmul_onto_bias_relu(None, a, b, bias, relu, None);
+    (c, bits)
 }
 
-/// [`matmul_bias_relu`] (with [`matmul_bias_relu_dropout`]'s dropout when given) of `c + a·b`
-/// instead of `a·b`: the product adds onto `c` before its tiles apply the epilogue. Bitwise
-/// the product of `[x | a]·[y; b]` when `c` is `x·y` over a whole number of `KC` inner steps
-/// (the packed kernel adds its `KC` blocks to the output one after the other, the same way).
+/// [`matmul_bias_relu`], with [`matmul_bias_relu_dropout`]'s dropout when given, of
+/// `onto + a·b` when `onto` is given: the product adds onto it before its tiles apply the
+/// epilogue. Bitwise the product of `[x | a]·[y; b]` when `onto` is `x·y` over a whole number
+/// of `KC` inner steps (the packed kernel adds its `KC` blocks to the output one after the
+/// other, the same way).
 pub fn matmul_onto_bias_relu(
-    c: Array2<f32>,
+    onto: Option<Array2<f32>>,
     a: ArrayView2<f32>,
     b: ArrayView2<f32>,
     bias: Option<&[f32]>,
     relu: bool,
     dropout: Option<&RowDropout>,
 ) -> (Array2<f32>, Option<Vec<u64>>, Option<Vec<u64>>) {
-    let (m, n) = (a.nrows(), b.ncols());
-    assert_eq!(
-        c.dim(),
-        (m, n),
-        "gemm: the output to add onto has the product's shape"
-    );
-    match dropout {
-        Some(d) => {
-            assert_eq!(d.seeds.len(), m, "gemm: one dropout seed per row");
-            assert!(
-                n.is_multiple_of(64),
-                "gemm: fused dropout needs whole 64-bit words per row"
-            );
-            let mut kept = vec![0u64; m * n / 64];
-            let (c, bits) = product_with_epilogue(Some(c), a, b, bias, relu, Some((d, &mut kept)));
-            (c, bits, Some(kept))
-        }
-        None => {
-            let (c, bits) = product_with_epilogue(Some(c), a, b, bias, relu, None);
-            (c, bits, None)
-        }
-    }
-}
-
-/// [`matmul_bias_relu`] with the optional dropout of [`matmul_bias_relu_dropout`], whose kept
-/// bits go to the given words, of `onto + a·b` when `onto` is given.
-fn product_with_epilogue(
-    onto: Option<Array2<f32>>,
-    a: ArrayView2<f32>,
-    b: ArrayView2<f32>,
-    bias: Option<&[f32]>,
-    relu: bool,
-    dropout: Option<(&RowDropout, &mut Vec<u64>)>,
-) -> (Array2<f32>, Option<Vec<u64>>) {
     let (m, k, n) = (a.nrows(), a.ncols(), b.ncols());
     if let Some(bias) = bias {
         assert_eq!(bias.len(), n, "gemm: bias length");
     }
+    if let Some(c) = &onto {
+        assert_eq!(
+            c.dim(),
+            (m, n),
+            "gemm: the output to add onto has the product's shape"
+        );
+    }
+    let mut kept = dropout.map(|d| {
+        assert_eq!(d.seeds.len(), m, "gemm: one dropout seed per row");
+        assert!(
+            n.is_multiple_of(64),
+            "gemm: fused dropout needs whole 64-bit words per row"
+        );
+        vec![0u64; m * n / 64]
+    });
+    let dropout = dropout.zip(kept.as_mut());
     #[cfg(target_arch = "x86_64")]
     if k == b.nrows()
         && k > 0
@@ -601,7 +572,7 @@ fn product_with_epilogue(
                 c = c.as_standard_layout().into_owned();
             }
             fast::gemm_with(1.0, a, b, 1.0, c.view_mut(), epi);
-            return (c, bits);
+            return (c, bits, kept);
         }
         let mut c = Array2::<f32>::uninit((m, n));
         // SAFETY: a fresh standard-layout m×n allocation, every element of which the packed
@@ -610,7 +581,7 @@ fn product_with_epilogue(
         unsafe {
             let view = ArrayViewMut2::from_shape_ptr((m, n), c.as_mut_ptr().cast::<f32>());
             fast::gemm_with(1.0, a, b, 0.0, view, epi);
-            return (c.assume_init(), bits);
+            return (c.assume_init(), bits, kept);
         }
     }
     let mut c = match onto {
@@ -632,7 +603,7 @@ fn product_with_epilogue(
     if let Some((d, kept)) = dropout {
         drop_rows(c.view_mut(), d, kept);
     }
-    (c, bits)
+    (c, bits, kept)
 }
 
 /// The portable form of the epilogue's dropout: mask each row of `c` with its seed and

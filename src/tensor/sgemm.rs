@@ -86,6 +86,17 @@ unsafe impl Send for MatMut {}
 unsafe impl Sync for MatMut {}
 
 impl MatRef {
+    /// The matrix an `ndarray` view describes (any strides).
+    pub fn of(a: &ndarray::ArrayView2<f32>) -> MatRef {
+        MatRef {
+            ptr: a.as_ptr(),
+            rows: a.nrows(),
+            cols: a.ncols(),
+            rs: a.strides()[0],
+            cs: a.strides()[1],
+        }
+    }
+
     /// The `rows × cols` sub-matrix starting at `(i, j)`.
     ///
     /// # Safety
@@ -652,20 +663,7 @@ mod tests {
                                 drop_scale: scale,
                             };
                             let av = if transposed_a { at.t() } else { a.view() };
-                            let aref = MatRef {
-                                ptr: av.as_ptr(),
-                                rows: m,
-                                cols: k,
-                                rs: av.strides()[0],
-                                cs: av.strides()[1],
-                            };
-                            let bref = MatRef {
-                                ptr: b.as_ptr(),
-                                rows: k,
-                                cols: n,
-                                rs: n as isize,
-                                cs: 1,
-                            };
+                            let (aref, bref) = (MatRef::of(&av), MatRef::of(&b.view()));
                             let cm = MatMut {
                                 ptr: c.as_mut_ptr(),
                                 rows: m,

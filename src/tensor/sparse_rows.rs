@@ -45,6 +45,7 @@ fn listing_pays() -> bool {
 /// ([`super::gemm::matmul_onto_bias_relu`]) with bitwise the same result: when `x` has
 /// exactly one `KC` block of columns (the listed product's reach, and where the dense kernel
 /// ends one chain and adds the next).
+///
 /// Only where listing pays: otherwise the single product is one pass fewer.
 pub fn splits_exactly_after(k: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -236,13 +237,7 @@ mod kernel {
             return None;
         }
         let (m, k, n) = (a.nrows(), a.ncols(), b.ncols());
-        let bref = MatRef {
-            ptr: b.as_ptr(),
-            rows: k,
-            cols: n,
-            rs: b.strides()[0],
-            cs: b.strides()[1],
-        };
+        let bref = MatRef::of(&b);
         let mut packed = PackedB::default();
         // SAFETY: `bref` describes `b`.
         unsafe { packed.pack(bref, Isa::Avx2) };
@@ -270,13 +265,7 @@ mod kernel {
                     // layout and `tile` the chunk's rows.
                     unsafe { listed_chunk(lists, packed, k, tile) };
                 } else {
-                    let aref = MatRef {
-                        ptr: chunk.as_ptr(),
-                        rows,
-                        cols: k,
-                        rs: chunk.strides()[0],
-                        cs: 1,
-                    };
+                    let aref = MatRef::of(&chunk);
                     let source = BSource::Shared {
                         packed,
                         p0: 0,
@@ -476,7 +465,7 @@ mod tests {
         let (z_self, listed) = product(x.view(), w.slice(s![..k, ..]), true);
         assert!(listed > 0, "the listed kernel ran");
         let (z2, bits2, kept2) = matmul_onto_bias_relu(
-            z_self,
+            Some(z_self),
             a.view(),
             w.slice(s![k.., ..]),
             Some(&bias),
