@@ -10,6 +10,7 @@
 //! Every call counts bytes and seconds per kind of operation ([`CommStats`]).
 
 mod group;
+pub mod launcher;
 mod stats;
 
 pub use group::Group;
@@ -103,7 +104,10 @@ impl World {
     /// pretend nodes of `k` consecutive ranks (tests of hybrid strategies on one machine).
     /// `k` must be at least 1 and divide the number of ranks (every node the same size).
     pub fn init_with_nodes(ranks_per_node: Option<usize>) -> anyhow::Result<World> {
+        // Read before MPI_Init, which may add variables of its own.
+        launcher::launcher();
         if !launched_by_mpi() {
+            launcher::check_slurm_world(1)?;
             check_ranks_per_node(ranks_per_node, 1)?;
             let mut w = World::solo();
             w.pretend_ranks_per_node = ranks_per_node;
@@ -119,6 +123,7 @@ impl World {
         let rank = world_comm.rank();
         // Every rank sees the same size, so every rank fails here alike (no rank is left
         // waiting in the splits below).
+        launcher::check_slurm_world(world_comm.size() as usize)?;
         check_ranks_per_node(ranks_per_node, world_comm.size() as usize)?;
         let host_comm = world_comm.split_shared(rank);
         let host_ranks = host_comm.size() as usize;

@@ -53,10 +53,11 @@ fn info_parts(args: &InfoArgs, world: &World) -> Result<()> {
     let ranks = world.size();
     if ranks > 1 && ranks != meta.num_parts {
         bail!(
-            "`{}` has {} parts but the job has {ranks} ranks; run with `mpirun -np {}`",
+            "`{}` has {} parts but the job has {ranks} ranks; run {} ranks ({})",
             args.path.display(),
             meta.num_parts,
-            meta.num_parts
+            meta.num_parts,
+            crate::comm::launcher::run_hint(meta.num_parts)
         );
     }
     // One rank reads its own part only; a single process walks through all parts in turn.

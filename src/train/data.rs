@@ -193,8 +193,9 @@ fn parts_mismatch(dir: &Path, parts: usize, ranks: usize, strategy: &str) -> Str
         );
     }
     let mut msg = format!(
-        "`{dir}` has {parts} parts but the job has {ranks} ranks; run with `mpirun -np \
-         {parts}` or partition into {ranks} parts"
+        "`{dir}` has {parts} parts but the job has {ranks} ranks; run {parts} ranks \
+         ({}) or partition into {ranks} parts",
+        crate::comm::launcher::run_hint(parts)
     );
     if ranks > parts && ranks.is_multiple_of(parts) {
         msg.push_str(&format!(
