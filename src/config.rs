@@ -246,10 +246,11 @@ impl TrainConfig {
         Ok(())
     }
 
-    /// A stable hash of the fields that define the trained model and its data order; stored
-    /// in checkpoints so a resume with a different model or seed is refused.
-    pub fn model_hash(&self) -> u64 {
-        let key = serde_json::json!({
+    /// The settings that define the trained model and its data order, by name (the key of
+    /// [`TrainConfig::model_hash`]); checkpoints store it, so a refused resume can name the
+    /// settings that differ.
+    pub fn model_settings(&self) -> serde_json::Value {
+        serde_json::json!({
             "model": self.model, "layers": self.layers, "hidden": self.hidden, "heads": self.heads,
             "dropout": self.dropout, "input_dropout": self.first_layer_dropout(),
             "fanouts": self.fanouts, "batch_size": self.batch_size,
@@ -259,12 +260,47 @@ impl TrainConfig {
             "residual": self.residual, "norm": self.norm, "input_proj": self.input_proj,
             "linear_output": self.linear_output,
         })
-        .to_string();
-        // FNV-1a: stable across builds and platforms (unlike std's SipHash keys).
-        key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+    }
+
+    /// A stable hash of the fields that define the trained model and its data order; stored
+    /// in checkpoints so a resume with a different model or seed is refused.
+    pub fn model_hash(&self) -> u64 {
+        settings_hash(&self.model_settings())
+    }
+}
+
+/// FNV-1a of the settings' JSON (keys sorted): stable across builds and platforms (unlike
+/// std's SipHash keys).
+pub fn settings_hash(settings: &serde_json::Value) -> u64 {
+    settings
+        .to_string()
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
         })
-    }
+}
+
+/// The settings whose values differ between `stored` and `current` (both
+/// [`TrainConfig::model_settings`]), as "`name`: checkpoint X, this run Y", sorted by name.
+pub fn differing_settings(stored: &serde_json::Value, current: &serde_json::Value) -> Vec<String> {
+    let empty = serde_json::Map::new();
+    let a = stored.as_object().unwrap_or(&empty);
+    let b = current.as_object().unwrap_or(&empty);
+    let mut names: Vec<&String> = a.keys().chain(b.keys()).collect();
+    names.sort();
+    names.dedup();
+    let show = |v: Option<&serde_json::Value>| v.map_or("(absent)".to_string(), |v| v.to_string());
+    names
+        .into_iter()
+        .filter(|k| a.get(*k) != b.get(*k))
+        .map(|k| {
+            format!(
+                "`{k}`: checkpoint {}, this run {}",
+                show(a.get(k)),
+                show(b.get(k))
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -406,5 +442,27 @@ mod tests {
         assert_eq!(a.model_hash(), same.model_hash());
         assert_ne!(a.model_hash(), other.model_hash());
         assert_eq!(other.first_layer_dropout(), 0.0);
+    }
+
+    #[test]
+    fn differing_settings_are_named() {
+        let a = TrainConfig::default();
+        let b = TrainConfig {
+            model: "gcn".into(),
+            lr: 0.01,
+            epochs: 99,
+            ..a.clone()
+        };
+        let diff = differing_settings(&a.model_settings(), &b.model_settings());
+        // GCN also turns self-loops on by default; epochs do not define the model.
+        assert_eq!(diff.len(), 3, "{diff:?}");
+        assert!(diff[0].starts_with("`lr`: checkpoint 0.003"), "{diff:?}");
+        assert!(
+            diff[1].contains("`model`: checkpoint \"sage\", this run \"gcn\""),
+            "{diff:?}"
+        );
+        assert!(diff[2].starts_with("`self_loops`"), "{diff:?}");
+        assert!(differing_settings(&a.model_settings(), &a.model_settings()).is_empty());
+        assert_eq!(settings_hash(&a.model_settings()), a.model_hash());
     }
 }

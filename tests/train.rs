@@ -532,7 +532,16 @@ fn resume_refuses_a_different_model_and_needs_a_checkpoint() {
         s(&ck),
         "--resume",
     ]);
-    expect_failure(&gcn, &["sage.h5", "different model"]);
+    // The settings that differ are named, with both values (GCN turns self-loops on).
+    expect_failure(
+        &gcn,
+        &[
+            "sage.h5",
+            "different model",
+            "`model`: checkpoint \"sage\", this run \"gcn\"",
+            "`self_loops`: checkpoint false, this run true",
+        ],
+    );
     assert!(
         bits(&before) == bits(&read_f32s(&ck, "params")),
         "a refused resume changed the checkpoint"

@@ -1,9 +1,12 @@
 //! Checkpoints in HDF5: the flat parameter buffer (`params`) with its name/offset/shape table,
 //! the Adam moments, and where the run stands (epoch, batch, step, best validation), plus a
-//! hash of the model-defining configuration. Because sampling, batching and dropout are pure
+//! hash of the model-defining configuration and those settings by name (`model_settings`, so a
+//! refused resume says which differ) and the whole resolved configuration (`run_config`, for the
+//! record). Because sampling, batching and dropout are pure
 //! functions of (seed, epoch, batch), that position is all the "RNG state" there is, and a
 //! resumed run reproduces the uninterrupted one bit for bit.
 
+use crate::config::{differing_settings, TrainConfig};
 use crate::nn::ParamStore;
 use crate::util::{atomic::AtomicOutput, h5};
 use anyhow::{bail, Context, Result};
@@ -29,6 +32,10 @@ pub struct Position {
 /// Everything a checkpoint holds.
 pub struct Checkpoint {
     pub config_hash: u64,
+    /// [`TrainConfig::model_settings`] of the run that wrote it.
+    pub model_settings: serde_json::Value,
+    /// The whole resolved configuration of that run (JSON), for the record.
+    pub run_config: String,
     pub position: Position,
     pub params: Vec<f32>,
     pub adam_m: Vec<f32>,
@@ -45,6 +52,8 @@ pub fn save(path: &Path, ck: &Checkpoint, store: &ParamStore) -> Result<()> {
         h5::write_attr(&f, "format_version", CHECKPOINT_VERSION)?;
         h5::write_str_attr(&f, "kind", "gnnpar-checkpoint")?;
         h5::write_attr(&f, "config_hash", ck.config_hash)?;
+        h5::write_str_attr(&f, "model_settings", &ck.model_settings.to_string())?;
+        h5::write_str_attr(&f, "run_config", &ck.run_config)?;
         let p = &ck.position;
         h5::write_attr(&f, "epoch", p.epoch as u64)?;
         h5::write_attr(&f, "batch", p.batch as u64)?;
@@ -78,8 +87,9 @@ pub fn save(path: &Path, ck: &Checkpoint, store: &ParamStore) -> Result<()> {
     out.commit()
 }
 
-/// Read a checkpoint and check it fits `store` and `config_hash`.
-pub fn load(path: &Path, store: &ParamStore, config_hash: u64) -> Result<Checkpoint> {
+/// Read a checkpoint and check it fits `store` and the model `cfg` defines.
+pub fn load(path: &Path, store: &ParamStore, cfg: &TrainConfig) -> Result<Checkpoint> {
+    let config_hash = cfg.model_hash();
     let f = h5::open(path)?;
     let ctx = || format!("reading checkpoint `{}`", path.display());
     let version: u32 = h5::read_attr(&f, "format_version").with_context(ctx)?;
@@ -90,11 +100,25 @@ pub fn load(path: &Path, store: &ParamStore, config_hash: u64) -> Result<Checkpo
         );
     }
     let hash: u64 = h5::read_attr(&f, "config_hash").with_context(ctx)?;
+    // Checkpoints written before the settings were recorded hold the hash only.
+    let stored: Option<serde_json::Value> = h5::read_str_attr(&f, "model_settings")
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok());
     if hash != config_hash {
+        let which = match &stored {
+            Some(stored) => {
+                let diff = differing_settings(stored, &cfg.model_settings());
+                format!("settings that differ: {}", diff.join("; "))
+            }
+            None => format!(
+                "config hash {hash:016x}, this run {config_hash:016x}; this checkpoint does \
+                 not record its settings by name"
+            ),
+        };
         bail!(
-            "checkpoint `{}` was written for a different model configuration (config hash \
-             {hash:016x}, this run {config_hash:016x}); resume with the same model, data order \
-             and optimizer settings, or start without --resume",
+            "checkpoint `{}` was written for a different model configuration ({which}); \
+             resume with the same model, data order and optimizer settings, or start without \
+             --resume",
             path.display()
         );
     }
@@ -118,6 +142,8 @@ pub fn load(path: &Path, store: &ParamStore, config_hash: u64) -> Result<Checkpo
     let best_epoch: i64 = h5::read_attr(&f, "best_epoch").with_context(ctx)?;
     Ok(Checkpoint {
         config_hash: hash,
+        model_settings: stored.unwrap_or(serde_json::Value::Null),
+        run_config: h5::read_str_attr(&f, "run_config").unwrap_or_default(),
         position: Position {
             epoch: h5::read_attr::<u64>(&f, "epoch").with_context(ctx)? as usize,
             batch: h5::read_attr::<u64>(&f, "batch").with_context(ctx)? as usize,

@@ -198,7 +198,7 @@ impl<'w> Trainer<'w> {
 
     fn restore(&mut self) -> Result<()> {
         let path = self.files.checkpoint.clone().expect("checked in new");
-        let ck = checkpoint::load(&path, &self.model.params, self.cfg.model_hash())?;
+        let ck = checkpoint::load(&path, &self.model.params, &self.cfg)?;
         self.model.params.values.copy_from_slice(&ck.params);
         self.adam.set_state(&ck.adam_m, &ck.adam_v, ck.adam_t)?;
         self.pos = ck.position;
@@ -399,6 +399,8 @@ impl<'w> Trainer<'w> {
             path,
             &Checkpoint {
                 config_hash: self.cfg.model_hash(),
+                model_settings: self.cfg.model_settings(),
+                run_config: serde_json::to_string(&self.cfg)?,
                 position: self.pos.clone(),
                 params: self.model.params.values.clone(),
                 adam_m: m.to_vec(),
