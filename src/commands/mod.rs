@@ -9,7 +9,7 @@ pub mod presample;
 pub mod train;
 
 use anyhow::Result;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// gnnpar: distributed GNN training on HPC clusters.
 #[derive(Parser, Debug)]
@@ -38,6 +38,32 @@ pub enum Command {
     Presample(presample::PresampleArgs),
 }
 
+/// Parse the process's command line. Negative numbers are accepted as option values in every
+/// sub-command (`--lr -0.01`, not only `--lr=-0.01`): a value that looks like a number is never
+/// taken for an option, and no gnnpar option is spelled like one.
+pub fn parse_args() -> Cli {
+    let matches = command().get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+/// Parse `args` (the program name first) as [`parse_args`] does.
+pub fn try_parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    Cli::from_arg_matches(&command().try_get_matches_from(args)?)
+}
+
+/// The clap command with negative numbers allowed at every level.
+fn command() -> clap::Command {
+    fn allow_negatives(cmd: clap::Command) -> clap::Command {
+        cmd.allow_negative_numbers(true)
+            .mut_subcommands(allow_negatives)
+    }
+    allow_negatives(Cli::command())
+}
+
 /// Run the parsed command line.
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
@@ -48,5 +74,52 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Train(args) => train::run(*args),
         Command::Presample(args) => presample::run(args).map(|_| ()),
         Command::Export(args) => export::run(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negative_numbers_are_option_values_everywhere() {
+        let Command::Train(args) = try_parse_from(["gnnpar", "train", "--lr", "-0.01"])
+            .unwrap()
+            .command
+        else {
+            panic!("not train")
+        };
+        assert_eq!(args.lr, Some(-0.01));
+        // ...and the configuration check then names the field.
+        let err = args.resolve().unwrap_err().to_string();
+        assert!(err.contains("`lr`"), "{err}");
+        let Command::Train(args) = try_parse_from(["gnnpar", "train", "--fanouts", "-1,5"])
+            .unwrap()
+            .command
+        else {
+            panic!("not train")
+        };
+        assert_eq!(args.fanouts, Some(vec![-1, 5]));
+        // Nested sub-commands too.
+        let parsed = try_parse_from([
+            "gnnpar",
+            "generate",
+            "sbm",
+            "--nodes",
+            "10",
+            "--edges",
+            "20",
+            "--features",
+            "2",
+            "--classes",
+            "2",
+            "--homophily",
+            "-0.5",
+            "-o",
+            "x.h5",
+        ]);
+        assert!(parsed.is_ok(), "{:?}", parsed.err());
+        // Options are still options.
+        assert!(try_parse_from(["gnnpar", "train", "--lr", "--epochs", "1"]).is_err());
     }
 }
