@@ -1,11 +1,17 @@
 //! The `gnnpar` binary: parse the command line, run the command, turn errors into one clear
 //! message and a non-zero exit code.
 
-use clap::Parser;
-
 fn main() {
     gnnpar::util::logging::init();
-    let cli = gnnpar::commands::Cli::parse();
+    // A file-size limit (`ulimit -f`, a batch system's quota) kills a process that writes past
+    // it with SIGXFSZ, before it can say why. Ignored, the write fails with EFBIG instead and
+    // the error names the file (a checkpoint's temporary name is then removed, leaving the
+    // previous checkpoint as it was).
+    // SAFETY: setting a signal's disposition to SIG_IGN at start-up, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
+    let cli = gnnpar::commands::parse_args();
     match gnnpar::commands::run(cli) {
         Ok(()) => gnnpar::comm::finalize(),
         // Under MPI the message names the rank and the whole job is aborted, so a failure on
