@@ -21,7 +21,11 @@ fn have_mpirun() -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("SKIPPED: mpirun not found on PATH; install openmpi-bin to run the MPI tests");
+        common::skipped(
+            common::SkipKind::Mpi,
+            "tests/distributed.rs",
+            "mpirun not found on PATH; install openmpi-bin to run the MPI tests",
+        );
     }
     ok
 }

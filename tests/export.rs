@@ -128,7 +128,11 @@ fn missing_input_is_a_clear_error() {
 #[test]
 fn gpmetis_reads_the_export() {
     if Command::new("gpmetis").arg("-help").output().is_err() {
-        eprintln!("SKIPPED: gpmetis not installed (Debian package `metis`)");
+        gnnpar::util::skip::skipped(
+            gnnpar::util::skip::SkipKind::Other,
+            "gpmetis_reads_the_export",
+            "gpmetis not installed (Debian package `metis`)",
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -24,7 +24,11 @@ fn have_mpirun() -> bool {
         .map(|paths| std::env::split_paths(&paths).any(|d| d.join("mpirun").is_file()))
         .unwrap_or(false);
     if !found {
-        eprintln!("SKIPPED: `mpirun` is not on PATH; the MPI info tests did not run");
+        gnnpar::util::skip::skipped(
+            gnnpar::util::skip::SkipKind::Mpi,
+            "tests/info_mpi.rs",
+            "`mpirun` is not on PATH; the MPI info tests did not run",
+        );
     }
     found
 }

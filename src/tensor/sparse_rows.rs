@@ -447,7 +447,11 @@ mod tests {
         #[cfg(not(target_arch = "x86_64"))]
         let listing = false;
         if !listing {
-            eprintln!("SKIPPED: no AVX2 on this CPU");
+            crate::util::skip::skipped(
+                crate::util::skip::SkipKind::Other,
+                "sparse_rows listing",
+                "no AVX2 on this CPU",
+            );
             return;
         }
         let (m, n) = (700, 128);

@@ -1,5 +1,5 @@
 //! Small shared helpers: atomic output, logging, prefetch hints, progress reporting, HDF5
-//! access with errors that name the file and the field.
+//! access with errors that name the file and the field, and visible skips of test cases.
 
 pub mod atomic;
 pub mod h5;
@@ -7,3 +7,4 @@ pub mod logging;
 pub mod prefetch;
 pub mod progress;
 pub mod rss;
+pub mod skip;

@@ -5,6 +5,7 @@
 //! Each test file includes this module with `mod common;` and uses only some of it.
 #![allow(dead_code)]
 
+pub use gnnpar::util::skip::{skipped, SkipKind};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -28,9 +29,13 @@ pub fn dataset(rel: &str, test: &str) -> Option<PathBuf> {
     if path.is_file() {
         Some(path)
     } else {
-        eprintln!(
-            "SKIPPED: {test}: `{}` not found (set GNNPAR_DATA to the datasets directory)",
-            path.display()
+        skipped(
+            SkipKind::RealData,
+            test,
+            &format!(
+                "`{}` not found (set GNNPAR_DATA to the datasets directory)",
+                path.display()
+            ),
         );
         None
     }
@@ -42,7 +47,7 @@ pub fn have_mpirun(test: &str) -> bool {
         .map(|paths| std::env::split_paths(&paths).any(|d| d.join("mpirun").is_file()))
         .unwrap_or(false);
     if !found {
-        eprintln!("SKIPPED: {test}: `mpirun` is not on PATH");
+        skipped(SkipKind::Mpi, test, "`mpirun` is not on PATH");
     }
     found
 }
