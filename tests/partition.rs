@@ -595,3 +595,140 @@ fn metis_cuts_far_fewer_edges_than_random_on_tolokers() {
         "Tolokers: METIS cut {metis} is not below 0.6 × random {random}"
     );
 }
+
+/// Run the binary with `RUST_LOG=info`; returns (success, stdout, stderr).
+fn gnnpar_info_log(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_gnnpar"))
+        .args(args)
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Vertices of every part, from `meta.h5`'s offsets.
+fn part_sizes(meta: &PartitionMeta) -> Vec<u64> {
+    meta.offsets.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+#[test]
+fn as_many_parts_as_vertices_leaves_no_part_empty() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = random_dataset(50, 200, 9);
+    let input = write(&ds, tmp.path());
+    for method in [Method::Metis, Method::Random, Method::Hash] {
+        let out = tmp.path().join(format!("parts-{}", method.name()));
+        let (ok, _, stderr) = gnnpar_info_log(&[
+            "partition",
+            input.to_str().unwrap(),
+            "--parts",
+            "50",
+            "--method",
+            method.name(),
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        assert!(
+            ok,
+            "--parts 50 --method {} failed:\n{stderr}",
+            method.name()
+        );
+        let meta = check_partition(&ds, &out, 50);
+        assert_eq!(
+            part_sizes(&meta),
+            vec![1; 50],
+            "--method {}: 50 parts of 50 vertices must hold one each",
+            method.name()
+        );
+        if method == Method::Hash {
+            // 50 ids hashed into 50 parts collide: the repair ran and said so.
+            assert!(
+                stderr.contains("hash left") && stderr.contains("of 50 parts empty"),
+                "no warning about the emptied parts:\n{stderr}"
+            );
+        }
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+#[test]
+fn metis_with_parts_close_to_the_vertex_count_fills_every_part() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    // A grid (every vertex connected) and a sparse random graph (isolated vertices likely).
+    for ds in [grid_dataset(6, 7), random_dataset(40, 30, 13)] {
+        let n = ds.local_nodes();
+        let input = write(&ds, tmp.path());
+        for parts in [n / 2, n - 10, n - 3, n - 1, n] {
+            let out = tmp.path().join(format!("{}-{parts}", ds.name));
+            let stats = partition_dataset(&options(&input, &out, parts, Method::Metis))
+                .unwrap_or_else(|e| panic!("{}: --parts {parts}: {e:#}", ds.name));
+            let meta = check_partition(&ds, &out, parts);
+            let sizes = part_sizes(&meta);
+            assert!(
+                sizes.iter().all(|&s| s > 0),
+                "{}: --parts {parts} left a part empty: {sizes:?}",
+                ds.name
+            );
+            assert_eq!(stats.part_vertices, sizes);
+            assert_eq!(sizes.iter().sum::<u64>(), n as u64);
+        }
+    }
+}
+
+#[test]
+fn partition_logs_its_memory_estimate_before_reading() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = random_dataset(120, 600, 11);
+    let input = write(&ds, tmp.path());
+    // The dataset in memory, by hand: indptr 8 (n + 1), indices 4 m, features 4 n d (d = 3),
+    // class labels 8 n, split ids 4 each.
+    let (n, m) = (ds.local_nodes() as u64, ds.local_edges());
+    let splits = (ds.splits.train.len() + ds.splits.val.len() + ds.splits.test.len()) as u64;
+    let dataset = 8 * (n + 1) + 4 * m + 4 * n * 3 + 8 * n + 4 * splits;
+    let dataset = format!("dataset {}", gnnpar::partition::memory::human(dataset));
+    for method in ["metis", "random"] {
+        let out = tmp.path().join(format!("parts-{method}"));
+        let (ok, _, stderr) = gnnpar_info_log(&[
+            "partition",
+            input.to_str().unwrap(),
+            "--parts",
+            "3",
+            "--method",
+            method,
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        assert!(ok, "{stderr}");
+        let line = stderr
+            .lines()
+            .find(|l| l.contains("memory estimate: about"))
+            .unwrap_or_else(|| panic!("--method {method}: no memory estimate line:\n{stderr}"));
+        assert!(line.starts_with("[INFO]"), "{line}");
+        assert!(line.contains(&dataset), "expected `{dataset}` in: {line}");
+        assert!(
+            line.contains("available (MemAvailable)") || line.contains("memory unknown"),
+            "{line}"
+        );
+        let read_at = stderr.find("read `").expect("the read line");
+        assert!(
+            stderr.find("memory estimate").unwrap() < read_at,
+            "the estimate comes after reading:\n{stderr}"
+        );
+        if method == "metis" {
+            assert!(
+                line.contains(&format!("adjncy for at most {} entries", 2 * m))
+                    && line.contains("METIS working ~"),
+                "{line}"
+            );
+        } else {
+            assert!(!line.contains("METIS"), "{line}");
+        }
+    }
+}

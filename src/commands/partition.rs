@@ -11,7 +11,8 @@ use std::path::PathBuf;
 pub struct PartitionArgs {
     /// The dataset to partition (`dataset.h5`).
     pub input: PathBuf,
-    /// Number of parts (one per MPI rank that will train on it).
+    /// Number of parts (one per MPI rank that will train on it): at most the number of
+    /// vertices, and every part owns at least one.
     #[arg(long, short = 'p', value_name = "P")]
     pub parts: usize,
     /// How to assign vertices to parts.

@@ -12,8 +12,12 @@ fn splitmix64(x: u64) -> u64 {
 
 /// A seeded random partition with balanced sizes: a seeded permutation of the vertices cut
 /// into `parts` ranges of equal size (±1). Deterministic for a seed.
+///
+/// Vertex ids are `NodeId` (u32): `n` is at most 2^32 (the dataset reader refuses more), so
+/// every id fits; nothing here is limited to 2^31 the way METIS is.
 pub fn random(n: usize, parts: usize, seed: u64) -> Vec<u32> {
-    let mut order: Vec<u32> = (0..n as u32).collect();
+    debug_assert!(n as u64 <= u32::MAX as u64 + 1);
+    let mut order: Vec<u32> = (0..n).map(|v| v as u32).collect();
     // Fisher–Yates driven by a counter-based stream: draw i depends only on (seed, i).
     let key = splitmix64(seed ^ 0x5241_4e44_4f4d_0000);
     for i in (1..n).rev() {
@@ -24,7 +28,10 @@ pub fn random(n: usize, parts: usize, seed: u64) -> Vec<u32> {
     }
     let mut part = vec![0u32; n];
     for p in 0..parts {
-        let (lo, hi) = (p * n / parts, (p + 1) * n / parts);
+        // In u128 so the range bounds are exact whatever n and parts (below 2^32 each,
+        // p × n still fits 64 bits, but this costs nothing).
+        let cut = |p: usize| (p as u128 * n as u128 / parts as u128) as usize;
+        let (lo, hi) = (cut(p), cut(p + 1));
         for &v in &order[lo..hi] {
             part[v as usize] = p as u32;
         }

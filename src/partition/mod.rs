@@ -6,12 +6,16 @@
 //! * [`constraints`]: vertex weights (`--balance` or a weights file);
 //! * [`metis`]: the METIS call; [`baseline`]: random and hash;
 //! * [`relabel`]: new ids and per-part datasets; [`writer`]: the atomic `parts/` directory;
+//! * [`repair`]: no part left empty, whatever the method;
+//! * [`memory`]: the memory needed, stated before the arrays are read;
 //! * [`stats`]: edge cut and balance; [`weights`]: the `weights.h5` file.
 
 pub mod baseline;
 pub mod constraints;
+pub mod memory;
 pub mod metis;
 pub mod relabel;
+pub mod repair;
 pub mod stats;
 pub mod symmetric;
 pub mod weights;
@@ -93,10 +97,25 @@ pub fn partition_dataset(opts: &PartitionOptions) -> Result<PartitionStats> {
         );
     }
     if opts.method == Method::Metis && opts.parts > 1 {
-        // Fail before reading the arrays; the adjacency size is checked once symmetrised.
+        // Fail before reading the arrays. The adjacency size is known here only as the
+        // bound 2m: it is checked, exactly if the bound is over, before symmetrising.
         symmetric::check_metis_limit(header.num_nodes, "vertices")
             .with_context(|| format!("partitioning `{}`", opts.input.display()))?;
     }
+    // State the memory needed before reading any array (the weights file's included).
+    let job = memory::Job {
+        method: opts.method,
+        parts: opts.parts,
+        ncon: match (&opts.weights, &opts.balance) {
+            // Unreadable: `read_weights` says why just below.
+            (Some(path), _) => memory::weights_constraints(path).unwrap_or(1),
+            (None, Some(b)) => b.len() as u64,
+            (None, None) => DEFAULT_BALANCE.len() as u64,
+        },
+        weights: opts.weights.is_some(),
+    };
+    let shape = memory::DatasetShape::read(&opts.input, &header)?;
+    memory::report(&memory::estimate(&shape, &job), memory::available_bytes());
     let weights = match &opts.weights {
         Some(path) => {
             let w = weights::read_weights(path)?;
@@ -119,7 +138,19 @@ pub fn partition_dataset(opts: &PartitionOptions) -> Result<PartitionStats> {
     );
 
     let assign_started = Instant::now();
-    let (part, constraints) = assign(&ds, opts, weights.as_ref())?;
+    let (mut part, constraints) = assign(&ds, opts, weights.as_ref())
+        .with_context(|| format!("partitioning `{}`", opts.input.display()))?;
+    // Training assumes every part owns a vertex; METIS (with parts nearly as many as the
+    // vertices) and the hash baseline may leave some empty.
+    let emptied = repair::fill_empty_parts(&ds.graph, &mut part, opts.parts);
+    if emptied > 0 {
+        log::warn!(
+            "{} left {emptied} of {} parts empty; moved one vertex into each (from the largest \
+             part, the vertex with the fewest edges inside it)",
+            opts.method.name(),
+            opts.parts
+        );
+    }
     let partition_seconds = assign_started.elapsed().as_secs_f64();
     drop(weights);
 
@@ -184,6 +215,9 @@ fn assign(
             if opts.parts == 1 {
                 return Ok((vec![0; n], Some(constraints)));
             }
+            // Refused here, before the symmetrised arrays are allocated (the vertex count
+            // was checked before reading).
+            symmetric::check_adjacency_limit(&ds.graph)?;
             let t = Instant::now();
             let graph =
                 symmetric::symmetrize(&ds.graph, weights.map(|w| w.edge_weights.as_slice()))?;

@@ -7,25 +7,122 @@
 //! the stored edges it stands for (so `{u, v}` weighs `w(u→v) + w(v→u)`, the same seen from
 //! either end, as METIS requires).
 //!
-//! Vendored METIS uses 32-bit signed indices, hence the limits below.
+//! Vendored METIS uses 32-bit signed indices, hence the limits below: a graph past them is
+//! refused with a message saying what to do instead, before the big allocations.
 
 use crate::graph::{Csr, NodeId};
 use anyhow::{bail, Result};
 use metis::Idx;
 use rayon::prelude::*;
 
-/// Largest vertex count and adjacency size vendored METIS (32-bit `idx_t`) can take.
-pub const METIS_LIMIT: u64 = i32::MAX as u64;
+/// Largest vertex count and adjacency size METIS' `idx_t` can take: counts must stay below
+/// `Idx::MAX` (2^31 - 1 for the vendored, 32-bit METIS) because `xadj` holds `n + 1` entries
+/// and METIS allocates `nedges + 1` per coarse level.
+pub const METIS_LIMIT: u64 = Idx::MAX as u64;
 
-/// Refuse `count` `what`s (vertices, adjacency entries) past vendored METIS' 32-bit indices.
+/// Refuse `count` `what`s (vertices, adjacency entries) at or past METIS' index range
+/// ([`METIS_LIMIT`]). The message names the limit and the two ways out.
 pub fn check_metis_limit(count: u64, what: &str) -> Result<()> {
-    if count >= METIS_LIMIT {
-        bail!(
-            "the graph has {count} {what}; METIS (vendored, 32-bit indices) handles fewer than \
-             2^31 - 1 = {METIS_LIMIT}. Use --method random or hash for a graph this large"
-        );
+    check_limit(count, what, METIS_LIMIT)
+}
+
+fn check_limit(count: u64, what: &str, limit: u64) -> Result<()> {
+    if count >= limit {
+        bail!("{}", limit_message(&format!("{count} {what}"), limit))
     }
     Ok(())
+}
+
+/// "The graph has `has`; METIS … handles fewer than `limit` …": the refusal text.
+fn limit_message(has: &str, limit: u64) -> String {
+    let limit = if limit == METIS_LIMIT {
+        format!("2^{} - 1 = {limit}", Idx::BITS - 1)
+    } else {
+        limit.to_string()
+    };
+    format!(
+        "the graph has {has}; the METIS built into gnnpar uses {bits}-bit indices and handles \
+         fewer than {limit}. Partition it with --method random|hash (no such limit), or build \
+         gnnpar against a METIS with 64-bit indices (IDXTYPEWIDTH=64, through the `metis` \
+         crate's `use-system` feature)",
+        bits = Idx::BITS,
+    )
+}
+
+/// Upper bound on the symmetrised adjacency of a graph with `num_edges` stored edges, known
+/// from the header alone: every non-loop stored edge contributes one entry at each endpoint
+/// before duplicates merge. It is also the exact length of [`symmetrize`]'s scratch array.
+pub fn adjacency_bound(num_edges: u64) -> u64 {
+    num_edges.saturating_mul(2)
+}
+
+/// Refuse a graph whose symmetrised adjacency METIS cannot index, before [`symmetrize`]
+/// allocates it; returns the adjacency size known (the bound, or the exact count).
+///
+/// The bound `2m` decides alone when it is below the limit. When it is not, the exact count
+/// decides: a graph stored in both directions (every undirected dataset) has about `m`
+/// entries, so refusing on the bound would turn away graphs of up to 2^32 stored edges that
+/// 32-bit METIS partitions fine. Counting costs a sorted copy of `indices` (4 bytes per
+/// edge), half of [`symmetrize`]'s own scratch (8 bytes per entry of the bound), and only
+/// happens for graphs past a billion edges.
+pub fn check_adjacency_limit(graph: &Csr) -> Result<u64> {
+    check_adjacency_within(graph, METIS_LIMIT)
+}
+
+fn check_adjacency_within(graph: &Csr, limit: u64) -> Result<u64> {
+    let bound = adjacency_bound(graph.num_edges());
+    if bound < limit {
+        return Ok(bound);
+    }
+    log::info!(
+        "the symmetrised adjacency has at most 2 × {} = {bound} entries, at or past METIS' \
+         limit of {limit}; counting it exactly",
+        graph.num_edges()
+    );
+    let exact = count_symmetric_entries(graph);
+    check_limit(
+        exact,
+        "adjacency entries once symmetrised (both directions)",
+        limit,
+    )?;
+    Ok(exact)
+}
+
+/// The exact number of entries of the symmetrised adjacency of `graph` (what [`symmetrize`]
+/// gives METIS), without building it: twice the number of distinct unordered pairs `{u, v}`,
+/// `u ≠ v`, with an edge stored either way. With `D` the distinct non-loop stored edges and
+/// `R` the pairs stored in both directions, that is `2 (D - R)`. Needs a copy of `indices`
+/// with every row sorted (membership by binary search).
+pub fn count_symmetric_entries(graph: &Csr) -> u64 {
+    let n = graph.num_rows();
+    let mut sorted = graph.indices.clone();
+    let mut rows: Vec<&mut [NodeId]> = Vec::with_capacity(n);
+    let mut rest: &mut [NodeId] = &mut sorted;
+    for u in 0..n {
+        let (head, tail) = rest.split_at_mut(graph.degree(u));
+        rows.push(head);
+        rest = tail;
+    }
+    rows.into_par_iter().for_each(|row| row.sort_unstable());
+    let row = |u: usize| &sorted[graph.indptr[u] as usize..graph.indptr[u + 1] as usize];
+    let (distinct, both_ways) = (0..n)
+        .into_par_iter()
+        .map(|u| {
+            let (mut d, mut r) = (0u64, 0u64);
+            let neighbours = row(u);
+            for (i, &v) in neighbours.iter().enumerate() {
+                if v as usize == u || (i > 0 && neighbours[i - 1] == v) {
+                    continue;
+                }
+                d += 1;
+                if v as usize > u && row(v as usize).binary_search(&(u as NodeId)).is_ok() {
+                    r += 1;
+                }
+            }
+            (d, r)
+        })
+        .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    2 * (distinct - both_ways)
 }
 
 /// A symmetrised graph in METIS' CSR arrays.
@@ -244,15 +341,82 @@ mod tests {
     }
 
     #[test]
-    fn limits_name_the_size_and_the_limit() {
+    fn limits_name_the_size_the_limit_and_the_ways_out() {
+        assert_eq!(METIS_LIMIT, 2_147_483_647, "vendored METIS is 32-bit");
         check_metis_limit(METIS_LIMIT - 1, "vertices").unwrap();
-        let err = check_metis_limit(3_000_000_000, "vertices")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("3000000000 vertices") && err.contains("2147483647"),
-            "{err}"
+        for count in [METIS_LIMIT, METIS_LIMIT + 1, 3_000_000_000] {
+            let err = check_metis_limit(count, "vertices")
+                .unwrap_err()
+                .to_string();
+            for want in [
+                format!("{count} vertices"),
+                "2^31 - 1 = 2147483647".into(),
+                "32-bit".into(),
+                "64-bit".into(),
+                "IDXTYPEWIDTH=64".into(),
+                "--method random|hash".into(),
+            ] {
+                assert!(err.contains(&want), "lacks `{want}`: {err}");
+            }
+        }
+        check_metis_limit(METIS_LIMIT - 1, "adjacency entries").unwrap();
+        assert!(check_metis_limit(METIS_LIMIT, "adjacency entries").is_err());
+        assert_eq!(adjacency_bound(u64::MAX), u64::MAX);
+    }
+
+    /// A directed multigraph with loops, duplicates and some reciprocated edges.
+    fn messy_graph(n: usize, m: usize, seed: u64) -> Csr {
+        let mut x = seed;
+        let mut next = || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) as usize % n
+        };
+        let (mut src, mut dst) = (Vec::new(), Vec::new());
+        for _ in 0..m {
+            let (u, v) = (next(), next());
+            src.push(u as NodeId);
+            dst.push(v as NodeId);
+            if u % 3 == 0 {
+                // Reverse stored too (sometimes twice).
+                src.push(v as NodeId);
+                dst.push(u as NodeId);
+            }
+        }
+        if n >= 2 {
+            src.extend([0, 0, 1, 1]);
+            dst.extend([0, 1, 1, 0]);
+        }
+        Csr::from_edges(n, &src, &dst)
+    }
+
+    #[test]
+    fn exact_count_matches_the_symmetrised_graph() {
+        for (n, m, seed) in [(1, 0, 1), (2, 3, 2), (30, 100, 3), (200, 3000, 4)] {
+            let csr = messy_graph(n, m, seed);
+            let exact = count_symmetric_entries(&csr);
+            assert_eq!(exact, symmetrize(&csr, None).unwrap().adjncy.len() as u64);
+            assert!(exact <= adjacency_bound(csr.num_edges()));
+        }
+    }
+
+    #[test]
+    fn adjacency_check_counts_exactly_only_when_the_bound_is_over() {
+        // 0 ↔ 1, 1 ↔ 2, 2 ↔ 3 stored both ways: m = 6, bound 12, exact 6.
+        let csr = Csr::from_edges(4, &[0, 1, 1, 2, 2, 3], &[1, 0, 2, 1, 3, 2]);
+        assert_eq!(
+            check_adjacency_within(&csr, 13).unwrap(),
+            12,
+            "bound suffices"
         );
+        // Bound at or over the limit, exact count below it: accepted with the exact count.
+        assert_eq!(check_adjacency_within(&csr, 12).unwrap(), 6);
+        assert_eq!(check_adjacency_within(&csr, 7).unwrap(), 6);
+        // Exact count at the limit: refused, naming the exact count.
+        let err = check_adjacency_within(&csr, 6).unwrap_err().to_string();
+        assert!(err.contains("6 adjacency entries"), "{err}");
+        assert!(err.contains("--method random|hash"), "{err}");
     }
 
     #[test]
