@@ -2,6 +2,7 @@
 //! file and the field (or line and column), exits non-zero, does not panic, and leaves no output
 //! file (nor a temporary `.tmp-` file) behind. Inputs are generated into a temporary directory.
 
+use gnnpar::graph::format;
 use gnnpar::graph::import::npy;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -202,7 +203,20 @@ fn npz_shape_mismatches() {
                 "node_features",
                 npy::encode("<f4", &[2, 2], &f32_bytes(&[0.; 4])),
             ),
-            vec!["`node_features`", "[2, 2]", "N = 3"],
+            // N comes from the features: the labels are what no longer fit.
+            vec![
+                "`node_labels` has 3 entries",
+                "`node_features` has 2 rows",
+                "one label per vertex",
+            ],
+        ),
+        (
+            "flat.npz",
+            with(
+                "node_features",
+                npy::encode("<f4", &[6], &f32_bytes(&[0.; 6])),
+            ),
+            vec!["`node_features`", "[6]", "N × F"],
         ),
         (
             "edges3.npz",
@@ -212,7 +226,11 @@ fn npz_shape_mismatches() {
         (
             "mask.npz",
             with("test_masks", npy::encode("|b1", &[2, 4], &[0; 8])),
-            vec!["`test_masks`", "[2, 4]", "S × N"],
+            vec![
+                "`test_masks`",
+                "[2, 4]",
+                "S × N with N = 3 (the rows of `node_features`)",
+            ],
         ),
         (
             "labels2d.npz",
@@ -226,14 +244,34 @@ fn npz_shape_mismatches() {
             "dtype.npz",
             with(
                 "node_labels",
-                npy::encode("<f4", &[3], &f32_bytes(&[0., 1., 0.])),
+                npy::encode("<f4", &[3], &f32_bytes(&[0., 1.5, 0.])),
             ),
-            vec!["`node_labels`", "<f4", "integers"],
+            vec!["`node_labels`", "entry 1 is 1.5", "<f4", "whole number"],
         ),
         (
-            "bigendian.npz",
-            with("node_features", npy::encode(">f4", &[3, 2], &[0; 24])),
-            vec!["`node_features`", "big-endian"],
+            "complex.npz",
+            with("node_features", npy::encode("<c8", &[3, 2], &[0; 48])),
+            vec![
+                "`node_features`",
+                "unsupported dtype `<c8`",
+                "complex",
+                "f2 f4 f8",
+            ],
+        ),
+        (
+            "u64.npz",
+            with(
+                "edges",
+                npy::encode(
+                    "<u8",
+                    &[2, 2],
+                    &[0u64, 1, 1, 1 << 63]
+                        .iter()
+                        .flat_map(|x| x.to_le_bytes())
+                        .collect::<Vec<_>>(),
+                ),
+            ),
+            vec!["`edges`", "row 1 column 1 is 9223372036854775808", "int64"],
         ),
         (
             "short.npz",
@@ -254,13 +292,52 @@ fn npz_shape_mismatches() {
 }
 
 #[test]
-fn fortran_order_is_named() {
+fn fortran_order_is_read() {
+    // Once refused; NumPy writes Fortran order for transposed arrays, so it is read and
+    // reordered. Features [[0, 1], [2, 3], [4, 5]] stored column by column, by patching the
+    // header flag of an array whose bytes are in column-major order.
     let dir = tempfile::tempdir().unwrap();
-    let mut bytes = npy::encode("<f4", &[3, 2], &[0; 24]);
+    let mut bytes = npy::encode("<f4", &[3, 2], &f32_bytes(&[0., 2., 4., 1., 3., 5.]));
     let at = bytes.windows(5).position(|w| w == b"False").unwrap();
     bytes[at..at + 5].copy_from_slice(b"True ");
     let src = npz(dir.path(), "f.npz", &with("node_features", bytes));
-    prepare_fails(&src, &[], &["f.npz", "`node_features`", "Fortran order"]);
+    let out = dir.path().join("f.h5");
+    let r = gnnpar(&["prepare", s(&src), "-o", s(&out)]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let ds = format::read_dataset(&out).unwrap();
+    assert_eq!(
+        ds.features.unwrap().as_slice().unwrap(),
+        &[0., 1., 2., 3., 4., 5.]
+    );
+}
+
+#[test]
+fn label_count_differing_from_feature_rows_names_both() {
+    // 50 vertices by their features, 47 labels.
+    let dir = tempfile::tempdir().unwrap();
+    let members: Members = vec![
+        (
+            "node_features",
+            npy::encode("<f4", &[50, 2], &f32_bytes(&[0.5; 100])),
+        ),
+        (
+            "node_labels",
+            npy::encode("<i8", &[47], &i64_bytes(&[1; 47])),
+        ),
+        (
+            "edges",
+            npy::encode("<i8", &[2, 2], &i64_bytes(&[0, 1, 48, 49])),
+        ),
+    ];
+    let src = npz(dir.path(), "x.npz", &members);
+    prepare_fails(
+        &src,
+        &[],
+        &[
+            "x.npz`: array `node_labels` has 47 entries but `node_features` has 50 rows \
+             (one label per vertex)",
+        ],
+    );
 }
 
 #[test]

@@ -530,3 +530,194 @@ fn tsv_edge_list_with_comments_features_and_random_split() {
     assert_eq!(lists_of(&ds), vec![vec![1, 2], vec![0, 2], vec![1, 0]]);
     assert!(ds.labels.is_none() && ds.splits.train.is_empty());
 }
+
+/// The big-endian image of little-endian elements of `size` bytes.
+fn big_endian(le: &[u8], size: usize) -> Vec<u8> {
+    le.chunks_exact(size)
+        .flat_map(|c| c.iter().rev().copied())
+        .collect()
+}
+
+/// The Fortran-order (column-major) image of a C-order `rows` × `cols` matrix of `size`-byte
+/// elements.
+fn fortran_2d(c: &[u8], size: usize, rows: usize, cols: usize) -> Vec<u8> {
+    assert_eq!(c.len(), rows * cols * size);
+    let mut out = Vec::with_capacity(c.len());
+    for j in 0..cols {
+        for i in 0..rows {
+            let at = (i * cols + j) * size;
+            out.extend_from_slice(&c[at..at + size]);
+        }
+    }
+    out
+}
+
+#[test]
+fn npz_of_any_dtype_byte_order_and_memory_order_imports_the_same() {
+    // 70 vertices (more than one 64-row tile of the Fortran reordering), 5 features whose
+    // values f16, f32 and f64 all hold exactly, 4 classes, 150 edges, 2 splits.
+    let (n, f, e, splits) = (70usize, 5usize, 150usize, 2usize);
+    let feats: Vec<f32> = (0..n * f)
+        .map(|i| ((i * 7 + i / f * 3) % 17) as f32 * 0.5 - 2.0)
+        .collect();
+    let labels: Vec<i64> = (0..n as i64).map(|v| (v * 5 + 1) % 4).collect();
+    // Distinct undirected pairs (v, v + 1), (v, v + 4), (v, v + 7) modulo n.
+    let edges: Vec<i64> = (0..e as i64)
+        .flat_map(|k| {
+            let u = k % n as i64;
+            [u, (u + 1 + 3 * (k / n as i64)) % n as i64]
+        })
+        .collect();
+    // Split s: train v % 3 == s, val v % 3 == 2, test the rest.
+    let mask = |pick: &dyn Fn(usize, usize) -> bool| -> Vec<u8> {
+        (0..splits)
+            .flat_map(|s| (0..n).map(move |v| (s, v)))
+            .map(|(s, v)| u8::from(pick(s, v)))
+            .collect()
+    };
+    let train = mask(&|s, v| v % 3 == s);
+    let val = mask(&|_, v| v % 3 == 2);
+    let test = mask(&|s, v| v % 3 != s && v % 3 != 2);
+    let le =
+        |v: &[i64], f: fn(i64) -> Vec<u8>| -> Vec<u8> { v.iter().flat_map(|&x| f(x)).collect() };
+
+    let plain = vec![
+        (
+            "node_features",
+            npy::encode(
+                "<f4",
+                &[n, f],
+                &feats
+                    .iter()
+                    .flat_map(|x| x.to_le_bytes())
+                    .collect::<Vec<_>>(),
+            ),
+        ),
+        ("node_labels", npy::encode("<i8", &[n], &i64_bytes(&labels))),
+        ("edges", npy::encode("<i8", &[e, 2], &i64_bytes(&edges))),
+        ("train_masks", npy::encode("|b1", &[splits, n], &train)),
+        ("val_masks", npy::encode("|b1", &[splits, n], &val)),
+        ("test_masks", npy::encode("|b1", &[splits, n], &test)),
+    ];
+    let f64_le: Vec<u8> = feats
+        .iter()
+        .flat_map(|&x| f64::from(x).to_le_bytes())
+        .collect();
+    // Big-endian float64 features and uint16 edges in Fortran order, int32 labels, uint8
+    // masks (one of them Fortran order too).
+    let variant_a = vec![
+        (
+            "node_features",
+            npy::encode_with(
+                ">f8",
+                true,
+                &[n, f],
+                &fortran_2d(&big_endian(&f64_le, 8), 8, n, f),
+            ),
+        ),
+        (
+            "node_labels",
+            npy::encode(
+                "<i4",
+                &[n],
+                &le(&labels, |x| (x as i32).to_le_bytes().to_vec()),
+            ),
+        ),
+        (
+            "edges",
+            npy::encode_with(
+                ">u2",
+                true,
+                &[e, 2],
+                &fortran_2d(&le(&edges, |x| (x as u16).to_be_bytes().to_vec()), 2, e, 2),
+            ),
+        ),
+        ("train_masks", npy::encode("|u1", &[splits, n], &train)),
+        ("val_masks", npy::encode("|u1", &[splits, n], &val)),
+        (
+            "test_masks",
+            npy::encode_with("|u1", true, &[splits, n], &fortran_2d(&test, 1, splits, n)),
+        ),
+    ];
+    // Half-precision features, uint8 labels, int32 Fortran-order edges, masks in native
+    // order spelled `=`.
+    let f16_le: Vec<u8> = feats
+        .iter()
+        .flat_map(|&x| f16_bits(x).to_le_bytes())
+        .collect();
+    let variant_b = vec![
+        ("node_features", npy::encode("<f2", &[n, f], &f16_le)),
+        (
+            "node_labels",
+            npy::encode("|u1", &[n], &le(&labels, |x| vec![x as u8])),
+        ),
+        (
+            "edges",
+            npy::encode_with(
+                "<i4",
+                true,
+                &[e, 2],
+                &fortran_2d(&le(&edges, |x| (x as i32).to_le_bytes().to_vec()), 4, e, 2),
+            ),
+        ),
+        ("train_masks", npy::encode("=u1", &[splits, n], &train)),
+        ("val_masks", npy::encode("=u1", &[splits, n], &val)),
+        ("test_masks", npy::encode("=u1", &[splits, n], &test)),
+    ];
+
+    let tmp = tempfile::tempdir().unwrap();
+    let import = |tag: &str, members: &[(&str, Vec<u8>)]| {
+        let src = tmp.path().join(format!("{tag}.npz"));
+        write_npz(&src, members, true);
+        let out = tmp.path().join(format!("{tag}.h5"));
+        prepare(&[s(&src), "-o", s(&out), "--split", "1", "--name", "same"]);
+        format::read_dataset(&out).unwrap()
+    };
+    let want = import("plain", &plain);
+    // The plain import is the data above, so that the comparisons below mean something.
+    assert_eq!(
+        want.features.as_ref().unwrap().as_slice().unwrap(),
+        &feats[..]
+    );
+    assert_eq!(want.labels, Some(Labels::Class(labels.clone())));
+    let pairs: Vec<(NodeId, NodeId)> = edges
+        .chunks_exact(2)
+        .map(|p| (p[0] as NodeId, p[1] as NodeId))
+        .collect();
+    assert_eq!(lists_of(&want), undirected_lists(n, &pairs));
+    let ids = |m: &[u8]| -> Vec<NodeId> {
+        (0..n)
+            .filter(|&v| m[n + v] != 0)
+            .map(|v| v as NodeId)
+            .collect()
+    };
+    assert_eq!(want.splits.train, ids(&train));
+    assert_eq!(want.splits.val, ids(&val));
+    assert_eq!(want.splits.test, ids(&test));
+    assert_eq!(want.num_classes, 4);
+
+    for (tag, members) in [("a", variant_a), ("b", variant_b)] {
+        let got = import(tag, &members);
+        assert_eq!(got.features, want.features, "variant {tag}: features");
+        assert_eq!(got.labels, want.labels, "variant {tag}: labels");
+        assert_eq!(lists_of(&got), lists_of(&want), "variant {tag}: edges");
+        assert_eq!(got.splits, want.splits, "variant {tag}: splits");
+        assert_eq!(got, want, "variant {tag}");
+    }
+}
+
+/// The half-precision bits of `x`, which must be a normal f16 value with at most 10 mantissa
+/// bits (or zero).
+fn f16_bits(x: f32) -> u16 {
+    if x == 0.0 {
+        return if x.is_sign_negative() { 0x8000 } else { 0 };
+    }
+    let b = x.to_bits();
+    let sign = (b >> 16) & 0x8000;
+    let exp = ((b >> 23) & 0xff) as i32 - 127 + 15;
+    assert!(
+        (1..31).contains(&exp) && b & 0x1fff == 0,
+        "{x} is not an f16"
+    );
+    (sign | (exp as u32) << 10 | (b >> 13) & 0x3ff) as u16
+}

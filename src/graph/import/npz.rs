@@ -1,7 +1,12 @@
 //! NumPy `.npz` datasets in the layout of `../shared/datasets/README.md`: a zip archive (stored
-//! or deflated members) of `node_features` (f32/f64/u8/bool, N × F), `node_labels` (integers,
-//! N), `edges` (integers, E × 2, each undirected pair once) and `train_masks` / `val_masks` /
-//! `test_masks` (bool, S × N, or N for a single split).
+//! or deflated members) of `node_features` (N × F, stored as f32), `node_labels` (N integers),
+//! `edges` (E × 2 integers, each undirected pair once) and `train_masks` / `val_masks` /
+//! `test_masks` (S × N, or N for a single split).
+//!
+//! Each member may be of any dtype, byte order and memory order [`npy`] reads (features of any
+//! numeric type or bool; labels and edges of any integer type, bool, or floats holding whole
+//! numbers; masks of any type, non-zero meaning true). The vertex count N is the number of
+//! rows of `node_features`; every other array is checked against it.
 
 use super::edges::{build_csr, EdgeList, EdgeOptions};
 use super::npy::{self, NpyArray};
@@ -99,10 +104,9 @@ pub fn import(path: &Path, opts: &ImportOptions) -> Result<Dataset> {
         }
     }
 
-    let labels = read_labels(&mut npz)?;
-    let num_nodes = labels.len();
-    super::check_node_count(num_nodes as u64, &format!("`{fname}`"))?;
-    let features = read_features(&mut npz, num_nodes)?;
+    let features = read_features(&mut npz, &fname)?;
+    let num_nodes = features.nrows();
+    let labels = read_labels(&mut npz, num_nodes)?;
     let edges = read_edges(&mut npz, num_nodes)?;
     let splits = read_splits(&mut npz, num_nodes, opts)?;
 
@@ -128,13 +132,22 @@ pub fn import(path: &Path, opts: &ImportOptions) -> Result<Dataset> {
     })
 }
 
-fn read_labels(npz: &mut Npz) -> Result<Vec<i64>> {
+/// The labels, one per vertex: `num_nodes` of them.
+fn read_labels(npz: &mut Npz, num_nodes: usize) -> Result<Vec<i64>> {
     let arr = npz.array("node_labels")?;
     if arr.shape.len() != 1 {
         bail!(
-            "{}: shape {:?}, expected one label per vertex (N)",
+            "{}: shape {:?}, expected one label per vertex (N = {num_nodes}, the rows of \
+             `node_features`)",
             arr.what,
             arr.shape
+        );
+    }
+    if arr.shape[0] != num_nodes {
+        bail!(
+            "{} has {} entries but `node_features` has {num_nodes} rows (one label per vertex)",
+            arr.what,
+            arr.shape[0]
         );
     }
     let labels = arr.to_i64()?;
@@ -147,16 +160,17 @@ fn read_labels(npz: &mut Npz) -> Result<Vec<i64>> {
     Ok(labels)
 }
 
-fn read_features(npz: &mut Npz, num_nodes: usize) -> Result<Array2<f32>> {
+/// The features, N × F: their rows define the vertex count N.
+fn read_features(npz: &mut Npz, fname: &str) -> Result<Array2<f32>> {
     let arr = npz.array("node_features")?;
-    if arr.shape.len() != 2 || arr.shape[0] != num_nodes {
+    let [num_nodes, cols] = arr.shape[..] else {
         bail!(
-            "{}: shape {:?}, expected N × F with N = {num_nodes} (the length of `node_labels`)",
+            "{}: shape {:?}, expected N × F (one row of F features per vertex)",
             arr.what,
             arr.shape
         );
-    }
-    let cols = arr.shape[1];
+    };
+    super::check_node_count(num_nodes as u64, &format!("`{fname}`"))?;
     let values = arr.to_f32()?;
     if let Some(i) = values.iter().position(|v| !v.is_finite()) {
         bail!(
@@ -186,7 +200,8 @@ fn read_edges(npz: &mut Npz, num_nodes: usize) -> Result<EdgeList> {
         let (s, d) = (pair[0], pair[1]);
         if s < 0 || d < 0 || s as u64 >= num_nodes as u64 || d as u64 >= num_nodes as u64 {
             bail!(
-                "{}: row {row} is ({s}, {d}); vertex ids must be in [0, {num_nodes})",
+                "{}: row {row} is ({s}, {d}); vertex ids must be in [0, {num_nodes}) \
+                 (`node_features` has {num_nodes} rows)",
                 arr.what
             );
         }
@@ -227,7 +242,7 @@ fn read_splits(npz: &mut Npz, num_nodes: usize, opts: &ImportOptions) -> Result<
         };
         if width != num_nodes {
             bail!(
-                "{}: shape {:?}, expected S × N with N = {num_nodes} (the length of `node_labels`)",
+                "{}: shape {:?}, expected S × N with N = {num_nodes} (the rows of `node_features`)",
                 arr.what,
                 arr.shape
             );
