@@ -567,10 +567,13 @@ fn metis_cuts_far_fewer_edges_than_random_on_tolokers() {
         });
     let npz = data.join("heterophilous/tolokers.npz");
     if !npz.is_file() {
-        eprintln!(
-            "SKIPPED: metis_cuts_far_fewer_edges_than_random_on_tolokers: `{}` not found (set \
-             GNNPAR_DATA to the datasets directory)",
-            npz.display()
+        gnnpar::util::skip::skipped(
+            gnnpar::util::skip::SkipKind::RealData,
+            "metis_cuts_far_fewer_edges_than_random_on_tolokers",
+            &format!(
+                "`{}` not found (set GNNPAR_DATA to the datasets directory)",
+                npz.display()
+            ),
         );
         return;
     }
