@@ -364,6 +364,9 @@ fn inconsistent_options_are_refused_by_name() {
         (&["--hidden", "0"], &["hidden"]),
         (&["--lr", "0"], &["lr"]),
         (&["--lr=-0.01"], &["lr"]),
+        // A negative value after a space parses (exit 1 from validation, not 2 from clap).
+        (&["--lr", "-0.01"], &["`lr` = -0.01"]),
+        (&["--weight-decay", "-1"], &["`weight_decay` = -1"]),
         (&["--model", "transformer"], &["model", "transformer"]),
     ];
     for (extra, needles) in cases {
