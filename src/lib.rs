@@ -13,7 +13,7 @@
 pub mod comm;
 pub mod commands;
 pub mod config;
-pub mod dist;
+pub mod exchange;
 pub mod graph;
 pub mod nn;
 pub mod partition;

@@ -121,7 +121,7 @@ impl GcnConv {
     /// The projected source rows `y_u = src[u]·(x_u·W)` without aggregation, `src` the
     /// per-source factors (`1/sqrt(D_u)`, [`GcnNorm::source_factors`]): source-node
     /// parallelism (SNP) projects each source once on its owner, which sums the rows weighted
-    /// by the destination factors there ([`crate::dist::partial`]).
+    /// by the destination factors there ([`crate::exchange::partial`]).
     pub(crate) fn project_sources(
         &self,
         params: &ParamStore,
@@ -208,7 +208,7 @@ fn scale_rows(mut y: ArrayViewMut2<f32>, f: &[f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dist::partial::destination_weights;
+    use crate::exchange::partial::destination_weights;
     use crate::tensor::aggregate::{aggregate_transpose, BlockTranspose, EdgeWeights};
 
     /// SNP's pieces — scaled projection, destination weights per edge, bias — are the layer's

@@ -171,7 +171,7 @@ impl SageConv {
 
     /// The neighbour projection `x·W_neigh` of source rows, without aggregation: source-node
     /// parallelism (SNP) projects each source once on its owner and sums weighted partial rows
-    /// there ([`crate::dist::partial`]).
+    /// there ([`crate::exchange::partial`]).
     pub(crate) fn project_neighbours(&self, params: &ParamStore, x: &InputRows) -> Array2<f32> {
         x.times(params.view(self.w_neigh))
     }

@@ -25,7 +25,7 @@ use super::data::TrainData;
 use super::split::sample_split;
 use crate::comm::{Group, World};
 use crate::config::TrainConfig;
-use crate::dist::{sample_blocks_distributed, RowExchange};
+use crate::exchange::{sample_blocks_distributed, RowExchange};
 use crate::graph::NodeId;
 use crate::nn::Model;
 use crate::sample::{build_block, epoch_batches, sample_blocks, sample_neighbors};

@@ -3,7 +3,7 @@
 
 use super::data::TrainData;
 use crate::comm::Group;
-use crate::dist::sample_blocks_distributed;
+use crate::exchange::sample_blocks_distributed;
 use crate::graph::NodeId;
 use crate::sample::{BatchKey, LocalGraph};
 use std::collections::HashMap;

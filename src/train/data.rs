@@ -6,7 +6,7 @@
 use super::metrics::MetricKind;
 use crate::comm::Group;
 use crate::config::{FeatureNorm, TrainConfig};
-use crate::dist::FeatureStore;
+use crate::exchange::FeatureStore;
 use crate::graph::{format, parts, Csr, Dataset, Labels, NodeId, Splits};
 use anyhow::{bail, Context, Result};
 use ndarray::{s, Array2};

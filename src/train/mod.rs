@@ -17,7 +17,7 @@ pub mod strategy;
 
 use crate::comm::World;
 use crate::config::TrainConfig;
-use crate::dist::inference::HaloPlan;
+use crate::exchange::inference::HaloPlan;
 use crate::graph::NodeId;
 use crate::nn::{Adam, Model, ModelConfig, ModelKind};
 use crate::sample::{epoch_batches, BatchKey};

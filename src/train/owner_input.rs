@@ -14,7 +14,7 @@ use super::data::TrainData;
 use super::metrics::PhaseTimes;
 use super::strategy::{StepArgs, StepOutput};
 use crate::comm::Group;
-use crate::dist::{sample_blocks_distributed, RowExchange};
+use crate::exchange::{sample_blocks_distributed, RowExchange};
 use crate::graph::NodeId;
 use crate::nn::{cross_entropy, DropoutCtx, Model};
 use crate::sample::rng::hash_key;

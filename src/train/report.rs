@@ -5,7 +5,7 @@
 use super::metrics::PhaseTimes;
 use super::split::SplitLayerStats;
 use crate::comm::{OpStats, World};
-use crate::dist::store::StoreStats;
+use crate::exchange::store::StoreStats;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;

@@ -28,7 +28,7 @@ use super::data::TrainData;
 use super::metrics::PhaseTimes;
 use super::owner_input::OwnerBatch;
 use super::strategy::{StepArgs, StepOutput};
-use crate::dist::partial::{destination_weights, mean_weights, PartialAggregation};
+use crate::exchange::partial::{destination_weights, mean_weights, PartialAggregation};
 use crate::graph::NodeId;
 use crate::nn::gcn::GcnConv;
 use crate::nn::layer::Conv;

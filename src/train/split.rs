@@ -13,7 +13,7 @@ use super::dump::BlockDump;
 use super::metrics::PhaseTimes;
 use super::strategy::{StepArgs, StepOutput};
 use crate::comm::Group;
-use crate::dist::RowExchange;
+use crate::exchange::RowExchange;
 use crate::graph::parts::owner_of;
 use crate::graph::NodeId;
 use crate::nn::{cross_entropy, DropoutCtx, Model};

@@ -1,6 +1,8 @@
-//! Distributed pieces between `comm` and `train`: row exchange plans, owner-computes sampling,
-//! partial aggregation on source owners (SNP), the feature store with its cache, and
-//! distributed full-graph inference.
+//! What crosses ranks, between `comm` (the MPI calls) and `train` (the strategies): row
+//! exchange plans (`plan`: one shuffle plan, rows forward and summed gradients back),
+//! owner-computes sampling (`sampling`), partial aggregation on the sources' owners (`partial`,
+//! SNP), the feature store with its cache of remote rows (`store`), and full-graph layers over
+//! owned vertices plus a halo (`inference`).
 //!
 //! Vertices are owned in contiguous ranges (`offsets[r]..offsets[r+1]` on rank `r`,
 //! ARCHITECTURE invariant 1); a rank holds the adjacency, features and labels of its own
