@@ -1,7 +1,7 @@
 //! The run configuration: TOML files in `inputs/`, overridden by command-line options, then
 //! validated as a whole with errors that name the offending field.
 
-use crate::nn::NormKind;
+pub use crate::kinds::{ModelKind, NormKind, Strategy};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -23,7 +23,7 @@ pub enum FeatureNorm {
 #[serde(default, deny_unknown_fields)]
 pub struct TrainConfig {
     /// `sage`, `gcn`, `gat`, or `mlp` (a graph-free baseline on the node's own features).
-    pub model: String,
+    pub model: ModelKind,
     pub layers: usize,
     pub hidden: usize,
     /// Attention heads (GAT only).
@@ -63,7 +63,7 @@ pub struct TrainConfig {
     /// Write a checkpoint every N epochs (0 = only at the end).
     pub checkpoint_every: usize,
     /// Parallel strategy across ranks.
-    pub strategy: String,
+    pub strategy: Strategy,
     /// Rayon threads per rank (default: cores of the node / ranks on the node).
     pub threads: Option<usize>,
     /// Group consecutive ranks into pretend nodes of this many ranks (tests of `hybrid` on
@@ -81,7 +81,7 @@ pub struct TrainConfig {
 impl Default for TrainConfig {
     fn default() -> Self {
         TrainConfig {
-            model: "sage".into(),
+            model: ModelKind::Sage,
             layers: 2,
             hidden: 128,
             heads: 4,
@@ -103,7 +103,7 @@ impl Default for TrainConfig {
             self_loops: None,
             max_steps: None,
             checkpoint_every: 0,
-            strategy: "gdp".into(),
+            strategy: Strategy::Gdp,
             threads: None,
             ranks_per_node: None,
             cache_mb: 0.0,
@@ -128,21 +128,18 @@ impl TrainConfig {
 
     /// Whether GCN-style self-loops are added to every block.
     pub fn uses_self_loops(&self) -> bool {
-        self.self_loops.unwrap_or(self.model == "gcn")
+        self.self_loops.unwrap_or(self.model == ModelKind::Gcn)
     }
 
     /// Check the whole configuration; errors name the field and what was expected.
     pub fn validate(&self) -> Result<()> {
-        if let Err(e) = self.model.parse::<crate::nn::ModelKind>() {
-            bail!("config: `model`: {e}");
-        }
         if self.layers == 0 {
             bail!("config: `layers` must be at least 1");
         }
         if self.hidden == 0 {
             bail!("config: `hidden` must be positive");
         }
-        if self.model == "gat" && self.heads == 0 {
+        if self.model == ModelKind::Gat && self.heads == 0 {
             bail!("config: `heads` must be positive for GAT");
         }
         if !(0.0..1.0).contains(&self.dropout) {
@@ -219,29 +216,43 @@ impl TrainConfig {
         if self.ranks_per_node == Some(0) {
             bail!("config: `ranks_per_node` (--ranks-per-node) must be at least 1");
         }
-        let composed = crate::train::strategy::COMPOSED;
-        if !crate::train::strategy::KNOWN.contains(&self.strategy.as_str())
-            && !composed.contains(&self.strategy.as_str())
-        {
-            let all: Vec<&str> = crate::train::strategy::KNOWN
-                .iter()
-                .chain(composed)
-                .copied()
-                .collect();
-            bail!(
-                "config: unknown `strategy` \"{}\" (expected one of {all:?})",
-                self.strategy
-            );
-        }
-        if self.strategy == "hybrid" && self.full_batch {
+        if self.strategy == Strategy::Hybrid && self.full_batch {
             bail!(
                 "config: `strategy` \"hybrid\" divides mini-batches among nodes and cannot run \
                  `full_batch` (one batch of the whole graph); use gdp (or auto) for full-batch \
                  training"
             );
         }
-        if self.strategy == "snp" {
-            crate::train::snp::check_config(self)?;
+        if self.strategy == Strategy::Snp {
+            self.check_snp()?;
+        }
+        Ok(())
+    }
+
+    /// What source-node parallelism cannot run: it sums the input layer's neighbour terms on
+    /// the sources' owners straight from their feature rows.
+    pub fn check_snp(&self) -> Result<()> {
+        match self.model {
+            ModelKind::Sage | ModelKind::Gcn => {}
+            ModelKind::Gat => bail!(
+                "config: `strategy` \"snp\" does not support `model` \"gat\": GAT's attention \
+                 is a softmax over all sources of a destination, which live on several ranks, so \
+                 SNP would need an extra exchange of per-destination maxima and sums; use \
+                 --strategy gdp, split or dnp"
+            ),
+            ModelKind::Mlp => bail!(
+                "config: `strategy` \"snp\" does not apply to `model` \"mlp\": an MLP \
+                 aggregates no neighbours, so there are no source-side partial sums; use \
+                 --strategy gdp or dnp"
+            ),
+        }
+        if self.input_proj {
+            bail!(
+                "config: `strategy` \"snp\" does not support `input_proj`: SNP computes the \
+                 input layer's neighbour sums on the sources' owners straight from their feature \
+                 rows, and a projection (with its norm and residual) in front of the convolution \
+                 is not split that way; drop `input_proj`, or use --strategy gdp, split or dnp"
+            );
         }
         Ok(())
     }
@@ -337,13 +348,6 @@ mod tests {
             ),
             (
                 TrainConfig {
-                    model: "mlp2".into(),
-                    ..Default::default()
-                },
-                "model",
-            ),
-            (
-                TrainConfig {
                     dropout: 1.0,
                     ..Default::default()
                 },
@@ -403,6 +407,58 @@ mod tests {
     }
 
     #[test]
+    fn unknown_names_are_refused_by_the_parser() {
+        let err = toml::from_str::<TrainConfig>("model = \"transformer\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("transformer") && err.contains("sage"), "{err}");
+        let err = toml::from_str::<TrainConfig>("strategy = \"magic\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("magic") && err.contains("gdp"), "{err}");
+    }
+
+    #[test]
+    fn snp_refuses_what_it_cannot_split() {
+        for (cfg, needle) in [
+            (
+                TrainConfig {
+                    model: ModelKind::Gat,
+                    ..Default::default()
+                },
+                "gat",
+            ),
+            (
+                TrainConfig {
+                    model: ModelKind::Mlp,
+                    ..Default::default()
+                },
+                "mlp",
+            ),
+            (
+                TrainConfig {
+                    input_proj: true,
+                    ..Default::default()
+                },
+                "input_proj",
+            ),
+        ] {
+            let cfg = TrainConfig {
+                strategy: Strategy::Snp,
+                ..cfg
+            };
+            let err = cfg.validate().unwrap_err().to_string();
+            assert!(err.contains("snp") && err.contains(needle), "{err}");
+        }
+        TrainConfig {
+            strategy: Strategy::Snp,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+    }
+
+    #[test]
     fn unknown_toml_keys_are_refused() {
         let err = toml::from_str::<TrainConfig>("hiden = 3")
             .unwrap_err()
@@ -448,7 +504,7 @@ mod tests {
     fn differing_settings_are_named() {
         let a = TrainConfig::default();
         let b = TrainConfig {
-            model: "gcn".into(),
+            model: ModelKind::Gcn,
             lr: 0.01,
             epochs: 99,
             ..a.clone()

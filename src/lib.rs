@@ -15,6 +15,7 @@ pub mod commands;
 pub mod config;
 pub mod exchange;
 pub mod graph;
+pub mod kinds;
 pub mod nn;
 pub mod partition;
 pub mod presample;

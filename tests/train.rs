@@ -367,12 +367,28 @@ fn inconsistent_options_are_refused_by_name() {
         // A negative value after a space parses (exit 1 from validation, not 2 from clap).
         (&["--lr", "-0.01"], &["`lr` = -0.01"]),
         (&["--weight-decay", "-1"], &["`weight_decay` = -1"]),
-        (&["--model", "transformer"], &["model", "transformer"]),
     ];
     for (extra, needles) in cases {
         let mut args = vec!["train", "--data", d, "--epochs", "1"];
         args.extend_from_slice(extra);
         expect_failure(&args, needles);
+    }
+    // Names from a fixed list are checked by the parser (usage error, exit 2), which lists
+    // the valid ones.
+    for (option, value, valid) in [
+        ("--model", "transformer", "sage, gcn, gat, mlp"),
+        ("--strategy", "magic", "gdp, split, dnp, snp, hybrid, auto"),
+    ] {
+        let out = gnnpar(
+            &["train", "--data", d, "--epochs", "1", option, value],
+            RUN_TIMEOUT,
+        );
+        assert_eq!(out.code, Some(2), "{option} {value}:\n{}", out.stderr);
+        assert!(
+            out.stderr.contains(value) && out.stderr.contains(valid),
+            "{option} {value}:\n{}",
+            out.stderr
+        );
     }
 }
 

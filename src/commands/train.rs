@@ -1,7 +1,7 @@
 //! `gnnpar train`: train a GNN on a dataset, a partition, or the in-process synthetic default.
 
 use crate::comm::World;
-use crate::config::{FeatureNorm, TrainConfig};
+use crate::config::{FeatureNorm, ModelKind, Strategy, TrainConfig};
 use crate::nn::NormKind;
 use crate::train::{RunFiles, Trainer};
 use anyhow::Result;
@@ -18,8 +18,8 @@ pub struct TrainArgs {
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Model: sage, gcn, gat, or mlp (graph-free baseline).
-    #[arg(long)]
-    pub model: Option<String>,
+    #[arg(long, value_enum)]
+    pub model: Option<ModelKind>,
     #[arg(long)]
     pub layers: Option<usize>,
     #[arg(long)]
@@ -73,8 +73,8 @@ pub struct TrainArgs {
     pub max_steps: Option<u64>,
     /// Parallel strategy: gdp, split, dnp, snp, hybrid (GDP across nodes, split inside a node)
     /// or auto (hybrid on several nodes, else the cheapest by a dry-run estimate).
-    #[arg(long)]
-    pub strategy: Option<String>,
+    #[arg(long, value_enum)]
+    pub strategy: Option<Strategy>,
     /// Rayon threads per rank (default: cores of the node / ranks on the node).
     #[arg(long)]
     pub threads: Option<usize>,

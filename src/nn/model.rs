@@ -1,9 +1,6 @@
 //! A whole GNN: `layers` layers of one kind over per-layer blocks, with explicit backward.
 
-use std::fmt;
-use std::str::FromStr;
-
-use anyhow::{bail, ensure, Result};
+use anyhow::{ensure, Result};
 use ndarray::Array2;
 use serde::{Deserialize, Serialize};
 
@@ -20,43 +17,7 @@ use crate::tensor::aggregate::LazyTranspose;
 use crate::tensor::dropout::{derive_stream, KeptBits};
 use crate::tensor::sparse::CsrMatrix;
 
-/// Which convolution the model stacks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ModelKind {
-    /// GraphSAGE, mean aggregator with root weight.
-    Sage,
-    /// GCN with symmetric normalisation (self-loops are added by the caller).
-    Gcn,
-    /// GAT, multi-head.
-    Gat,
-    /// A graph-free MLP on the destination rows (baseline).
-    Mlp,
-}
-
-impl FromStr for ModelKind {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> Result<ModelKind> {
-        Ok(match s {
-            "sage" => ModelKind::Sage,
-            "gcn" => ModelKind::Gcn,
-            "gat" => ModelKind::Gat,
-            "mlp" => ModelKind::Mlp,
-            other => bail!("unknown model '{other}' (expected sage, gcn, gat or mlp)"),
-        })
-    }
-}
-
-impl fmt::Display for ModelKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ModelKind::Sage => "sage",
-            ModelKind::Gcn => "gcn",
-            ModelKind::Gat => "gat",
-            ModelKind::Mlp => "mlp",
-        })
-    }
-}
+pub use crate::kinds::ModelKind;
 
 /// The model's shape.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

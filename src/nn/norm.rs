@@ -5,48 +5,14 @@
 //! gradients are column sums with a fixed chunking ([`column_sums`]), so they do not depend
 //! on the thread count.
 
-use std::fmt;
-use std::str::FromStr;
-
-use anyhow::{bail, Result};
 use ndarray::{Array2, ArrayView2};
 use rayon::prelude::*;
-use serde::{Deserialize, Serialize};
 
 use super::params::ParamStore;
 use crate::tensor::gather::{axpy, column_sums};
 use crate::tensor::rows_per_task;
 
-/// Which normalisation a layer applies to its input.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum NormKind {
-    /// No normalisation.
-    #[default]
-    None,
-    /// [`LayerNorm`] on every row.
-    Layer,
-}
-
-impl FromStr for NormKind {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> Result<NormKind> {
-        Ok(match s {
-            "none" => NormKind::None,
-            "layer" => NormKind::Layer,
-            other => bail!("unknown norm '{other}' (expected none or layer)"),
-        })
-    }
-}
-
-impl fmt::Display for NormKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            NormKind::None => "none",
-            NormKind::Layer => "layer",
-        })
-    }
-}
+pub use crate::kinds::NormKind;
 
 /// Layer normalisation over the columns of each row.
 #[derive(Clone, Debug, PartialEq)]

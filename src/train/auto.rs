@@ -27,6 +27,7 @@ use crate::comm::{Group, World};
 use crate::config::TrainConfig;
 use crate::exchange::{sample_blocks_distributed, RowExchange};
 use crate::graph::NodeId;
+use crate::kinds::Strategy;
 use crate::nn::Model;
 use crate::sample::{build_block, epoch_batches, sample_blocks, sample_neighbors};
 use crate::sample::{BatchKey, Block, LocalGraph};
@@ -38,7 +39,7 @@ use std::collections::BTreeMap;
 pub const DRY_RUN_BATCHES: usize = 4;
 
 /// The single-node strategies `auto` chooses among, in order of preference on a tie (snp only
-/// for configurations it supports, see [`super::snp::check_config`]).
+/// for configurations it supports, see [`crate::config::TrainConfig::check_snp`]).
 pub const CANDIDATES: &[&str] = &["gdp", "split", "dnp", "snp"];
 
 /// The time model: seconds = bytes / bandwidth + flops / rate, per rank and mini-batch.
@@ -86,18 +87,18 @@ pub struct Estimate {
 /// whatever the strategy (gdp); on several nodes, hybrid. Otherwise leaves `auto` for
 /// [`choose`]. Every rank decides alike (the node count is the same everywhere).
 pub fn resolve_without_data(cfg: &mut TrainConfig, world: &World) {
-    if cfg.strategy != "auto" {
+    if cfg.strategy != Strategy::Auto {
         return;
     }
     let nodes = world.node_index().1;
     let (choice, why) = if cfg.full_batch {
         (
-            "gdp",
+            Strategy::Gdp,
             "full-batch training runs one full-graph step whatever the strategy".into(),
         )
     } else if nodes > 1 {
         (
-            "hybrid",
+            Strategy::Hybrid,
             format!("{nodes} nodes: only gradients cross nodes"),
         )
     } else {
@@ -106,7 +107,7 @@ pub fn resolve_without_data(cfg: &mut TrainConfig, world: &World) {
     if world.rank() == 0 {
         log::info!("strategy auto: {choice} ({why})");
     }
-    cfg.strategy = choice.to_string();
+    cfg.strategy = choice;
 }
 
 /// Counts of one strategy before pricing, summed over this rank's dry-run batches.
@@ -170,7 +171,12 @@ impl Counts {
 
 /// Run the dry run on one node, log the estimate as one JSON line, and return the chosen
 /// strategy. Collective over the world (which is the node here).
-pub fn choose(cfg: &TrainConfig, data: &TrainData, model: &Model, world: &World) -> Result<String> {
+pub fn choose(
+    cfg: &TrainConfig,
+    data: &TrainData,
+    model: &Model,
+    world: &World,
+) -> Result<Strategy> {
     let layers = cfg.fanouts.len();
     let batches = epoch_batches(
         &data.train_all,
@@ -202,7 +208,7 @@ pub fn choose(cfg: &TrainConfig, data: &TrainData, model: &Model, world: &World)
         .chunks(per)
         .map(|c| Counts::from_flat(c, layers))
         .collect();
-    let snp_ok = super::snp::check_config(cfg).is_ok();
+    let snp_ok = cfg.check_snp().is_ok();
     let candidates: Vec<&str> = CANDIDATES
         .iter()
         .copied()
@@ -216,7 +222,7 @@ pub fn choose(cfg: &TrainConfig, data: &TrainData, model: &Model, world: &World)
         );
         log::info!("strategy auto: chose {}", estimate.choice);
     }
-    Ok(estimate.choice)
+    estimate.choice.parse()
 }
 
 /// Sample one mini-batch as GDP, split, DNP and SNP would, and count rows and edges

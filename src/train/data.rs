@@ -8,6 +8,7 @@ use crate::comm::Group;
 use crate::config::{FeatureNorm, TrainConfig};
 use crate::exchange::FeatureStore;
 use crate::graph::{format, parts, Csr, Dataset, Labels, NodeId, Splits};
+use crate::kinds::Strategy;
 use anyhow::{bail, Context, Result};
 use ndarray::{s, Array2};
 use rayon::prelude::*;
@@ -57,7 +58,7 @@ impl TrainData {
                     let n = whole.num_nodes;
                     (whole, vec![0, n], Some(meta.orig_id))
                 } else if meta.num_parts != ranks {
-                    bail!(parts_mismatch(p, meta.num_parts, ranks, &cfg.strategy));
+                    bail!(parts_mismatch(p, meta.num_parts, ranks, cfg.strategy));
                 } else {
                     let part = parts::read_part(p, &meta, rank)?;
                     (part, meta.offsets, Some(meta.orig_id))
@@ -182,9 +183,9 @@ impl TrainData {
 
 /// Why a partition directory of `parts` parts cannot feed `ranks` ranks (the ranks of the
 /// world, or of a node under `hybrid`), and what would.
-fn parts_mismatch(dir: &Path, parts: usize, ranks: usize, strategy: &str) -> String {
+fn parts_mismatch(dir: &Path, parts: usize, ranks: usize, strategy: Strategy) -> String {
     let dir = dir.display();
-    if strategy == "hybrid" {
+    if strategy == Strategy::Hybrid {
         return format!(
             "`{dir}` has {parts} parts but --strategy hybrid needs one part per rank of a node, \
              and a node has {ranks} ranks; partition into {ranks} parts, or group the ranks \

@@ -12,13 +12,14 @@
 
 use crate::comm::{Group, World};
 use crate::graph::NodeId;
+use crate::kinds::Strategy;
 use std::borrow::Cow;
 
 /// The ranks a strategy partitions the graph over: the node for `hybrid` (each node holds
 /// the whole graph), the world otherwise. Data loading, the feature store and its cache,
 /// sampling, and full-graph evaluation all run over this group.
-pub fn data_group<'w>(world: &'w World, strategy: &str) -> &'w Group {
-    if strategy == "hybrid" {
+pub fn data_group(world: &World, strategy: Strategy) -> &Group {
+    if strategy == Strategy::Hybrid {
         world.node()
     } else {
         world
@@ -43,10 +44,10 @@ pub fn node_share(batch: &[NodeId], node: usize, nodes: usize) -> Vec<NodeId> {
 /// and the whole batch.
 pub fn split_scope<'w, 'b>(
     world: &'w World,
-    strategy: &str,
+    strategy: Strategy,
     batch: &'b [NodeId],
 ) -> (&'w Group, Cow<'b, [NodeId]>) {
-    if strategy == "hybrid" {
+    if strategy == Strategy::Hybrid {
         let (node, nodes) = world.node_index();
         (world.node(), Cow::Owned(node_share(batch, node, nodes)))
     } else {

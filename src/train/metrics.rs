@@ -125,7 +125,7 @@ impl PhaseTimes {
 pub struct EpochRecord {
     pub epoch: usize,
     /// The strategy that ran (what `auto` resolved to).
-    pub strategy: String,
+    pub strategy: crate::kinds::Strategy,
     pub steps: u64,
     pub loss: f64,
     pub metric: MetricKind,

@@ -19,7 +19,8 @@ use crate::comm::World;
 use crate::config::TrainConfig;
 use crate::exchange::inference::HaloPlan;
 use crate::graph::NodeId;
-use crate::nn::{Adam, Model, ModelConfig, ModelKind};
+use crate::kinds::{ModelKind, Strategy};
+use crate::nn::{Adam, Model, ModelConfig};
 use crate::sample::{epoch_batches, BatchKey};
 use crate::tensor::aggregate::LazyTranspose;
 use anyhow::{bail, Context, Result};
@@ -52,8 +53,8 @@ pub struct RunFiles {
 #[derive(Clone, Debug, Serialize)]
 pub struct RunSummary {
     pub dataset: String,
-    pub model: String,
-    pub strategy: String,
+    pub model: ModelKind,
+    pub strategy: Strategy,
     pub ranks: usize,
     pub threads: usize,
     pub metric: metrics::MetricKind,
@@ -111,9 +112,9 @@ impl<'w> Trainer<'w> {
                 checkpoint::check_writable(path)?;
             }
         }
-        let group = hybrid::data_group(world, &cfg.strategy);
+        let group = hybrid::data_group(world, cfg.strategy);
         let mut data = TrainData::load(files.data.as_deref(), &cfg, group)?;
-        let kind: ModelKind = cfg.model.parse()?;
+        let kind = cfg.model;
         if kind == ModelKind::Gcn {
             data.build_gcn_degrees(group, cfg.uses_self_loops())?;
         }
@@ -135,7 +136,7 @@ impl<'w> Trainer<'w> {
             },
             cfg.seed,
         )?;
-        if cfg.strategy == "auto" {
+        if cfg.strategy == Strategy::Auto {
             cfg.strategy = auto::choose(&cfg, &data, &model, world)?;
         }
         let adam = Adam::new(model.params.values.len(), cfg.lr, cfg.weight_decay);
@@ -164,7 +165,7 @@ impl<'w> Trainer<'w> {
             t.restore()?;
         }
         // SNP reads no remote feature row, so a cache would never be read.
-        let reads_remote_rows = t.cfg.strategy != "snp";
+        let reads_remote_rows = t.cfg.strategy != Strategy::Snp;
         if t.cfg.cache_mb > 0.0
             && !t.cfg.full_batch
             && t.data_group().size() > 1
@@ -214,7 +215,7 @@ impl<'w> Trainer<'w> {
 
     /// The ranks the graph is partitioned over (the node under hybrid, else the world).
     fn data_group(&self) -> &'w crate::comm::Group {
-        hybrid::data_group(self.world, &self.cfg.strategy)
+        hybrid::data_group(self.world, self.cfg.strategy)
     }
 
     /// The data this run trains on.
@@ -305,7 +306,7 @@ impl<'w> Trainer<'w> {
                 .and_then(|c| report::split_summary(c, split.len()));
             let record = EpochRecord {
                 epoch,
-                strategy: self.cfg.strategy.clone(),
+                strategy: self.cfg.strategy,
                 steps: self.pos.step,
                 loss,
                 metric: self.data.metric,
@@ -358,8 +359,8 @@ impl<'w> Trainer<'w> {
         sorted.sort_by(f64::total_cmp);
         let summary = RunSummary {
             dataset: self.data.part.name.clone(),
-            model: self.cfg.model.clone(),
-            strategy: self.cfg.strategy.clone(),
+            model: self.cfg.model,
+            strategy: self.cfg.strategy,
             ranks: self.world.size(),
             threads: rayon::current_num_threads(),
             metric: self.data.metric,
@@ -498,7 +499,7 @@ impl<'w> Trainer<'w> {
             };
             let dump = self.dump.as_mut().map(|d| (d, self.pos.step));
             let (model, data) = (&mut self.model, &mut self.data);
-            let out = match (self.cfg.full_batch, self.cfg.strategy.as_str()) {
+            let out = match (self.cfg.full_batch, self.cfg.strategy) {
                 // Full batch: every layer over owned vertices plus a halo, whatever the strategy.
                 (true, _) => {
                     let (plan, transpose) = self.full.as_ref().expect("built above");
@@ -506,9 +507,9 @@ impl<'w> Trainer<'w> {
                         model, data, self.world, plan, transpose, key, args.scale, &mut times,
                     )?
                 }
-                (false, "split" | "hybrid") => {
+                (false, Strategy::Split | Strategy::Hybrid) => {
                     // Hybrid: this node's share of the batch, split over the node's ranks.
-                    let (group, seeds) = hybrid::split_scope(self.world, &self.cfg.strategy, batch);
+                    let (group, seeds) = hybrid::split_scope(self.world, self.cfg.strategy, batch);
                     let args = StepArgs {
                         group,
                         batch: &seeds,
@@ -524,9 +525,12 @@ impl<'w> Trainer<'w> {
                     }
                     out
                 }
-                (false, "dnp") => dnp::dnp_step(model, data, &args, &mut times)?,
-                (false, "snp") => snp::snp_step(model, data, &args, &mut times)?,
-                _ => strategy::gdp_minibatch_step(model, data, &args, &mut times, dump)?,
+                (false, Strategy::Dnp) => dnp::dnp_step(model, data, &args, &mut times)?,
+                (false, Strategy::Snp) => snp::snp_step(model, data, &args, &mut times)?,
+                (false, Strategy::Gdp) => {
+                    strategy::gdp_minibatch_step(model, data, &args, &mut times, dump)?
+                }
+                (false, Strategy::Auto) => unreachable!("auto is resolved in Trainer::new"),
             };
             let t = Instant::now();
             self.world.allreduce_sum_f32(&mut self.model.params.grads);

@@ -40,41 +40,6 @@ use anyhow::{bail, Result};
 use ndarray::Array2;
 use std::time::Instant;
 
-/// Why a configuration cannot run under SNP, or `Ok` when it can (config validation calls
-/// this). SNP splits the input layer's neighbour sum by source owner, so it needs a weighted-sum
-/// aggregator over the raw features: SAGE's mean or GCN's normalised sum, without an input
-/// projection in front.
-pub fn check_config(cfg: &crate::config::TrainConfig) -> Result<()> {
-    check_model(&cfg.model)?;
-    if cfg.input_proj {
-        bail!(
-            "config: `strategy` \"snp\" does not support `input_proj`: SNP computes the input \
-             layer's neighbour sums on the sources' owners straight from their feature rows, and \
-             a projection (with its norm and residual) in front of the convolution is not split \
-             that way; drop `input_proj`, or use --strategy gdp, split or dnp"
-        );
-    }
-    Ok(())
-}
-
-/// Why a model cannot run under SNP, or `Ok` when it can.
-fn check_model(model: &str) -> Result<()> {
-    match model {
-        "sage" | "gcn" => Ok(()),
-        "gat" => bail!(
-            "config: `strategy` \"snp\" does not support `model` \"gat\": GAT's attention is a \
-             softmax over all sources of a destination, which live on several ranks, so SNP would \
-             need an extra exchange of per-destination maxima and sums; use --strategy gdp, \
-             split or dnp"
-        ),
-        "mlp" => bail!(
-            "config: `strategy` \"snp\" does not apply to `model` \"mlp\": an MLP aggregates no \
-             neighbours, so there are no source-side partial sums; use --strategy gdp or dnp"
-        ),
-        other => bail!("config: `strategy` \"snp\" does not support `model` \"{other}\""),
-    }
-}
-
 /// The input layer's convolution as SNP splits it: the edge weights the requester sends, the
 /// factor the source owner applies to its projected rows, and the term added where the partial
 /// rows meet.

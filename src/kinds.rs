@@ -1,0 +1,152 @@
+//! The vocabulary of a run's choices — which model, which normalisation, which parallel
+//! strategy, which device — as enums defined below every layer that uses them (`config`, `nn`,
+//! `train`, the backends). The compiler checks every `match` over them, clap and serde parse and
+//! print them by the same lowercase names, and no lower layer has to reach up to a higher one for
+//! a list of valid names.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Implements `Display` (the lowercase name) and `FromStr` (the same names, with an error that
+/// lists them) for a fieldless enum.
+macro_rules! named {
+    ($ty:ident, $what:literal, { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            /// Every value, in the order they are listed in messages.
+            pub const ALL: &'static [$ty] = &[$($ty::$variant),+];
+
+            /// The lowercase name used on the command line, in configs and in JSON.
+            pub fn name(self) -> &'static str {
+                match self { $($ty::$variant => $name),+ }
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        impl FromStr for $ty {
+            type Err = anyhow::Error;
+            fn from_str(s: &str) -> anyhow::Result<$ty> {
+                $ty::ALL.iter().copied().find(|k| k.name() == s).ok_or_else(|| {
+                    let names: Vec<&str> = $ty::ALL.iter().map(|k| k.name()).collect();
+                    anyhow::anyhow!(
+                        concat!("unknown ", $what, " '{}' (expected one of: {})"),
+                        s,
+                        names.join(", ")
+                    )
+                })
+            }
+        }
+    };
+}
+
+/// Which convolution a model stacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelKind {
+    /// GraphSAGE, mean aggregator with root weight.
+    Sage,
+    /// GCN with symmetric normalisation (self-loops are added by the caller).
+    Gcn,
+    /// GAT, multi-head.
+    Gat,
+    /// A graph-free MLP on the destination rows (baseline).
+    Mlp,
+}
+named!(ModelKind, "model", { Sage => "sage", Gcn => "gcn", Gat => "gat", Mlp => "mlp" });
+
+/// Which normalisation a layer applies to its input.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum NormKind {
+    /// No normalisation.
+    #[default]
+    None,
+    /// Layer normalisation (learned gain and bias) on every row.
+    Layer,
+}
+named!(NormKind, "norm", { None => "none", Layer => "layer" });
+
+/// How ranks share the work of a mini-batch (see `docs/cli.md`).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// Data parallel: each rank computes the seeds it owns.
+    #[default]
+    Gdp,
+    /// Split parallel (GSplit): each (layer, vertex) is computed by its owner.
+    Split,
+    /// Destination-node parallel: the input layer of each destination on its owner.
+    Dnp,
+    /// Source-node parallel: input-layer partial sums on the sources' owners.
+    Snp,
+    /// GDP across nodes, split inside a node.
+    Hybrid,
+    /// Resolved before training to one of the others by a dry-run estimate.
+    Auto,
+}
+named!(Strategy, "strategy", {
+    Gdp => "gdp", Split => "split", Dnp => "dnp", Snp => "snp", Hybrid => "hybrid", Auto => "auto",
+});
+
+impl Strategy {
+    /// Built from the others: `hybrid` and `auto`.
+    pub fn is_composed(self) -> bool {
+        matches!(self, Strategy::Hybrid | Strategy::Auto)
+    }
+}
+
+/// Where a rank computes.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Device {
+    /// The CPU backend (ndarray + rayon).
+    Cpu,
+    /// The CUDA backend (cuBLAS and the NVRTC kernels of `cuda/`); an error when no CUDA
+    /// driver, GPU or library is found.
+    Cuda,
+    /// CUDA when a driver and a GPU are present, else the CPU; the log says which and why.
+    #[default]
+    Auto,
+}
+named!(Device, "device", { Cpu => "cpu", Cuda => "cuda", Auto => "auto" });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_through_every_spelling() {
+        for k in ModelKind::ALL {
+            assert_eq!(k.name().parse::<ModelKind>().unwrap(), *k);
+            assert_eq!(serde_json::to_string(k).unwrap(), format!("\"{k}\""));
+            let v = <ModelKind as clap::ValueEnum>::from_str(k.name(), false).unwrap();
+            assert_eq!(v, *k);
+        }
+        for k in Strategy::ALL {
+            assert_eq!(k.name().parse::<Strategy>().unwrap(), *k);
+            assert_eq!(serde_json::to_string(k).unwrap(), format!("\"{k}\""));
+        }
+        for k in Device::ALL {
+            assert_eq!(k.name().parse::<Device>().unwrap(), *k);
+        }
+        let err = "transformer".parse::<ModelKind>().unwrap_err().to_string();
+        assert!(
+            err.contains("transformer") && err.contains("sage, gcn, gat, mlp"),
+            "{err}"
+        );
+        let err = "batch".parse::<NormKind>().unwrap_err().to_string();
+        assert!(err.contains("none, layer"), "{err}");
+        assert!(Strategy::Auto.is_composed() && !Strategy::Snp.is_composed());
+    }
+}
