@@ -10,6 +10,7 @@
 //!
 //! See `docs/architecture.md` for how the pieces fit together.
 
+pub mod backend;
 pub mod comm;
 pub mod commands;
 pub mod config;
@@ -20,6 +21,5 @@ pub mod nn;
 pub mod partition;
 pub mod presample;
 pub mod sample;
-pub mod tensor;
 pub mod train;
 pub mod util;

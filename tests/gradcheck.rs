@@ -2,6 +2,15 @@
 //! whole model, on random blocks that contain isolated destinations, duplicate edges and
 //! self-loops. Forward passes run in f32; losses are accumulated in f64.
 
+use gnnpar::backend::cpu::activation::Activation;
+use gnnpar::backend::cpu::aggregate::{
+    aggregate, aggregate_beside, aggregate_transpose, aggregate_transpose_beside, BlockTranspose,
+    EdgeWeights, GcnNorm, LazyTranspose,
+};
+use gnnpar::backend::cpu::attention::{
+    attention_aggregate, attention_backward, edge_softmax, node_logits, AttentionInputs,
+};
+use gnnpar::backend::cpu::dropout::{mix64, DropoutMask};
 use gnnpar::nn::gat::GatConv;
 use gnnpar::nn::gcn::GcnConv;
 use gnnpar::nn::layer::{Conv, DropoutCtx, Layer};
@@ -12,15 +21,6 @@ use gnnpar::nn::{
     bce_with_logits, cross_entropy, LayerNorm, Model, ModelConfig, ModelKind, NormKind, ParamStore,
 };
 use gnnpar::sample::Block;
-use gnnpar::tensor::activation::Activation;
-use gnnpar::tensor::aggregate::{
-    aggregate, aggregate_beside, aggregate_transpose, aggregate_transpose_beside, BlockTranspose,
-    EdgeWeights, GcnNorm, LazyTranspose,
-};
-use gnnpar::tensor::attention::{
-    attention_aggregate, attention_backward, edge_softmax, node_logits, AttentionInputs,
-};
-use gnnpar::tensor::dropout::{mix64, DropoutMask};
 use ndarray::{s, Array2, ArrayView2};
 
 /// A small counter-based generator (tests need no `rand`).

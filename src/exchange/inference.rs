@@ -3,11 +3,11 @@
 //! representation of its halo (remote in-neighbours) along one fixed [`RowExchange`].
 
 use super::plan::RowExchange;
+use crate::backend::cpu::sparse::CsrMatrix;
 use crate::comm::Group;
 use crate::graph::{Dataset, NodeId};
 use crate::nn::{DropoutCtx, Model};
 use crate::sample::Block;
-use crate::tensor::sparse::CsrMatrix;
 use ndarray::{concatenate, Array2, Axis, CowArray};
 use std::collections::HashMap;
 use std::sync::OnceLock;

@@ -18,12 +18,12 @@
 //! destination the gradient of its destination's row, and the owner turns it into the gradient
 //! of its rows of `y` (`Wᵀ·d`).
 
+use crate::backend::cpu::gather::{gather_rows, scatter_add_rows};
+use crate::backend::cpu::sparse::{add_spmm_tn, spmm, CsrMatrix, CsrTranspose};
 use crate::comm::Group;
 use crate::graph::parts::owner_of;
 use crate::graph::NodeId;
 use crate::sample::Block;
-use crate::tensor::gather::{gather_rows, scatter_add_rows};
-use crate::tensor::sparse::{add_spmm_tn, spmm, CsrMatrix, CsrTranspose};
 use ndarray::{Array2, ArrayView2};
 
 /// The mean aggregator's edge weights: `1/in_degree(v)` for every edge into `v`, in the
@@ -38,7 +38,7 @@ pub fn mean_weights(block: &Block) -> Vec<f32> {
 }
 
 /// Edge weights that depend on the destination only: `factors[v]` for every edge into `v`, in
-/// the block's CSR order (GCN: the destination factors of [`crate::tensor::aggregate::GcnNorm`]).
+/// the block's CSR order (GCN: the destination factors of [`crate::backend::cpu::aggregate::GcnNorm`]).
 pub fn destination_weights(block: &Block, factors: &[f32]) -> Vec<f32> {
     assert_eq!(factors.len(), block.num_dst, "one factor per destination");
     let mut w = Vec::with_capacity(block.num_edges());
@@ -253,8 +253,10 @@ fn weights_matrix(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cpu::aggregate::{
+        aggregate, aggregate_transpose, BlockTranspose, EdgeWeights,
+    };
     use crate::comm::World;
-    use crate::tensor::aggregate::{aggregate, aggregate_transpose, BlockTranspose, EdgeWeights};
     use ndarray::array;
 
     fn block() -> Block {
@@ -305,13 +307,15 @@ mod tests {
         let got = plan.forward(&world, y);
         let want = aggregate(&b, x.view(), EdgeWeights::Mean);
         assert!(
-            crate::tensor::max_abs_diff(got.view(), want.view()) < 1e-6,
+            crate::backend::cpu::max_abs_diff(got.view(), want.view()) < 1e-6,
             "{got} vs {want}"
         );
         let d = array![[1.0f32, -1.0], [5.0, 5.0], [2.0, 0.5]];
         let got = plan.backward(&world, d.view());
         let want = aggregate_transpose(&b, &BlockTranspose::new(&b), d.view(), EdgeWeights::Mean);
-        assert!(crate::tensor::max_abs_diff(got.view(), want.slice(ndarray::s![..3, ..])) < 1e-6);
+        assert!(
+            crate::backend::cpu::max_abs_diff(got.view(), want.slice(ndarray::s![..3, ..])) < 1e-6
+        );
         assert_eq!(want.row(3), array![0.0f32, 0.0]);
     }
 }

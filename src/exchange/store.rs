@@ -4,9 +4,9 @@
 //! budget).
 
 use super::plan::RowExchange;
+use crate::backend::cpu::gather::gather_rows;
 use crate::comm::Group;
 use crate::graph::NodeId;
-use crate::tensor::gather::gather_rows;
 use ndarray::Array2;
 use serde::Serialize;
 use std::collections::HashMap;

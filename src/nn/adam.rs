@@ -5,7 +5,7 @@
 use anyhow::{ensure, Result};
 use rayon::prelude::*;
 
-use crate::tensor::simd::simd_kernel;
+use crate::backend::cpu::simd::simd_kernel;
 
 /// Elements per parallel task: the update is element-wise, so any split gives the same bits.
 const CHUNK: usize = 1 << 14;

@@ -10,12 +10,12 @@ use rayon::prelude::*;
 use super::init::glorot_uniform;
 use super::linear::{accumulate_bias_grad, add_bias};
 use super::params::ParamStore;
-use crate::sample::Block;
-use crate::tensor::aggregate::LazyTranspose;
-use crate::tensor::attention::{
+use crate::backend::cpu::aggregate::LazyTranspose;
+use crate::backend::cpu::attention::{
     attention_aggregate, attention_backward, edge_softmax, node_logits, AttentionInputs,
 };
-use crate::tensor::gemm::{add_matmul_tn, matmul, matmul_nt};
+use crate::backend::cpu::gemm::{add_matmul_tn, matmul, matmul_nt};
+use crate::sample::Block;
 
 /// Negative slope of the attention LeakyReLU (the GAT paper's and PyG's 0.2).
 pub const ATTENTION_SLOPE: f32 = 0.2;
@@ -129,7 +129,11 @@ impl GatConv {
             .enumerate()
             .for_each(|(v, o)| {
                 for k in 0..h {
-                    crate::tensor::gather::axpy(inv, &xs[(v * h + k) * f..(v * h + k + 1) * f], o);
+                    crate::backend::cpu::gather::axpy(
+                        inv,
+                        &xs[(v * h + k) * f..(v * h + k + 1) * f],
+                        o,
+                    );
                 }
             });
         out
@@ -138,7 +142,7 @@ impl GatConv {
     /// Backward of [`GatConv::mean_heads`]: `out[v, h, :] = dz[v, :] / heads`.
     fn spread_heads(&self, dz: ArrayView2<f32>) -> Array2<f32> {
         let (h, f) = (self.heads, self.head_dim);
-        let dz = crate::tensor::standard(dz);
+        let dz = crate::backend::cpu::standard(dz);
         let ds = dz.as_slice().expect("standard layout");
         let mut out = Array2::zeros((dz.nrows(), h * f));
         if f == 0 {

@@ -13,12 +13,12 @@ use ndarray::{Array2, ArrayView2, ArrayViewMut2, Axis, CowArray, Ix2, Zip};
 use super::init::glorot_uniform;
 use super::linear::{accumulate_bias_grad, add_bias};
 use super::params::ParamStore;
+use crate::backend::cpu::aggregate::{aggregate, aggregate_transpose_lazy, GcnNorm, LazyTranspose};
+use crate::backend::cpu::gather::add_to_rows;
+use crate::backend::cpu::gemm::{add_matmul_tn, matmul, matmul_bias_relu, matmul_nt};
+use crate::backend::cpu::rows::InputRows;
+use crate::backend::cpu::sparse::{add_spmm_tn, spmm, CsrMatrix, CsrTranspose};
 use crate::sample::Block;
-use crate::tensor::aggregate::{aggregate, aggregate_transpose_lazy, GcnNorm, LazyTranspose};
-use crate::tensor::gather::add_to_rows;
-use crate::tensor::gemm::{add_matmul_tn, matmul, matmul_bias_relu, matmul_nt};
-use crate::tensor::rows::InputRows;
-use crate::tensor::sparse::{add_spmm_tn, spmm, CsrMatrix, CsrTranspose};
 
 /// GCNConv (symmetric normalisation, bias).
 #[derive(Clone, Debug, PartialEq)]
@@ -208,8 +208,8 @@ fn scale_rows(mut y: ArrayViewMut2<f32>, f: &[f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cpu::aggregate::{aggregate_transpose, BlockTranspose, EdgeWeights};
     use crate::exchange::partial::destination_weights;
-    use crate::tensor::aggregate::{aggregate_transpose, BlockTranspose, EdgeWeights};
 
     /// SNP's pieces — scaled projection, destination weights per edge, bias — are the layer's
     /// forward and weight/bias gradients, with a self-loop and both destination-factor cases
@@ -244,7 +244,7 @@ mod tests {
         let mut got = aggregate(&block, y.view(), EdgeWeights::PerEdge(&w));
         conv.add_bias(&params, got.view_mut());
         assert!(
-            crate::tensor::max_abs_diff(got.view(), z.view()) < 1e-6,
+            crate::backend::cpu::max_abs_diff(got.view(), z.view()) < 1e-6,
             "{got} vs {z}"
         );
 
@@ -260,8 +260,8 @@ mod tests {
         let t = BlockTranspose::new(&block);
         let d_y = aggregate_transpose(&block, &t, dz.view(), EdgeWeights::PerEdge(&w));
         conv.accumulate_source_grad(&mut params, &rows, &src, d_y);
-        assert!(crate::tensor::max_abs_diff(params.grad(conv.weight), dw.view()) < 1e-6);
-        assert!(crate::tensor::max_abs_diff(params.grad(conv.bias), db.view()) < 1e-6);
+        assert!(crate::backend::cpu::max_abs_diff(params.grad(conv.weight), dw.view()) < 1e-6);
+        assert!(crate::backend::cpu::max_abs_diff(params.grad(conv.bias), db.view()) < 1e-6);
         assert!(dw.iter().any(|&g| g != 0.0), "a gradient that can differ");
     }
 }

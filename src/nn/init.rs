@@ -2,7 +2,7 @@
 //! `p` depends only on `(seed, p, i)`, so it is the same on every rank).
 
 use super::params::ParamStore;
-use crate::tensor::dropout::mix64;
+use crate::backend::cpu::dropout::mix64;
 
 /// A uniform number in `[-1, 1)` from `(seed, param, element)`.
 #[inline]

@@ -17,13 +17,13 @@ use super::linear::Linear;
 use super::norm::{LayerNorm, NormCache};
 use super::params::ParamStore;
 use super::sage::{SageCache, SageConv};
+use crate::backend::cpu::activation::{Activation, Saved};
+use crate::backend::cpu::aggregate::LazyTranspose;
+use crate::backend::cpu::dropout::{derive_stream, DropoutMask, KeptBits};
+use crate::backend::cpu::gemm::RowDropout;
+use crate::backend::cpu::sparse::{prefers_sparse, CsrMatrix};
+use crate::backend::cpu::standard;
 use crate::sample::Block;
-use crate::tensor::activation::{Activation, Saved};
-use crate::tensor::aggregate::LazyTranspose;
-use crate::tensor::dropout::{derive_stream, DropoutMask, KeptBits};
-use crate::tensor::gemm::RowDropout;
-use crate::tensor::sparse::{prefers_sparse, CsrMatrix};
-use crate::tensor::standard;
 
 /// How dropout behaves in one forward pass.
 #[derive(Clone, Copy, Debug)]

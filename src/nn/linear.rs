@@ -5,9 +5,9 @@ use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 
 use super::init::glorot_uniform;
 use super::params::ParamStore;
-use crate::tensor::gather::{add_to_rows, axpy, column_sums};
-use crate::tensor::gemm::{add_matmul_tn, matmul_bias_relu, matmul_nt};
-use crate::tensor::sparse::{add_spmm_tn, spmm, CsrMatrix, CsrTranspose};
+use crate::backend::cpu::gather::{add_to_rows, axpy, column_sums};
+use crate::backend::cpu::gemm::{add_matmul_tn, matmul_bias_relu, matmul_nt};
+use crate::backend::cpu::sparse::{add_spmm_tn, spmm, CsrMatrix, CsrTranspose};
 
 /// `z[i, :] += bias` for every row.
 pub fn add_bias(z: ArrayViewMut2<f32>, bias: ArrayView2<f32>) {

@@ -7,9 +7,9 @@ use ndarray::{Array2, ArrayView2};
 use super::layer::DropoutCtx;
 use super::linear::Linear;
 use super::params::ParamStore;
-use crate::tensor::activation::Activation;
-use crate::tensor::dropout::{derive_stream, DropoutMask};
-use crate::tensor::standard;
+use crate::backend::cpu::activation::Activation;
+use crate::backend::cpu::dropout::{derive_stream, DropoutMask};
+use crate::backend::cpu::standard;
 
 /// Mixed into the dropout stream so the head's masks differ from the graph layers'.
 const MLP_STREAM_TAG: u64 = 0x4d4c_5048_4541_4400;

@@ -19,7 +19,7 @@ pub mod norm;
 pub mod params;
 pub mod sage;
 
-pub use crate::tensor::loss::{bce_with_logits, cross_entropy};
+pub use crate::backend::cpu::loss::{bce_with_logits, cross_entropy};
 pub use adam::Adam;
 pub use layer::{DropoutCtx, Layer};
 pub use model::{ForwardCache, Model, ModelConfig, ModelKind};

@@ -11,11 +11,11 @@ use super::linear::Linear;
 use super::norm::{LayerNorm, NormKind};
 use super::params::ParamStore;
 use super::sage::SageConv;
+use crate::backend::cpu::activation::Activation;
+use crate::backend::cpu::aggregate::LazyTranspose;
+use crate::backend::cpu::dropout::{derive_stream, KeptBits};
+use crate::backend::cpu::sparse::CsrMatrix;
 use crate::sample::Block;
-use crate::tensor::activation::Activation;
-use crate::tensor::aggregate::LazyTranspose;
-use crate::tensor::dropout::{derive_stream, KeptBits};
-use crate::tensor::sparse::CsrMatrix;
 
 pub use crate::kinds::ModelKind;
 
@@ -160,11 +160,11 @@ impl Model {
     /// Build the layers and initialise the parameters from `seed` (Glorot weights, zero biases).
     ///
     /// Also tunes the allocator once per process to reuse freed memory across steps
-    /// ([`crate::tensor::memory::keep_freed_memory`]): training re-allocates the same large
+    /// ([`crate::backend::cpu::memory::keep_freed_memory`]): training re-allocates the same large
     /// matrices every mini-batch, and fresh pages are slow to fault in.
     pub fn new(cfg: ModelConfig, seed: u64) -> Result<Model> {
         cfg.validate()?;
-        crate::tensor::memory::keep_freed_memory();
+        crate::backend::cpu::memory::keep_freed_memory();
         let mut params = ParamStore::new();
         let mut layers = Vec::with_capacity(cfg.layers);
         let mut in_dim = cfg.in_dim;
@@ -320,7 +320,7 @@ impl Model {
     /// `x` (`blocks[0].num_src() × in_dim`). Full-batch training passes the same block L times.
     ///
     /// Mostly-zero input (bag-of-words features,
-    /// [`crate::tensor::sparse::prefers_sparse`]) is converted to CSR and takes
+    /// [`crate::backend::cpu::sparse::prefers_sparse`]) is converted to CSR and takes
     /// [`Model::forward_sparse`]'s path.
     ///
     /// # Panics
@@ -396,9 +396,9 @@ impl Model {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cpu::dropout::mix64;
+    use crate::backend::cpu::sparse::prefers_sparse;
     use crate::nn::cross_entropy;
-    use crate::tensor::dropout::mix64;
-    use crate::tensor::sparse::prefers_sparse;
 
     fn hash(salt: u64, i: usize) -> u64 {
         mix64(salt ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))

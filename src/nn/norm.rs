@@ -9,8 +9,8 @@ use ndarray::{Array2, ArrayView2};
 use rayon::prelude::*;
 
 use super::params::ParamStore;
-use crate::tensor::gather::{axpy, column_sums};
-use crate::tensor::rows_per_task;
+use crate::backend::cpu::gather::{axpy, column_sums};
+use crate::backend::cpu::rows_per_task;
 
 pub use crate::kinds::NormKind;
 
@@ -53,7 +53,7 @@ impl LayerNorm {
     pub fn forward(&self, params: &ParamStore, x: ArrayView2<f32>) -> (Array2<f32>, NormCache) {
         assert_eq!(x.ncols(), self.dim, "layer norm: input columns");
         let (rows, dim) = x.dim();
-        let x = crate::tensor::standard(x);
+        let x = crate::backend::cpu::standard(x);
         let xs = x.as_slice().expect("standard layout");
         let gain = params.view(self.gain);
         let gain = gain.to_slice().expect("contiguous");
@@ -104,7 +104,7 @@ impl LayerNorm {
         let NormCache { xhat, inv_std } = cache;
         assert_eq!(dy.dim(), xhat.dim(), "layer norm: gradient shape");
         let (rows, dim) = xhat.dim();
-        let dy = crate::tensor::standard(dy);
+        let dy = crate::backend::cpu::standard(dy);
         let dys = dy.as_slice().expect("standard layout");
         // d gain = Σ_rows dy · xhat (the product first, then the fixed-order column sums).
         let mut prod = Array2::<f32>::zeros((rows, dim));

@@ -12,19 +12,19 @@ use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, CowArray, Ix2};
 use super::init::glorot_uniform;
 use super::linear::{accumulate_bias_grad, add_bias};
 use super::params::ParamStore;
-use crate::sample::Block;
-use crate::tensor::aggregate::{
+use crate::backend::cpu::aggregate::{
     aggregate, aggregate_beside, aggregate_transpose_beside, aggregate_transpose_lazy, EdgeWeights,
     LazyTranspose,
 };
-use crate::tensor::dropout::KeptBits;
-use crate::tensor::gemm::{
+use crate::backend::cpu::dropout::KeptBits;
+use crate::backend::cpu::gemm::{
     add_matmul_nt_rows, add_matmul_tn, gemm_into, matmul, matmul_nt, matmul_onto_bias_relu,
     RowDropout,
 };
-use crate::tensor::rows::InputRows;
-use crate::tensor::sparse::{add_spmm_tn, spmm, spmm_into, CsrMatrix, CsrTranspose};
-use crate::tensor::sparse_rows::{matmul_mostly_zero_rows, splits_exactly_after};
+use crate::backend::cpu::rows::InputRows;
+use crate::backend::cpu::sparse::{add_spmm_tn, spmm, spmm_into, CsrMatrix, CsrTranspose};
+use crate::backend::cpu::sparse_rows::{matmul_mostly_zero_rows, splits_exactly_after};
+use crate::sample::Block;
 
 /// SAGEConv (mean, root weight).
 #[derive(Clone, Debug, PartialEq)]
@@ -295,7 +295,7 @@ impl SageConv {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tensor::dropout::DropoutMask;
+    use crate::backend::cpu::dropout::DropoutMask;
     use ndarray::Array2;
 
     /// The dropout mask applied inside the transposed mean (each row as it is produced) gives

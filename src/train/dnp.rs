@@ -11,8 +11,8 @@ use super::data::TrainData;
 use super::metrics::PhaseTimes;
 use super::owner_input::OwnerBatch;
 use super::strategy::{StepArgs, StepOutput};
+use crate::backend::cpu::aggregate::LazyTranspose;
 use crate::nn::Model;
-use crate::tensor::aggregate::LazyTranspose;
 use anyhow::Result;
 use std::time::Instant;
 

@@ -15,6 +15,7 @@ pub mod snp;
 pub mod split;
 pub mod strategy;
 
+use crate::backend::cpu::aggregate::LazyTranspose;
 use crate::comm::World;
 use crate::config::TrainConfig;
 use crate::exchange::inference::HaloPlan;
@@ -22,7 +23,6 @@ use crate::graph::NodeId;
 use crate::kinds::{ModelKind, Strategy};
 use crate::nn::{Adam, Model, ModelConfig};
 use crate::sample::{epoch_batches, BatchKey};
-use crate::tensor::aggregate::LazyTranspose;
 use anyhow::{bail, Context, Result};
 use checkpoint::{Checkpoint, Position};
 use data::TrainData;

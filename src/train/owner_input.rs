@@ -13,13 +13,13 @@
 use super::data::TrainData;
 use super::metrics::PhaseTimes;
 use super::strategy::{StepArgs, StepOutput};
+use crate::backend::cpu::aggregate::LazyTranspose;
 use crate::comm::Group;
 use crate::exchange::{sample_blocks_distributed, RowExchange};
 use crate::graph::NodeId;
 use crate::nn::{cross_entropy, DropoutCtx, Model};
 use crate::sample::rng::hash_key;
 use crate::sample::{build_block, sample_neighbors, BatchKey, Block, LocalGraph};
-use crate::tensor::aggregate::LazyTranspose;
 use ndarray::Array2;
 use std::time::Instant;
 

@@ -8,6 +8,8 @@
 use super::data::TrainData;
 use super::dump::BlockDump;
 use super::metrics::PhaseTimes;
+use crate::backend::cpu::aggregate::LazyTranspose;
+use crate::backend::cpu::sparse::{prefers_sparse, CsrMatrix};
 use crate::comm::Group;
 use crate::exchange::inference::{FullInput, HaloPlan};
 use crate::exchange::sample_blocks_distributed;
@@ -15,8 +17,6 @@ use crate::graph::NodeId;
 use crate::nn::{cross_entropy, DropoutCtx, Model};
 use crate::sample::rng::hash_key;
 use crate::sample::{sample_blocks, BatchKey, Block, LocalGraph};
-use crate::tensor::aggregate::LazyTranspose;
-use crate::tensor::sparse::{prefers_sparse, CsrMatrix};
 use anyhow::Result;
 use ndarray::{concatenate, s, Array2, Axis, CowArray, Ix2};
 use std::time::Instant;

@@ -94,11 +94,11 @@ macro_rules! simd_kernel {
                 unsafe fn avx2 $(<$($lt),*>)? ($($arg: $ty),*) {
                     body($($arg),*)
                 }
-                match $crate::tensor::simd::level() {
+                match $crate::backend::cpu::simd::level() {
                     // SAFETY: `level` checked that the CPU has these features.
-                    $crate::tensor::simd::Level::Avx512 => return unsafe { avx512($($arg),*) },
-                    $crate::tensor::simd::Level::Avx2 => return unsafe { avx2($($arg),*) },
-                    $crate::tensor::simd::Level::Base => {}
+                    $crate::backend::cpu::simd::Level::Avx512 => return unsafe { avx512($($arg),*) },
+                    $crate::backend::cpu::simd::Level::Avx2 => return unsafe { avx2($($arg),*) },
+                    $crate::backend::cpu::simd::Level::Base => {}
                 }
             }
             body($($arg),*)
@@ -113,7 +113,7 @@ mod tests {
 
     simd_kernel! {
         fn scaled_add(a: f32, x: &[f32], y: &mut [f32]) {
-            crate::tensor::gather::axpy(a, x, y)
+            crate::backend::cpu::gather::axpy(a, x, y)
         }
     }
 

@@ -429,7 +429,7 @@ mod tests {
         });
         let keys: Vec<u64> = (0..1500).map(|i| 3 * i as u64 + 1).collect();
         let mask = DropoutMask::new(99, 0.4);
-        let mut s = crate::tensor::sparse::CsrMatrix::from_dense(x.view());
+        let mut s = crate::backend::cpu::sparse::CsrMatrix::from_dense(x.view());
         mask.apply_sparse_in_place(&mut s, &keys);
         assert_eq!(s.to_dense(), mask.apply(x.view(), &keys));
     }

@@ -257,7 +257,7 @@ mod tests {
     use super::*;
     use ndarray::Array2;
 
-    use crate::tensor::pseudo_matrix as pseudo;
+    use crate::backend::cpu::pseudo_matrix as pseudo;
 
     fn reference(a: ArrayView2<f32>, b: ArrayView2<f32>) -> Array2<f64> {
         let a = a.mapv(f64::from);

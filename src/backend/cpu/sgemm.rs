@@ -21,7 +21,7 @@
 
 #![cfg(target_arch = "x86_64")]
 
-use crate::tensor::simd::{level, Level};
+use crate::backend::cpu::simd::{level, Level};
 use crate::util::prefetch::prefetch_span;
 
 mod avx2;
@@ -566,8 +566,8 @@ unsafe fn copy_row(src: *const f32, dst: *mut f32, len: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tensor::bitmask::element_hash;
-    use crate::tensor::pseudo_matrix as pseudo;
+    use crate::backend::cpu::bitmask::element_hash;
+    use crate::backend::cpu::pseudo_matrix as pseudo;
     use ndarray::Array2;
 
     /// What every kernel computes for element `(i, j)`, step by step in scalar code: one

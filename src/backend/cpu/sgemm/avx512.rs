@@ -91,7 +91,8 @@ pub(super) unsafe fn kernel<const DIRECT: bool>(args: KernelArgs) {
                 v = _mm512_max_ps(v, zero);
             }
             if !epi.drop_seeds.is_null() {
-                let hash = crate::tensor::bitmask::element_hash16(drop_seed, (j0 + 16 * h) as u32);
+                let hash =
+                    crate::backend::cpu::bitmask::element_hash16(drop_seed, (j0 + 16 * h) as u32);
                 let k = _mm512_mask_cmplt_epu32_mask(mask, hash, below);
                 kept |= (k as u32) << (16 * h);
                 v = _mm512_maskz_mul_ps(k, v, drop_scale);

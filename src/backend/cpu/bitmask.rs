@@ -315,7 +315,7 @@ mod tests {
 
     fn bits_of(n: usize, salt: u64) -> Vec<u64> {
         (0..n.div_ceil(64) as u64)
-            .map(|w| crate::tensor::dropout::mix64(w ^ salt))
+            .map(|w| crate::backend::cpu::dropout::mix64(w ^ salt))
             .collect()
     }
 

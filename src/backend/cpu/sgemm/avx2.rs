@@ -173,7 +173,8 @@ unsafe fn store(
                 v = _mm256_max_ps(v, zero);
             }
             if !epi.drop_seeds.is_null() {
-                let hash = crate::tensor::bitmask::element_hash8(drop_seed, (col0 + 8 * q) as u32);
+                let hash =
+                    crate::backend::cpu::bitmask::element_hash8(drop_seed, (col0 + 8 * q) as u32);
                 let keep = _mm256_cmpgt_epi32(below, _mm256_xor_si256(hash, flip));
                 kept |=
                     (_mm256_movemask_ps(_mm256_castsi256_ps(keep)) as u32 & lane_bits) << (8 * q);

@@ -79,7 +79,9 @@ mod kernel {
     use rayon::prelude::*;
 
     use super::*;
-    use crate::tensor::sgemm::{self, BSource, Epilogue, Isa, MatMut, MatRef, PackedB, Workspace};
+    use crate::backend::cpu::sgemm::{
+        self, BSource, Epilogue, Isa, MatMut, MatRef, PackedB, Workspace,
+    };
 
     /// Rows per task: one list-building pass and one sweep over `b` each.
     const CHUNK: usize = 64;
@@ -377,7 +379,7 @@ mod kernel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tensor::pseudo_matrix as pseudo;
+    use crate::backend::cpu::pseudo_matrix as pseudo;
 
     /// `a` with about `keep` of its entries non-zero (exact zeros elsewhere, as a ReLU and a
     /// dropout leave them).
@@ -416,7 +418,7 @@ mod tests {
             let dense = matmul(a.view(), w.t());
             assert!(bitwise_equal(&listed, &dense), "{m}×{k}×{n} at {keep}");
             #[cfg(target_arch = "x86_64")]
-            if crate::tensor::sgemm::isa().is_some() {
+            if crate::backend::cpu::sgemm::isa().is_some() {
                 let chunks = m.div_ceil(64);
                 let expect = if keep <= 0.25 { chunks } else { 0 };
                 assert_eq!(sparse_chunks, expect, "{m}×{k}×{n} at {keep}");
@@ -429,7 +431,7 @@ mod tests {
         let (listed, sparse_chunks) = product(a.view(), w.t(), true);
         assert!(bitwise_equal(&listed, &matmul(a.view(), w.t())));
         #[cfg(target_arch = "x86_64")]
-        if crate::tensor::sgemm::isa().is_some() {
+        if crate::backend::cpu::sgemm::isa().is_some() {
             assert_eq!(sparse_chunks, 4);
         }
     }
@@ -439,11 +441,12 @@ mod tests {
     /// values and bits.
     #[test]
     fn split_product_equals_the_single_product_bitwise() {
-        use crate::tensor::dropout::DropoutMask;
-        use crate::tensor::gemm::{matmul_bias_relu_dropout, matmul_onto_bias_relu};
+        use crate::backend::cpu::dropout::DropoutMask;
+        use crate::backend::cpu::gemm::{matmul_bias_relu_dropout, matmul_onto_bias_relu};
         let k = 256;
         #[cfg(target_arch = "x86_64")]
-        let listing = crate::tensor::sgemm::isa().is_some() && k == crate::tensor::sgemm::KC;
+        let listing =
+            crate::backend::cpu::sgemm::isa().is_some() && k == crate::backend::cpu::sgemm::KC;
         #[cfg(not(target_arch = "x86_64"))]
         let listing = false;
         if !listing {

@@ -143,8 +143,8 @@ fn portable_gemm(
 #[cfg(target_arch = "x86_64")]
 mod fast {
     use super::*;
-    use crate::tensor::gather::add_assign;
-    use crate::tensor::sgemm::{
+    use crate::backend::cpu::gather::add_assign;
+    use crate::backend::cpu::sgemm::{
         self, BSource, Epilogue, Isa, MatMut, MatRef, PackedB, Workspace, MR, NR,
     };
 
@@ -392,7 +392,7 @@ mod fast {
         c.axis_iter_mut(Axis(0))
             .into_par_iter()
             .enumerate()
-            .with_min_len(crate::tensor::rows_per_task(n * k_blocks))
+            .with_min_len(crate::backend::cpu::rows_per_task(n * k_blocks))
             .for_each_init(Vec::new, |acc, (i, mut row)| {
                 acc.clear();
                 acc.extend_from_slice(&sums[i * n..(i + 1) * n]);
@@ -678,7 +678,7 @@ mod tests {
     use super::*;
     use ndarray::Array2;
 
-    use crate::tensor::pseudo_matrix as pseudo;
+    use crate::backend::cpu::pseudo_matrix as pseudo;
 
     fn naive(a: ArrayView2<f32>, b: ArrayView2<f32>) -> Array2<f32> {
         let mut c = Array2::zeros((a.nrows(), b.ncols()));
@@ -809,7 +809,7 @@ mod tests {
     /// and the same kept bits as masking afterwards with the same row keys.
     #[test]
     fn fused_dropout_matches_masking_afterwards() {
-        use crate::tensor::dropout::DropoutMask;
+        use crate::backend::cpu::dropout::DropoutMask;
         let mask = DropoutMask::new(17, 0.4);
         for &(m, k, n) in &[(50, 40, 64), (300, 70, 128), (30, 5000, 64), (7, 3, 192)] {
             let a = pseudo(m, k, 21) - 0.5;
@@ -827,7 +827,7 @@ mod tests {
                 let want_kept = mask.apply_recorded_in_place(want.view_mut(), &keys);
                 assert_eq!(bits, want_bits, "{case} {m}x{k}x{n}: relu bits");
                 assert_eq!(z, want, "{case} {m}x{k}x{n}: values");
-                let got = crate::tensor::dropout::KeptBits::from_product(m, n, &mask, kept);
+                let got = crate::backend::cpu::dropout::KeptBits::from_product(m, n, &mask, kept);
                 let mut g1 = pseudo(m, n, 23);
                 let mut g2 = g1.clone();
                 got.apply_in_place(g1.view_mut());

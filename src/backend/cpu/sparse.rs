@@ -380,11 +380,11 @@ pub fn add_spmm_tn(xt: &CsrTranspose, rows: usize, d: ArrayView2<f32>, mut c: Ar
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tensor::gemm::matmul;
+    use crate::backend::cpu::gemm::matmul;
 
     fn sparse_dense(rows: usize, cols: usize, salt: u64) -> Array2<f32> {
         Array2::from_shape_fn((rows, cols), |(i, j)| {
-            let h = crate::tensor::dropout::mix64(salt ^ ((i as u64) << 32) ^ j as u64);
+            let h = crate::backend::cpu::dropout::mix64(salt ^ ((i as u64) << 32) ^ j as u64);
             if h.is_multiple_of(10) {
                 (h >> 40) as f32 / (1u64 << 24) as f32 - 0.5
             } else {
