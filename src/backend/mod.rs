@@ -1,3 +1,4 @@
 //! Where the numbers are computed. `cpu` holds the CPU kernels (ndarray + rayon, hand-tuned
-//! GEMM, aggregation, dropout, losses).
+//! GEMM, aggregation, dropout, losses); `cuda` the CUDA backend.
 pub mod cpu;
+pub mod cuda;
