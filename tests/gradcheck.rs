@@ -771,15 +771,15 @@ fn whole_models_per_kind() {
             let labels: Vec<i64> = (0..blocks[1].num_dst).map(|i| (i % 3) as i64).collect();
             let ctx = training_ctx();
             let loss_of = |m: &Model| {
-                let (logits, _) = m.forward(&blocks, &x, &ctx);
+                let (logits, _) = m.forward(&blocks, x.view(), &ctx);
                 cross_entropy(&logits, &labels).0
             };
-            let (logits, cache) = model.forward(&blocks, &x, &ctx);
+            let (logits, cache) = model.forward(&blocks, x.view(), &ctx);
             assert_eq!(logits.dim(), (blocks[1].num_dst, 3));
             let (_, d) = cross_entropy(&logits, &labels);
             let mut trained = model.clone();
             trained.params.zero_grads();
-            trained.backward(&blocks, cache, &d);
+            trained.backward(&blocks, cache, d.clone());
             let analytic = trained.params.grads.clone();
             assert!(analytic.iter().any(|&g| g != 0.0));
             let mut vals = model.params.values.clone();
@@ -836,18 +836,18 @@ fn whole_residual_norm_models_per_kind() {
             let x = rng.matrix(10, 5, 1.0);
             let labels: Vec<i64> = (0..10).map(|i| (i % 3) as i64).collect();
             let ctx = training_ctx();
-            let (logits, cache) = model.forward(&blocks, &x, &ctx);
+            let (logits, cache) = model.forward(&blocks, x.view(), &ctx);
             let (_, d) = cross_entropy(&logits, &labels);
             let mut trained = model.clone();
             trained.params.zero_grads();
-            trained.backward(&blocks, cache, &d);
+            trained.backward(&blocks, cache, d.clone());
             let analytic = trained.params.grads.clone();
             let mut vals = model.params.values.clone();
             let mut probe = model.clone();
             let what = format!("{kind} residual+norm model (input_proj {input_proj})");
             check_coords(&what, &mut vals, &analytic, |v| {
                 probe.params.values.copy_from_slice(v);
-                let (logits, _) = probe.forward(&blocks, &x, &ctx);
+                let (logits, _) = probe.forward(&blocks, x.view(), &ctx);
                 cross_entropy(&logits, &labels).0
             });
         }
@@ -862,11 +862,11 @@ fn backward_accumulates_into_grads() {
     let x = rng.matrix(6, 5, 1.0);
     let d = rng.matrix(6, 3, 1.0);
     let ctx = DropoutCtx::eval();
-    let (_, c) = model.forward(&[&block, &block], &x, &ctx);
-    model.backward(&[&block, &block], c, &d);
+    let (_, c) = model.forward(&[&block, &block], x.view(), &ctx);
+    model.backward(&[&block, &block], c, d.clone());
     let once = model.params.grads.clone();
-    let (_, c) = model.forward(&[&block, &block], &x, &ctx);
-    model.backward(&[&block, &block], c, &d);
+    let (_, c) = model.forward(&[&block, &block], x.view(), &ctx);
+    model.backward(&[&block, &block], c, d.clone());
     for (a, b) in model.params.grads.iter().zip(&once) {
         assert!((a - 2.0 * b).abs() <= 1e-6 * (1.0 + b.abs()));
     }
@@ -950,10 +950,10 @@ fn results_do_not_depend_on_thread_count() {
             cfg.hidden = 64;
             let mut m = Model::new(cfg, 5).unwrap();
             let blocks = [&block, &b1];
-            let (y, c) = m.forward(&blocks, &x, &training_ctx());
+            let (y, c) = m.forward(&blocks, x.view(), &training_ctx());
             let labels: Vec<i64> = (0..100).map(|i| i % 3).collect();
             let (_, d) = cross_entropy(&y, &labels);
-            m.backward(&blocks, c, &d);
+            m.backward(&blocks, c, d.clone());
             (y, m.params.grads)
         })
     };
@@ -1013,11 +1013,11 @@ fn adam_steps_fit_a_small_graph() {
                 orig_ids: None,
                 gcn_degrees: None,
             };
-            let (logits, cache) = model.forward(&blocks, &x, &ctx);
+            let (logits, cache) = model.forward(&blocks, x.view(), &ctx);
             let (loss, d) = cross_entropy(&logits, &labels);
             losses.push(loss / 30.0);
             model.params.zero_grads();
-            model.backward(&blocks, cache, &d);
+            model.backward(&blocks, cache, d.clone());
             opt.step(&mut model.params.values, &model.params.grads);
         }
         let (first, last) = (losses[0], *losses.last().unwrap());

@@ -3,7 +3,7 @@
 //! representation of its halo (remote in-neighbours) along one fixed [`RowExchange`].
 
 use super::plan::RowExchange;
-use crate::backend::cpu::sparse::CsrMatrix;
+use crate::backend::cpu::sparse::SparseRows;
 use crate::comm::Group;
 use crate::graph::{Dataset, NodeId};
 use crate::nn::{DropoutCtx, Model};
@@ -27,7 +27,7 @@ pub struct HaloPlan {
 pub enum FullInput {
     Dense(Array2<f32>),
     /// Mostly-zero rows (bag-of-words features): the first layer multiplies the non-zeros.
-    Sparse(CsrMatrix),
+    Sparse(SparseRows),
 }
 
 impl HaloPlan {

@@ -1,56 +1,16 @@
 //! Adam with weight decay, with PyTorch's semantics: by default the L2 term `wd·p` is added to
 //! the gradient (`torch.optim.Adam(weight_decay=…)`); with `decoupled` the parameters are
-//! shrunk by `lr·wd·p` before the update instead (`torch.optim.AdamW`).
+//! shrunk by `lr·wd·p` before the update instead (`torch.optim.AdamW`). The moments live where
+//! the parameters live (the backend's buffers); the update is the backend's
+//! ([`Backend::adam_step`]).
 
 use anyhow::{ensure, Result};
-use rayon::prelude::*;
 
-use crate::backend::cpu::simd::simd_kernel;
-
-/// Elements per parallel task: the update is element-wise, so any split gives the same bits.
-const CHUNK: usize = 1 << 14;
-
-/// The constants of one Adam step.
-#[derive(Clone, Copy)]
-struct StepConsts {
-    b1: f32,
-    b2: f32,
-    lr: f32,
-    wd: f32,
-    eps: f32,
-    decoupled: bool,
-    /// `lr / (1 − β1^t)`.
-    step_size: f32,
-    /// `sqrt(1 − β2^t)`.
-    bc2_sqrt: f32,
-}
-
-simd_kernel! {
-    /// One Adam update of a chunk of parameters `p` with gradients `g` and moments `m`, `v`.
-    fn adam_chunk(c: StepConsts, p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32]) {
-        let n = p.len();
-        let (g, m, v) = (&g[..n], &mut m[..n], &mut v[..n]);
-        for i in 0..n {
-            let mut grad = g[i];
-            if c.wd != 0.0 {
-                if c.decoupled {
-                    p[i] *= 1.0 - c.lr * c.wd;
-                } else {
-                    grad += c.wd * p[i];
-                }
-            }
-            // PyTorch: exp_avg.lerp_(grad, 1 − β1); exp_avg_sq.mul_(β2).addcmul_(…).
-            m[i] += (1.0 - c.b1) * (grad - m[i]);
-            v[i] = v[i] * c.b2 + (1.0 - c.b2) * grad * grad;
-            let denom = v[i].sqrt() / c.bc2_sqrt + c.eps;
-            p[i] -= c.step_size * m[i] / denom;
-        }
-    }
-}
+use crate::backend::{AdamStep, Backend, Cpu};
 
 /// Adam state over one flat parameter buffer.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Adam {
+#[derive(Debug)]
+pub struct Adam<B: Backend = Cpu> {
     pub lr: f32,
     pub beta1: f32,
     pub beta2: f32,
@@ -58,14 +18,23 @@ pub struct Adam {
     pub weight_decay: f32,
     /// AdamW: decay the weights directly instead of adding `wd·p` to the gradient.
     pub decoupled: bool,
-    m: Vec<f32>,
-    v: Vec<f32>,
+    m: B::Buffer,
+    v: B::Buffer,
     t: u64,
+    backend: B,
 }
 
-impl Adam {
-    /// Adam with PyTorch's defaults (`betas = (0.9, 0.999)`, `eps = 1e-8`).
-    pub fn new(n_params: usize, lr: f32, weight_decay: f32) -> Adam {
+impl Adam<Cpu> {
+    /// Adam on the CPU with PyTorch's defaults (`betas = (0.9, 0.999)`, `eps = 1e-8`).
+    pub fn new(n_params: usize, lr: f32, weight_decay: f32) -> Adam<Cpu> {
+        Adam::on(Cpu, n_params, lr, weight_decay)
+    }
+}
+
+impl<B: Backend> Adam<B> {
+    /// Adam on `backend` with PyTorch's defaults (`betas = (0.9, 0.999)`, `eps = 1e-8`).
+    pub fn on(backend: B, n_params: usize, lr: f32, weight_decay: f32) -> Adam<B> {
+        let zeros = vec![0.0; n_params];
         Adam {
             lr,
             beta1: 0.9,
@@ -73,9 +42,10 @@ impl Adam {
             eps: 1e-8,
             weight_decay,
             decoupled: false,
-            m: vec![0.0; n_params],
-            v: vec![0.0; n_params],
+            m: backend.buffer_from_host(&zeros),
+            v: backend.buffer_from_host(&zeros),
             t: 0,
+            backend,
         }
     }
 
@@ -83,50 +53,58 @@ impl Adam {
     ///
     /// # Panics
     /// If the buffer lengths differ from the optimizer's.
-    pub fn step(&mut self, values: &mut [f32], grads: &[f32]) {
-        assert_eq!(values.len(), self.m.len(), "adam: parameter count changed");
-        assert_eq!(grads.len(), self.m.len(), "adam: gradient count differs");
+    pub fn step(&mut self, values: &mut B::Buffer, grads: &B::Buffer) {
+        let n = self.backend.buffer_len(&self.m);
+        assert_eq!(
+            self.backend.buffer_len(values),
+            n,
+            "adam: parameter count changed"
+        );
+        assert_eq!(
+            self.backend.buffer_len(grads),
+            n,
+            "adam: gradient count differs"
+        );
         self.t += 1;
         let (b1, b2) = (self.beta1, self.beta2);
         // Bias corrections in f64 as PyTorch computes them (Python floats).
         let bc1 = 1.0 - (b1 as f64).powi(self.t.min(i32::MAX as u64) as i32);
         let bc2 = 1.0 - (b2 as f64).powi(self.t.min(i32::MAX as u64) as i32);
-        let step_size = (self.lr as f64 / bc1) as f32;
-        let bc2_sqrt = bc2.sqrt() as f32;
-        let c = StepConsts {
-            b1,
-            b2,
+        let step = AdamStep {
+            beta1: b1,
+            beta2: b2,
             lr: self.lr,
-            wd: self.weight_decay,
+            weight_decay: self.weight_decay,
             eps: self.eps,
             decoupled: self.decoupled,
-            step_size,
-            bc2_sqrt,
+            step_size: (self.lr as f64 / bc1) as f32,
+            bc2_sqrt: bc2.sqrt() as f32,
         };
-        values
-            .par_chunks_mut(CHUNK)
-            .zip(grads.par_chunks(CHUNK))
-            .zip(self.m.par_chunks_mut(CHUNK))
-            .zip(self.v.par_chunks_mut(CHUNK))
-            .for_each(|(((p, g), m), v)| adam_chunk(c, p, g, m, v));
+        self.backend
+            .adam_step(values, grads, &mut self.m, &mut self.v, step);
     }
 
-    /// First moments, second moments and the step count (for checkpoints).
-    pub fn state(&self) -> (&[f32], &[f32], u64) {
-        (&self.m, &self.v, self.t)
+    /// First moments, second moments and the step count, on the host (for checkpoints).
+    pub fn state(&self) -> (Vec<f32>, Vec<f32>, u64) {
+        (
+            self.backend.buffer_to_host(&self.m),
+            self.backend.buffer_to_host(&self.v),
+            self.t,
+        )
     }
 
     /// Restore the state saved by [`Adam::state`]; the lengths must match the model's.
     pub fn set_state(&mut self, m: &[f32], v: &[f32], t: u64) -> Result<()> {
+        let n = self.backend.buffer_len(&self.m);
         ensure!(
-            m.len() == self.m.len() && v.len() == self.v.len(),
+            m.len() == n && v.len() == n,
             "Adam state has {} / {} moments but the model has {} parameters",
             m.len(),
             v.len(),
-            self.m.len()
+            n
         );
-        self.m.copy_from_slice(m);
-        self.v.copy_from_slice(v);
+        self.backend.buffer_write(&mut self.m, m);
+        self.backend.buffer_write(&mut self.v, v);
         self.t = t;
         Ok(())
     }
@@ -171,7 +149,7 @@ mod tests {
             let mut opt = Adam::new(3, 0.01, wd);
             opt.decoupled = decoupled;
             for g in &grads {
-                opt.step(&mut values, g);
+                opt.step(&mut values, &g.to_vec());
             }
             for i in 0..3 {
                 let gi: Vec<f64> = grads.iter().map(|g| g[i] as f64).collect();
@@ -190,13 +168,13 @@ mod tests {
     fn state_round_trips_and_bad_lengths_are_refused() {
         let mut a = Adam::new(2, 0.1, 0.0);
         let mut p = vec![1.0f32, 2.0];
-        a.step(&mut p, &[0.5, -0.5]);
+        a.step(&mut p, &vec![0.5, -0.5]);
         let (m, v, t) = a.state();
         let mut b = Adam::new(2, 0.1, 0.0);
-        b.set_state(m, v, t).unwrap();
+        b.set_state(&m, &v, t).unwrap();
         let mut q = p.clone();
-        a.step(&mut p, &[0.2, 0.1]);
-        b.step(&mut q, &[0.2, 0.1]);
+        a.step(&mut p, &vec![0.2, 0.1]);
+        b.step(&mut q, &vec![0.2, 0.1]);
         assert_eq!(p, q);
         let err = b.set_state(&[0.0], &[0.0], 1).unwrap_err().to_string();
         assert!(err.contains("2 parameters"), "{err}");

@@ -4,18 +4,10 @@
 //! `out_v[h] = Σ_u α_{uv,h}·Wh_u[h]`, then heads concatenated (`heads·f` columns) or averaged
 //! (`f` columns), plus a bias. Destinations without in-edges get the bias only.
 
-use ndarray::{Array2, ArrayView2, CowArray, Ix2};
-use rayon::prelude::*;
-
 use super::init::glorot_uniform;
 use super::linear::{accumulate_bias_grad, add_bias};
 use super::params::ParamStore;
-use crate::backend::cpu::aggregate::LazyTranspose;
-use crate::backend::cpu::attention::{
-    attention_aggregate, attention_backward, edge_softmax, node_logits, AttentionInputs,
-};
-use crate::backend::cpu::gemm::{add_matmul_tn, matmul, matmul_nt};
-use crate::sample::Block;
+use crate::backend::{AttentionArgs, Backend, CowMat, Cpu};
 
 /// Negative slope of the attention LeakyReLU (the GAT paper's and PyG's 0.2).
 pub const ATTENTION_SLOPE: f32 = 0.2;
@@ -37,19 +29,19 @@ pub struct GatConv {
 
 /// Forward state for the backward pass.
 #[derive(Debug)]
-pub struct GatCache {
-    h_in: Array2<f32>,
-    wh: Array2<f32>,
-    el: Array2<f32>,
-    er: Array2<f32>,
-    alpha: Array2<f32>,
+pub struct GatCache<B: Backend = Cpu> {
+    h_in: B::Mat,
+    wh: B::Mat,
+    el: B::Mat,
+    er: B::Mat,
+    alpha: B::Mat,
 }
 
 impl GatConv {
     /// Register `{prefix}.weight` (`in × heads·f`), `{prefix}.att_src` / `att_dst`
     /// (`heads × f`, Glorot) and `{prefix}.bias` (`heads·f` or `f`).
     pub fn new(
-        params: &mut ParamStore,
+        params: &mut ParamStore<Cpu>,
         prefix: &str,
         in_dim: usize,
         head_dim: usize,
@@ -87,25 +79,27 @@ impl GatConv {
     }
 
     /// `h_in` has `block.num_src()` rows.
-    pub fn forward(
+    pub fn forward<B: Backend>(
         &self,
-        params: &ParamStore,
-        block: &Block,
-        h_in: CowArray<f32, Ix2>,
-    ) -> (Array2<f32>, GatCache) {
-        let wh = matmul(h_in.view(), params.view(self.weight));
-        let el = node_logits(wh.view(), params.view(self.att_src), block.num_src());
-        let er = node_logits(wh.view(), params.view(self.att_dst), block.num_dst);
-        let alpha = edge_softmax(block, el.view(), er.view(), ATTENTION_SLOPE);
-        let heads_out = attention_aggregate(block, alpha.view(), wh.view());
+        params: &ParamStore<B>,
+        g: &B::Graph,
+        h_in: CowMat<'_, B>,
+    ) -> (B::Mat, GatCache<B>) {
+        let be = params.backend();
+        let block = be.block(g);
+        let wh = be.matmul(h_in.view(be), params.view(self.weight));
+        let el = be.node_logits(be.view(&wh), params.view(self.att_src), block.num_src());
+        let er = be.node_logits(be.view(&wh), params.view(self.att_dst), block.num_dst);
+        let alpha = be.edge_softmax(g, be.view(&el), be.view(&er), ATTENTION_SLOPE);
+        let heads_out = be.attention_aggregate(g, be.view(&alpha), be.view(&wh));
         let mut z = if self.concat {
             heads_out
         } else {
-            self.mean_heads(heads_out.view())
+            be.mean_heads(be.view(&heads_out), self.heads, self.head_dim)
         };
-        add_bias(z.view_mut(), params.view(self.bias));
+        add_bias(params, be.view_mut(&mut z), self.bias);
         let cache = GatCache {
-            h_in: h_in.into_owned(),
+            h_in: h_in.into_owned(be),
             wh,
             el,
             er,
@@ -114,95 +108,53 @@ impl GatConv {
         (z, cache)
     }
 
-    /// `out[v, :] = mean_h x[v, h, :]`.
-    fn mean_heads(&self, x: ArrayView2<f32>) -> Array2<f32> {
-        let (h, f) = (self.heads, self.head_dim);
-        let xs = x.to_slice().expect("standard layout");
-        let mut out = Array2::zeros((x.nrows(), f));
-        if f == 0 {
-            return out;
-        }
-        let inv = 1.0 / h as f32;
-        out.as_slice_mut()
-            .unwrap()
-            .par_chunks_mut(f)
-            .enumerate()
-            .for_each(|(v, o)| {
-                for k in 0..h {
-                    crate::backend::cpu::gather::axpy(
-                        inv,
-                        &xs[(v * h + k) * f..(v * h + k + 1) * f],
-                        o,
-                    );
-                }
-            });
-        out
-    }
-
-    /// Backward of [`GatConv::mean_heads`]: `out[v, h, :] = dz[v, :] / heads`.
-    fn spread_heads(&self, dz: ArrayView2<f32>) -> Array2<f32> {
-        let (h, f) = (self.heads, self.head_dim);
-        let dz = crate::backend::cpu::standard(dz);
-        let ds = dz.as_slice().expect("standard layout");
-        let mut out = Array2::zeros((dz.nrows(), h * f));
-        if f == 0 {
-            return out;
-        }
-        let inv = 1.0 / h as f32;
-        out.as_slice_mut()
-            .unwrap()
-            .par_chunks_mut(h * f)
-            .zip(ds.par_chunks(f))
-            .for_each(|(o, d)| {
-                for head in o.chunks_exact_mut(f) {
-                    head.iter_mut().zip(d).for_each(|(x, &y)| *x = y * inv);
-                }
-            });
-        out
-    }
-
     /// Accumulate gradients; return d `h_in` (`num_src` rows) when asked.
-    pub fn backward(
+    pub fn backward<B: Backend>(
         &self,
-        params: &mut ParamStore,
-        block: &Block,
-        transpose: &LazyTranspose,
-        cache: GatCache,
-        dz: ArrayView2<f32>,
+        params: &mut ParamStore<B>,
+        g: &B::Graph,
+        transpose: &B::Transpose,
+        cache: GatCache<B>,
+        dz: B::View<'_>,
         need_d_in: bool,
-    ) -> Option<Array2<f32>> {
+    ) -> Option<B::Mat> {
+        let be = params.backend().clone();
         accumulate_bias_grad(params, self.bias, dz);
         // Gradient of the per-head outputs: the mean spreads dz/heads over every head.
         let d_heads = if self.concat {
-            dz.to_owned()
+            be.to_owned(dz)
         } else {
-            self.spread_heads(dz)
+            be.spread_heads(dz, self.heads, self.head_dim)
         };
-        let grads = attention_backward(
-            &AttentionInputs {
-                block,
-                transpose: transpose.get(block),
-                wh: cache.wh.view(),
-                el: cache.el.view(),
-                er: cache.er.view(),
-                alpha: cache.alpha.view(),
+        let grads = be.attention_backward(
+            &AttentionArgs {
+                graph: g,
+                transpose,
+                wh: be.view(&cache.wh),
+                el: be.view(&cache.el),
+                er: be.view(&cache.er),
+                alpha: be.view(&cache.alpha),
                 att_src: params.view(self.att_src),
                 att_dst: params.view(self.att_dst),
                 slope: ATTENTION_SLOPE,
             },
-            d_heads.view(),
+            be.view(&d_heads),
         );
-        params
-            .grad_mut(self.att_src)
-            .scaled_add(1.0, &grads.d_att_src);
-        params
-            .grad_mut(self.att_dst)
-            .scaled_add(1.0, &grads.d_att_dst);
-        add_matmul_tn(
-            cache.h_in.view(),
-            grads.d_wh.view(),
+        be.add_scaled(
+            params.grad_mut(self.att_src),
+            1.0,
+            be.view(&grads.d_att_src),
+        );
+        be.add_scaled(
+            params.grad_mut(self.att_dst),
+            1.0,
+            be.view(&grads.d_att_dst),
+        );
+        be.add_matmul_tn(
+            be.view(&cache.h_in),
+            be.view(&grads.d_wh),
             params.grad_mut(self.weight),
         );
-        need_d_in.then(|| matmul_nt(grads.d_wh.view(), params.view(self.weight)))
+        need_d_in.then(|| be.matmul_nt(be.view(&grads.d_wh), params.view(self.weight)))
     }
 }

@@ -8,16 +8,13 @@
 //! Like SAGE, it aggregates first or projects first, whichever costs fewer multiply-adds for
 //! the block's shape.
 
-use ndarray::{Array2, ArrayView2, ArrayViewMut2, Axis, CowArray, Ix2, Zip};
+use ndarray::{Array2, ArrayView2, ArrayViewMut2, Axis, Zip};
 
 use super::init::glorot_uniform;
 use super::linear::{accumulate_bias_grad, add_bias};
 use super::params::ParamStore;
-use crate::backend::cpu::aggregate::{aggregate, aggregate_transpose_lazy, GcnNorm, LazyTranspose};
-use crate::backend::cpu::gather::add_to_rows;
-use crate::backend::cpu::gemm::{add_matmul_tn, matmul, matmul_bias_relu, matmul_nt};
 use crate::backend::cpu::rows::InputRows;
-use crate::backend::cpu::sparse::{add_spmm_tn, spmm, CsrMatrix, CsrTranspose};
+use crate::backend::{Backend, CowMat, Cpu, GcnNorm};
 use crate::sample::Block;
 
 /// GCNConv (symmetric normalisation, bias).
@@ -31,26 +28,26 @@ pub struct GcnConv {
 
 /// Forward state for the backward pass.
 #[derive(Debug)]
-pub struct GcnCache {
+pub struct GcnCache<B: Backend = Cpu> {
     /// The normalisation factors (per source and per destination, not per edge).
     norm: GcnNorm,
-    order: GcnOrder,
+    order: GcnOrder<B>,
 }
 
 #[derive(Debug)]
-enum GcnOrder {
+enum GcnOrder<B: Backend> {
     /// `agg = Â·h_in` was projected: keep `agg`.
-    AggregateFirst(Array2<f32>),
+    AggregateFirst(B::Mat),
     /// `h_in·W` was aggregated: keep `h_in`.
-    ProjectFirst(Array2<f32>),
+    ProjectFirst(B::Mat),
     /// Sparse input rows were projected (over their non-zeros) and then aggregated.
-    SparseProject(CsrMatrix),
+    SparseProject(B::Sparse),
 }
 
 impl GcnConv {
     /// Register `{prefix}.weight` (`in × out`, Glorot) and `{prefix}.bias`.
     pub fn new(
-        params: &mut ParamStore,
+        params: &mut ParamStore<Cpu>,
         prefix: &str,
         in_dim: usize,
         out_dim: usize,
@@ -75,56 +72,105 @@ impl GcnConv {
 
     /// `h_in` has `block.num_src()` rows; `src_degrees` is the graph's degree table by global
     /// id (see [`GcnNorm::new`]).
-    pub fn forward(
+    pub fn forward<B: Backend>(
         &self,
-        params: &ParamStore,
-        block: &Block,
-        h_in: CowArray<f32, Ix2>,
+        params: &ParamStore<B>,
+        g: &B::Graph,
+        h_in: CowMat<'_, B>,
         src_degrees: Option<&[u32]>,
-    ) -> (Array2<f32>, GcnCache) {
+    ) -> (B::Mat, GcnCache<B>) {
+        let be = params.backend();
+        let block = be.block(g);
         let norm = GcnNorm::new(block, src_degrees);
         let w = params.view(self.weight);
-        let bias = params.view(self.bias);
-        let bias = bias.to_slice().expect("bias is contiguous");
         let (z, order) = if self.aggregate_first(block) {
-            // The product's tiles add the bias as they are stored.
-            let agg = aggregate(block, h_in.view(), norm.weights());
-            let z = matmul_bias_relu(agg.view(), w, Some(bias), false).0;
+            // The product adds the bias as it stores its output.
+            let agg = be.aggregate(g, h_in.view(be), norm.weights());
+            let bias = Some(params.view(self.bias));
+            let z = be
+                .matmul_epilogue(None, be.view(&agg), w, bias, false, None)
+                .0;
             (z, GcnOrder::AggregateFirst(agg))
         } else {
-            let projected = matmul(h_in.view(), w);
-            let mut z = aggregate(block, projected.view(), norm.weights());
-            add_to_rows(z.view_mut(), bias);
-            (z, GcnOrder::ProjectFirst(h_in.into_owned()))
+            let projected = be.matmul(h_in.view(be), w);
+            let mut z = be.aggregate(g, be.view(&projected), norm.weights());
+            add_bias(params, be.view_mut(&mut z), self.bias);
+            (z, GcnOrder::ProjectFirst(h_in.into_owned(be)))
         };
         (z, GcnCache { norm, order })
     }
 
     /// [`GcnConv::forward`] on sparse input rows (`block.num_src()` of them): `X·W` over the
     /// non-zeros, then aggregation.
-    pub fn forward_sparse(
+    pub fn forward_sparse<B: Backend>(
         &self,
-        params: &ParamStore,
-        block: &Block,
-        x: CsrMatrix,
+        params: &ParamStore<B>,
+        g: &B::Graph,
+        x: B::Sparse,
         src_degrees: Option<&[u32]>,
-    ) -> (Array2<f32>, GcnCache) {
-        assert_eq!(x.nrows(), block.num_src(), "gcn: sparse input rows");
+    ) -> (B::Mat, GcnCache<B>) {
+        let be = params.backend();
+        let block = be.block(g);
+        let rows = be.sparse_dim(&x).0;
+        assert_eq!(rows, block.num_src(), "gcn: sparse input rows");
         let norm = GcnNorm::new(block, src_degrees);
-        let projected = spmm(&x, x.nrows(), params.view(self.weight));
-        let mut z = aggregate(block, projected.view(), norm.weights());
-        add_bias(z.view_mut(), params.view(self.bias));
+        let projected = be.spmm(&x, rows, params.view(self.weight));
+        let mut z = be.aggregate(g, be.view(&projected), norm.weights());
+        add_bias(params, be.view_mut(&mut z), self.bias);
         let order = GcnOrder::SparseProject(x);
         (z, GcnCache { norm, order })
     }
 
+    /// Accumulate gradients; return d `h_in` (`num_src` rows) when asked.
+    pub fn backward<B: Backend>(
+        &self,
+        params: &mut ParamStore<B>,
+        g: &B::Graph,
+        transpose: &B::Transpose,
+        cache: GcnCache<B>,
+        dz: B::View<'_>,
+        need_d_in: bool,
+    ) -> Option<B::Mat> {
+        let be = params.backend().clone();
+        accumulate_bias_grad(params, self.bias, dz);
+        let weights = cache.norm.weights();
+        match cache.order {
+            GcnOrder::AggregateFirst(agg) => {
+                be.add_matmul_tn(be.view(&agg), dz, params.grad_mut(self.weight));
+                if !need_d_in {
+                    return None;
+                }
+                let d_agg = be.matmul_nt(dz, params.view(self.weight));
+                Some(be.aggregate_transpose(g, transpose, be.view(&d_agg), weights))
+            }
+            GcnOrder::SparseProject(x) => {
+                let d_proj = be.aggregate_transpose(g, transpose, dz, weights);
+                let rows = be.sparse_dim(&x).0;
+                be.add_spmm_tn(&x, rows, be.view(&d_proj), params.grad_mut(self.weight));
+                need_d_in.then(|| be.matmul_nt(be.view(&d_proj), params.view(self.weight)))
+            }
+            GcnOrder::ProjectFirst(h_in) => {
+                let d_proj = be.aggregate_transpose(g, transpose, dz, weights);
+                be.add_matmul_tn(
+                    be.view(&h_in),
+                    be.view(&d_proj),
+                    params.grad_mut(self.weight),
+                );
+                need_d_in.then(|| be.matmul_nt(be.view(&d_proj), params.view(self.weight)))
+            }
+        }
+    }
+}
+
+/// Source-node parallelism (SNP) on the CPU: pieces of the layer computed on the sources'
+/// owners, which work on [`InputRows`] (`crate::exchange::partial`).
+impl GcnConv {
     /// The projected source rows `y_u = src[u]·(x_u·W)` without aggregation, `src` the
-    /// per-source factors (`1/sqrt(D_u)`, [`GcnNorm::source_factors`]): source-node
-    /// parallelism (SNP) projects each source once on its owner, which sums the rows weighted
-    /// by the destination factors there ([`crate::exchange::partial`]).
+    /// per-source factors (`1/sqrt(D_u)`, [`GcnNorm::source_factors`]): SNP projects each source
+    /// once on its owner, which sums the rows weighted by the destination factors there.
     pub(crate) fn project_sources(
         &self,
-        params: &ParamStore,
+        params: &ParamStore<Cpu>,
         x: &InputRows,
         src: &[f32],
     ) -> Array2<f32> {
@@ -137,7 +183,7 @@ impl GcnConv {
     /// row per source), `dW += xᵀ·(src ⊙ d_y)`.
     pub(crate) fn accumulate_source_grad(
         &self,
-        params: &mut ParamStore,
+        params: &mut ParamStore<Cpu>,
         x: &InputRows,
         src: &[f32],
         mut d_y: Array2<f32>,
@@ -147,53 +193,13 @@ impl GcnConv {
     }
 
     /// `z += b` on the aggregated rows (SNP adds it where the destination's partial rows meet).
-    pub(crate) fn add_bias(&self, params: &ParamStore, z: ArrayViewMut2<f32>) {
-        add_bias(z, params.view(self.bias));
+    pub(crate) fn add_bias(&self, params: &ParamStore<Cpu>, z: ArrayViewMut2<f32>) {
+        add_bias(params, z, self.bias);
     }
 
     /// The backward of [`GcnConv::add_bias`]: `db += Σ dz`.
-    pub(crate) fn accumulate_bias_grad(&self, params: &mut ParamStore, dz: ArrayView2<f32>) {
+    pub(crate) fn accumulate_bias_grad(&self, params: &mut ParamStore<Cpu>, dz: ArrayView2<f32>) {
         accumulate_bias_grad(params, self.bias, dz);
-    }
-
-    /// Accumulate gradients; return d `h_in` (`num_src` rows) when asked.
-    pub fn backward(
-        &self,
-        params: &mut ParamStore,
-        block: &Block,
-        transpose: &LazyTranspose,
-        cache: GcnCache,
-        dz: ArrayView2<f32>,
-        need_d_in: bool,
-    ) -> Option<Array2<f32>> {
-        accumulate_bias_grad(params, self.bias, dz);
-        let weights = cache.norm.weights();
-        match cache.order {
-            GcnOrder::AggregateFirst(agg) => {
-                add_matmul_tn(agg.view(), dz, params.grad_mut(self.weight));
-                if !need_d_in {
-                    return None;
-                }
-                let d_agg = matmul_nt(dz, params.view(self.weight));
-                Some(aggregate_transpose_lazy(
-                    block,
-                    transpose,
-                    d_agg.view(),
-                    weights,
-                ))
-            }
-            GcnOrder::SparseProject(x) => {
-                let d_proj = aggregate_transpose_lazy(block, transpose, dz, weights);
-                let xt = CsrTranspose::new(&x);
-                add_spmm_tn(&xt, x.nrows(), d_proj.view(), params.grad_mut(self.weight));
-                need_d_in.then(|| matmul_nt(d_proj.view(), params.view(self.weight)))
-            }
-            GcnOrder::ProjectFirst(h_in) => {
-                let d_proj = aggregate_transpose_lazy(block, transpose, dz, weights);
-                add_matmul_tn(h_in.view(), d_proj.view(), params.grad_mut(self.weight));
-                need_d_in.then(|| matmul_nt(d_proj.view(), params.view(self.weight)))
-            }
-        }
     }
 }
 
@@ -208,6 +214,7 @@ fn scale_rows(mut y: ArrayViewMut2<f32>, f: &[f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cpu::aggregate::{aggregate, LazyTranspose};
     use crate::backend::cpu::aggregate::{aggregate_transpose, BlockTranspose, EdgeWeights};
     use crate::exchange::partial::destination_weights;
 
@@ -233,7 +240,7 @@ mod tests {
         let conv = GcnConv::new(&mut params, "g", 3, 2, 7);
         params.view_mut(conv.bias).fill(0.25);
         let x = Array2::from_shape_fn((4, 3), |(i, j)| (i as f32 - 1.5) * 0.3 + j as f32 * 0.1);
-        let (z, cache) = conv.forward(&params, &block, CowArray::from(x.view()), Some(&table));
+        let (z, cache) = conv.forward(&params, &block, CowMat::Borrowed(x.view()), Some(&table));
 
         let norm = GcnNorm::new(&block, Some(&table));
         let src = GcnNorm::source_factors(&block.src_nodes, &table);

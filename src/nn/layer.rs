@@ -9,20 +9,14 @@
 //! Strategies that communicate between layers call [`Layer::forward`] / [`Layer::backward`]
 //! one layer at a time; [`super::model::Model`] simply chains them.
 
-use ndarray::{s, Array2, ArrayView2, CowArray, Ix2};
-
 use super::gat::{GatCache, GatConv};
 use super::gcn::{GcnCache, GcnConv};
 use super::linear::Linear;
 use super::norm::{LayerNorm, NormCache};
 use super::params::ParamStore;
 use super::sage::{SageCache, SageConv};
-use crate::backend::cpu::activation::{Activation, Saved};
-use crate::backend::cpu::aggregate::LazyTranspose;
-use crate::backend::cpu::dropout::{derive_stream, DropoutMask, KeptBits};
-use crate::backend::cpu::gemm::RowDropout;
-use crate::backend::cpu::sparse::{prefers_sparse, CsrMatrix};
-use crate::backend::cpu::standard;
+use crate::backend::cpu::dropout::derive_stream;
+use crate::backend::{Activation, Backend, CowMat, Cpu, DropoutMask, RowDropout};
 use crate::sample::Block;
 
 /// How dropout behaves in one forward pass.
@@ -83,14 +77,23 @@ pub enum Conv {
 
 /// What a convolution keeps from its forward for its backward.
 #[derive(Debug)]
-pub enum ConvCache {
-    Sage(SageCache),
-    Gcn(GcnCache),
-    Gat(GatCache),
-    Dense(Array2<f32>),
+pub enum ConvCache<B: Backend = Cpu> {
+    Sage(SageCache<B>),
+    Gcn(GcnCache<B>),
+    Gat(GatCache<B>),
+    Dense(B::Mat),
     /// A dense layer's sparse input.
-    DenseSparse(CsrMatrix),
+    DenseSparse(B::Sparse),
 }
+
+/// A convolution's output, its cache, the activation's saved state when the convolution
+/// applied it, and the next layer's kept bits when its product applied that dropout.
+pub type ConvForward<B> = (
+    <B as Backend>::Mat,
+    ConvCache<B>,
+    Option<<B as Backend>::Saved>,
+    Option<<B as Backend>::Kept>,
+);
 
 impl Conv {
     /// Input columns.
@@ -122,20 +125,20 @@ impl Conv {
     ///
     /// # Panics
     /// For a convolution without sparse support ([`Conv::supports_sparse`]).
-    pub fn forward_sparse(
+    pub fn forward_sparse<B: Backend>(
         &self,
-        params: &ParamStore,
-        block: &Block,
-        x: CsrMatrix,
+        params: &ParamStore<B>,
+        g: &B::Graph,
+        x: B::Sparse,
         gcn_degrees: Option<&[u32]>,
-    ) -> (Array2<f32>, ConvCache) {
+    ) -> (B::Mat, ConvCache<B>) {
         match self {
             Conv::Sage(c) => {
-                let (z, k) = c.forward_sparse(params, block, x);
+                let (z, k) = c.forward_sparse(params, g, x);
                 (z, ConvCache::Sage(k))
             }
             Conv::Gcn(c) => {
-                let (z, k) = c.forward_sparse(params, block, x, gcn_degrees);
+                let (z, k) = c.forward_sparse(params, g, x, gcn_degrees);
                 (z, ConvCache::Gcn(k))
             }
             Conv::Dense(c) => (c.forward_sparse(params, &x), ConvCache::DenseSparse(x)),
@@ -153,29 +156,30 @@ impl Conv {
 
     /// `h_in` has `input_rows` rows; the result has `block.num_dst` rows. `gcn_degrees`:
     /// see [`DropoutCtx::gcn_degrees`].
-    pub fn forward(
+    pub fn forward<B: Backend>(
         &self,
-        params: &ParamStore,
-        block: &Block,
-        h_in: CowArray<f32, Ix2>,
+        params: &ParamStore<B>,
+        g: &B::Graph,
+        h_in: CowMat<'_, B>,
         gcn_degrees: Option<&[u32]>,
-    ) -> (Array2<f32>, ConvCache) {
+    ) -> (B::Mat, ConvCache<B>) {
         match self {
             Conv::Sage(c) => {
-                let (z, k) = c.forward(params, block, h_in);
+                let (z, k) = c.forward(params, g, h_in);
                 (z, ConvCache::Sage(k))
             }
             Conv::Gcn(c) => {
-                let (z, k) = c.forward(params, block, h_in, gcn_degrees);
+                let (z, k) = c.forward(params, g, h_in, gcn_degrees);
                 (z, ConvCache::Gcn(k))
             }
             Conv::Gat(c) => {
-                let (z, k) = c.forward(params, block, h_in);
+                let (z, k) = c.forward(params, g, h_in);
                 (z, ConvCache::Gat(k))
             }
             Conv::Dense(c) => {
-                let z = c.forward(params, h_in.view());
-                (z, ConvCache::Dense(h_in.into_owned()))
+                let be = params.backend();
+                let z = c.forward(params, h_in.view(be));
+                (z, ConvCache::Dense(h_in.into_owned(be)))
             }
         }
     }
@@ -191,23 +195,23 @@ impl Conv {
     ///
     /// With `then` (the next layer's input dropout) and a fused activation, the product may
     /// mask its output too: it did exactly when the kept bits are returned.
-    pub fn forward_activated(
+    pub fn forward_activated<B: Backend>(
         &self,
-        params: &ParamStore,
-        block: &Block,
-        h_in: CowArray<f32, Ix2>,
+        params: &ParamStore<B>,
+        g: &B::Graph,
+        h_in: CowMat<'_, B>,
         gcn_degrees: Option<&[u32]>,
         activation: Option<Activation>,
-        then: Option<&RowDropout>,
-    ) -> (Array2<f32>, ConvCache, Option<Saved>, Option<Vec<u64>>) {
+        then: Option<(&RowDropout, &DropoutMask)>,
+    ) -> ConvForward<B> {
         match self {
             Conv::Sage(c) => {
                 let relu = activation == Some(Activation::Relu);
-                let (z, k, bits, kept) = c.forward_relu(params, block, h_in, relu, then);
-                (z, ConvCache::Sage(k), bits.map(Saved::Positive), kept)
+                let (z, k, saved, kept) = c.forward_relu(params, g, h_in, relu, then);
+                (z, ConvCache::Sage(k), saved, kept)
             }
             _ => {
-                let (z, k) = self.forward(params, block, h_in, gcn_degrees);
+                let (z, k) = self.forward(params, g, h_in, gcn_degrees);
                 (z, k, None, None)
             }
         }
@@ -216,35 +220,32 @@ impl Conv {
     /// Accumulate parameter gradients; return d `h_in` (`input_rows` rows) when asked, masked
     /// by the input dropout's `kept` bits when given (SAGE does it while each row is in cache).
     #[allow(clippy::too_many_arguments)]
-    pub fn backward(
+    pub fn backward<B: Backend>(
         &self,
-        params: &mut ParamStore,
-        block: &Block,
-        transpose: &LazyTranspose,
-        cache: ConvCache,
-        dz: ArrayView2<f32>,
+        params: &mut ParamStore<B>,
+        g: &B::Graph,
+        transpose: &B::Transpose,
+        cache: ConvCache<B>,
+        dz: B::View<'_>,
         need_d_in: bool,
-        kept: Option<&KeptBits>,
-    ) -> Option<Array2<f32>> {
+        kept: Option<&B::Kept>,
+    ) -> Option<B::Mat> {
+        let be = params.backend().clone();
         let mut d_in = match (self, cache) {
             // SAGE masks each row inside its transposed mean.
             (Conv::Sage(c), ConvCache::Sage(k)) => {
-                return c.backward(params, block, transpose, k, dz, need_d_in, kept);
+                return c.backward(params, g, transpose, k, dz, need_d_in, kept);
             }
-            (Conv::Gcn(c), ConvCache::Gcn(k)) => {
-                c.backward(params, block, transpose, k, dz, need_d_in)
-            }
-            (Conv::Gat(c), ConvCache::Gat(k)) => {
-                c.backward(params, block, transpose, k, dz, need_d_in)
-            }
-            (Conv::Dense(c), ConvCache::Dense(x)) => c.backward(params, x.view(), dz, need_d_in),
+            (Conv::Gcn(c), ConvCache::Gcn(k)) => c.backward(params, g, transpose, k, dz, need_d_in),
+            (Conv::Gat(c), ConvCache::Gat(k)) => c.backward(params, g, transpose, k, dz, need_d_in),
+            (Conv::Dense(c), ConvCache::Dense(x)) => c.backward(params, be.view(&x), dz, need_d_in),
             (Conv::Dense(c), ConvCache::DenseSparse(x)) => {
                 c.backward_sparse(params, &x, dz, need_d_in)
             }
             _ => panic!("layer cache does not belong to this layer"),
         }?;
         if let Some(kept) = kept {
-            kept.apply_in_place(d_in.view_mut());
+            be.kept_apply(kept, be.view_mut(&mut d_in));
         }
         Some(d_in)
     }
@@ -280,30 +281,32 @@ pub struct NextDropout {
 
 /// How a layer's backward re-applies its input dropout.
 #[derive(Debug)]
-enum DropoutSaved {
+enum DropoutSaved<B: Backend> {
     /// The kept bits of a dense input (no hashing in the backward).
-    Bits(KeptBits),
+    Bits(B::Kept),
     /// The mask and row keys of a sparse input (its gradient is dense: hash again).
     Keys(DropoutMask, Vec<u64>),
 }
 
 /// What a layer keeps from its forward for its backward.
 #[derive(Debug)]
-pub struct LayerCache {
+pub struct LayerCache<B: Backend = Cpu> {
     /// The input rows of the projection, when there is one.
-    input: Option<Array2<f32>>,
+    input: Option<B::Mat>,
     /// What the input normalisation kept, when there is one.
-    norm: Option<NormCache>,
+    norm: Option<NormCache<B>>,
     /// How to mask the input gradient, when dropout was applied.
-    dropout: Option<DropoutSaved>,
-    conv: ConvCache,
+    dropout: Option<DropoutSaved<B>>,
+    conv: ConvCache<B>,
     /// What the activation's backward needs, when there is an activation.
-    activated: Option<Saved>,
+    activated: Option<B::Saved>,
+    /// `activated` is one sign bit per element (ReLU), which the layer above may apply.
+    activated_bits: bool,
 }
 
-impl LayerCache {
+impl<B: Backend> LayerCache<B> {
     /// What the convolution kept.
-    pub fn conv_cache(&self) -> &ConvCache {
+    pub fn conv_cache(&self) -> &ConvCache<B> {
         &self.conv
     }
 
@@ -311,8 +314,17 @@ impl LayerCache {
     /// ([`Layer::backward_fused`]).
     pub fn clear_activation(&mut self) {
         self.activated = None;
+        self.activated_bits = false;
     }
 }
+
+/// What [`Layer::forward_then`] returns: the output, the cache, and the layer above's kept
+/// bits when this layer's product applied its dropout.
+pub type LayerForward<B> = (
+    <B as Backend>::Mat,
+    LayerCache<B>,
+    Option<<B as Backend>::Kept>,
+);
 
 impl Layer {
     /// A layer without normalisation or residual.
@@ -355,14 +367,14 @@ impl Layer {
     ///
     /// # Panics
     /// If the shapes do not match the block and the layer (a caller bug).
-    pub fn forward(
+    pub fn forward<B: Backend>(
         &self,
-        params: &ParamStore,
-        block: &Block,
-        h_src: ArrayView2<f32>,
+        params: &ParamStore<B>,
+        g: &B::Graph,
+        h_src: B::View<'_>,
         ctx: &DropoutCtx,
-    ) -> (Array2<f32>, LayerCache) {
-        let (out, cache, _) = self.forward_then(params, block, h_src, ctx, None);
+    ) -> (B::Mat, LayerCache<B>) {
+        let (out, cache, _) = self.forward_then(params, g, h_src, ctx, None);
         (out, cache)
     }
 
@@ -370,28 +382,29 @@ impl Layer {
     /// product: the output comes back masked exactly when its kept bits come back too (see
     /// [`Model`](super::model::Model)'s forward). A residual, added after the activation, keeps
     /// the dropout out of the product.
-    pub fn forward_then(
+    pub fn forward_then<B: Backend>(
         &self,
-        params: &ParamStore,
-        block: &Block,
-        h_src: ArrayView2<f32>,
+        params: &ParamStore<B>,
+        g: &B::Graph,
+        h_src: B::View<'_>,
         ctx: &DropoutCtx,
         then: Option<&NextDropout>,
-    ) -> (Array2<f32>, LayerCache, Option<KeptBits>) {
+    ) -> LayerForward<B> {
+        let be = params.backend();
+        let block = be.block(g);
+        let (in_rows, in_cols) = be.dim(h_src);
         assert_eq!(
-            h_src.nrows(),
+            in_rows,
             block.num_src(),
-            "layer {}: input has {} rows but the block has {} sources",
+            "layer {}: input has {in_rows} rows but the block has {} sources",
             self.index,
-            h_src.nrows(),
             block.num_src()
         );
         assert_eq!(
-            h_src.ncols(),
+            in_cols,
             self.in_dim(),
-            "layer {}: input has {} columns, expected {}",
+            "layer {}: input has {in_cols} columns, expected {}",
             self.index,
-            h_src.ncols(),
             self.in_dim()
         );
         if self.residual {
@@ -405,40 +418,39 @@ impl Layer {
         let rows = self.conv.input_rows(block);
         let (projected, input) = match &self.input {
             Some(lin) => {
-                let x = h_src.slice(s![..rows, ..]).to_owned();
-                (Some(lin.forward(params, x.view())), Some(x))
+                let x = be.to_owned(be.rows(h_src, 0..rows));
+                (Some(lin.forward(params, be.view(&x))), Some(x))
             }
             None => (None, None),
         };
         // The rows the layer works on: projected, or as given.
         let base = match &projected {
-            Some(p) => p.view(),
-            None => h_src.slice(s![..rows, ..]),
+            Some(p) => be.view(p),
+            None => be.shorten(be.rows(h_src, 0..rows)),
         };
-        let h = base;
         let (h, norm) = match &self.norm {
             Some(ln) => {
-                let (y, cache) = ln.forward(params, h);
-                (CowArray::from(y), Some(cache))
+                let (y, cache) = ln.forward(params, base);
+                (CowMat::Owned(y), Some(cache))
             }
-            None => (standard(h), None),
+            None => (CowMat::Borrowed(base), None),
         };
         let (h_in, dropout) = if ctx.training && self.dropout > 0.0 {
             let mask = self.input_dropout(ctx);
             let keys = row_keys(block, rows, ctx.orig_ids);
-            let (h, kept) = mask.apply_recorded(h.view(), &keys);
-            (CowArray::from(h), Some(DropoutSaved::Bits(kept)))
+            let (h, kept) = be.dropout_recorded(&mask, h.view(be), &keys);
+            (CowMat::Owned(h), Some(DropoutSaved::Bits(kept)))
         } else {
             (h, None)
         };
         let then = then.filter(|_| self.may_apply_dropout_above());
-        let (z, conv, activated, kept) = self.convolve(params, block, h_in, ctx, then);
-        let (mut out, mut cache) = self.finish_forward(z, conv, dropout, activated);
+        let (z, conv, activated, kept) = self.convolve(params, g, h_in, ctx, then);
+        let (mut out, mut cache) = self.finish_forward(be, z, conv, dropout, activated);
         cache.norm = norm;
         cache.input = input;
         if self.residual {
             // The destinations are the first `num_dst` sources: their own input rows.
-            out += &base.slice(s![..block.num_dst, ..]);
+            be.add_assign(be.view_mut(&mut out), be.rows(base, 0..block.num_dst));
         }
         (out, cache, kept)
     }
@@ -446,14 +458,14 @@ impl Layer {
     /// [`Layer::forward`] taking the input by value: a plain layer (no input projection,
     /// norm or residual, so nothing else reads the unmasked rows) applies its dropout in place
     /// instead of writing a masked copy. Bitwise the same result.
-    pub fn forward_owned(
+    pub fn forward_owned<B: Backend>(
         &self,
-        params: &ParamStore,
-        block: &Block,
-        h_src: Array2<f32>,
+        params: &ParamStore<B>,
+        g: &B::Graph,
+        h_src: B::Mat,
         ctx: &DropoutCtx,
-    ) -> (Array2<f32>, LayerCache) {
-        let (out, cache, _) = self.forward_owned_then(params, block, h_src, None, ctx, None);
+    ) -> (B::Mat, LayerCache<B>) {
+        let (out, cache, _) = self.forward_owned_then(params, g, h_src, None, ctx, None);
         (out, cache)
     }
 
@@ -475,20 +487,21 @@ impl Layer {
     /// [`Layer::forward_owned`] whose input the layer below may already have masked (`kept`:
     /// the bits [`Layer::forward_then`] returned for this layer's [`Layer::dropout_for_below`]),
     /// offering `then` to this layer's own product.
-    pub fn forward_owned_then(
+    pub fn forward_owned_then<B: Backend>(
         &self,
-        params: &ParamStore,
-        block: &Block,
-        mut h_src: Array2<f32>,
-        kept: Option<KeptBits>,
+        params: &ParamStore<B>,
+        g: &B::Graph,
+        mut h_src: B::Mat,
+        kept: Option<B::Kept>,
         ctx: &DropoutCtx,
         then: Option<&NextDropout>,
-    ) -> (Array2<f32>, LayerCache, Option<KeptBits>) {
+    ) -> LayerForward<B> {
+        let be = params.backend();
+        let block = be.block(g);
         let plain = self.is_plain();
-        let whole = h_src.nrows() == self.conv.input_rows(block)
-            && h_src.nrows() == block.num_src()
-            && h_src.ncols() == self.in_dim()
-            && h_src.is_standard_layout();
+        let (rows, cols) = be.mat_dim(&h_src);
+        let whole =
+            rows == self.conv.input_rows(block) && rows == block.num_src() && cols == self.in_dim();
         let kept = match kept {
             Some(kept) => {
                 assert!(plain && whole, "layer {}: input masked below", self.index);
@@ -496,72 +509,72 @@ impl Layer {
             }
             None if plain && whole && ctx.training && self.dropout > 0.0 => {
                 let mask = self.input_dropout(ctx);
-                let keys = row_keys(block, h_src.nrows(), ctx.orig_ids);
-                mask.apply_recorded_in_place(h_src.view_mut(), &keys)
+                let keys = row_keys(block, rows, ctx.orig_ids);
+                be.dropout_recorded_in_place(&mask, be.view_mut(&mut h_src), &keys)
             }
-            None => return self.forward_then(params, block, h_src.view(), ctx, then),
+            None => return self.forward_then(params, g, be.view(&h_src), ctx, then),
         };
-        let h_in = CowArray::from(h_src);
-        let (z, conv, activated, kept_above) = self.convolve(params, block, h_in, ctx, then);
-        let (out, cache) = self.finish_forward(z, conv, Some(DropoutSaved::Bits(kept)), activated);
+        let h_in = CowMat::Owned(h_src);
+        let (z, conv, activated, kept_above) = self.convolve(params, g, h_in, ctx, then);
+        let (out, cache) =
+            self.finish_forward(be, z, conv, Some(DropoutSaved::Bits(kept)), activated);
         (out, cache, kept_above)
     }
 
     /// The convolution with this layer's activation, offering `then` to its product; the kept
     /// bits come back when the product applied it.
-    fn convolve(
+    fn convolve<B: Backend>(
         &self,
-        params: &ParamStore,
-        block: &Block,
-        h_in: CowArray<f32, Ix2>,
+        params: &ParamStore<B>,
+        g: &B::Graph,
+        h_in: CowMat<'_, B>,
         ctx: &DropoutCtx,
         then: Option<&NextDropout>,
-    ) -> (Array2<f32>, ConvCache, Option<Saved>, Option<KeptBits>) {
-        let (z, conv, activated, words) = self.conv.forward_activated(
+    ) -> ConvForward<B> {
+        self.conv.forward_activated(
             params,
-            block,
+            g,
             h_in,
             ctx.gcn_degrees,
             self.activation,
-            then.map(|t| &t.rows),
-        );
-        let kept = then
-            .zip(words)
-            .map(|(t, w)| KeptBits::from_product(z.nrows(), z.ncols(), &t.mask, w));
-        (z, conv, activated, kept)
+            then.map(|t| (&t.rows, &t.mask)),
+        )
     }
 
-    /// [`Layer::forward`] on a model's input features: mostly-zero rows (bag-of-words,
-    /// [`prefers_sparse`], a function of the data only) take [`Layer::forward_sparse`]'s path,
-    /// whose products skip the zeros; other input, or a convolution without a sparse path,
-    /// takes the dense one. Every strategy's input layer calls this, so all take the same path.
-    pub fn forward_input(
+    /// [`Layer::forward`] on a model's input features: mostly-zero rows (bag-of-words, on a
+    /// backend with a sparse path: a function of the data only) take
+    /// [`Layer::forward_sparse`]'s path, whose products skip the zeros; other input, or a
+    /// convolution without a sparse path, takes the dense one. Every strategy's input layer
+    /// calls this, so all take the same path.
+    pub fn forward_input<B: Backend>(
         &self,
-        params: &ParamStore,
-        block: &Block,
-        x: ArrayView2<f32>,
+        params: &ParamStore<B>,
+        g: &B::Graph,
+        x: B::View<'_>,
         ctx: &DropoutCtx,
-    ) -> (Array2<f32>, LayerCache) {
-        let (out, cache, _) = self.forward_input_then(params, block, x, ctx, None);
+    ) -> (B::Mat, LayerCache<B>) {
+        let (out, cache, _) = self.forward_input_then(params, g, x, ctx, None);
         (out, cache)
     }
 
     /// [`Layer::forward_input`] offering `then` as [`Layer::forward_then`] does (the sparse
     /// path never takes it).
-    pub fn forward_input_then(
+    pub fn forward_input_then<B: Backend>(
         &self,
-        params: &ParamStore,
-        block: &Block,
-        x: ArrayView2<f32>,
+        params: &ParamStore<B>,
+        g: &B::Graph,
+        x: B::View<'_>,
         ctx: &DropoutCtx,
         then: Option<&NextDropout>,
-    ) -> (Array2<f32>, LayerCache, Option<KeptBits>) {
-        if self.conv.supports_sparse() && prefers_sparse(x) {
-            let (out, cache) = self.forward_sparse(params, block, &CsrMatrix::from_dense(x), ctx);
-            (out, cache, None)
-        } else {
-            self.forward_then(params, block, x, ctx, then)
+    ) -> LayerForward<B> {
+        let be = params.backend();
+        if self.conv.supports_sparse() {
+            if let Some(sparse) = be.sparse_from_dense(x) {
+                let (out, cache) = self.forward_sparse(params, g, &sparse, ctx);
+                return (out, cache, None);
+            }
         }
+        self.forward_then(params, g, x, ctx, then)
     }
 
     /// [`Layer::forward`] on sparse input rows (`block.num_src()` of them, e.g. bag-of-words
@@ -574,59 +587,61 @@ impl Layer {
     /// # Panics
     /// If the shapes do not match, or the convolution has no sparse path
     /// ([`Conv::supports_sparse`]).
-    pub fn forward_sparse(
+    pub fn forward_sparse<B: Backend>(
         &self,
-        params: &ParamStore,
-        block: &Block,
-        x: &CsrMatrix,
+        params: &ParamStore<B>,
+        g: &B::Graph,
+        x: &B::Sparse,
         ctx: &DropoutCtx,
-    ) -> (Array2<f32>, LayerCache) {
+    ) -> (B::Mat, LayerCache<B>) {
+        let be = params.backend();
         if self.norm.is_some() || self.residual || self.input.is_some() {
-            return self.forward(params, block, x.to_dense().view(), ctx);
+            let dense = be.sparse_to_dense(x);
+            return self.forward(params, g, be.view(&dense), ctx);
         }
+        let block = be.block(g);
+        let (x_rows, x_cols) = be.sparse_dim(x);
         assert_eq!(
-            x.nrows(),
+            x_rows,
             block.num_src(),
-            "layer {}: input has {} rows but the block has {} sources",
+            "layer {}: input has {x_rows} rows but the block has {} sources",
             self.index,
-            x.nrows(),
             block.num_src()
         );
         assert_eq!(
-            x.ncols,
+            x_cols,
             self.conv.in_dim(),
-            "layer {}: input has {} columns, expected {}",
+            "layer {}: input has {x_cols} columns, expected {}",
             self.index,
-            x.ncols,
             self.conv.in_dim()
         );
         let rows = self.conv.input_rows(block);
-        let mut h = if rows == x.nrows() {
-            x.clone()
-        } else {
-            x.first_rows(rows)
-        };
+        let mut h = be.sparse_first_rows(x, rows);
         let dropout = (ctx.training && self.dropout > 0.0).then(|| {
             let mask = self.input_dropout(ctx);
             let keys = row_keys(block, rows, ctx.orig_ids);
-            mask.apply_sparse_in_place(&mut h, &keys);
+            be.sparse_dropout_in_place(&mask, &mut h, &keys);
             DropoutSaved::Keys(mask, keys)
         });
-        let (z, conv) = self.conv.forward_sparse(params, block, h, ctx.gcn_degrees);
-        self.finish_forward(z, conv, dropout, None)
+        let (z, conv) = self.conv.forward_sparse(params, g, h, ctx.gcn_degrees);
+        self.finish_forward(be, z, conv, dropout, None)
     }
 
     /// The activation after the convolution (unless the convolution applied it: `activated`),
     /// and the cache.
-    fn finish_forward(
+    fn finish_forward<B: Backend>(
         &self,
-        mut z: Array2<f32>,
-        conv: ConvCache,
-        dropout: Option<DropoutSaved>,
-        activated: Option<Saved>,
-    ) -> (Array2<f32>, LayerCache) {
-        let activated =
-            activated.or_else(|| self.activation.map(|act| act.forward_save(z.view_mut())));
+        be: &B,
+        mut z: B::Mat,
+        conv: ConvCache<B>,
+        dropout: Option<DropoutSaved<B>>,
+        activated: Option<B::Saved>,
+    ) -> (B::Mat, LayerCache<B>) {
+        let activated = activated.or_else(|| {
+            self.activation
+                .map(|act| be.activation_forward(act, be.view_mut(&mut z)))
+        });
+        let activated_bits = activated.as_ref().is_some_and(|s| be.saved_is_bits(s));
         (
             z,
             LayerCache {
@@ -635,6 +650,7 @@ impl Layer {
                 dropout,
                 conv,
                 activated,
+                activated_bits,
             },
         )
     }
@@ -642,39 +658,41 @@ impl Layer {
     /// Accumulate parameter gradients into `params.grads` from `d_h_dst` (gradient of the
     /// layer's output); return the gradient of `h_src` (`block.num_src()` rows) when
     /// `need_d_src` (the input layer of a model does not need it, which saves a GEMM).
-    pub fn backward(
+    pub fn backward<B: Backend>(
         &self,
-        params: &mut ParamStore,
-        block: &Block,
-        transpose: &LazyTranspose,
-        cache: LayerCache,
-        d_h_dst: ArrayView2<f32>,
+        params: &mut ParamStore<B>,
+        g: &B::Graph,
+        transpose: &B::Transpose,
+        cache: LayerCache<B>,
+        d_h_dst: B::View<'_>,
         need_d_src: bool,
-    ) -> Option<Array2<f32>> {
-        let dz = standard(d_h_dst).into_owned();
-        self.backward_owned(params, block, transpose, cache, dz, need_d_src)
+    ) -> Option<B::Mat> {
+        let dz = params.backend().to_owned(d_h_dst);
+        self.backward_owned(params, g, transpose, cache, dz, need_d_src)
     }
 
     /// [`Layer::backward`] taking the output gradient by value: it is overwritten in place
     /// (activation backward) instead of copied first.
-    pub fn backward_owned(
+    pub fn backward_owned<B: Backend>(
         &self,
-        params: &mut ParamStore,
-        block: &Block,
-        transpose: &LazyTranspose,
-        cache: LayerCache,
-        d_h_dst: Array2<f32>,
+        params: &mut ParamStore<B>,
+        g: &B::Graph,
+        transpose: &B::Transpose,
+        cache: LayerCache<B>,
+        d_h_dst: B::Mat,
         need_d_src: bool,
-    ) -> Option<Array2<f32>> {
-        self.backward_fused(params, block, transpose, cache, d_h_dst, need_d_src, None)
+    ) -> Option<B::Mat> {
+        self.backward_fused(params, g, transpose, cache, d_h_dst, need_d_src, None)
     }
 
     /// The sign bits of this layer's ReLU output when the layer above may apply the ReLU's
     /// backward for it ([`Layer::fuses_relu_below`]): nothing is added to the output after
     /// the ReLU (no residual), so its gradient goes straight into the ReLU's backward.
-    pub fn relu_bits<'c>(&self, cache: &'c LayerCache) -> Option<&'c [u64]> {
+    pub fn relu_bits<'c, B: Backend>(&self, cache: &'c LayerCache<B>) -> Option<&'c B::Saved> {
         match (&self.activation, &cache.activated) {
-            (Some(Activation::Relu), Some(Saved::Positive(bits))) if !self.residual => Some(bits),
+            (Some(Activation::Relu), Some(saved)) if !self.residual && cache.activated_bits => {
+                Some(saved)
+            }
             _ => None,
         }
     }
@@ -683,7 +701,7 @@ impl Layer {
     /// the layer below: the input dropout's mask is the last thing applied to it (no norm,
     /// residual or input projection after it in the backward), with recorded bits whose rows
     /// are whole words.
-    pub fn fuses_relu_below(&self, cache: &LayerCache) -> bool {
+    pub fn fuses_relu_below<B: Backend>(&self, cache: &LayerCache<B>) -> bool {
         let plain = self.is_plain();
         let bits = matches!(cache.dropout, Some(DropoutSaved::Bits(_)));
         plain && bits && self.conv.in_dim().is_multiple_of(64)
@@ -694,44 +712,42 @@ impl Layer {
     /// below applied to the returned gradient in the same pass as the dropout's; the layer
     /// below then skips its own.
     #[allow(clippy::too_many_arguments)]
-    pub fn backward_fused(
+    pub fn backward_fused<B: Backend>(
         &self,
-        params: &mut ParamStore,
-        block: &Block,
-        transpose: &LazyTranspose,
-        mut cache: LayerCache,
-        d_h_dst: Array2<f32>,
+        params: &mut ParamStore<B>,
+        g: &B::Graph,
+        transpose: &B::Transpose,
+        mut cache: LayerCache<B>,
+        d_h_dst: B::Mat,
         need_d_src: bool,
-        below_relu: Option<&[u64]>,
-    ) -> Option<Array2<f32>> {
+        below_relu: Option<&B::Saved>,
+    ) -> Option<B::Mat> {
+        let be = params.backend().clone();
+        let block = be.block(g);
         if let (Some(positive), Some(DropoutSaved::Bits(kept))) = (below_relu, &cache.dropout) {
             assert!(
                 self.fuses_relu_below(&cache),
                 "layer {}: no ReLU fusion here",
                 self.index
             );
-            let both = kept
-                .and_positive(self.conv.in_dim(), positive)
+            let both = be
+                .kept_and_positive(kept, self.conv.in_dim(), positive)
                 .expect("whole-word rows");
             cache.dropout = Some(DropoutSaved::Bits(both));
         }
         assert_eq!(
-            d_h_dst.nrows(),
+            be.mat_dim(&d_h_dst).0,
             block.num_dst,
             "layer {}: gradient rows",
             self.index
         );
-        let mut dz = if d_h_dst.is_standard_layout() {
-            d_h_dst
-        } else {
-            d_h_dst.as_standard_layout().into_owned()
-        };
+        let mut dz = d_h_dst;
         // The residual passes the output gradient straight to the destinations' input rows;
         // keep it before the activation's backward overwrites `dz`.
         let need_d_base = need_d_src || self.input.is_some();
-        let d_residual = (self.residual && need_d_base).then(|| dz.clone());
+        let d_residual = (self.residual && need_d_base).then(|| be.to_owned(be.view(&dz)));
         if let (Some(act), Some(saved)) = (self.activation, &cache.activated) {
-            act.backward_saved(saved, dz.view_mut());
+            be.activation_backward(act, saved, be.view_mut(&mut dz));
         }
         // A norm's gain and bias (and a projection's weights) learn from the gradient of the
         // convolution's input, so it is needed even when the caller does not want d `h_src`.
@@ -742,37 +758,29 @@ impl Layer {
         };
         let mut d_in = self.conv.backward(
             params,
-            block,
+            g,
             transpose,
             cache.conv,
-            dz.view(),
+            be.view(&dz),
             need_d_in,
             kept,
         )?;
         if let Some(DropoutSaved::Keys(mask, keys)) = &cache.dropout {
-            mask.apply_in_place(d_in.view_mut(), keys);
+            be.dropout_in_place(mask, be.view_mut(&mut d_in), keys);
         }
         if let (Some(ln), Some(nc)) = (&self.norm, cache.norm) {
-            d_in = ln.backward(params, nc, d_in.view());
+            d_in = ln.backward(params, nc, be.view(&d_in));
         }
         if let Some(d_res) = d_residual {
-            let mut dst = d_in.slice_mut(s![..block.num_dst, ..]);
-            dst += &d_res;
+            let dst = be.rows_mut(be.view_mut(&mut d_in), 0..block.num_dst);
+            be.add_assign(dst, be.view(&d_res));
         }
         if let (Some(lin), Some(x)) = (&self.input, cache.input) {
-            d_in = lin.backward(params, x.view(), d_in.view(), need_d_src)?;
+            d_in = lin.backward(params, be.view(&x), be.view(&d_in), need_d_src)?;
         }
         if !need_d_src {
             return None;
         }
-        let rows = d_in.nrows();
-        let d_src = if rows == block.num_src() {
-            d_in
-        } else {
-            let mut full = Array2::zeros((block.num_src(), d_in.ncols()));
-            full.slice_mut(s![..rows, ..]).assign(&d_in);
-            full
-        };
-        Some(d_src)
+        Some(be.pad_rows(d_in, block.num_src()))
     }
 }

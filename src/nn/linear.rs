@@ -1,25 +1,19 @@
 //! A fully connected layer `y = x·W + b` (`W` is `in × out`, so the forward needs no
 //! transpose), and the helpers other layers share: bias add and bias gradient.
 
-use ndarray::{Array2, ArrayView2, ArrayViewMut2};
-
 use super::init::glorot_uniform;
 use super::params::ParamStore;
-use crate::backend::cpu::gather::{add_to_rows, axpy, column_sums};
-use crate::backend::cpu::gemm::{add_matmul_tn, matmul_bias_relu, matmul_nt};
-use crate::backend::cpu::sparse::{add_spmm_tn, spmm, CsrMatrix, CsrTranspose};
+use crate::backend::{Backend, Cpu};
 
 /// `z[i, :] += bias` for every row.
-pub fn add_bias(z: ArrayViewMut2<f32>, bias: ArrayView2<f32>) {
-    add_to_rows(z, bias.to_slice().expect("bias is contiguous"));
+pub fn add_bias<B: Backend>(params: &ParamStore<B>, z: B::ViewMut<'_>, bias: usize) {
+    params.backend().add_bias(z, params.view(bias));
 }
 
 /// `grad(bias) += Σ_rows dz`.
-pub fn accumulate_bias_grad(params: &mut ParamStore, bias: usize, dz: ArrayView2<f32>) {
-    let s = column_sums(dz);
-    let mut g = params.grad_mut(bias);
-    let g = g.as_slice_mut().expect("contiguous");
-    axpy(1.0, s.as_slice().expect("contiguous"), g);
+pub fn accumulate_bias_grad<B: Backend>(params: &mut ParamStore<B>, bias: usize, dz: B::View<'_>) {
+    let be = params.backend().clone();
+    be.add_column_sums(params.grad_mut(bias), dz);
 }
 
 /// `y = x·W + b`.
@@ -34,7 +28,7 @@ pub struct Linear {
 impl Linear {
     /// Register `{prefix}.weight` (`in × out`, Glorot) and `{prefix}.bias` (zeros).
     pub fn new(
-        params: &mut ParamStore,
+        params: &mut ParamStore<Cpu>,
         prefix: &str,
         in_dim: usize,
         out_dim: usize,
@@ -52,56 +46,56 @@ impl Linear {
     }
 
     /// `x·W + b`.
-    pub fn forward(&self, params: &ParamStore, x: ArrayView2<f32>) -> Array2<f32> {
+    pub fn forward<B: Backend>(&self, params: &ParamStore<B>, x: B::View<'_>) -> B::Mat {
+        let be = params.backend();
+        let cols = be.dim(x).1;
         assert_eq!(
-            x.ncols(),
-            self.in_dim,
-            "linear: input has {} columns, expected {}",
-            x.ncols(),
+            cols, self.in_dim,
+            "linear: input has {cols} columns, expected {}",
             self.in_dim
         );
-        let bias = params.view(self.bias);
-        let bias = bias.to_slice().expect("bias is contiguous");
-        // The product's tiles add the bias as they are stored.
-        matmul_bias_relu(x, params.view(self.weight), Some(bias), false).0
+        // The product adds the bias as it stores its output.
+        let bias = Some(params.view(self.bias));
+        be.matmul_epilogue(None, x, params.view(self.weight), bias, false, None)
+            .0
     }
 
     /// `x·W + b` for sparse rows `x`.
-    pub fn forward_sparse(&self, params: &ParamStore, x: &CsrMatrix) -> Array2<f32> {
-        assert_eq!(x.ncols, self.in_dim, "linear: sparse input columns");
-        let mut y = spmm(x, x.nrows(), params.view(self.weight));
-        add_bias(y.view_mut(), params.view(self.bias));
+    pub fn forward_sparse<B: Backend>(&self, params: &ParamStore<B>, x: &B::Sparse) -> B::Mat {
+        let be = params.backend();
+        let (rows, cols) = be.sparse_dim(x);
+        assert_eq!(cols, self.in_dim, "linear: sparse input columns");
+        let mut y = be.spmm(x, rows, params.view(self.weight));
+        add_bias(params, be.view_mut(&mut y), self.bias);
         y
     }
 
     /// [`Linear::backward`] for sparse rows `x`.
-    pub fn backward_sparse(
+    pub fn backward_sparse<B: Backend>(
         &self,
-        params: &mut ParamStore,
-        x: &CsrMatrix,
-        dy: ArrayView2<f32>,
+        params: &mut ParamStore<B>,
+        x: &B::Sparse,
+        dy: B::View<'_>,
         need_dx: bool,
-    ) -> Option<Array2<f32>> {
-        add_spmm_tn(
-            &CsrTranspose::new(x),
-            x.nrows(),
-            dy,
-            params.grad_mut(self.weight),
-        );
+    ) -> Option<B::Mat> {
+        let be = params.backend().clone();
+        let rows = be.sparse_dim(x).0;
+        be.add_spmm_tn(x, rows, dy, params.grad_mut(self.weight));
         accumulate_bias_grad(params, self.bias, dy);
-        need_dx.then(|| matmul_nt(dy, params.view(self.weight)))
+        need_dx.then(|| be.matmul_nt(dy, params.view(self.weight)))
     }
 
     /// Accumulate `dW += xᵀ·dy`, `db += Σ dy`; return `dx = dy·Wᵀ` when asked.
-    pub fn backward(
+    pub fn backward<B: Backend>(
         &self,
-        params: &mut ParamStore,
-        x: ArrayView2<f32>,
-        dy: ArrayView2<f32>,
+        params: &mut ParamStore<B>,
+        x: B::View<'_>,
+        dy: B::View<'_>,
         need_dx: bool,
-    ) -> Option<Array2<f32>> {
-        add_matmul_tn(x, dy, params.grad_mut(self.weight));
+    ) -> Option<B::Mat> {
+        let be = params.backend().clone();
+        be.add_matmul_tn(x, dy, params.grad_mut(self.weight));
         accumulate_bias_grad(params, self.bias, dy);
-        need_dx.then(|| matmul_nt(dy, params.view(self.weight)))
+        need_dx.then(|| be.matmul_nt(dy, params.view(self.weight)))
     }
 }

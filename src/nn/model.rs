@@ -1,7 +1,6 @@
 //! A whole GNN: `layers` layers of one kind over per-layer blocks, with explicit backward.
 
 use anyhow::{ensure, Result};
-use ndarray::Array2;
 use serde::{Deserialize, Serialize};
 
 use super::gat::GatConv;
@@ -11,11 +10,8 @@ use super::linear::Linear;
 use super::norm::{LayerNorm, NormKind};
 use super::params::ParamStore;
 use super::sage::SageConv;
-use crate::backend::cpu::activation::Activation;
-use crate::backend::cpu::aggregate::LazyTranspose;
-use crate::backend::cpu::dropout::{derive_stream, KeptBits};
-use crate::backend::cpu::sparse::CsrMatrix;
-use crate::sample::Block;
+use crate::backend::cpu::dropout::derive_stream;
+use crate::backend::{Activation, Backend, Cpu};
 
 pub use crate::kinds::ModelKind;
 
@@ -142,21 +138,37 @@ impl ModelConfig {
     }
 }
 
-/// Parameters and layers of a model.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Model {
+/// Parameters and layers of a model, the parameters on backend `B`.
+#[derive(Debug)]
+pub struct Model<B: Backend = Cpu> {
     pub cfg: ModelConfig,
-    pub params: ParamStore,
+    pub params: ParamStore<B>,
     pub layers: Vec<Layer>,
+}
+
+impl Clone for Model<Cpu> {
+    fn clone(&self) -> Self {
+        Model {
+            cfg: self.cfg.clone(),
+            params: self.params.clone(),
+            layers: self.layers.clone(),
+        }
+    }
+}
+
+impl PartialEq for Model<Cpu> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cfg == other.cfg && self.params == other.params && self.layers == other.layers
+    }
 }
 
 /// What [`Model::forward`] keeps for [`Model::backward`].
 #[derive(Debug)]
-pub struct ForwardCache {
-    layers: Vec<LayerCache>,
+pub struct ForwardCache<B: Backend = Cpu> {
+    layers: Vec<LayerCache<B>>,
 }
 
-impl Model {
+impl Model<Cpu> {
     /// Build the layers and initialise the parameters from `seed` (Glorot weights, zero biases).
     ///
     /// Also tunes the allocator once per process to reuse freed memory across steps
@@ -252,6 +264,17 @@ impl Model {
         })
     }
 
+    /// The same model with its parameters on `backend`.
+    pub fn to_backend<B: Backend>(&self, backend: B) -> Model<B> {
+        Model {
+            cfg: self.cfg.clone(),
+            params: self.params.to_backend(backend),
+            layers: self.layers.clone(),
+        }
+    }
+}
+
+impl<B: Backend> Model<B> {
     /// Logits for the destinations of the last block (see [`Model::forward`]) from sparse
     /// input rows `x` (`blocks[0].num_src()` rows): the first layer multiplies only the
     /// non-zeros. A caller that keeps its features as CSR
@@ -259,20 +282,22 @@ impl Model {
     /// dense gather and the conversion that [`Model::forward`] does on sparse data.
     pub fn forward_sparse(
         &self,
-        blocks: &[&Block],
-        x: &CsrMatrix,
+        blocks: &[&B::Graph],
+        x: &B::Sparse,
         ctx: &DropoutCtx,
-    ) -> (Array2<f32>, ForwardCache) {
+    ) -> (B::Mat, ForwardCache<B>) {
         self.check_blocks(blocks);
         if !self.layers[0].conv.supports_sparse() {
-            return self.forward(blocks, &x.to_dense(), ctx);
+            let be = self.params.backend();
+            let dense = be.sparse_to_dense(x);
+            return self.forward(blocks, be.view(&dense), ctx);
         }
         let (first, cache) = self.layers[0].forward_sparse(&self.params, blocks[0], x, ctx);
         self.forward_rest(blocks, first, cache, None, ctx)
     }
 
     /// One block per layer (a caller bug otherwise).
-    fn check_blocks(&self, blocks: &[&Block]) {
+    fn check_blocks(&self, blocks: &[&B::Graph]) {
         assert_eq!(
             blocks.len(),
             self.layers.len(),
@@ -286,12 +311,12 @@ impl Model {
     /// layer 1's input dropout).
     fn forward_rest(
         &self,
-        blocks: &[&Block],
-        mut h: Array2<f32>,
-        first: LayerCache,
-        mut kept: Option<KeptBits>,
+        blocks: &[&B::Graph],
+        mut h: B::Mat,
+        first: LayerCache<B>,
+        mut kept: Option<B::Kept>,
         ctx: &DropoutCtx,
-    ) -> (Array2<f32>, ForwardCache) {
+    ) -> (B::Mat, ForwardCache<B>) {
         let mut caches = Vec::with_capacity(self.layers.len());
         caches.push(first);
         for (l, (layer, block)) in self.layers.iter().zip(blocks).enumerate().skip(1) {
@@ -308,49 +333,47 @@ impl Model {
     /// The input dropout of layer `l + 1`, offered to layer `l`'s product so that the output
     /// is masked as it is stored instead of in another pass.
     /// (Not built for a layer whose product cannot take it: the seeds would go unused.)
-    fn dropout_above(&self, l: usize, blocks: &[&Block], ctx: &DropoutCtx) -> Option<NextDropout> {
+    fn dropout_above(
+        &self,
+        l: usize,
+        blocks: &[&B::Graph],
+        ctx: &DropoutCtx,
+    ) -> Option<NextDropout> {
         if !self.layers[l].may_apply_dropout_above() {
             return None;
         }
-        let (above, block) = (self.layers.get(l + 1)?, blocks.get(l + 1)?);
-        above.dropout_for_below(block, ctx)
+        let (above, g) = (self.layers.get(l + 1)?, blocks.get(l + 1)?);
+        above.dropout_for_below(self.params.backend().block(g), ctx)
     }
 
     /// Logits for the destinations of the last block (`blocks[L-1].num_dst × out_dim`), from
     /// `x` (`blocks[0].num_src() × in_dim`). Full-batch training passes the same block L times.
     ///
-    /// Mostly-zero input (bag-of-words features,
-    /// [`crate::backend::cpu::sparse::prefers_sparse`]) is converted to CSR and takes
-    /// [`Model::forward_sparse`]'s path.
+    /// Mostly-zero input (bag-of-words features, on a backend with a sparse path) is converted
+    /// to sparse rows and takes [`Model::forward_sparse`]'s path.
     ///
     /// # Panics
     /// If the blocks do not chain (`blocks[l].num_src() != blocks[l-1].num_dst`) or the
     /// shapes do not match the model (caller bugs).
     pub fn forward(
         &self,
-        blocks: &[&Block],
-        x: &Array2<f32>,
+        blocks: &[&B::Graph],
+        x: B::View<'_>,
         ctx: &DropoutCtx,
-    ) -> (Array2<f32>, ForwardCache) {
+    ) -> (B::Mat, ForwardCache<B>) {
         self.check_blocks(blocks);
         let then = self.dropout_above(0, blocks, ctx);
-        let (first, cache, kept) = self.layers[0].forward_input_then(
-            &self.params,
-            blocks[0],
-            x.view(),
-            ctx,
-            then.as_ref(),
-        );
+        let (first, cache, kept) =
+            self.layers[0].forward_input_then(&self.params, blocks[0], x, ctx, then.as_ref());
         self.forward_rest(blocks, first, cache, kept, ctx)
     }
 
     /// Accumulate the gradient of the loss into `params.grads`, given `d_out` = d loss / d
     /// logits. Transposed CSRs are built once per distinct block.
-    pub fn backward(&mut self, blocks: &[&Block], cache: ForwardCache, d_out: &Array2<f32>) {
+    pub fn backward(&mut self, blocks: &[&B::Graph], cache: ForwardCache<B>, d_out: B::Mat) {
         self.check_blocks(blocks);
         // Full-batch training passes one block to every layer: share its transpose.
-        let transposes: Vec<LazyTranspose> =
-            blocks.iter().map(|_| LazyTranspose::default()).collect();
+        let transposes: Vec<B::Transpose> = blocks.iter().map(|_| Default::default()).collect();
         let owner: Vec<usize> = (0..blocks.len())
             .map(|l| {
                 (0..l)
@@ -358,7 +381,7 @@ impl Model {
                     .unwrap_or(l)
             })
             .collect();
-        let mut d = d_out.clone();
+        let mut d = d_out;
         let mut caches = cache.layers;
         for l in (0..blocks.len()).rev() {
             let layer_cache = caches.pop().expect("one cache per layer");
@@ -396,9 +419,12 @@ impl Model {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cpu::aggregate::LazyTranspose;
     use crate::backend::cpu::dropout::mix64;
     use crate::backend::cpu::sparse::prefers_sparse;
     use crate::nn::cross_entropy;
+    use crate::sample::Block;
+    use ndarray::Array2;
 
     fn hash(salt: u64, i: usize) -> u64 {
         mix64(salt ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
@@ -453,7 +479,7 @@ mod tests {
             let labels: Vec<i64> = (0..6).map(|i| i % 3).collect();
             let mut fused = Model::new(cfg, 4).unwrap();
             let mut chained = fused.clone();
-            let (y, cache) = fused.forward(&refs, &x, &ctx);
+            let (y, cache) = fused.forward(&refs, x.view(), &ctx);
             let (_, d) = cross_entropy(&y, &labels);
             if matches!(kind, ModelKind::Sage | ModelKind::Gcn) {
                 // Their hidden layers qualify (GAT's ELU does not), so the fused path is the
@@ -478,7 +504,7 @@ mod tests {
                 );
                 assert!(kept.is_some());
             }
-            fused.backward(&refs, cache, &d);
+            fused.backward(&refs, cache, d.clone());
             let mut h = x.clone();
             let mut caches = Vec::new();
             for (l, layer) in chained.layers.iter().enumerate() {
@@ -524,12 +550,12 @@ mod tests {
             let mut cfg = ModelConfig::plain(kind, 8, 16, 3, 1, 0.5);
             cfg.input_dropout = 0.0;
             let model = Model::new(cfg.clone(), 2).unwrap();
-            let (trained, _) = model.forward(&[&b0], &x, &training(7));
-            let (evaluated, _) = model.forward(&[&b0], &x, &eval);
+            let (trained, _) = model.forward(&[&b0], x.view(), &training(7));
+            let (evaluated, _) = model.forward(&[&b0], x.view(), &eval);
             assert_eq!(trained, evaluated, "{kind}: first layer's input was masked");
             cfg.input_dropout = 0.5;
             let model = Model::new(cfg, 2).unwrap();
-            let (trained, _) = model.forward(&[&b0], &x, &training(7));
+            let (trained, _) = model.forward(&[&b0], x.view(), &training(7));
             assert_ne!(trained, evaluated, "{kind}: input dropout 0.5 did nothing");
             let cfg = ModelConfig {
                 input_dropout: 0.0,
@@ -566,7 +592,7 @@ mod tests {
             let labels: Vec<i64> = (0..6).map(|i| i % 3).collect();
             let mut sparse = Model::new(cfg, 9).unwrap();
             let mut dense = sparse.clone();
-            let (ys, cache) = sparse.forward(&blocks, &x, &ctx);
+            let (ys, cache) = sparse.forward(&blocks, x.view(), &ctx);
             // (GCN's cache does not show its evaluation order.)
             if kind != ModelKind::Gcn {
                 assert!(matches!(
@@ -578,7 +604,7 @@ mod tests {
                 ));
             }
             let (_, d) = cross_entropy(&ys, &labels);
-            sparse.backward(&blocks, cache, &d);
+            sparse.backward(&blocks, cache, d.clone());
             // The dense path, layer by layer.
             let (h, c0) = dense.layers[0].forward(&dense.params, &b0, x.view(), &ctx);
             let (yd, cache) = dense.forward_rest(&blocks, h, c0, None, &ctx);
@@ -588,7 +614,7 @@ mod tests {
                     "{kind}: {a} vs {b}"
                 );
             }
-            dense.backward(&blocks, cache, &d);
+            dense.backward(&blocks, cache, d.clone());
             for (a, b) in sparse.params.grads.iter().zip(&dense.params.grads) {
                 assert!(
                     (a - b).abs() <= 1e-5 * (1.0 + b.abs()),

@@ -1,8 +1,11 @@
 //! All parameters of a model in one flat `f32` buffer (and one for their gradients), with
-//! named views, so that a gradient allreduce is a single call over `grads`.
+//! named views, so that a gradient allreduce is a single call over `grads`. The buffers live on
+//! the model's backend; a model is built and initialised on the host ([`ParamStore<Cpu>`]) and
+//! moved to its device with [`ParamStore::to_backend`].
 
-use ndarray::{ArrayView2, ArrayViewMut2};
 use serde::{Deserialize, Serialize};
+
+use crate::backend::{Backend, Cpu};
 
 /// One named parameter: `shape` elements starting at `offset` in the flat buffers.
 /// Shapes are `[rows, cols]` for matrices and `[len]` for vectors (viewed as `1 × len`).
@@ -35,23 +38,51 @@ impl ParamEntry {
 }
 
 /// The flat parameter and gradient buffers with their table of entries.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ParamStore {
-    pub values: Vec<f32>,
-    pub grads: Vec<f32>,
+/// Every parameter of a model: values and gradients in two flat buffers on backend `B`, and
+/// the named entries that view them.
+#[derive(Debug)]
+pub struct ParamStore<B: Backend = Cpu> {
+    pub values: B::Buffer,
+    pub grads: B::Buffer,
     pub entries: Vec<ParamEntry>,
+    backend: B,
 }
 
-impl ParamStore {
-    /// An empty store.
-    pub fn new() -> ParamStore {
+impl Default for ParamStore<Cpu> {
+    fn default() -> Self {
+        ParamStore {
+            values: Vec::new(),
+            grads: Vec::new(),
+            entries: Vec::new(),
+            backend: Cpu,
+        }
+    }
+}
+
+impl Clone for ParamStore<Cpu> {
+    fn clone(&self) -> Self {
+        ParamStore {
+            values: self.values.clone(),
+            grads: self.grads.clone(),
+            entries: self.entries.clone(),
+            backend: Cpu,
+        }
+    }
+}
+
+impl PartialEq for ParamStore<Cpu> {
+    fn eq(&self, other: &Self) -> bool {
+        self.values == other.values && self.grads == other.grads && self.entries == other.entries
+    }
+}
+
+impl ParamStore<Cpu> {
+    /// An empty store on the host.
+    pub fn new() -> ParamStore<Cpu> {
         ParamStore::default()
     }
 
-    /// Append a zero-initialised parameter and return its index.
-    ///
-    /// # Panics
-    /// If the name is already taken or the shape is not 1-D or 2-D (model construction bugs).
+    /// Register a parameter of `shape` (zeros); returns its index.
     pub fn add(&mut self, name: impl Into<String>, shape: &[usize]) -> usize {
         let name = name.into();
         assert!(self.find(&name).is_none(), "parameter {name} defined twice");
@@ -70,14 +101,31 @@ impl ParamStore {
         self.entries.len() - 1
     }
 
-    /// Total number of scalars.
-    pub fn len(&self) -> usize {
-        self.values.len()
+    /// The same parameters (and gradients) on `backend`.
+    pub fn to_backend<B: Backend>(&self, backend: B) -> ParamStore<B> {
+        ParamStore {
+            values: backend.buffer_from_host(&self.values),
+            grads: backend.buffer_from_host(&self.grads),
+            entries: self.entries.clone(),
+            backend,
+        }
+    }
+}
+
+impl<B: Backend> ParamStore<B> {
+    /// The backend the buffers live on.
+    pub fn backend(&self) -> &B {
+        &self.backend
     }
 
-    /// True when there are no scalars.
+    /// Number of scalars.
+    pub fn len(&self) -> usize {
+        self.backend.buffer_len(&self.values)
+    }
+
+    /// True when no parameter is registered.
     pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
+        self.len() == 0
     }
 
     /// Index of the parameter called `name`.
@@ -85,82 +133,87 @@ impl ParamStore {
         self.entries.iter().position(|e| e.name == name)
     }
 
-    fn range(&self, idx: usize) -> (std::ops::Range<usize>, (usize, usize)) {
+    fn range(&self, idx: usize) -> (usize, (usize, usize)) {
         let e = &self.entries[idx];
-        (e.offset..e.offset + e.len(), e.dims())
+        (e.offset, e.dims())
     }
 
-    /// The value of parameter `idx` as a matrix.
-    pub fn view(&self, idx: usize) -> ArrayView2<'_, f32> {
-        let (r, d) = self.range(idx);
-        ArrayView2::from_shape(d, &self.values[r]).expect("entry fits the buffer")
+    /// The values of parameter `idx` (`rows × cols`; a vector is `1 × len`).
+    pub fn view(&self, idx: usize) -> B::View<'_> {
+        let (offset, (r, c)) = self.range(idx);
+        self.backend.buffer_view(&self.values, offset, r, c)
     }
 
-    /// The value of parameter `idx`, mutable.
-    pub fn view_mut(&mut self, idx: usize) -> ArrayViewMut2<'_, f32> {
-        let (r, d) = self.range(idx);
-        ArrayViewMut2::from_shape(d, &mut self.values[r]).expect("entry fits the buffer")
+    /// The values of parameter `idx`, mutably.
+    pub fn view_mut(&mut self, idx: usize) -> B::ViewMut<'_> {
+        let (offset, (r, c)) = self.range(idx);
+        self.backend.buffer_view_mut(&mut self.values, offset, r, c)
     }
 
     /// The gradient of parameter `idx`.
-    pub fn grad(&self, idx: usize) -> ArrayView2<'_, f32> {
-        let (r, d) = self.range(idx);
-        ArrayView2::from_shape(d, &self.grads[r]).expect("entry fits the buffer")
+    pub fn grad(&self, idx: usize) -> B::View<'_> {
+        let (offset, (r, c)) = self.range(idx);
+        self.backend.buffer_view(&self.grads, offset, r, c)
     }
 
-    /// The gradient of parameter `idx`, mutable (layers accumulate into it).
-    pub fn grad_mut(&mut self, idx: usize) -> ArrayViewMut2<'_, f32> {
-        let (r, d) = self.range(idx);
-        ArrayViewMut2::from_shape(d, &mut self.grads[r]).expect("entry fits the buffer")
+    /// The gradient of parameter `idx`, mutably.
+    pub fn grad_mut(&mut self, idx: usize) -> B::ViewMut<'_> {
+        let (offset, (r, c)) = self.range(idx);
+        self.backend.buffer_view_mut(&mut self.grads, offset, r, c)
     }
 
-    /// The value and the mutable gradient of parameter `idx` at once.
-    pub fn value_and_grad(&mut self, idx: usize) -> (ArrayView2<'_, f32>, ArrayViewMut2<'_, f32>) {
-        let (r, d) = self.range(idx);
+    /// The values of parameter `idx` and its gradient, mutably, at once.
+    pub fn value_and_grad(&mut self, idx: usize) -> (B::View<'_>, B::ViewMut<'_>) {
+        let (offset, (r, c)) = self.range(idx);
         (
-            ArrayView2::from_shape(d, &self.values[r.clone()]).expect("entry fits the buffer"),
-            ArrayViewMut2::from_shape(d, &mut self.grads[r]).expect("entry fits the buffer"),
+            self.backend.buffer_view(&self.values, offset, r, c),
+            self.backend.buffer_view_mut(&mut self.grads, offset, r, c),
         )
     }
 
-    /// The range and shape of matrices `first` and `second` stacked by rows.
-    ///
-    /// # Panics
-    /// Unless `second` was registered right after `first` with as many columns (a model
-    /// construction bug).
-    fn stacked_range(
-        &self,
-        first: usize,
-        second: usize,
-    ) -> (std::ops::Range<usize>, (usize, usize)) {
+    fn stacked_range(&self, first: usize, second: usize) -> (usize, (usize, usize)) {
         let (a, (ra, ca)) = self.range(first);
         let (b, (rb, cb)) = self.range(second);
         assert!(
-            a.end == b.start && ca == cb,
+            a + ra * ca == b && ca == cb,
             "parameters {} and {} are not adjacent matrices of equal width",
             self.entries[first].name,
             self.entries[second].name
         );
-        (a.start..b.end, (ra + rb, ca))
+        (a, (ra + rb, ca))
     }
 
-    /// The values of `first` and `second` (registered one after the other, with the same
-    /// columns) as one matrix, `first`'s rows on top: a layer that multiplies two inputs by
-    /// them can do it in one product.
-    pub fn stacked(&self, first: usize, second: usize) -> ArrayView2<'_, f32> {
-        let (r, d) = self.stacked_range(first, second);
-        ArrayView2::from_shape(d, &self.values[r]).expect("entries fit the buffer")
+    /// Two adjacent matrices of equal width (registered one after the other) as one
+    /// `[first; second]` view, without a copy.
+    pub fn stacked(&self, first: usize, second: usize) -> B::View<'_> {
+        let (offset, (r, c)) = self.stacked_range(first, second);
+        self.backend.buffer_view(&self.values, offset, r, c)
     }
 
-    /// The gradients of [`ParamStore::stacked`], mutable.
-    pub fn stacked_grad_mut(&mut self, first: usize, second: usize) -> ArrayViewMut2<'_, f32> {
-        let (r, d) = self.stacked_range(first, second);
-        ArrayViewMut2::from_shape(d, &mut self.grads[r]).expect("entries fit the buffer")
+    /// The gradient of [`ParamStore::stacked`], mutably.
+    pub fn stacked_grad_mut(&mut self, first: usize, second: usize) -> B::ViewMut<'_> {
+        let (offset, (r, c)) = self.stacked_range(first, second);
+        self.backend.buffer_view_mut(&mut self.grads, offset, r, c)
     }
 
-    /// Set every gradient to zero (before a step's backward passes).
+    /// Set every gradient to zero.
     pub fn zero_grads(&mut self) {
-        self.grads.fill(0.0);
+        self.backend.buffer_zero(&mut self.grads);
+    }
+
+    /// The values on the host (checkpoints, comparisons).
+    pub fn values_on_host(&self) -> Vec<f32> {
+        self.backend.buffer_to_host(&self.values)
+    }
+
+    /// The gradients on the host.
+    pub fn grads_on_host(&self) -> Vec<f32> {
+        self.backend.buffer_to_host(&self.grads)
+    }
+
+    /// Overwrite the values from the host (a restored checkpoint).
+    pub fn set_values(&mut self, values: &[f32]) {
+        self.backend.buffer_write(&mut self.values, values);
     }
 }
 

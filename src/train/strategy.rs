@@ -9,7 +9,7 @@ use super::data::TrainData;
 use super::dump::BlockDump;
 use super::metrics::PhaseTimes;
 use crate::backend::cpu::aggregate::LazyTranspose;
-use crate::backend::cpu::sparse::{prefers_sparse, CsrMatrix};
+use crate::backend::cpu::sparse::{prefers_sparse, CsrMatrix, SparseRows};
 use crate::comm::Group;
 use crate::exchange::inference::{FullInput, HaloPlan};
 use crate::exchange::sample_blocks_distributed;
@@ -122,13 +122,13 @@ pub fn gdp_minibatch_step(
         orig_ids: data.orig_ids.as_deref(),
         gcn_degrees: data.gcn_degrees.as_deref(),
     };
-    let (logits, cache) = model.forward(&refs, &x, &ctx);
+    let (logits, cache) = model.forward(&refs, x.view(), &ctx);
     let (loss_sum, mut d_logits) = cross_entropy(&logits, &labels);
     times.forward += t.elapsed().as_secs_f64();
 
     let t = Instant::now();
     d_logits.mapv_inplace(|g| g * scale);
-    model.backward(&refs, cache, &d_logits);
+    model.backward(&refs, cache, d_logits);
     times.backward += t.elapsed().as_secs_f64();
     out.loss_sum = loss_sum;
     Ok(out)
@@ -173,7 +173,7 @@ pub fn full_batch_step(
         let remote = plan.halo.forward(group, "halo_rows", own.view());
         let x = with_halo(own, &remote).into_owned();
         if model.layers[0].conv.supports_sparse() && prefers_sparse(x.view()) {
-            FullInput::Sparse(CsrMatrix::from_dense(x.view()))
+            FullInput::Sparse(SparseRows::new(CsrMatrix::from_dense(x.view())))
         } else {
             FullInput::Dense(x)
         }

@@ -286,3 +286,45 @@ fn weighted_head_sum(
     }
     out
 }
+
+/// `out[v, :] = mean_h x[v, h, :]` over `heads` heads of `f` columns.
+pub fn mean_heads(x: ArrayView2<f32>, heads: usize, f: usize) -> Array2<f32> {
+    let x = super::standard(x);
+    let xs = x.as_slice().expect("standard layout");
+    let mut out = Array2::zeros((x.nrows(), f));
+    if f == 0 {
+        return out;
+    }
+    let inv = 1.0 / heads as f32;
+    out.as_slice_mut()
+        .unwrap()
+        .par_chunks_mut(f)
+        .enumerate()
+        .for_each(|(v, o)| {
+            for k in 0..heads {
+                super::gather::axpy(inv, &xs[(v * heads + k) * f..(v * heads + k + 1) * f], o);
+            }
+        });
+    out
+}
+
+/// The backward of [`mean_heads`]: `out[v, h, :] = d[v, :] / heads`.
+pub fn spread_heads(d: ArrayView2<f32>, heads: usize, f: usize) -> Array2<f32> {
+    let d = super::standard(d);
+    let ds = d.as_slice().expect("standard layout");
+    let mut out = Array2::zeros((d.nrows(), heads * f));
+    if f == 0 {
+        return out;
+    }
+    let inv = 1.0 / heads as f32;
+    out.as_slice_mut()
+        .unwrap()
+        .par_chunks_mut(heads * f)
+        .zip(ds.par_chunks(f))
+        .for_each(|(o, d)| {
+            for head in o.chunks_exact_mut(f) {
+                head.iter_mut().zip(d).for_each(|(x, &y)| *x = y * inv);
+            }
+        });
+    out
+}

@@ -176,6 +176,16 @@ pub fn column_sums(a: ArrayView2<f32>) -> Array1<f32> {
     out
 }
 
+/// `grad += Σ_rows dz`, `grad` a row (a bias gradient).
+pub fn add_column_sums(mut grad: ArrayViewMut2<f32>, dz: ArrayView2<f32>) {
+    let s = column_sums(dz);
+    axpy(
+        1.0,
+        s.as_slice().expect("contiguous"),
+        grad.as_slice_mut().expect("contiguous"),
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

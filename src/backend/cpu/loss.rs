@@ -4,7 +4,7 @@
 //! invariant 4).
 
 use anyhow::{bail, Result};
-use ndarray::{Array2, ArrayView2};
+use ndarray::{Array2, ArrayView2, AsArray, Ix2};
 use rayon::prelude::*;
 
 use super::softmax::log_softmax_row;
@@ -26,10 +26,11 @@ pub fn check_labels(labels: &[i64], num_classes: usize) -> Result<()> {
 ///
 /// # Panics
 /// If the row counts differ or a label is out of range (see [`check_labels`]).
-pub fn cross_entropy(logits: &Array2<f32>, labels: &[i64]) -> (f64, Array2<f32>) {
+pub fn cross_entropy<'a>(logits: impl AsArray<'a, f32, Ix2>, labels: &[i64]) -> (f64, Array2<f32>) {
+    let logits: ArrayView2<f32> = logits.into();
     let (n, c) = logits.dim();
     assert_eq!(n, labels.len(), "cross_entropy: one label per row");
-    let mut grad = super::standard(logits.view()).into_owned();
+    let mut grad = super::standard(logits).into_owned();
     if n == 0 {
         return (0.0, grad);
     }
@@ -55,14 +56,18 @@ pub fn cross_entropy(logits: &Array2<f32>, labels: &[i64]) -> (f64, Array2<f32>)
 /// Binary cross-entropy with logits over every element: returns
 /// `(Σ −[t·log σ(x) + (1−t)·log(1−σ(x))], σ(x) − t)`, computed stably as
 /// `max(x, 0) − x·t + log(1 + e^{−|x|})`. Targets are 0 or 1 (any non-zero counts as 1).
-pub fn bce_with_logits(logits: &Array2<f32>, targets: ArrayView2<i64>) -> (f64, Array2<f32>) {
+pub fn bce_with_logits<'a>(
+    logits: impl AsArray<'a, f32, Ix2>,
+    targets: ArrayView2<i64>,
+) -> (f64, Array2<f32>) {
+    let logits: ArrayView2<f32> = logits.into();
     assert_eq!(
         logits.dim(),
         targets.dim(),
         "bce_with_logits: shapes differ"
     );
     let (n, c) = logits.dim();
-    let mut grad = super::standard(logits.view()).into_owned();
+    let mut grad = super::standard(logits).into_owned();
     if n == 0 || c == 0 {
         return (0.0, grad);
     }

@@ -24,14 +24,17 @@
 //! * [`loss`]: cross-entropy and binary cross-entropy with logits.
 
 pub mod activation;
+pub mod adam;
 pub mod aggregate;
 pub mod attention;
+mod backend;
 pub mod bitmask;
 pub mod dropout;
 pub mod gather;
 pub mod gemm;
 pub mod loss;
 pub mod memory;
+pub mod norm;
 pub mod rows;
 pub mod sgemm;
 pub mod simd;
@@ -39,6 +42,8 @@ pub mod skinny;
 pub mod softmax;
 pub mod sparse;
 pub mod sparse_rows;
+
+pub use backend::Cpu;
 
 use std::mem::MaybeUninit;
 

@@ -345,6 +345,30 @@ impl CsrTranspose {
     }
 }
 
+/// Sparse input rows as the CPU backend keeps them: the CSR matrix and, built on first use,
+/// its transpose (a first layer's backward multiplies by the transpose twice: the root and the
+/// neighbour weights).
+#[derive(Debug)]
+pub struct SparseRows {
+    pub csr: CsrMatrix,
+    transpose: std::sync::OnceLock<CsrTranspose>,
+}
+
+impl SparseRows {
+    /// Rows `csr`, transpose not built yet.
+    pub fn new(csr: CsrMatrix) -> SparseRows {
+        SparseRows {
+            csr,
+            transpose: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The transpose, built on first use.
+    pub fn transpose(&self) -> &CsrTranspose {
+        self.transpose.get_or_init(|| CsrTranspose::new(&self.csr))
+    }
+}
+
 /// `c += x[..rows]ᵀ · d`, where `xt` is the transpose of `x`, `d` has `rows` rows and `c` is
 /// `x.ncols × d.ncols`. Row `j` of `c` adds the rows of `d` named by column `j`'s entries, in
 /// increasing row order.
