@@ -3,7 +3,13 @@
 //!
 //! Modules (one concern each):
 //! * [`gpu`]: the device seam — memory, copies, launches by name, SGEMM — and owned buffers;
-//! * [`mat`]: typed device arrays — row-major matrices, their views, typed vectors.
+//! * [`mat`]: typed device arrays — row-major matrices, their views, typed vectors;
+//! * [`kernels`]: the `cuda/*.cu` sources, embedded, and the launch shapes;
+//! * [`blas`]: row-major products on the device's column-major SGEMM;
+//! * [`ops`]: every operation the model needs, one module per concern, each with a CPU twin.
 
+pub mod blas;
 pub mod gpu;
+pub mod kernels;
 pub mod mat;
+pub mod ops;

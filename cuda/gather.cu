@@ -1,0 +1,26 @@
+// Row gathers and scatters by u32 index: one warp per output row, lanes over its columns.
+
+#include "common.cuh"
+
+// out[i] ← src[idx[i]] for i < rows (rows of `cols` floats).
+extern "C" __global__ void gnn_gather_rows(float* out, const float* src, const gnn_u32* idx,
+                                           gnn_u64 rows, gnn_u32 cols) {
+    const gnn_u32 lane = gnn_lane();
+    for (gnn_u64 i = gnn_warp_id(); i < rows; i += gnn_warp_count()) {
+        const float* s = src + (gnn_u64)idx[i] * cols;
+        float* o = out + i * cols;
+        for (gnn_u32 j = lane; j < cols; j += 32) o[j] = s[j];
+    }
+}
+
+// out[idx[i]] ← src[i] for i < rows (the transpose of a gather whose indices are distinct:
+// the gradient of picked rows spread back over all rows; `out` is zeroed by the caller).
+extern "C" __global__ void gnn_scatter_rows(float* out, const float* src, const gnn_u32* idx,
+                                            gnn_u64 rows, gnn_u32 cols) {
+    const gnn_u32 lane = gnn_lane();
+    for (gnn_u64 i = gnn_warp_id(); i < rows; i += gnn_warp_count()) {
+        const float* s = src + i * cols;
+        float* o = out + (gnn_u64)idx[i] * cols;
+        for (gnn_u32 j = lane; j < cols; j += 32) o[j] = s[j];
+    }
+}

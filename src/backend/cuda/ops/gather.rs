@@ -1,0 +1,79 @@
+//! Rows by index (twins: `cpu::gather::gather_rows`, ndarray's `select` for picked rows, and
+//! the assignment of picked rows' gradients into zeros).
+
+use anyhow::Result;
+
+use super::{launch, same_device, Args};
+use crate::backend::cuda::gpu::Device;
+use crate::backend::cuda::kernels::per_warp;
+use crate::backend::cuda::mat::{DevMat, DevVec, DevView, DevViewMut};
+
+/// `out[i] ← src[idx[i]]` into `out` (`idx.len()` rows).
+///
+/// # Panics
+/// If the shapes disagree. Indices must be below `src.rows()` (they come from validated
+/// blocks; the kernel does not check them).
+pub fn gather_rows_into(src: DevView, idx: &DevVec<u32>, out: DevViewMut) -> Result<()> {
+    assert_eq!(
+        out.rows(),
+        idx.len(),
+        "gather_rows: one index per output row"
+    );
+    assert_eq!(out.cols(), src.cols(), "gather_rows: column counts differ");
+    same_device(src.device(), out.device());
+    if idx.is_empty() || src.cols() == 0 {
+        return Ok(());
+    }
+    launch(
+        out.device(),
+        "gnn_gather_rows",
+        per_warp(idx.len()),
+        Args::new()
+            .ptr(out.ptr())
+            .ptr(src.ptr())
+            .ptr(idx.ptr())
+            .u64(idx.len())
+            .u32(src.cols()),
+    )
+}
+
+/// The rows of `src` listed in `idx`, in that order.
+pub fn gather_rows(src: DevView, idx: &DevVec<u32>) -> Result<DevMat> {
+    let mut out = DevMat::uninit(src.device(), idx.len(), src.cols())?;
+    gather_rows_into(src, idx, out.view_mut())?;
+    Ok(out)
+}
+
+/// `rows × cols` zeros with row `idx[i]` set to row `i` of `src` (`idx` distinct: the gradient
+/// of picked rows, e.g. the loss rows of a full-batch step, spread back over all rows).
+pub fn scatter_rows(src: DevView, idx: &DevVec<u32>, rows: usize) -> Result<DevMat> {
+    assert_eq!(src.rows(), idx.len(), "scatter_rows: one index per row");
+    let mut out = DevMat::zeros(src.device(), rows, src.cols())?;
+    if idx.is_empty() || src.cols() == 0 {
+        return Ok(out);
+    }
+    launch(
+        src.device(),
+        "gnn_scatter_rows",
+        per_warp(idx.len()),
+        Args::new()
+            .ptr(out.view_mut().ptr())
+            .ptr(src.ptr())
+            .ptr(idx.ptr())
+            .u64(idx.len())
+            .u32(src.cols()),
+    )?;
+    Ok(out)
+}
+
+/// Host row positions as the kernels' `u32` indices, uploaded.
+///
+/// # Panics
+/// If a position does not fit 32 bits.
+pub fn upload_indices(device: &Device, idx: &[usize]) -> Result<DevVec<u32>> {
+    let v: Vec<u32> = idx
+        .iter()
+        .map(|&i| u32::try_from(i).expect("row index past 2^32"))
+        .collect();
+    DevVec::upload(device, &v)
+}
