@@ -12,10 +12,13 @@ use super::gpu::Launch;
 /// `(file name, text)` of every source in `cuda/`: the header first, then the kernels.
 pub const SOURCES: &[(&str, &str)] = &[
     ("common.cuh", include_str!("../../../cuda/common.cuh")),
+    ("activation.cu", include_str!("../../../cuda/activation.cu")),
+    ("dropout.cu", include_str!("../../../cuda/dropout.cu")),
     (
         "elementwise.cu",
         include_str!("../../../cuda/elementwise.cu"),
     ),
+    ("epilogue.cu", include_str!("../../../cuda/epilogue.cu")),
     ("gather.cu", include_str!("../../../cuda/gather.cu")),
     ("reduce.cu", include_str!("../../../cuda/reduce.cu")),
 ];

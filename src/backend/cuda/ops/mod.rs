@@ -8,11 +8,17 @@
 //! * [`elementwise`]: fill, scale, axpy, sums, row copies (concatenate, pad);
 //! * [`gather`]: gather and scatter rows by index;
 //! * [`reduce`]: column sums in a fixed order (bias gradients), bitwise the CPU's;
+//! * [`activation`]: ReLU / LeakyReLU with one sign bit per element, ELU, their backward;
+//! * [`dropout`]: counter-based masks bitwise the CPU's, kept bits, their backward;
+//! * [`epilogue`]: a product's bias, ReLU and next-layer dropout in one pass after cuBLAS;
 //!
 //! Errors are the device's (a failed allocation or launch); shape mismatches are caller bugs
 //! and panic, as the CPU kernels do.
 
+pub mod activation;
+pub mod dropout;
 pub mod elementwise;
+pub mod epilogue;
 pub mod gather;
 pub mod reduce;
 
