@@ -13,12 +13,14 @@ use super::gpu::Launch;
 pub const SOURCES: &[(&str, &str)] = &[
     ("common.cuh", include_str!("../../../cuda/common.cuh")),
     ("activation.cu", include_str!("../../../cuda/activation.cu")),
+    ("aggregate.cu", include_str!("../../../cuda/aggregate.cu")),
     ("dropout.cu", include_str!("../../../cuda/dropout.cu")),
     (
         "elementwise.cu",
         include_str!("../../../cuda/elementwise.cu"),
     ),
     ("epilogue.cu", include_str!("../../../cuda/epilogue.cu")),
+    ("gat.cu", include_str!("../../../cuda/gat.cu")),
     ("gather.cu", include_str!("../../../cuda/gather.cu")),
     ("reduce.cu", include_str!("../../../cuda/reduce.cu")),
 ];

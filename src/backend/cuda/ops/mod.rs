@@ -11,15 +11,22 @@
 //! * [`activation`]: ReLU / LeakyReLU with one sign bit per element, ELU, their backward;
 //! * [`dropout`]: counter-based masks bitwise the CPU's, kept bits, their backward;
 //! * [`epilogue`]: a product's bias, ReLU and next-layer dropout in one pass after cuBLAS;
+//! * [`graph`]: a block on the device ([`graph::DevGraph`]), its lazily built transpose and
+//!   edge weights;
+//! * [`aggregate`]: CSR aggregation and its transpose;
+//! * [`gat`]: attention logits, edge softmax, attention aggregation and their backward;
 //!
 //! Errors are the device's (a failed allocation or launch); shape mismatches are caller bugs
 //! and panic, as the CPU kernels do.
 
 pub mod activation;
+pub mod aggregate;
 pub mod dropout;
 pub mod elementwise;
 pub mod epilogue;
+pub mod gat;
 pub mod gather;
+pub mod graph;
 pub mod reduce;
 
 #[cfg(test)]
