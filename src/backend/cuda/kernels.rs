@@ -13,6 +13,7 @@ use super::gpu::Launch;
 pub const SOURCES: &[(&str, &str)] = &[
     ("common.cuh", include_str!("../../../cuda/common.cuh")),
     ("activation.cu", include_str!("../../../cuda/activation.cu")),
+    ("adam.cu", include_str!("../../../cuda/adam.cu")),
     ("aggregate.cu", include_str!("../../../cuda/aggregate.cu")),
     ("dropout.cu", include_str!("../../../cuda/dropout.cu")),
     (
@@ -22,6 +23,8 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("epilogue.cu", include_str!("../../../cuda/epilogue.cu")),
     ("gat.cu", include_str!("../../../cuda/gat.cu")),
     ("gather.cu", include_str!("../../../cuda/gather.cu")),
+    ("layernorm.cu", include_str!("../../../cuda/layernorm.cu")),
+    ("loss.cu", include_str!("../../../cuda/loss.cu")),
     ("reduce.cu", include_str!("../../../cuda/reduce.cu")),
 ];
 

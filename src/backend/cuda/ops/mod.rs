@@ -15,11 +15,15 @@
 //!   edge weights;
 //! * [`aggregate`]: CSR aggregation and its transpose;
 //! * [`gat`]: attention logits, edge softmax, attention aggregation and their backward;
+//! * [`norm`]: layer normalisation and its backward;
+//! * [`loss`]: cross-entropy and binary cross-entropy with logits;
+//! * [`adam`]: the Adam / AdamW update over the flat parameter buffer.
 //!
 //! Errors are the device's (a failed allocation or launch); shape mismatches are caller bugs
 //! and panic, as the CPU kernels do.
 
 pub mod activation;
+pub mod adam;
 pub mod aggregate;
 pub mod dropout;
 pub mod elementwise;
@@ -27,6 +31,8 @@ pub mod epilogue;
 pub mod gat;
 pub mod gather;
 pub mod graph;
+pub mod loss;
+pub mod norm;
 pub mod reduce;
 
 #[cfg(test)]
