@@ -55,7 +55,8 @@ extern "C" __global__ void gnn_gat_softmax(float* alpha, const float* el, const 
 }
 
 // out[v, c] ← Σ_{e ∈ in_edges(v)} alpha[e, c / f] · wh[src_e, c] (c < heads·f): one warp per
-// destination, lanes over columns, edges in order.
+// destination, lanes over columns (4 per lane per pass), edges in order; 32 edges' sources
+// loaded at once and broadcast, 4 source rows read before they are added.
 extern "C" __global__ void gnn_gat_aggregate(float* out, const float* alpha, const float* wh,
                                              const gnn_u64* indptr, const gnn_u32* indices,
                                              gnn_u64 num_dst, gnn_u32 heads, gnn_u32 f) {
@@ -63,12 +64,46 @@ extern "C" __global__ void gnn_gat_aggregate(float* out, const float* alpha, con
     const gnn_u32 cols = heads * f;
     for (gnn_u64 v = gnn_warp_id(); v < num_dst; v += gnn_warp_count()) {
         const gnn_u64 beg = indptr[v], end = indptr[v + 1];
-        for (gnn_u32 c = lane; c < cols; c += 32) {
-            const gnn_u32 h = c / f;
-            float acc = 0.0f;
-            for (gnn_u64 e = beg; e < end; ++e)
-                acc = gnn_axpy(acc, alpha[e * heads + h], wh[(gnn_u64)indices[e] * cols + c]);
-            out[v * cols + c] = acc;
+        for (gnn_u32 c0 = 0; c0 < cols; c0 += 128) {
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            gnn_u32 head[4];
+            for (int j = 0; j < 4; ++j) {
+                const gnn_u32 c = c0 + lane + 32 * j;
+                head[j] = c < cols ? c / f : 0;
+            }
+            for (gnn_u64 e0 = beg; e0 < end; e0 += 32) {
+                const gnn_u32 my_u = e0 + lane < end ? indices[e0 + lane] : 0;
+                const gnn_u64 left = end - e0;
+                const int cnt = left < 32 ? (int)left : 32;
+                int k = 0;
+                for (; k + 4 <= cnt; k += 4) {
+                    float x[4][4], w[4][4];
+                    for (int t = 0; t < 4; ++t) {
+                        const gnn_u64 u = __shfl_sync(GNN_FULL_MASK, my_u, k + t);
+                        const gnn_u64 e = e0 + k + t;
+                        for (int j = 0; j < 4; ++j) {
+                            const gnn_u32 c = c0 + lane + 32 * j;
+                            x[t][j] = c < cols ? wh[u * cols + c] : 0.0f;
+                            w[t][j] = c < cols ? alpha[e * heads + head[j]] : 0.0f;
+                        }
+                    }
+                    for (int t = 0; t < 4; ++t)
+                        for (int j = 0; j < 4; ++j) acc[j] = gnn_axpy(acc[j], w[t][j], x[t][j]);
+                }
+                for (; k < cnt; ++k) {
+                    const gnn_u64 u = __shfl_sync(GNN_FULL_MASK, my_u, k);
+                    const gnn_u64 e = e0 + k;
+                    for (int j = 0; j < 4; ++j) {
+                        const gnn_u32 c = c0 + lane + 32 * j;
+                        if (c < cols)
+                            acc[j] = gnn_axpy(acc[j], alpha[e * heads + head[j]], wh[u * cols + c]);
+                    }
+                }
+            }
+            for (int j = 0; j < 4; ++j) {
+                const gnn_u32 c = c0 + lane + 32 * j;
+                if (c < cols) out[v * cols + c] = acc[j];
+            }
         }
     }
 }
