@@ -6,10 +6,14 @@
 //! * [`mat`]: typed device arrays — row-major matrices, their views, typed vectors;
 //! * [`kernels`]: the `cuda/*.cu` sources, embedded, and the launch shapes;
 //! * [`blas`]: row-major products on the device's column-major SGEMM;
-//! * [`ops`]: every operation the model needs, one module per concern, each with a CPU twin.
+//! * [`ops`]: every operation the model needs, one module per concern, each with a CPU twin;
+//! * [`libs`]: finding the CUDA libraries where clusters keep them (never panics);
+//! * [`nvrtc`]: the run-time compiler, loaded by gnnpar: kernels to PTX or CUBIN, cached on disk.
 
 pub mod blas;
 pub mod gpu;
 pub mod kernels;
+pub mod libs;
 pub mod mat;
+pub mod nvrtc;
 pub mod ops;
