@@ -8,12 +8,18 @@
 //! * [`blas`]: row-major products on the device's column-major SGEMM;
 //! * [`ops`]: every operation the model needs, one module per concern, each with a CPU twin;
 //! * [`libs`]: finding the CUDA libraries where clusters keep them (never panics);
-//! * [`nvrtc`]: the run-time compiler, loaded by gnnpar: kernels to PTX or CUBIN, cached on disk.
+//! * [`nvrtc`]: the run-time compiler, loaded by gnnpar: kernels to PTX or CUBIN, cached on disk;
+//! * [`cublas`]: cuBLAS, loaded by gnnpar: a handle on the device's stream, SGEMM;
+//! * [`probe`]: is a GPU usable here, and if not, why, in one line;
+//! * [`driver`]: [`driver::DriverGpu`], the [`gpu::Gpu`] seam on a real GPU (cudarc's driver API).
 
 pub mod blas;
+pub mod cublas;
+pub mod driver;
 pub mod gpu;
 pub mod kernels;
 pub mod libs;
 pub mod mat;
 pub mod nvrtc;
 pub mod ops;
+pub mod probe;
