@@ -26,9 +26,10 @@
 pub mod cpu;
 pub mod cuda;
 
-use ndarray::{Array2, ArrayView2};
+use ndarray::{Array2, ArrayView2, CowArray, Ix2};
 use std::fmt::Debug;
 use std::ops::Range;
+use std::sync::OnceLock;
 
 pub use cpu::activation::Activation;
 pub use cpu::aggregate::{EdgeWeights, GcnNorm};
@@ -133,8 +134,17 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
     /// uninhabited type and never produce one.
     type Sparse: Debug + Send + Sync;
 
+    /// True when the backend's matrices are host memory (moving data in or out is free).
+    const IS_HOST: bool;
+
     /// What this backend computes on, for the log.
     fn describe(&self) -> String;
+    /// Whether `bytes` more may be kept resident (whole-graph features on a device), leaving
+    /// room for a step's work.
+    fn fits(&self, bytes: usize) -> bool;
+    /// The most device memory in use at once so far, in bytes (`None` on the host, where the
+    /// process's peak RSS says it).
+    fn peak_memory(&self) -> Option<usize>;
 
     // ---- graphs ---------------------------------------------------------------------------
 
@@ -142,6 +152,9 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
     fn graph(&self, block: Block) -> Self::Graph;
     /// The host block `graph` was built from (its shape, ids and degrees).
     fn block<'g>(&self, graph: &'g Self::Graph) -> &'g Block;
+    /// A long-lived `block` (full-graph training and evaluation) as a graph of this backend,
+    /// built into `slot` on first use; the CPU reads the block itself.
+    fn graph_of<'a>(&self, block: &'a Block, slot: &'a OnceLock<Self::Graph>) -> &'a Self::Graph;
 
     // ---- matrices -------------------------------------------------------------------------
 
@@ -155,6 +168,8 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
     fn upload_owned(&self, x: Array2<f32>) -> Self::Mat {
         self.upload(x.view())
     }
+    /// The values on the host: borrowed where the backend is the host, else a copy.
+    fn host_view<'a>(&self, x: Self::View<'a>) -> CowArray<'a, f32, Ix2>;
     /// Backend matrix in, host matrix out, without a copy where the backend is the host.
     fn download_owned(&self, x: Self::Mat) -> Array2<f32>;
     fn view<'a>(&self, x: &'a Self::Mat) -> Self::View<'a>;
@@ -179,6 +194,8 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
     fn pad_rows(&self, x: Self::Mat, rows: usize) -> Self::Mat;
     /// `[a; b]`: the rows of `a` then those of `b`.
     fn concat_rows(&self, a: Self::View<'_>, b: Self::View<'_>) -> Self::Mat;
+    /// The rows `idx` of `x`, in order (an input-row gather).
+    fn gather_rows(&self, x: Self::View<'_>, idx: &[u32]) -> Self::Mat;
     /// The rows `idx` of `x`, in order.
     fn select_rows(&self, x: Self::View<'_>, idx: &[usize]) -> Self::Mat;
     /// `rows × cols` zeros with row `idx[i]` set to row `i` of `x` (`idx` distinct).

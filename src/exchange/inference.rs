@@ -3,31 +3,18 @@
 //! representation of its halo (remote in-neighbours) along one fixed [`RowExchange`].
 
 use super::plan::RowExchange;
-use crate::backend::cpu::sparse::SparseRows;
+use crate::backend::{Backend, CowMat};
 use crate::comm::Group;
 use crate::graph::{Dataset, NodeId};
 use crate::nn::{DropoutCtx, Model};
 use crate::sample::Block;
-use ndarray::{concatenate, Array2, Axis, CowArray};
 use std::collections::HashMap;
-use std::sync::OnceLock;
 
 /// The local block of full-graph inference (destinations = owned vertices, sources = owned
 /// vertices then the halo) and the exchange that fills the halo rows.
 pub struct HaloPlan {
     pub block: Block,
     pub halo: RowExchange,
-    /// Full-batch training: the first layer's source rows (own then halo features), fetched
-    /// on the first step and kept, since input features never change between epochs.
-    pub input: OnceLock<FullInput>,
-}
-
-/// The first layer's input rows of full-batch training.
-#[derive(Debug)]
-pub enum FullInput {
-    Dense(Array2<f32>),
-    /// Mostly-zero rows (bag-of-words features): the first layer multiplies the non-zeros.
-    Sparse(SparseRows),
 }
 
 impl HaloPlan {
@@ -68,35 +55,52 @@ impl HaloPlan {
                 indices,
             },
             halo,
-            input: OnceLock::new(),
         }
     }
 
-    /// Logits of the owned vertices: the model applied layer by layer, without dropout.
-    /// `gcn_degrees`: see [`DropoutCtx::gcn_degrees`]. Collective.
-    pub fn infer(
+    /// `h` (the owned rows) followed by the halo's rows of the same layer, fetched from their
+    /// owners through the host (without a halo, `h` itself). Collective.
+    pub fn with_halo<'h, B: Backend>(
         &self,
         group: &Group,
-        model: &Model,
-        own_features: &Array2<f32>,
+        be: &B,
+        h: B::View<'h>,
+        tag: &'static str,
+    ) -> CowMat<'h, B> {
+        // One rank owns every vertex: no halo, and nothing to fetch (nor to copy to the host).
+        if group.size() == 1 {
+            return CowMat::Borrowed(h);
+        }
+        let remote = self.halo.forward(group, tag, be.host_view(h).view());
+        if remote.nrows() == 0 {
+            return CowMat::Borrowed(h);
+        }
+        let remote = be.upload_owned(remote);
+        CowMat::Owned(be.concat_rows(h, be.view(&remote)))
+    }
+
+    /// Logits of the owned vertices: the model applied layer by layer, without dropout, on
+    /// the model's backend (`graph`: [`HaloPlan::block`] on that backend).
+    /// `gcn_degrees`: see [`DropoutCtx::gcn_degrees`]. Collective.
+    pub fn infer<B: Backend>(
+        &self,
+        group: &Group,
+        model: &Model<B>,
+        graph: &B::Graph,
+        own_features: B::View<'_>,
         gcn_degrees: Option<&[u32]>,
-    ) -> Array2<f32> {
+    ) -> B::Mat {
+        let be = model.params.backend();
         let ctx = DropoutCtx {
             gcn_degrees,
             ..DropoutCtx::eval()
         };
-        let mut h = own_features.clone();
+        let mut h = be.to_owned(own_features);
         for layer in &model.layers {
-            let remote = self.halo.forward(group, "eval_halo_rows", h.view());
-            // One rank has no halo: read the owned rows in place.
-            let h_src = if remote.nrows() == 0 {
-                CowArray::from(h.view())
-            } else {
-                CowArray::from(
-                    concatenate(Axis(0), &[h.view(), remote.view()]).expect("same feature width"),
-                )
+            let out = {
+                let h_src = self.with_halo(group, be, be.view(&h), "eval_halo_rows");
+                layer.forward(&model.params, graph, h_src.view(be), &ctx).0
             };
-            let (out, _) = layer.forward(&model.params, &self.block, h_src.view(), &ctx);
             h = out;
         }
         h

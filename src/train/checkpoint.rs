@@ -6,8 +6,9 @@
 //! functions of (seed, epoch, batch), that position is all the "RNG state" there is, and a
 //! resumed run reproduces the uninterrupted one bit for bit.
 
+use crate::backend::Backend;
 use crate::config::{differing_settings, TrainConfig};
-use crate::nn::ParamStore;
+use crate::nn::{ParamEntry, ParamStore};
 use crate::util::{atomic::AtomicOutput, h5};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
@@ -44,7 +45,7 @@ pub struct Checkpoint {
 }
 
 /// Write a checkpoint atomically.
-pub fn save(path: &Path, ck: &Checkpoint, store: &ParamStore) -> Result<()> {
+pub fn save(path: &Path, ck: &Checkpoint, entries: &[ParamEntry]) -> Result<()> {
     let out = AtomicOutput::new(path)
         .with_context(|| format!("cannot write checkpoint `{}`", path.display()))?;
     (|| -> Result<()> {
@@ -65,13 +66,12 @@ pub fn save(path: &Path, ck: &Checkpoint, store: &ParamStore) -> Result<()> {
         h5::write_vec(&f, "params", &ck.params)?;
         h5::write_vec(&f, "adam_m", &ck.adam_m)?;
         h5::write_vec(&f, "adam_v", &ck.adam_v)?;
-        let names: Vec<&str> = store.entries.iter().map(|e| e.name.as_str()).collect();
+        let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
         h5::write_str_attr(&f, "param_names", &names.join("\n"))?;
-        let offsets: Vec<u64> = store.entries.iter().map(|e| e.offset as u64).collect();
+        let offsets: Vec<u64> = entries.iter().map(|e| e.offset as u64).collect();
         h5::write_vec(&f, "param_offsets", &offsets)?;
         // Shapes as (rows, cols); a vector parameter is stored as (len, 1).
-        let shapes: Vec<u64> = store
-            .entries
+        let shapes: Vec<u64> = entries
             .iter()
             .flat_map(|e| {
                 let rows = e.shape.first().copied().unwrap_or(1) as u64;
@@ -88,7 +88,11 @@ pub fn save(path: &Path, ck: &Checkpoint, store: &ParamStore) -> Result<()> {
 }
 
 /// Read a checkpoint and check it fits `store` and the model `cfg` defines.
-pub fn load(path: &Path, store: &ParamStore, cfg: &TrainConfig) -> Result<Checkpoint> {
+pub fn load<B: Backend>(
+    path: &Path,
+    store: &ParamStore<B>,
+    cfg: &TrainConfig,
+) -> Result<Checkpoint> {
     let config_hash = cfg.model_hash();
     let f = h5::open(path)?;
     let ctx = || format!("reading checkpoint `{}`", path.display());
@@ -123,12 +127,12 @@ pub fn load(path: &Path, store: &ParamStore, cfg: &TrainConfig) -> Result<Checkp
         );
     }
     let params: Vec<f32> = h5::read_vec(&f, "params").with_context(ctx)?;
-    if params.len() != store.values.len() {
+    if params.len() != store.len() {
         bail!(
             "checkpoint `{}`: `params` has {} values, the model has {}",
             path.display(),
             params.len(),
-            store.values.len()
+            store.len()
         );
     }
     let adam_m: Vec<f32> = h5::read_vec(&f, "adam_m").with_context(ctx)?;

@@ -15,7 +15,7 @@ pub mod snp;
 pub mod split;
 pub mod strategy;
 
-use crate::backend::cpu::aggregate::LazyTranspose;
+use crate::backend::{Backend, Cpu};
 use crate::comm::World;
 use crate::config::TrainConfig;
 use crate::exchange::inference::HaloPlan;
@@ -28,9 +28,10 @@ use checkpoint::{Checkpoint, Position};
 use data::TrainData;
 use metrics::{EpochRecord, MetricsWriter, PhaseTimes};
 use serde::Serialize;
+use std::any::Any;
 use std::path::PathBuf;
 use std::time::Instant;
-use strategy::StepArgs;
+use strategy::{FullGraph, StepArgs};
 
 /// Where a run reads and writes, besides its configuration.
 #[derive(Clone, Debug, Default)]
@@ -68,6 +69,9 @@ pub struct RunSummary {
     pub epoch_time_median: f64,
     pub total_seconds: f64,
     pub peak_rss_mb: f64,
+    /// The most device memory this rank had in use at once (MiB), on a device backend.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_device_mb: Option<f64>,
     pub seconds: PhaseTimes,
 }
 
@@ -84,24 +88,49 @@ struct EpochOutcome {
     split: Vec<split::SplitLayerStats>,
 }
 
-/// One training run on one rank.
-pub struct Trainer<'w> {
+/// One training run on one rank, the model on backend `B`.
+pub struct Trainer<'w, B: Backend = Cpu> {
     cfg: TrainConfig,
     files: RunFiles,
     world: &'w World,
     data: TrainData,
-    pub model: Model,
-    adam: Adam,
+    pub model: Model<B>,
+    adam: Adam<B>,
     pos: Position,
     /// This rank's block of the whole graph and its halo exchange: full-batch training and
     /// exact evaluation (built on first use, collectively).
-    full: Option<(HaloPlan, LazyTranspose)>,
+    full: Option<FullGraph<B>>,
+    /// The whole graph's features on a device backend, when one rank owns them all and they
+    /// fit: mini-batches gather their input rows there.
+    resident: Option<B::Mat>,
     dump: Option<dump::BlockDump>,
 }
 
-impl<'w> Trainer<'w> {
-    /// Load the data, build the model, and restore a checkpoint when resuming.
-    pub fn new(mut cfg: TrainConfig, files: RunFiles, world: &'w World) -> Result<Trainer<'w>> {
+impl<'w> Trainer<'w, Cpu> {
+    /// Load the data, build the model on the CPU, and restore a checkpoint when resuming.
+    pub fn new(cfg: TrainConfig, files: RunFiles, world: &'w World) -> Result<Trainer<'w, Cpu>> {
+        Trainer::on(Cpu, cfg, files, world)
+    }
+}
+
+/// `model` as a CPU model, for the strategies that run on the CPU backend only (validated
+/// before training: another backend never gets here).
+fn on_cpu<B: Backend>(model: &mut Model<B>, strategy: Strategy) -> Result<&mut Model<Cpu>> {
+    (model as &mut dyn Any)
+        .downcast_mut::<Model<Cpu>>()
+        .ok_or_else(|| {
+            anyhow::anyhow!("--strategy {strategy} runs on the CPU backend only (--device cpu)")
+        })
+}
+
+impl<'w, B: Backend> Trainer<'w, B> {
+    /// Load the data, build the model on `backend`, and restore a checkpoint when resuming.
+    pub fn on(
+        backend: B,
+        mut cfg: TrainConfig,
+        files: RunFiles,
+        world: &'w World,
+    ) -> Result<Trainer<'w, B>> {
         cfg.validate()?;
         auto::resolve_without_data(&mut cfg, world);
         if files.resume && files.checkpoint.is_none() {
@@ -118,7 +147,7 @@ impl<'w> Trainer<'w> {
         if kind == ModelKind::Gcn {
             data.build_gcn_degrees(group, cfg.uses_self_loops())?;
         }
-        let model = Model::new(
+        let host_model = Model::new(
             ModelConfig {
                 kind,
                 in_dim: data.feature_dim(),
@@ -137,9 +166,26 @@ impl<'w> Trainer<'w> {
             cfg.seed,
         )?;
         if cfg.strategy == Strategy::Auto {
-            cfg.strategy = auto::choose(&cfg, &data, &model, world)?;
+            cfg.strategy = auto::choose(&cfg, &data, &host_model, world)?;
         }
-        let adam = Adam::new(model.params.values.len(), cfg.lr, cfg.weight_decay);
+        if !B::IS_HOST && !cfg.full_batch && cfg.strategy != Strategy::Gdp {
+            bail!(
+                "--strategy {} runs on the CPU backend only in this version (--device cpu); \
+                 on a GPU, use --strategy gdp or --full-batch",
+                cfg.strategy
+            );
+        }
+        let model = host_model.to_backend(backend.clone());
+        let adam = Adam::on(
+            backend.clone(),
+            model.params.len(),
+            cfg.lr,
+            cfg.weight_decay,
+        );
+        let features_bytes = data.store.own_rows().len() * 4;
+        let resident =
+            (!B::IS_HOST && !cfg.full_batch && world.size() == 1 && backend.fits(features_bytes))
+                .then(|| backend.upload(data.store.own_rows().view()));
         let mut t = Trainer {
             pos: Position {
                 epoch: 0,
@@ -156,6 +202,7 @@ impl<'w> Trainer<'w> {
             model,
             adam,
             full: None,
+            resident,
             dump: None,
         };
         if let Some(dir) = &t.files.dump_blocks {
@@ -200,7 +247,7 @@ impl<'w> Trainer<'w> {
     fn restore(&mut self) -> Result<()> {
         let path = self.files.checkpoint.clone().expect("checked in new");
         let ck = checkpoint::load(&path, &self.model.params, &self.cfg)?;
-        self.model.params.values.copy_from_slice(&ck.params);
+        self.model.params.set_values(&ck.params);
         self.adam.set_state(&ck.adam_m, &ck.adam_v, ck.adam_t)?;
         self.pos = ck.position;
         log::info!(
@@ -233,7 +280,7 @@ impl<'w> Trainer<'w> {
                 &self.data.offsets,
                 self.cfg.uses_self_loops(),
             );
-            self.full = Some((plan, LazyTranspose::default()));
+            self.full = Some(FullGraph::new(plan));
         }
     }
 
@@ -374,6 +421,12 @@ impl<'w> Trainer<'w> {
             epoch_time_median: sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
             total_seconds: started.elapsed().as_secs_f64(),
             peak_rss_mb: crate::util::rss::peak_rss_mb().unwrap_or(f64::NAN),
+            peak_device_mb: self
+                .model
+                .params
+                .backend()
+                .peak_memory()
+                .map(|b| b as f64 / 1048576.0),
             seconds: total,
         };
         if self.world.rank() == 0 {
@@ -403,12 +456,12 @@ impl<'w> Trainer<'w> {
                 model_settings: self.cfg.model_settings(),
                 run_config: serde_json::to_string(&self.cfg)?,
                 position: self.pos.clone(),
-                params: self.model.params.values.clone(),
-                adam_m: m.to_vec(),
-                adam_v: v.to_vec(),
+                params: self.model.params.values_on_host(),
+                adam_m: m,
+                adam_v: v,
                 adam_t: t,
             },
-            &self.model.params,
+            &self.model.params.entries,
         )?;
         log::info!("checkpoint written to `{}`", path.display());
         Ok(())
@@ -421,7 +474,7 @@ impl<'w> Trainer<'w> {
         let hash = self
             .model
             .params
-            .values
+            .values_on_host()
             .iter()
             .fold(0xcbf2_9ce4_8422_2325u64, |h, v| {
                 (h ^ v.to_bits() as u64).wrapping_mul(0x0100_0000_01b3)
@@ -502,9 +555,9 @@ impl<'w> Trainer<'w> {
             let out = match (self.cfg.full_batch, self.cfg.strategy) {
                 // Full batch: every layer over owned vertices plus a halo, whatever the strategy.
                 (true, _) => {
-                    let (plan, transpose) = self.full.as_ref().expect("built above");
+                    let full = self.full.as_ref().expect("built above");
                     strategy::full_batch_step(
-                        model, data, self.world, plan, transpose, key, args.scale, &mut times,
+                        model, data, self.world, full, key, args.scale, &mut times,
                     )?
                 }
                 (false, Strategy::Split | Strategy::Hybrid) => {
@@ -515,6 +568,7 @@ impl<'w> Trainer<'w> {
                         batch: &seeds,
                         ..args
                     };
+                    let model = on_cpu(model, self.cfg.strategy)?;
                     let (out, stats) = split::split_step(model, data, &args, &mut times, dump)?;
                     if split_stats.is_empty() {
                         split_stats = vec![split::SplitLayerStats::default(); stats.len()];
@@ -525,15 +579,28 @@ impl<'w> Trainer<'w> {
                     }
                     out
                 }
-                (false, Strategy::Dnp) => dnp::dnp_step(model, data, &args, &mut times)?,
-                (false, Strategy::Snp) => snp::snp_step(model, data, &args, &mut times)?,
-                (false, Strategy::Gdp) => {
-                    strategy::gdp_minibatch_step(model, data, &args, &mut times, dump)?
+                (false, Strategy::Dnp) => {
+                    dnp::dnp_step(on_cpu(model, Strategy::Dnp)?, data, &args, &mut times)?
                 }
+                (false, Strategy::Snp) => {
+                    snp::snp_step(on_cpu(model, Strategy::Snp)?, data, &args, &mut times)?
+                }
+                (false, Strategy::Gdp) => strategy::gdp_minibatch_step(
+                    model,
+                    data,
+                    self.resident.as_ref(),
+                    &args,
+                    &mut times,
+                    dump,
+                )?,
                 (false, Strategy::Auto) => unreachable!("auto is resolved in Trainer::new"),
             };
             let t = Instant::now();
-            self.world.allreduce_sum_f32(&mut self.model.params.grads);
+            if self.world.size() > 1 {
+                let (world, params) = (self.world, &mut self.model.params);
+                let be = params.backend().clone();
+                be.with_host_buffer(&mut params.grads, &mut |g| world.allreduce_sum_f32(g));
+            }
             let mut stats = [
                 out.loss_sum,
                 out.nodes as f64,
@@ -581,14 +648,10 @@ impl<'w> Trainer<'w> {
     /// (train, val, test) metric. Collective.
     pub fn evaluate(&mut self) -> (f64, f64, f64) {
         self.ensure_full_plan();
-        let (plan, _) = self.full.as_ref().expect("built above");
+        let full = self.full.as_ref().expect("built above");
         let group = self.data_group();
-        let logits = plan.infer(
-            group,
-            &self.model,
-            self.data.store.own_rows(),
-            self.data.gcn_degrees.as_deref(),
-        );
+        let logits = full.infer(group, &self.model, &self.data);
+        let logits = self.model.params.backend().download_owned(logits);
         let first = self.data.part.first_node;
         let splits = self.data.splits();
         let eval = |ids: &[NodeId]| {

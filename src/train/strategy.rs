@@ -8,25 +8,18 @@
 use super::data::TrainData;
 use super::dump::BlockDump;
 use super::metrics::PhaseTimes;
-use crate::backend::cpu::aggregate::LazyTranspose;
-use crate::backend::cpu::sparse::{prefers_sparse, CsrMatrix, SparseRows};
+use crate::backend::Backend;
 use crate::comm::Group;
-use crate::exchange::inference::{FullInput, HaloPlan};
+use crate::exchange::inference::HaloPlan;
 use crate::exchange::sample_blocks_distributed;
 use crate::graph::NodeId;
-use crate::nn::{cross_entropy, DropoutCtx, Model};
+use crate::nn::{DropoutCtx, Model};
 use crate::sample::rng::hash_key;
 use crate::sample::{sample_blocks, BatchKey, Block, LocalGraph};
 use anyhow::Result;
-use ndarray::{concatenate, s, Array2, Axis, CowArray, Ix2};
+use ndarray::{concatenate, Array2, Axis, CowArray, Ix2};
+use std::sync::OnceLock;
 use std::time::Instant;
-
-/// Strategy names accepted by `--strategy`.
-pub const KNOWN: &[&str] = &["gdp", "split", "dnp", "snp"];
-
-/// Strategies built from the ones above: `hybrid` (GDP across nodes, split inside a node) and
-/// `auto` (resolved before training to one of the others; see `train::auto`).
-pub const COMPOSED: &[&str] = &["hybrid", "auto"];
 
 /// What one rank computed for one mini-batch.
 #[derive(Clone, Debug, Default)]
@@ -60,17 +53,20 @@ pub struct StepArgs<'a> {
 }
 
 /// The dropout stream of one optimizer step (each layer mixes in its index).
-fn dropout_stream(key: BatchKey) -> u64 {
+pub(crate) fn dropout_stream(key: BatchKey) -> u64 {
     hash_key(&[key.seed, key.epoch, key.batch, 0x64726f70])
 }
 
 /// Data-parallel step (GDP): this rank takes the seeds of `batch` it owns, samples their
-/// blocks with owner-computes sampling, fetches input rows from the feature store, and runs
-/// forward, loss and backward (gradients accumulate in `model`). Collective: every rank calls
-/// it for every mini-batch, also with no seeds of its own.
-pub fn gdp_minibatch_step(
-    model: &mut Model,
+/// blocks with owner-computes sampling, fetches input rows from the feature store (or gathers
+/// them on the device from `resident`, the whole graph's features kept there when one rank
+/// owns them all), and runs forward, loss and backward on the model's backend (gradients
+/// accumulate in `model`). Collective: every rank calls it for every mini-batch, also with no
+/// seeds of its own.
+pub fn gdp_minibatch_step<B: Backend>(
+    model: &mut Model<B>,
     data: &mut TrainData,
+    resident: Option<&B::Mat>,
     args: &StepArgs,
     times: &mut PhaseTimes,
     dump: Option<(&mut BlockDump, u64)>,
@@ -83,6 +79,7 @@ pub fn gdp_minibatch_step(
         self_loops,
         scale,
     } = *args;
+    let be = model.params.backend().clone();
     let seeds: Vec<NodeId> = batch.iter().copied().filter(|&v| data.owns(v)).collect();
     let t = Instant::now();
     let graph = LocalGraph::new(&data.part, data.orig_ids.as_deref());
@@ -100,10 +97,13 @@ pub fn gdp_minibatch_step(
     times.sample += t.elapsed().as_secs_f64();
 
     let t = Instant::now();
-    let x = data.store.gather(group, &blocks[0].src_nodes);
+    let src = &blocks[0].src_nodes;
+    let x = match resident {
+        // One rank owns every vertex: the global id is the row.
+        Some(features) if group.size() == 1 => be.gather_rows(be.view(features), src),
+        _ => be.upload_owned(data.store.gather(group, src)),
+    };
     let labels: Vec<i64> = seeds.iter().map(|&s| data.label(s)).collect();
-    times.gather += t.elapsed().as_secs_f64();
-
     let mut out = StepOutput {
         loss_sum: 0.0,
         seeds: seeds.len() as u64,
@@ -111,10 +111,12 @@ pub fn gdp_minibatch_step(
         edges: blocks.iter().map(|b| b.num_edges() as u64).sum(),
         input_rows: blocks[0].num_src() as u64,
     };
+    let graphs: Vec<B::Graph> = blocks.into_iter().map(|b| be.graph(b)).collect();
+    times.gather += t.elapsed().as_secs_f64();
     if seeds.is_empty() {
         return Ok(out);
     }
-    let refs: Vec<&Block> = blocks.iter().collect();
+    let refs: Vec<&B::Graph> = graphs.iter().collect();
     let t = Instant::now();
     let ctx = DropoutCtx {
         training: true,
@@ -122,12 +124,13 @@ pub fn gdp_minibatch_step(
         orig_ids: data.orig_ids.as_deref(),
         gcn_degrees: data.gcn_degrees.as_deref(),
     };
-    let (logits, cache) = model.forward(&refs, x.view(), &ctx);
-    let (loss_sum, mut d_logits) = cross_entropy(&logits, &labels);
+    let (logits, cache) = model.forward(&refs, be.view(&x), &ctx);
+    drop(x);
+    let (loss_sum, mut d_logits) = be.cross_entropy(be.view(&logits), &labels);
     times.forward += t.elapsed().as_secs_f64();
 
     let t = Instant::now();
-    d_logits.mapv_inplace(|g| g * scale);
+    be.scale(be.view_mut(&mut d_logits), scale);
     model.backward(&refs, cache, d_logits);
     times.backward += t.elapsed().as_secs_f64();
     out.loss_sum = loss_sum;
@@ -144,20 +147,80 @@ pub(crate) fn with_halo<'a>(own: &'a Array2<f32>, halo: &Array2<f32>) -> CowArra
     }
 }
 
+/// The first layer's input rows of full-batch training, on the model's backend.
+#[derive(Debug)]
+enum FullInput<B: Backend> {
+    Dense(B::Mat),
+    /// Mostly-zero rows (bag-of-words features, on a backend with a sparse path): the first
+    /// layer multiplies the non-zeros.
+    Sparse(B::Sparse),
+}
+
+/// This rank's block of the whole graph on the model's backend, for full-batch training and
+/// exact evaluation: the halo plan, the block as a backend graph and its transpose (built
+/// once), the first layer's input rows of full-batch training (fetched on the first step and
+/// kept: input features never change), and the owned features for evaluation.
+pub struct FullGraph<B: Backend> {
+    pub plan: HaloPlan,
+    graph: OnceLock<B::Graph>,
+    transpose: B::Transpose,
+    input: OnceLock<FullInput<B>>,
+    features: OnceLock<B::Mat>,
+}
+
+impl<B: Backend> FullGraph<B> {
+    /// Over `plan` (nothing is built or moved yet).
+    pub fn new(plan: HaloPlan) -> FullGraph<B> {
+        FullGraph {
+            plan,
+            graph: OnceLock::new(),
+            transpose: Default::default(),
+            input: OnceLock::new(),
+            features: OnceLock::new(),
+        }
+    }
+
+    /// The block on backend `be`.
+    pub fn graph(&self, be: &B) -> &B::Graph {
+        be.graph_of(&self.plan.block, &self.graph)
+    }
+
+    /// This rank's own features on backend `be` (copied there once; free on the host... the
+    /// CPU backend copies them once too, as the evaluation always did).
+    pub fn own_features(&self, be: &B, data: &TrainData) -> &B::Mat {
+        self.features
+            .get_or_init(|| be.upload(data.store.own_rows().view()))
+    }
+
+    /// Logits of the owned vertices by exact full-graph inference. Collective.
+    pub fn infer(&self, group: &Group, model: &Model<B>, data: &TrainData) -> B::Mat {
+        let be = model.params.backend();
+        let features = self.own_features(be, data);
+        self.plan.infer(
+            group,
+            model,
+            self.graph(be),
+            be.view(features),
+            data.gcn_degrees.as_deref(),
+        )
+    }
+}
+
 /// Full-batch step over a partitioned graph: each rank computes every layer for the vertices
 /// it owns, after fetching its halo's previous-layer rows; backward sends the halo gradients
 /// back along the same plan. The loss covers the rank's own training vertices. Collective.
-#[allow(clippy::too_many_arguments)]
-pub fn full_batch_step(
-    model: &mut Model,
+pub fn full_batch_step<B: Backend>(
+    model: &mut Model<B>,
     data: &TrainData,
     group: &Group,
-    plan: &HaloPlan,
-    transpose: &LazyTranspose,
+    full: &FullGraph<B>,
     key: BatchKey,
     scale: f32,
     times: &mut PhaseTimes,
 ) -> Result<StepOutput> {
+    let be = model.params.backend().clone();
+    let plan = &full.plan;
+    let g = full.graph(&be);
     let own = data.part.local_nodes();
     let ctx = DropoutCtx {
         training: true,
@@ -168,31 +231,28 @@ pub fn full_batch_step(
     let t = Instant::now();
     let mut caches = Vec::with_capacity(model.layers.len());
     // Every rank reaches the first step together, so the collective fetch inside runs on all.
-    let input = plan.input.get_or_init(|| {
+    let input = full.input.get_or_init(|| {
         let own = data.store.own_rows();
         let remote = plan.halo.forward(group, "halo_rows", own.view());
-        let x = with_halo(own, &remote).into_owned();
-        if model.layers[0].conv.supports_sparse() && prefers_sparse(x.view()) {
-            FullInput::Sparse(SparseRows::new(CsrMatrix::from_dense(x.view())))
-        } else {
-            FullInput::Dense(x)
+        let x = be.upload_owned(with_halo(own, &remote).into_owned());
+        let sparse = model.layers[0].conv.supports_sparse();
+        match be.sparse_from_dense(be.view(&x)).filter(|_| sparse) {
+            Some(sparse) => FullInput::Sparse(sparse),
+            None => FullInput::Dense(x),
         }
     });
     let (mut h, first) = match input {
-        FullInput::Dense(x) => model.layers[0].forward(&model.params, &plan.block, x.view(), &ctx),
-        FullInput::Sparse(x) => model.layers[0].forward_sparse(&model.params, &plan.block, x, &ctx),
+        FullInput::Dense(x) => model.layers[0].forward(&model.params, g, be.view(x), &ctx),
+        FullInput::Sparse(x) => model.layers[0].forward_sparse(&model.params, g, x, &ctx),
     };
     caches.push(first);
     for layer in &model.layers[1..] {
-        let remote = plan.halo.forward(group, "halo_rows", h.view());
-        let (out, cache) = layer.forward(
-            &model.params,
-            &plan.block,
-            with_halo(&h, &remote).view(),
-            &ctx,
-        );
-        caches.push(cache);
-        h = out;
+        let out = {
+            let h_src = plan.with_halo(group, &be, be.view(&h), "halo_rows");
+            layer.forward(&model.params, g, h_src.view(&be), &ctx)
+        };
+        caches.push(out.1);
+        h = out.0;
     }
     let first = data.part.first_node;
     let rows: Vec<usize> = data
@@ -202,35 +262,20 @@ pub fn full_batch_step(
         .map(|&v| (v as u64 - first) as usize)
         .collect();
     let labels: Vec<i64> = rows.iter().map(|&r| data.labels[r]).collect();
-    let picked = h.select(Axis(0), &rows);
-    let (loss_sum, mut d_picked) = cross_entropy(&picked, &labels);
+    let picked = be.select_rows(be.view(&h), &rows);
+    let (loss_sum, mut d_picked) = be.cross_entropy(be.view(&picked), &labels);
     times.forward += t.elapsed().as_secs_f64();
 
     let t = Instant::now();
-    d_picked.mapv_inplace(|g| g * scale);
-    let mut d_h = Array2::<f32>::zeros(h.raw_dim());
-    for (i, &r) in rows.iter().enumerate() {
-        d_h.row_mut(r).assign(&d_picked.row(i));
-    }
+    be.scale(be.view_mut(&mut d_picked), scale);
+    let mut d_h = be.scatter_rows(be.view(&d_picked), &rows, be.mat_dim(&h).0);
+    drop((h, picked, d_picked));
     for (l, (layer, cache)) in model.layers.iter().zip(caches).enumerate().rev() {
         let need_src = l > 0;
-        // Gradients move from layer to layer without copies: the owned rows of `d_src` are
-        // the next `d_h` in place, only the (small) halo rows are copied out.
-        let d_src = layer.backward_owned(
-            &mut model.params,
-            &plan.block,
-            transpose,
-            cache,
-            std::mem::take(&mut d_h),
-            need_src,
-        );
-        if let Some(d_src) = d_src {
-            let d_halo = d_src.slice(s![own.., ..]).to_owned();
-            let mut d_own = d_src.slice_move(s![..own, ..]);
-            plan.halo
-                .backward(group, "halo_grads", d_halo.view(), &mut d_own);
-            d_h = d_own;
-        }
+        let d_src =
+            layer.backward_owned(&mut model.params, g, &full.transpose, cache, d_h, need_src);
+        let Some(d_src) = d_src else { break };
+        d_h = halo_backward(group, &be, plan, d_src, own);
     }
     times.backward += t.elapsed().as_secs_f64();
     Ok(StepOutput {
@@ -240,4 +285,27 @@ pub fn full_batch_step(
         edges: (plan.block.num_edges() * model.layers.len()) as u64,
         input_rows: plan.block.num_src() as u64,
     })
+}
+
+/// The gradient of a full-graph layer's source rows (owned rows then halo rows) reduced to the
+/// owned rows: the halo rows' gradients travel back to their owners, which add them in.
+/// Without a halo (one rank) the rows are the owned rows already. Collective.
+fn halo_backward<B: Backend>(
+    group: &Group,
+    be: &B,
+    plan: &HaloPlan,
+    d_src: B::Mat,
+    own: usize,
+) -> B::Mat {
+    if group.size() == 1 {
+        return d_src;
+    }
+    // Gradients move from layer to layer without copies on the host: the owned rows of
+    // `d_src` are the next `d_h` in place, only the (small) halo rows are copied out.
+    let mut d_src = be.download_owned(d_src);
+    let d_halo = d_src.slice(ndarray::s![own.., ..]).to_owned();
+    d_src = d_src.slice_move(ndarray::s![..own, ..]);
+    plan.halo
+        .backward(group, "halo_grads", d_halo.view(), &mut d_src);
+    be.upload_owned(d_src)
 }

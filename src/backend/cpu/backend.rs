@@ -2,7 +2,8 @@
 //! this module's kernels, unchanged. Moving a matrix in or out of this backend is free
 //! (`upload_owned` / `download_owned` move it), so code generic over the backend costs nothing on a CPU.
 
-use ndarray::{concatenate, s, Array2, ArrayView2, ArrayViewMut2, Axis};
+use ndarray::{concatenate, s, Array2, ArrayView2, ArrayViewMut2, Axis, CowArray, Ix2};
+use std::sync::OnceLock;
 
 use super::activation::{Activation, Saved};
 use super::aggregate::{
@@ -38,6 +39,16 @@ impl Backend for Cpu {
     type Kept = KeptBits;
     type Sparse = SparseRows;
 
+    const IS_HOST: bool = true;
+
+    fn fits(&self, _bytes: usize) -> bool {
+        true
+    }
+
+    fn peak_memory(&self) -> Option<usize> {
+        None
+    }
+
     fn describe(&self) -> String {
         let gemm = match super::sgemm::isa() {
             Some(super::sgemm::Isa::Avx512) => "packed AVX-512",
@@ -58,6 +69,10 @@ impl Backend for Cpu {
         graph
     }
 
+    fn graph_of<'a>(&self, block: &'a Block, _slot: &'a OnceLock<Block>) -> &'a Block {
+        block
+    }
+
     fn zeros(&self, rows: usize, cols: usize) -> Array2<f32> {
         Array2::zeros((rows, cols))
     }
@@ -72,6 +87,10 @@ impl Backend for Cpu {
 
     fn upload_owned(&self, x: Array2<f32>) -> Array2<f32> {
         x
+    }
+
+    fn host_view<'a>(&self, x: Self::View<'a>) -> CowArray<'a, f32, Ix2> {
+        CowArray::from(x)
     }
 
     fn download_owned(&self, x: Array2<f32>) -> Array2<f32> {
@@ -138,6 +157,10 @@ impl Backend for Cpu {
 
     fn concat_rows(&self, a: ArrayView2<f32>, b: ArrayView2<f32>) -> Array2<f32> {
         concatenate(Axis(0), &[a, b]).expect("concat_rows: same width")
+    }
+
+    fn gather_rows(&self, x: ArrayView2<f32>, idx: &[u32]) -> Array2<f32> {
+        super::gather::gather_rows(x, idx)
     }
 
     fn select_rows(&self, x: ArrayView2<f32>, idx: &[usize]) -> Array2<f32> {
