@@ -60,6 +60,19 @@ impl DevGraph {
         Ok(g)
     }
 
+    /// A copy of `block` on the device, with its host transpose uploaded too when given
+    /// (else built on first use).
+    pub fn from_block(
+        device: &Device,
+        block: &Block,
+        transpose: Option<&BlockTranspose>,
+    ) -> Result<DevGraph> {
+        match transpose {
+            Some(t) => DevGraph::with_transpose(device, block.clone(), t),
+            None => DevGraph::new(device, block.clone()),
+        }
+    }
+
     /// The host block.
     pub fn block(&self) -> &Block {
         &self.block
