@@ -6,6 +6,8 @@
 //! * [`mat`]: typed device arrays — row-major matrices, their views, typed vectors;
 //! * [`kernels`]: the `cuda/*.cu` sources, embedded, and the launch shapes;
 //! * [`blas`]: row-major products on the device's column-major SGEMM;
+//! * [`emu`]: the device emulated on the CPU — the same kernels compiled by g++, run as fibers —
+//!   so that everything above [`gpu::Gpu`] is tested without a GPU;
 //! * [`ops`]: every operation the model needs, one module per concern, each with a CPU twin;
 //! * [`libs`]: finding the CUDA libraries where clusters keep them (never panics);
 //! * [`nvrtc`]: the run-time compiler, loaded by gnnpar: kernels to PTX or CUBIN, cached on disk;
@@ -16,6 +18,7 @@
 pub mod blas;
 pub mod cublas;
 pub mod driver;
+pub mod emu;
 pub mod gpu;
 pub mod kernels;
 pub mod libs;
