@@ -413,3 +413,32 @@ fn on_a_gpu_upload_launch_sgemm_and_download_agree_with_the_cpu() {
         .unwrap_err();
     assert!(err.to_string().contains("gnn_no_such_kernel"), "{err}");
 }
+
+#[test]
+fn cublas_loads_with_its_lt_or_is_reported_missing_with_every_place_looked() {
+    use gnnpar::backend::cuda::cublas::Cublas;
+    match Cublas::find(&SystemEnv, None) {
+        Ok(b) => {
+            eprintln!("{b:?}, cuBLASLt {:?}", b.lt_path());
+            assert!(b.version().major >= 11, "{b:?}");
+            if b.path().parent().is_some_and(|d| !d.as_os_str().is_empty()) {
+                let lt = b
+                    .lt_path()
+                    .expect("cuBLASLt loaded from the same directory");
+                assert_eq!(lt.parent(), b.path().parent());
+            }
+            // Status strings name the status.
+            assert!(b.status(7).starts_with("CUBLAS_STATUS_INVALID_VALUE (7)"));
+        }
+        Err(m) => {
+            let msg = m.to_string();
+            assert!(
+                msg.starts_with("cuBLAS not found (looked in ")
+                    || msg.starts_with("no usable cuBLAS ("),
+                "{msg}"
+            );
+            assert!(msg.contains("/usr/local/cuda/lib64"), "{msg}");
+            assert!(msg.contains("libcublas.so.13, libcublas.so.12"), "{msg}");
+        }
+    }
+}
