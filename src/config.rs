@@ -1,7 +1,7 @@
 //! The run configuration: TOML files in `inputs/`, overridden by command-line options, then
 //! validated as a whole with errors that name the offending field.
 
-pub use crate::kinds::{ModelKind, NormKind, Strategy};
+pub use crate::kinds::{Device, ModelKind, NormKind, Precision, Strategy};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -64,6 +64,11 @@ pub struct TrainConfig {
     pub checkpoint_every: usize,
     /// Parallel strategy across ranks.
     pub strategy: Strategy,
+    /// Where each rank computes: `cpu`, `cuda` (an error without a usable GPU) or `auto` (CUDA
+    /// when a driver and a GPU are present, else the CPU; the log says which and why).
+    pub device: Device,
+    /// Arithmetic of a GPU's matrix products: `fp32` (default) or `tf32`.
+    pub precision: Precision,
     /// Rayon threads per rank (default: cores of the node / ranks on the node).
     pub threads: Option<usize>,
     /// Group consecutive ranks into pretend nodes of this many ranks (tests of `hybrid` on
@@ -104,6 +109,8 @@ impl Default for TrainConfig {
             max_steps: None,
             checkpoint_every: 0,
             strategy: Strategy::Gdp,
+            device: Device::Auto,
+            precision: Precision::Fp32,
             threads: None,
             ranks_per_node: None,
             cache_mb: 0.0,

@@ -121,6 +121,21 @@ pub enum Device {
 }
 named!(Device, "device", { Cpu => "cpu", Cuda => "cuda", Auto => "auto" });
 
+/// The arithmetic of a device's matrix products.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// Full fp32, as the CPU computes: the CUDA backend agrees with it to about 1e-5.
+    #[default]
+    Fp32,
+    /// fp32 in and out, TF32 tensor cores inside the GPU's products (faster, about 1e-3
+    /// relative); the CPU ignores it.
+    Tf32,
+}
+named!(Precision, "precision", { Fp32 => "fp32", Tf32 => "tf32" });
+
 #[cfg(test)]
 mod tests {
     use super::*;

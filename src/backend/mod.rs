@@ -36,6 +36,7 @@ pub use cpu::aggregate::{EdgeWeights, GcnNorm};
 pub use cpu::dropout::DropoutMask;
 pub use cpu::gemm::RowDropout;
 pub use cpu::Cpu;
+pub use cuda::Cuda;
 
 use crate::sample::Block;
 

@@ -79,8 +79,10 @@ pub struct World {
     node_index: usize,
     num_nodes: usize,
     /// Ranks sharing this rank's physical host (MPI's shared-memory domain), whatever the
-    /// node grouping: the cores are shared among them.
+    /// node grouping: the cores (and GPUs) are shared among them.
     host_ranks: usize,
+    /// This rank's index among them (its node-local rank).
+    host_rank: usize,
     /// `Some(k)` when nodes are pretend groups of `k` consecutive ranks.
     pretend_ranks_per_node: Option<usize>,
     stats: Rc<CommStats>,
@@ -127,6 +129,7 @@ impl World {
         check_ranks_per_node(ranks_per_node, world_comm.size() as usize)?;
         let host_comm = world_comm.split_shared(rank);
         let host_ranks = host_comm.size() as usize;
+        let host_rank = host_comm.rank() as usize;
         let node_comm = match ranks_per_node {
             Some(k) => world_comm
                 .split_by_color(mpi::topology::Color::with_value(rank / k as i32))
@@ -155,6 +158,7 @@ impl World {
             node_index: ids[0] as usize,
             num_nodes: ids[1] as usize,
             host_ranks,
+            host_rank,
             pretend_ranks_per_node: ranks_per_node,
             stats,
         })
@@ -170,6 +174,7 @@ impl World {
             node_index: 0,
             num_nodes: 1,
             host_ranks: 1,
+            host_rank: 0,
             pretend_ranks_per_node: None,
             stats,
         }
@@ -194,6 +199,12 @@ impl World {
     /// Equal to the node's size unless nodes are pretend groups.
     pub fn ranks_on_host(&self) -> usize {
         self.host_ranks
+    }
+
+    /// This rank's index among the ranks of its physical host (its node-local rank, from MPI's
+    /// shared-memory communicator): it picks the rank's GPU.
+    pub fn host_rank(&self) -> usize {
+        self.host_rank
     }
 
     /// `Some(k)` when nodes are pretend groups of `k` consecutive ranks (`--ranks-per-node`).

@@ -1,8 +1,10 @@
 //! `gnnpar train`: train a GNN on a dataset, a partition, or the in-process synthetic default.
 
+use crate::backend::{Backend, Cpu};
 use crate::comm::World;
-use crate::config::{FeatureNorm, ModelKind, Strategy, TrainConfig};
+use crate::config::{Device, FeatureNorm, ModelKind, Precision, Strategy, TrainConfig};
 use crate::nn::NormKind;
+use crate::train::device::{self, Chosen};
 use crate::train::{RunFiles, Trainer};
 use anyhow::Result;
 use clap::Args;
@@ -75,6 +77,13 @@ pub struct TrainArgs {
     /// or auto (hybrid on several nodes, else the cheapest by a dry-run estimate).
     #[arg(long, value_enum)]
     pub strategy: Option<Strategy>,
+    /// Where each rank computes: cpu, cuda (its node-local GPU), or auto (CUDA when a driver
+    /// and a GPU are present, else the CPU).
+    #[arg(long, value_enum)]
+    pub device: Option<Device>,
+    /// Arithmetic of a GPU's products: fp32 (default, as the CPU) or tf32 (tensor cores).
+    #[arg(long, value_enum)]
+    pub precision: Option<Precision>,
     /// Rayon threads per rank (default: cores of the node / ranks on the node).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -134,6 +143,8 @@ impl TrainArgs {
             eval_every,
             feature_norm,
             strategy,
+            device,
+            precision,
             checkpoint_every,
             cache_mb
         );
@@ -216,8 +227,19 @@ pub fn run(args: TrainArgs) -> Result<()> {
         summary: args.summary.clone(),
         dump_blocks: args.dump_blocks.clone(),
     };
-    let mut trainer = Trainer::new(cfg, files, &world)?;
-    let summary = trainer.run()?;
+    let summary = match device::choose(cfg.device, cfg.precision, &world)? {
+        Chosen::Cpu { why } => {
+            if cfg.precision == Precision::Tf32 {
+                log::warn!("--precision tf32 applies to a GPU's products; the CPU computes fp32");
+            }
+            log::info!("device: {} ({why})", Cpu.describe());
+            Trainer::on(Cpu, cfg, files, &world)?.run()?
+        }
+        Chosen::Cuda { backend, why } => {
+            log::info!("device: {} ({why})", backend.describe());
+            Trainer::on(backend, cfg, files, &world)?.run()?
+        }
+    };
     if world.rank() == 0 {
         println!("{}", serde_json::to_string(&summary)?);
     }

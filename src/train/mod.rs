@@ -5,6 +5,7 @@ pub mod auto;
 pub mod cache;
 pub mod checkpoint;
 pub mod data;
+pub mod device;
 pub mod dnp;
 pub mod dump;
 pub mod hybrid;
@@ -59,6 +60,8 @@ pub struct RunSummary {
     pub ranks: usize,
     pub threads: usize,
     pub metric: metrics::MetricKind,
+    /// What this rank computed on (rank 0's, in the printed summary).
+    pub device: String,
     pub epochs_run: usize,
     pub steps: u64,
     pub best_epoch: Option<usize>,
@@ -411,6 +414,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
             ranks: self.world.size(),
             threads: rayon::current_num_threads(),
             metric: self.data.metric,
+            device: self.model.params.backend().describe(),
             epochs_run: epoch_times.len(),
             steps: self.pos.step,
             best_epoch: self.pos.best_epoch,

@@ -480,6 +480,10 @@ fn arg_cell(a: &KernelArg) -> u64 {
 }
 
 impl Gpu for DriverGpu {
+    fn total_memory(&self) -> Option<usize> {
+        Some(self.info.total_memory)
+    }
+
     fn describe(&self) -> String {
         let blas = self
             .blas

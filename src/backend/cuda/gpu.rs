@@ -120,6 +120,11 @@ pub trait Gpu: Send + Sync + 'static {
 
     /// Wait until everything queued has finished (and report an asynchronous error).
     fn synchronize(&self) -> Result<()>;
+
+    /// The device's memory in bytes, when it has its own (the emulator's is the host's).
+    fn total_memory(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// Bytes in use and the most ever in use through [`DevBuf`]s of one device.

@@ -2,6 +2,7 @@
 //! GEMMs by cuBLAS and the other kernels in `cuda/*.cu`, compiled at start by NVRTC.
 //!
 //! Modules (one concern each):
+//! * [`backend`]: [`Cuda`], the [`crate::backend::Backend`] on a device, over [`ops`];
 //! * [`gpu`]: the device seam — memory, copies, launches by name, SGEMM — and owned buffers;
 //! * [`mat`]: typed device arrays — row-major matrices, their views, typed vectors;
 //! * [`kernels`]: the `cuda/*.cu` sources, embedded, and the launch shapes;
@@ -15,6 +16,7 @@
 //! * [`probe`]: is a GPU usable here, and if not, why, in one line;
 //! * [`driver`]: [`driver::DriverGpu`], the [`gpu::Gpu`] seam on a real GPU (cudarc's driver API).
 
+pub mod backend;
 pub mod blas;
 pub mod cublas;
 pub mod driver;
@@ -26,3 +28,5 @@ pub mod mat;
 pub mod nvrtc;
 pub mod ops;
 pub mod probe;
+
+pub use backend::Cuda;
