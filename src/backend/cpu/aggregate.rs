@@ -473,7 +473,8 @@ fn transpose_rows(
     if let Some(k) = kept {
         k.check_shape(block.num_src(), cols);
     }
-    let agg = &ds[stride - cols..];
+    // Without destinations there are no rows (and no edges) to read: every source gets zeros.
+    let agg = ds.get(stride - cols..).unwrap_or(&[]);
     let avg_degree = block.num_edges() / block.num_src().max(1) + 1;
     let inv_degree: Vec<f32>;
     let weights = match weights {
@@ -624,6 +625,29 @@ impl GcnNorm {
 
 #[cfg(test)]
 mod tests {
+
+    /// A block without destinations (a rank with no seeds in a split step): the transposed
+    /// aggregations give zeros for every source instead of panicking.
+    #[test]
+    fn transposes_of_a_block_without_destinations_are_zeros() {
+        let block = Block {
+            num_dst: 0,
+            src_nodes: vec![4, 5, 6],
+            indptr: vec![0],
+            indices: vec![],
+        };
+        let t = BlockTranspose::new(&block);
+        let d = Array2::<f32>::zeros((0, 6));
+        let out = aggregate_transpose_beside(&block, &t, d.view(), EdgeWeights::Mean, None);
+        assert_eq!(out, Array2::<f32>::zeros((3, 3)));
+        let out = aggregate_transpose(
+            &block,
+            &t,
+            Array2::<f32>::zeros((0, 3)).view(),
+            EdgeWeights::Sum,
+        );
+        assert_eq!(out, Array2::<f32>::zeros((3, 3)));
+    }
     use super::*;
     use ndarray::array;
 
