@@ -133,8 +133,16 @@ fn compare_with_cpu(cuda: impl Fn() -> Cuda, device: &str) {
         let (cpu, cpu_summary) = train(Cpu, &cfg, &data);
         let (gpu, gpu_summary) = train(cuda(), &cfg, &data);
         assert_eq!(gpu_summary.steps, 5, "{what}");
-        assert!(gpu_summary.device.starts_with("CUDA"), "{}", gpu_summary.device);
-        assert!(cpu_summary.device.starts_with("CPU"), "{}", cpu_summary.device);
+        assert!(
+            gpu_summary.device.starts_with("CUDA"),
+            "{}",
+            gpu_summary.device
+        );
+        assert!(
+            cpu_summary.device.starts_with("CPU"),
+            "{}",
+            cpu_summary.device
+        );
         assert_eq!(cpu_summary.steps, gpu_summary.steps, "{what}");
         let d = max_rel_diff(&cpu, &gpu, 1e-3);
         eprintln!("{device}: {what}: max relative parameter difference {d:.2e}");
@@ -179,4 +187,89 @@ fn five_steps_of_every_model_and_option_match_the_cpu_on_a_gpu() {
         return;
     }
     compare_with_cpu(|| Cuda::on_gpu(0, false).expect("GPU 0 starts"), "GPU");
+}
+
+/// `mpirun -np <np> gnnpar train <args>` with the CUDA device emulated on every rank.
+fn mpirun_emulated(np: usize, args: &[&str]) -> common::Outcome {
+    let mut cmd = std::process::Command::new("mpirun");
+    cmd.args([
+        "-np",
+        &np.to_string(),
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+    ])
+    .arg(common::GNNPAR)
+    .args(args)
+    .env("GNNPAR_CUDA_EMULATOR", "1")
+    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    .env("RUST_LOG", "info");
+    common::run_with_timeout(cmd, Duration::from_secs(600))
+}
+
+/// Data parallel GDP with `--device cuda` on 2 ranks (each rank's gradients staged through
+/// the host for the allreduce, halo rows for evaluation and full batch too) trains the
+/// parameters of 1 rank on the CPU, mini-batch and full batch, SAGE and GCN.
+#[test]
+fn two_cuda_ranks_train_the_parameters_of_one_cpu_rank() {
+    let test = "two_cuda_ranks_train_the_parameters_of_one_cpu_rank";
+    if !common::have_mpirun(test) {
+        return;
+    }
+    let tmp = common::tempdir();
+    let data = small_sbm(tmp.path());
+    for (model, extra) in [
+        ("sage", &[][..]),
+        ("gcn", &[][..]),
+        ("sage", &["--full-batch"][..]),
+        ("gcn", &["--full-batch"][..]),
+    ] {
+        let tag = format!("{model}{}", extra.join(""));
+        let one = tmp.path().join(format!("cpu-{tag}.h5"));
+        let two = tmp.path().join(format!("cuda-{tag}.h5"));
+        let mut args = vec![
+            "train",
+            "--data",
+            s(&data),
+            "--model",
+            model,
+            "--hidden",
+            "64",
+            "--fanouts",
+            "5,5",
+            "--batch-size",
+            "128",
+            "--max-steps",
+            "5",
+            "--epochs",
+            "5",
+            "--eval-every",
+            "0",
+            "--dropout",
+            "0.3",
+        ];
+        args.extend_from_slice(extra);
+        let mut cpu = args.clone();
+        cpu.extend_from_slice(&["--device", "cpu", "--checkpoint", s(&one)]);
+        gnnpar(&cpu, Duration::from_secs(300)).expect_ok("1 CPU rank");
+        let mut cuda = args.clone();
+        cuda.extend_from_slice(&["--device", "cuda", "--checkpoint", s(&two)]);
+        let out = mpirun_emulated(2, &cuda).expect_ok("2 emulated CUDA ranks");
+        assert!(
+            out.stderr.contains("r1] device: CUDA"),
+            "rank 1's device:\n{}",
+            out.stderr
+        );
+        let d = max_rel_diff(
+            &common::read_f32s(&one, "params"),
+            &common::read_f32s(&two, "params"),
+            1e-3,
+        );
+        eprintln!("{tag}: 2 CUDA ranks vs 1 CPU rank: relative difference {d:.2e}");
+        assert!(
+            d <= 1e-4,
+            "{tag}: 2 CUDA ranks differ from 1 CPU rank by {d:.2e}"
+        );
+    }
 }

@@ -6,12 +6,20 @@
 //! to the CPU otherwise, saying why; `cuda` without a usable GPU is a one-line error naming
 //! what is missing and where it was looked for. A GPU that is present but fails to start is an
 //! error under `auto` too: a broken GPU node should not train quietly on its CPU.
+//!
+//! `GNNPAR_CUDA_EMULATOR=1` makes `--device cuda` (and `auto`) use the CPU emulator of the
+//! CUDA device instead (the `cuda/*.cu` kernels compiled for the CPU by the system's C++
+//! compiler): a test device, slow, that runs the whole CUDA backend — uploads, kernels, the
+//! exchanges around the device — where there is no GPU (CI). The log says so on every rank.
 
 use crate::backend::cuda::probe;
 use crate::backend::Cuda;
 use crate::comm::World;
 use crate::kinds::{Device, Precision};
 use anyhow::{bail, Context, Result};
+
+/// The environment variable that swaps the GPU for the CPU emulator of the CUDA device.
+pub const EMULATOR: &str = "GNNPAR_CUDA_EMULATOR";
 
 /// The backend this rank trains on.
 pub enum Chosen {
@@ -31,6 +39,17 @@ pub fn choose(device: Device, precision: Precision, world: &World) -> Result<Cho
     if device == Device::Cpu {
         return Ok(Chosen::Cpu {
             why: "--device cpu".into(),
+        });
+    }
+    if std::env::var_os(EMULATOR).is_some_and(|v| !v.is_empty() && v != "0") {
+        let backend = Cuda::emulated().with_context(|| {
+            format!("{EMULATOR} is set: cannot build the CPU emulator of the CUDA kernels")
+        })?;
+        return Ok(Chosen::Cuda {
+            backend,
+            why: format!(
+                "{EMULATOR} is set: the CPU emulator of the CUDA device, for tests (slow)"
+            ),
         });
     }
     let info = match probe::probe() {
