@@ -6,6 +6,7 @@
 
 pub mod csr;
 pub mod export;
+pub mod export_npz;
 pub mod format;
 pub mod generate;
 pub mod import;

@@ -487,9 +487,9 @@ fn parse_header(header: &str, what: &str) -> Result<(String, bool, Vec<usize>)> 
     Ok((descr, fortran_order, shape))
 }
 
-/// Encode an array as a version 1 `.npy` file in C order (used by tests and fixtures; gnnpar
-/// itself only reads npy). `data` is written as given: it must already be in the byte order
-/// `descr` names.
+/// Encode an array as a version 1 `.npy` file in C order (tests and fixtures write npy this
+/// way; `gnnpar export --format npz` streams [`header`] and the data instead). `data` is
+/// written as given: it must already be in the byte order `descr` names.
 pub fn encode(descr: &str, shape: &[usize], data: &[u8]) -> Vec<u8> {
     encode_with(descr, false, shape, data)
 }
@@ -497,6 +497,14 @@ pub fn encode(descr: &str, shape: &[usize], data: &[u8]) -> Vec<u8> {
 /// [`encode`] with the `fortran_order` flag of the header: with `fortran` true, `data` must
 /// hold the elements with the first index varying fastest.
 pub fn encode_with(descr: &str, fortran: bool, shape: &[usize], data: &[u8]) -> Vec<u8> {
+    let mut out = header(descr, fortran, shape);
+    out.extend_from_slice(data);
+    out
+}
+
+/// The version 1 `.npy` header of an array (magic, version, length, the dict), after which
+/// its data follows. `shape` `[]` is a 0-d array.
+pub fn header(descr: &str, fortran: bool, shape: &[usize]) -> Vec<u8> {
     let shape_text = match shape.len() {
         1 => format!("({},)", shape[0]),
         _ => format!(
@@ -509,18 +517,17 @@ pub fn encode_with(descr: &str, fortran: bool, shape: &[usize], data: &[u8]) -> 
         ),
     };
     let order = if fortran { "True" } else { "False" };
-    let mut header =
+    let mut dict =
         format!("{{'descr': '{descr}', 'fortran_order': {order}, 'shape': {shape_text}, }}");
     // Pad so the data starts on a 64-byte boundary, newline-terminated, as NumPy does.
-    let unpadded = 10 + header.len() + 1;
-    header.push_str(&" ".repeat((64 - unpadded % 64) % 64));
-    header.push('\n');
-    let mut out = Vec::with_capacity(10 + header.len() + data.len());
+    let unpadded = 10 + dict.len() + 1;
+    dict.push_str(&" ".repeat((64 - unpadded % 64) % 64));
+    dict.push('\n');
+    let mut out = Vec::with_capacity(10 + dict.len());
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&[1, 0]);
-    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    out.extend_from_slice(header.as_bytes());
-    out.extend_from_slice(data);
+    out.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+    out.extend_from_slice(dict.as_bytes());
     out
 }
 
