@@ -1,5 +1,5 @@
 //! Exporting a whole dataset as a NumPy `.npz` of gnnpar's own arrays, for tools that have
-//! numpy but no HDF5 reader (PyTorch images on GPU nodes often lack `h5py`; the GPU
+//! numpy but no HDF5 reader (a PyTorch image on a GPU node need not have `h5py`; the GPU
 //! benchmark's PyG peer reads this).
 //!
 //! The archive is uncompressed (members `stored`, so `np.load(..., mmap_mode=None)` reads at
