@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Records and tables of benchmarks/gpu.sh (standard library only: the GPU image's python).
+
+    collect_gpu.py gnnpar OUT ERR KEY=VALUE...   one JSON line from a gnnpar run's files
+    collect_gpu.py peer OUT ERR KEY=VALUE...     one JSON line from pyg_gpu_full.py's stdout
+    collect_gpu.py table RESULTS.jsonl           the markdown tables of the latest records
+
+KEY=VALUE pairs (workload, dataset, model, mode, system, ...) are copied into the record.
+A run that printed no JSON becomes a record with "status": "failed" and the tail of its
+stderr, so a failure shows in the table instead of vanishing.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def last_json(path: str) -> dict | None:
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    return None
+
+
+def tail(path: str, n: int = 6) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+def record(kind: str, out: str, err: str, pairs: list[str]) -> dict:
+    rec = dict(p.split("=", 1) for p in pairs)
+    got = last_json(out)
+    if got is None:
+        rec.update(status="failed", error=tail(err))
+        return rec
+    if kind == "peer":
+        rec.update(got)
+        rec["system"] = rec.get("system", "pyg")
+        return rec
+    # gnnpar's summary line: per-phase seconds are totals over the run; per epoch here.
+    epochs = max(int(got.get("epochs_run") or 1), 1)
+    rec.update(
+        status="ok",
+        device=got.get("device"),
+        threads=got.get("threads"),
+        ranks=got.get("ranks"),
+        epochs=got.get("epochs_run"),
+        epoch_time_median=got.get("epoch_time_median"),
+        peak_device_mb=got.get("peak_device_mb"),
+        peak_rss_mb=got.get("peak_rss_mb"),
+        phases_per_epoch={k: v / epochs for k, v in (got.get("seconds") or {}).items()},
+        val=got.get("val"),
+        test=got.get("test"),
+        final_loss=got.get("final_loss"),
+    )
+    return rec
+
+
+def fmt(x, scale=1.0, digits=1):
+    return "—" if x is None else f"{x * scale:.{digits}f}"
+
+
+def ratio(a, b):
+    return "—" if a is None or b in (None, 0) else f"{a / b:.2f}"
+
+
+def table(path: str) -> str:
+    latest: dict[tuple, dict] = {}
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            latest[(r.get("workload"), r.get("system"))] = r
+    rows = list(latest.values())
+    out = ["## Full batch, one GPU: gnnpar vs PyG (epoch ms, peak device MB)", "",
+           "| dataset | model | gnnpar ms | PyG ms | gnnpar / PyG | gnnpar MB | PyG MB | "
+           "gnnpar / PyG | status |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for w in sorted({r["workload"] for r in rows if r.get("mode") == "full-batch"}):
+        g = latest.get((w, "gnnpar"), {})
+        p = latest.get((w, "pyg"), {})
+        gt, pt = g.get("epoch_time_median"), p.get("epoch_time_median")
+        gm, pm = g.get("peak_device_mb"), p.get("peak_device_mb")
+        status = f"gnnpar {g.get('status', '—')}, PyG {p.get('status', '—')}"
+        out.append(f"| {g.get('dataset') or p.get('dataset')} | {g.get('model') or p.get('model')} "
+                   f"| {fmt(gt, 1e3)} | {fmt(pt, 1e3)} | {ratio(gt, pt)} | {fmt(gm, 1, 0)} "
+                   f"| {fmt(pm, 1, 0)} | {ratio(gm, pm)} | {status} |")
+    out += ["", "## Mini-batch (`inputs/sage-bench.toml`): gnnpar on the GPU vs the host's CPU "
+            "cores (s/epoch; GPU phases s/epoch)", "",
+            "| dataset | CPU s/epoch (threads) | GPU s/epoch | speedup | sample | gather | "
+            "forward | backward | optimizer | GPU peak MB |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for w in sorted({r["workload"] for r in rows if r.get("mode") == "mini-batch"}):
+        c = latest.get((w, "gnnpar-cpu"), {})
+        g = latest.get((w, "gnnpar"), {})
+        ct, gt = c.get("epoch_time_median"), g.get("epoch_time_median")
+        ph = g.get("phases_per_epoch") or {}
+        out.append(f"| {g.get('dataset') or c.get('dataset')} | {fmt(ct, 1, 3)} "
+                   f"({c.get('threads', '—')}) | {fmt(gt, 1, 3)} | {ratio(ct, gt)} | "
+                   + " | ".join(fmt(ph.get(k), 1, 3) for k in
+                                ("sample", "gather", "forward", "backward", "optimizer"))
+                   + f" | {fmt(g.get('peak_device_mb'), 1, 0)} |")
+    failed = [r for r in rows if r.get("status") not in ("ok", None)]
+    if failed:
+        out += ["", "Runs that did not finish:", ""]
+        for r in failed:
+            err = (r.get("error") or "").replace("\n", " ")[-240:]
+            out.append(f"- {r.get('workload')} / {r.get('system')}: {r.get('status')}: {err}")
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    if len(sys.argv) >= 4 and sys.argv[1] in ("gnnpar", "peer"):
+        print(json.dumps(record(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:])))
+    elif len(sys.argv) == 3 and sys.argv[1] == "table":
+        sys.stdout.write(table(sys.argv[2]))
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
