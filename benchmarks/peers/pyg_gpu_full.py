@@ -126,7 +126,7 @@ def main() -> None:
             opt.step()
             sync()
             seconds.append(time.perf_counter() - t)
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
             log(f"epoch {epoch}: {seconds[-1] * 1e3:.1f} ms, loss {losses[-1]:.4f}")
         model.eval()
         with torch.no_grad():
