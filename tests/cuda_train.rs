@@ -144,6 +144,15 @@ fn compare_with_cpu(cuda: impl Fn() -> Cuda, device: &str) {
             cpu_summary.device
         );
         assert_eq!(cpu_summary.steps, gpu_summary.steps, "{what}");
+        // The device's copies are counted: parameters and blocks went up, the loss came down.
+        let moved = gpu_summary
+            .device_transfer_mb
+            .expect("a device counts its copies");
+        assert!(
+            moved.to_device > 0.0 && moved.to_host > 0.0,
+            "{what}: {moved:?}"
+        );
+        assert!(cpu_summary.device_transfer_mb.is_none(), "{what}");
         let d = max_rel_diff(&cpu, &gpu, 1e-3);
         eprintln!("{device}: {what}: max relative parameter difference {d:.2e}");
         assert!(

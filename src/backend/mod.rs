@@ -146,6 +146,9 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
     /// The most device memory in use at once so far, in bytes (`None` on the host, where the
     /// process's peak RSS says it).
     fn peak_memory(&self) -> Option<usize>;
+    /// Bytes copied host → device and device → host so far (`None` on the host, which copies
+    /// nothing).
+    fn transfers(&self) -> Option<(u64, u64)>;
 
     // ---- graphs ---------------------------------------------------------------------------
 

@@ -75,7 +75,18 @@ pub struct RunSummary {
     /// The most device memory this rank had in use at once (MiB), on a device backend.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peak_device_mb: Option<f64>,
+    /// MiB this rank copied to and from its device over the run, on a device backend:
+    /// `{"to_device": …, "to_host": …}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_transfer_mb: Option<DeviceTransfers>,
     pub seconds: PhaseTimes,
+}
+
+/// Bytes copied between the host and the device, in MiB.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq)]
+pub struct DeviceTransfers {
+    pub to_device: f64,
+    pub to_host: f64,
 }
 
 /// What one (possibly partial) epoch produced.
@@ -431,6 +442,12 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 .backend()
                 .peak_memory()
                 .map(|b| b as f64 / 1048576.0),
+            device_transfer_mb: self.model.params.backend().transfers().map(|(up, down)| {
+                DeviceTransfers {
+                    to_device: up as f64 / 1048576.0,
+                    to_host: down as f64 / 1048576.0,
+                }
+            }),
             seconds: total,
         };
         if self.world.rank() == 0 {

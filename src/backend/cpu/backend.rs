@@ -49,6 +49,10 @@ impl Backend for Cpu {
         None
     }
 
+    fn transfers(&self) -> Option<(u64, u64)> {
+        None
+    }
+
     fn describe(&self) -> String {
         let gemm = match super::sgemm::isa() {
             Some(super::sgemm::Isa::Avx512) => "packed AVX-512",

@@ -135,6 +135,11 @@ impl Backend for Cuda {
         Some(self.device.memory.peak())
     }
 
+    fn transfers(&self) -> Option<(u64, u64)> {
+        let t = &self.device.transfers;
+        Some((t.to_device(), t.to_host()))
+    }
+
     fn graph(&self, block: Block) -> DevGraph {
         self.ok("uploading a block", DevGraph::new(&self.device, block))
     }

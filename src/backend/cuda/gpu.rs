@@ -15,7 +15,7 @@
 //! and a download issued in that order happen in that order.
 
 use anyhow::Result;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// A device address (a `CUdeviceptr` on a GPU, a host address in the emulator).
@@ -155,11 +155,32 @@ impl MemoryCounter {
     }
 }
 
+/// Bytes copied between the host and one device, each way: what the staging costs, for the
+/// run's summary (a mini-batch on a GPU is often bound by these copies, not by kernels).
+#[derive(Debug, Default)]
+pub struct TransferCounter {
+    to_device: AtomicU64,
+    to_host: AtomicU64,
+}
+
+impl TransferCounter {
+    /// Bytes uploaded so far.
+    pub fn to_device(&self) -> u64 {
+        self.to_device.load(Ordering::Relaxed)
+    }
+
+    /// Bytes downloaded so far.
+    pub fn to_host(&self) -> u64 {
+        self.to_host.load(Ordering::Relaxed)
+    }
+}
+
 /// A device and its memory accounting, shared by every buffer allocated on it.
 #[derive(Clone)]
 pub struct Device {
     pub gpu: Arc<dyn Gpu>,
     pub memory: Arc<MemoryCounter>,
+    pub transfers: Arc<TransferCounter>,
 }
 
 impl std::fmt::Debug for Device {
@@ -174,6 +195,7 @@ impl Device {
         Device {
             gpu,
             memory: Arc::new(MemoryCounter::default()),
+            transfers: Arc::new(TransferCounter::default()),
         }
     }
 
@@ -202,8 +224,24 @@ impl Device {
     pub fn upload<T: Pod>(&self, values: &[T]) -> Result<DevBuf> {
         let bytes = as_bytes(values);
         let buf = self.alloc(bytes.len())?;
-        self.gpu.upload(buf.ptr, bytes)?;
+        self.copy_to_device(buf.ptr, bytes)?;
         Ok(buf)
+    }
+
+    /// [`Gpu::upload`], counted.
+    pub fn copy_to_device(&self, dst: DevPtr, src: &[u8]) -> Result<()> {
+        self.transfers
+            .to_device
+            .fetch_add(src.len() as u64, Ordering::Relaxed);
+        self.gpu.upload(dst, src)
+    }
+
+    /// [`Gpu::download`], counted.
+    pub fn copy_to_host(&self, src: DevPtr, dst: &mut [u8]) -> Result<()> {
+        self.transfers
+            .to_host
+            .fetch_add(dst.len() as u64, Ordering::Relaxed);
+        self.gpu.download(src, dst)
     }
 }
 
@@ -284,7 +322,7 @@ impl DevBuf {
     /// Copy the whole buffer to the host as `T`s.
     pub fn download<T: Pod + Default>(&self) -> Result<Vec<T>> {
         let mut out = vec![T::default(); self.bytes / std::mem::size_of::<T>()];
-        self.device.gpu.download(self.ptr, as_bytes_mut(&mut out))?;
+        self.device.copy_to_host(self.ptr, as_bytes_mut(&mut out))?;
         Ok(out)
     }
 }

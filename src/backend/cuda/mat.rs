@@ -193,8 +193,7 @@ impl<'a> DevView<'a> {
     pub fn download(&self) -> Result<Vec<f32>> {
         let mut out = vec![0f32; self.rows * self.cols];
         self.device
-            .gpu
-            .download(self.ptr, super::gpu::as_bytes_mut(&mut out))?;
+            .copy_to_host(self.ptr, super::gpu::as_bytes_mut(&mut out))?;
         Ok(out)
     }
 }
@@ -353,8 +352,7 @@ impl<T: Pod + Default> DevVec<T> {
         assert_eq!(values.len(), self.len, "write: length");
         self.buf
             .device()
-            .gpu
-            .upload(self.buf.ptr(), as_bytes(values))
+            .copy_to_device(self.buf.ptr(), as_bytes(values))
     }
 
     /// Copied to the host.
