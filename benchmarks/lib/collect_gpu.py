@@ -59,6 +59,8 @@ def record(kind: str, out: str, err: str, pairs: list[str]) -> dict:
         epochs=got.get("epochs_run"),
         epoch_time_median=got.get("epoch_time_median"),
         peak_device_mb=got.get("peak_device_mb"),
+        device_transfer_mb_per_epoch={k: v / epochs for k, v in
+                                      (got.get("device_transfer_mb") or {}).items()},
         peak_rss_mb=got.get("peak_rss_mb"),
         phases_per_epoch={k: v / epochs for k, v in (got.get("seconds") or {}).items()},
         val=got.get("val"),
@@ -99,8 +101,8 @@ def table(path: str) -> str:
     out += ["", "## Mini-batch (`inputs/sage-bench.toml`): gnnpar on the GPU vs the host's CPU "
             "cores (s/epoch; GPU phases s/epoch)", "",
             "| dataset | CPU s/epoch (threads) | GPU s/epoch | speedup | sample | gather | "
-            "forward | backward | optimizer | GPU peak MB |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "forward | backward | optimizer | MB to GPU / epoch | GPU peak MB |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for w in sorted({r["workload"] for r in rows if r.get("mode") == "mini-batch"}):
         c = latest.get((w, "gnnpar-cpu"), {})
         g = latest.get((w, "gnnpar"), {})
@@ -110,6 +112,7 @@ def table(path: str) -> str:
                    f"({c.get('threads', '—')}) | {fmt(gt, 1, 3)} | {ratio(ct, gt)} | "
                    + " | ".join(fmt(ph.get(k), 1, 3) for k in
                                 ("sample", "gather", "forward", "backward", "optimizer"))
+                   + f" | {fmt((g.get('device_transfer_mb_per_epoch') or {}).get('to_device'))}"
                    + f" | {fmt(g.get('peak_device_mb'), 1, 0)} |")
     failed = [r for r in rows if r.get("status") not in ("ok", None)]
     if failed:
