@@ -8,10 +8,12 @@
 #   DATASETS="tolokers" benchmarks/gdp_scaling.sh
 #
 # Outputs (written next to each other, replaced only when the whole script finished):
-#   benchmarks/results/gdp_scaling.jsonl      one JSON object per run (see plot_svg.py record)
+#   benchmarks/results/gdp_scaling.jsonl      one JSON object per run (lib/collect_dist.py record)
 #   benchmarks/results/gdp_scaling.md         markdown table
-#   benchmarks/results/gdp_scaling_time.svg   epoch time by phase, per dataset
-#   benchmarks/results/gdp_scaling_bytes.svg  bytes moved per step by kind, per dataset
+#   benchmarks/results/gdp_scaling_time.{png,svg}    epoch time by phase, per dataset (lib/plots.py)
+#   benchmarks/results/gdp_scaling_bytes.{png,svg}   bytes moved per step by kind, per dataset
+# The charts need matplotlib: lib/ensure_matplotlib.sh finds it or installs it into a venv;
+# where it can do neither (no network) the charts are skipped with a line saying so.
 # Datasets, partitions and per-run logs go to $BENCH_WORK (default: out/bench, git-ignored).
 #
 # Environment knobs:
@@ -142,11 +144,12 @@ run_one() {
     end=$(date +%s.%N)
     load_after=$(cat /proc/loadavg)
     local status_meta=()
+    # shellcheck disable=SC2016 # the backquotes are part of the message
     if ((rc != 0)) && grep -q 'unknown `strategy`' "$logs.stderr"; then
         status_meta=("status=not implemented")
     fi
     local line
-    line=$(python3 "$BENCH_DIR/plot_svg.py" record --metrics "$logs.metrics.jsonl" \
+    line=$(python3 "$BENCH_DIR/lib/collect_dist.py" record --metrics "$logs.metrics.jsonl" \
         --stdout "$logs.stdout" --stderr "$logs.stderr" --meta \
         "bench=$bench" "dataset=$dataset" "strategy=$strategy" "ranks=$ranks" \
         "threads=$threads" "cache_mb=$cache_mb" "ranks_per_node=${rpn:-}" "rc=$rc" \
@@ -166,13 +169,18 @@ finish() {
     local name="$1" title="$2"
     shift 2
     mkdir -p "$RESULTS_DIR"
-    mv "$RESULTS_TMP" "$RESULTS_DIR/$name.jsonl"
-    python3 "$BENCH_DIR/plot_svg.py" table "$RESULTS_DIR/$name.jsonl" "$@" >"$RESULTS_DIR/$name.md.tmp"
-    mv "$RESULTS_DIR/$name.md.tmp" "$RESULTS_DIR/$name.md"
-    python3 "$BENCH_DIR/plot_svg.py" svg "$RESULTS_DIR/$name.jsonl" --title "$title" \
-        --time-out "$RESULTS_DIR/${name}_time.svg" --bytes-out "$RESULTS_DIR/${name}_bytes.svg"
-    log "wrote $RESULTS_DIR/$name.{jsonl,md} and ${name}_{time,bytes}.svg"
-    cat "$RESULTS_DIR/$name.md"
+    local base="$RESULTS_DIR/$name" py
+    mv "$RESULTS_TMP" "$base.jsonl"
+    python3 "$BENCH_DIR/lib/collect_dist.py" table "$base.jsonl" "$@" >"$base.md.tmp"
+    mv "$base.md.tmp" "$base.md"
+    log "wrote $base.jsonl and $base.md"
+    if py=$(bash "$BENCH_DIR/lib/ensure_matplotlib.sh"); then
+        "$py" "$BENCH_DIR/lib/plots.py" "$base.jsonl" --title "$title" --out "$base" >&2 ||
+            log "charts failed (see above); the JSON lines and the table are written"
+    else
+        log "charts skipped: no matplotlib here; the JSON lines and the table are written"
+    fi
+    cat "$base.md"
 }
 
 main() {

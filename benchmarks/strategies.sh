@@ -14,11 +14,11 @@
 #   benchmarks/strategies.sh                  # ~10-15 minutes on 2 loaded cores
 #   DATASETS="facebook" benchmarks/strategies.sh
 #
-# Outputs: benchmarks/results/strategies.{jsonl,md}, strategies_time.svg, strategies_bytes.svg.
+# Outputs: benchmarks/results/strategies.{jsonl,md}, strategies_{time,bytes}.{png,svg}.
 # Inputs, step limits and environment knobs are those of gdp_scaling.sh (sourced below).
 set -euo pipefail
 
-# shellcheck source=gdp_scaling.sh
+# shellcheck source-path=SCRIPTDIR source=gdp_scaling.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/gdp_scaling.sh"
 
 STRATEGIES="${STRATEGIES:-gdp split dnp snp hybrid}"
