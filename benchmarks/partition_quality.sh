@@ -59,7 +59,7 @@ RUNS=$WORK/runs.jsonl
 last_line() { tail -n 1; }
 
 # Split-parallel training on one partitioning; writes $dir/train-$method.json (one record from
-# plot_svg.py's `record`, or {"status": "skipped"}).
+# lib/collect_dist.py's `record`, or {"status": "skipped"}).
 train_on() { # dataset.h5 dir method
   local data=$1 dir=$2 method=$3 logs=$2/train-$3
   if ((TRAIN_STEPS == 0)); then
@@ -77,7 +77,7 @@ train_on() { # dataset.h5 dir method
     --epochs 1 --max-steps "$TRAIN_STEPS" --metrics "$logs.metrics.jsonl" \
     >"$logs.stdout" 2>"$logs.stderr" || rc=$?
   ((rc == 0)) || { echo "training on parts-$method failed:" >&2; tail -n 5 "$logs.stderr" >&2; }
-  python3 "$ROOT/benchmarks/plot_svg.py" record --metrics "$logs.metrics.jsonl" \
+  python3 "$ROOT/benchmarks/lib/collect_dist.py" record --metrics "$logs.metrics.jsonl" \
     --stdout "$logs.stdout" --stderr "$logs.stderr" \
     --meta "rc=$rc" "ranks=$PARTS" "strategy=split" "steps_per_epoch=$steps" >"$logs.json"
 }

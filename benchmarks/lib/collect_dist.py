@@ -7,9 +7,10 @@
   JSON line: epoch time, phase breakdown (max over ranks), bytes moved per operation kind
   (summed over ranks), feature bytes, cache hit rate, split statistics; or a ``failed`` line
   that quotes the command and the end of its stderr;
-* ``table``: print a markdown table of a results file;
-* ``svg``: draw the results as SVG bar charts written as plain text (matplotlib is not
-  available on the benchmark machines).
+* ``table``: print a markdown table of a results file.
+
+The charts are drawn from the same results file by ``plots.py`` (matplotlib), which imports the
+groupings below.
 
 Conventions, so that runs stopped early by ``--max-steps`` compare with full epochs:
 
@@ -30,14 +31,6 @@ import math
 import sys
 
 PHASES = ["sample", "gather", "forward", "backward", "allreduce", "optimizer"]
-PHASE_COLOURS = {
-    "sample": "#4e79a7",
-    "gather": "#f28e2b",
-    "forward": "#59a14f",
-    "backward": "#e15759",
-    "allreduce": "#b07aa1",
-    "optimizer": "#9c755f",
-}
 # Operation kinds of `comm`, grouped for the tables and charts.
 SAMPLING_KINDS = {
     "sample_ids", "sample_counts", "sample_nbrs", "split_frontier_ids", "plan_ids", "train_ids",
@@ -51,13 +44,6 @@ HIDDEN_KINDS = {
 }
 ALLREDUCE_KINDS = {"allreduce", "allreduce_small"}
 BYTE_GROUPS = ["features", "hidden rows + grads", "sampling", "allreduce", "other"]
-BYTE_COLOURS = {
-    "features": "#f28e2b",
-    "hidden rows + grads": "#76b7b2",
-    "sampling": "#4e79a7",
-    "allreduce": "#b07aa1",
-    "other": "#bab0ac",
-}
 MB = 1e6
 
 
@@ -71,7 +57,7 @@ def parse_meta(pairs):
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep:
-            raise SystemExit(f"plot_svg.py record: --meta expects key=value, got {pair!r}")
+            raise SystemExit(f"collect_dist.py record: --meta expects key=value, got {pair!r}")
         try:
             meta[key] = json.loads(value) if value and value[0] in "-0123456789" else value
         except json.JSONDecodeError:
@@ -171,13 +157,12 @@ def cmd_record(args):
         # The caller may classify the failure (e.g. "not implemented": the strategy is unknown).
         result["status"] = meta.get("status", "failed")
         # Ranks write to one stderr: keep the last "gnnpar: error:" of an interleaved line.
-        errors = [l[max(l.rfind("gnnpar: error:"), 0):]
-                  for l in tail(args.stderr, 500).splitlines() if "error" in l.lower()]
+        errors = [line[max(line.rfind("gnnpar: error:"), 0):]
+                  for line in tail(args.stderr, 500).splitlines() if "error" in line.lower()]
         if rc == 124 or rc == 137:
             result.setdefault("error", f"timed out (exit status {rc})")
-        result.setdefault(
-            "error", errors[0].strip() if errors else ("no metrics" if rc == 0 else f"exit status {rc}")
-        )
+        fallback = "no metrics" if rc == 0 else f"exit status {rc}"
+        result.setdefault("error", errors[0].strip() if errors else fallback)
         result["stderr_tail"] = tail(args.stderr, 25)
         print(json.dumps(result, sort_keys=True))
         return
@@ -227,6 +212,9 @@ def cmd_record(args):
     if summary:
         result["peak_rss_mb"] = summary.get("peak_rss_mb")
         result["total_seconds"] = summary.get("total_seconds")
+        # What rank 0 computed on (the GPU's name with --device cuda) and its device memory.
+        result["device_name"] = summary.get("device")
+        result["peak_device_mb"] = summary.get("peak_device_mb")
     print(json.dumps(result, sort_keys=True))
 
 
@@ -256,11 +244,30 @@ def run_label(r):
     return label
 
 
+def device_label(r, sharing=True):
+    """Where the run computed; for CUDA the GPUs seen and (sharing) how many ranks share one."""
+    device = r.get("device", "cpu")
+    if device == "cpu":
+        return "cpu"
+    if r.get("cuda_emulator"):
+        return f"{device} (CPU emulator)"
+    gpus = r.get("gpus") or 0
+    if not gpus:
+        return f"{device} (no GPU seen)"
+    label = f"{device}, {gpus} GPU"
+    if sharing and (r.get("ranks_per_gpu") or 1) > 1:
+        label += f", {r['ranks_per_gpu']} ranks share a GPU"
+    return label
+
+
 def cmd_table(args):
     results = load_results(args.results)
     split_layers = max((len(r.get("split", [])) for r in results), default=0)
+    # CPU-only files (every run before the GPU study) keep their columns.
+    devices = any(r.get("device", "cpu") != "cpu" for r in results)
     head = [
-        "dataset", "strategy", "ranks", "thr", "cache MB", "steps", "epoch s",
+        "dataset", "strategy", "ranks", *(["device"] if devices else []), "thr", "cache MB",
+        "steps", "epoch s",
         "s/step", *[f"{p} s/step" for p in PHASES],
         "feature MB/step", "total MB/step", "cache hit %", "loadavg",
     ]
@@ -269,8 +276,9 @@ def cmd_table(args):
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for r in results:
+        dev = [device_label(r)] if devices else []
         if r.get("status") != "ok":
-            cells = [r.get("dataset", "?"), r.get("strategy", "?"), str(r.get("ranks", "?")),
+            cells = [r.get("dataset", "?"), r.get("strategy", "?"), str(r.get("ranks", "?")), *dev,
                      str(r.get("threads", "?")), fmt(r.get("cache_mb"), 0),
                      f"**{r.get('status')}**: {r.get('error', '')}"]
             cells += [""] * (len(head) - len(cells))
@@ -281,7 +289,7 @@ def cmd_table(args):
         epoch_cell = fmt(r["epoch_seconds_full"], 2) + ("" if r["epoch_complete"] else " (est.)")
         hit = r.get("cache_hit_rate")
         cells = [
-            r["dataset"], r["strategy"], str(r["ranks"]), str(r["threads"]),
+            r["dataset"], r["strategy"], str(r["ranks"]), *dev, str(r["threads"]),
             fmt(r.get("cache_mb") or 0, 0), steps_cell, epoch_cell, fmt(r["step_seconds"]),
             *[fmt(r["phases_max"][p] / steps) for p in PHASES],
             fmt(per_step_mb(r, r["feature_bytes"]), 2), fmt(per_step_mb(r, r["bytes_total"]), 2),
@@ -296,6 +304,8 @@ def cmd_table(args):
         print("| " + " | ".join(cells) + " |")
     print()
     print(TABLE_NOTES)
+    if devices:
+        print(DEVICE_NOTE)
 
 
 TABLE_NOTES = """\
@@ -304,147 +314,12 @@ epoch); *epoch s*: rank 0's wall time of the measured epoch, evaluation excluded
 to n steps); phase columns: seconds per step, max over ranks (a phase ending in a collective
 also holds the time spent waiting for the slowest rank); *MB/step*: `bytes_sent` summed over
 ranks (bytes a rank keeps are not counted; `allreduce` counts the gradient buffer once per
-rank; nothing at 1 rank); *feature MB*: GDP / DNP `store_rows`, split `split_features`; *cache hit %*: remote feature rows served by the cache;
-*loadavg*: 1-minute load of the 2-core machine when the run started."""
-
-
-# ---------------------------------------------------------------------------------------------
-# svg
-
-
-def esc(s):
-    return str(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def nice_ceiling(x):
-    """A round axis maximum ≥ x (1, 2, 2.5, 5 × 10^k)."""
-    if x <= 0:
-        return 1.0
-    k = math.floor(math.log10(x))
-    for m in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
-        if m * 10**k >= x * 0.999:
-            return m * 10**k
-    return 10 ** (k + 1)
-
-
-def stacked_bar_svg(title, ylabel, panels, series, colours):
-    """Panels side by side, each with its own y scale; every bar is a stack of `series`.
-
-    panels: [{"title": str, "subtitle": str, "bars": [{"label": str, "values": {name: v}}]}]
-    """
-    pw, ph = 300, 260  # panel plot area
-    left, top, gap = 60, 70, 50
-    bottom = 70
-    width = max(left + len(panels) * (pw + gap) + 150, 8 * len(title))
-    height = top + ph + bottom
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'font-family="sans-serif" font-size="11">',
-        f'<rect width="{width}" height="{height}" fill="white"/>',
-        f'<text x="{width / 2}" y="20" text-anchor="middle" font-size="15">{esc(title)}</text>',
-    ]
-    for i, panel in enumerate(panels):
-        x0 = left + i * (pw + gap)
-        bars = panel["bars"]
-        ymax = nice_ceiling(max((sum(b["values"].get(s, 0) for s in series) for b in bars),
-                                default=1.0))
-        out.append(f'<text x="{x0 + pw / 2}" y="{top - 30}" text-anchor="middle" '
-                   f'font-size="13">{esc(panel["title"])}</text>')
-        if panel.get("subtitle"):
-            out.append(f'<text x="{x0 + pw / 2}" y="{top - 14}" text-anchor="middle" '
-                       f'fill="#555">{esc(panel["subtitle"])}</text>')
-        for t in range(6):
-            v = ymax * t / 5
-            y = top + ph - ph * t / 5
-            out.append(f'<line x1="{x0}" y1="{y}" x2="{x0 + pw}" y2="{y}" stroke="#ddd"/>')
-            out.append(f'<text x="{x0 - 4}" y="{y + 4}" text-anchor="end">{v:g}</text>')
-        out.append(f'<line x1="{x0}" y1="{top}" x2="{x0}" y2="{top + ph}" stroke="black"/>')
-        out.append(f'<line x1="{x0}" y1="{top + ph}" x2="{x0 + pw}" y2="{top + ph}" '
-                   f'stroke="black"/>')
-        if i == 0:
-            out.append(f'<text transform="translate({x0 - 45},{top + ph / 2}) rotate(-90)" '
-                       f'text-anchor="middle">{esc(ylabel)}</text>')
-        slot = pw / max(len(bars), 1)
-        bw = slot * 0.65
-        for j, bar in enumerate(bars):
-            bx = x0 + j * slot + (slot - bw) / 2
-            y = top + ph
-            total = 0.0
-            for s in series:
-                v = bar["values"].get(s, 0)
-                if v <= 0:
-                    continue
-                h = ph * v / ymax
-                y -= h
-                total += v
-                out.append(f'<rect x="{bx:.1f}" y="{y:.1f}" width="{bw:.1f}" height="{h:.1f}" '
-                           f'fill="{colours[s]}"><title>{esc(bar["label"])} {esc(s)}: '
-                           f'{v:.4g}</title></rect>')
-            if bar.get("failed"):
-                out.append(f'<text x="{bx + bw / 2}" y="{top + ph - 6}" text-anchor="middle" '
-                           f'fill="red">{esc(bar["failed"])}</text>')
-            else:
-                out.append(f'<text x="{bx + bw / 2}" y="{y - 3:.1f}" text-anchor="middle" '
-                           f'font-size="9">{total:.3g}</text>')
-            lx, ly = bx + bw / 2, top + ph + 12
-            out.append(f'<text transform="translate({lx:.1f},{ly}) rotate(30)" '
-                       f'font-size="10">{esc(bar["label"])}</text>')
-    lx = left + len(panels) * (pw + gap) - 10
-    for k, s in enumerate(reversed(series)):
-        y = top + k * 18
-        out.append(f'<rect x="{lx}" y="{y}" width="12" height="12" fill="{colours[s]}"/>')
-        out.append(f'<text x="{lx + 16}" y="{y + 10}">{esc(s)}</text>')
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
-
-
-def panels_by_dataset(results, value_fn, subtitle_fn):
-    datasets = []
-    for r in results:
-        if r.get("dataset") not in datasets and r.get("status") in ("ok", "failed"):
-            datasets.append(r["dataset"])
-    panels = []
-    for d in datasets:
-        runs = [r for r in results if r.get("dataset") == d and r.get("status") in ("ok", "failed")]
-        bars = []
-        for r in runs:
-            if r["status"] == "ok":
-                bars.append({"label": run_label(r), "values": value_fn(r)})
-            else:
-                bars.append({"label": run_label(r), "values": {}, "failed": "failed"})
-        ok = [r for r in runs if r["status"] == "ok"]
-        panels.append({"title": d, "subtitle": subtitle_fn(ok[0]) if ok else "", "bars": bars})
-    return panels
-
-
-def epoch_subtitle(r):
-    if r["epoch_complete"]:
-        return f"full epoch of {r['steps_per_epoch']} steps"
-    return f"scaled from {r['steps']} of {r['steps_per_epoch']} steps"
-
-
-def cmd_svg(args):
-    results = load_results(args.results)
-
-    def phase_values(r):
-        scale = r["epoch_seconds_full"] / r["epoch_seconds"] if r["epoch_seconds"] else 1.0
-        return {p: r["phases_max"][p] * scale for p in PHASES}
-
-    time_svg = stacked_bar_svg(
-        args.title + ": epoch time by phase (max over ranks)", "seconds per epoch",
-        panels_by_dataset(results, phase_values, epoch_subtitle), PHASES, PHASE_COLOURS)
-    with open(args.time_out, "w", encoding="utf-8") as f:
-        f.write(time_svg)
-
-    def byte_values(r):
-        return {g: b / MB / r["steps"] for g, b in r["bytes_by_group"].items()}
-
-    bytes_svg = stacked_bar_svg(
-        args.title + ": bytes moved per step (sum over ranks)", "MB per step",
-        panels_by_dataset(results, byte_values, lambda r: "training only, eval excluded"),
-        BYTE_GROUPS, BYTE_COLOURS)
-    with open(args.bytes_out, "w", encoding="utf-8") as f:
-        f.write(bytes_svg)
+rank; nothing at 1 rank); *feature MB*: GDP / DNP `store_rows`, split `split_features`;
+*cache hit %*: remote feature rows served by the cache; *loadavg*: 1-minute load of the machine
+when the run started."""
+DEVICE_NOTE = """\
+*device*: `--device` of the run; with CUDA, the GPUs `nvidia-smi -L` lists and, where there are
+more ranks than GPUs, how many ranks share one GPU (their times then include waiting for it)."""
 
 
 def main(argv):
@@ -458,13 +333,8 @@ def main(argv):
     tab = sub.add_parser("table", help="markdown table of a results file")
     tab.add_argument("results")
     tab.add_argument("--split", action="store_true", help="add split's per-layer statistics")
-    svg = sub.add_parser("svg", help="SVG charts of a results file")
-    svg.add_argument("results")
-    svg.add_argument("--title", required=True)
-    svg.add_argument("--time-out", required=True)
-    svg.add_argument("--bytes-out", required=True)
     args = ap.parse_args(argv)
-    {"record": cmd_record, "table": cmd_table, "svg": cmd_svg}[args.cmd](args)
+    {"record": cmd_record, "table": cmd_table}[args.cmd](args)
 
 
 if __name__ == "__main__":
