@@ -24,3 +24,21 @@ extern "C" __global__ void gnn_scatter_rows(float* out, const float* src, const 
         for (gnn_u32 j = lane; j < cols; j += 32) o[j] = s[j];
     }
 }
+
+// dst[targets[t]] += src[order[k]] for k in seg[t]..seg[t+1], in that order, for t < n (the
+// transpose of a gather whose indices repeat: rows grouped by target on the host, one warp per
+// distinct target, no atomics, so the sums are in a fixed order and bitwise the CPU's).
+extern "C" __global__ void gnn_scatter_add_rows(float* dst, const float* src,
+                                                const gnn_u32* targets, const gnn_u64* seg,
+                                                const gnn_u32* order, gnn_u64 n, gnn_u32 cols) {
+    const gnn_u32 lane = gnn_lane();
+    for (gnn_u64 t = gnn_warp_id(); t < n; t += gnn_warp_count()) {
+        float* o = dst + (gnn_u64)targets[t] * cols;
+        const gnn_u64 begin = seg[t], end = seg[t + 1];
+        for (gnn_u32 j = lane; j < cols; j += 32) {
+            float acc = o[j];
+            for (gnn_u64 k = begin; k < end; ++k) acc = gnn_add(acc, src[(gnn_u64)order[k] * cols + j]);
+            o[j] = acc;
+        }
+    }
+}

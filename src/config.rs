@@ -1,7 +1,7 @@
 //! The run configuration: TOML files in `inputs/`, overridden by command-line options, then
 //! validated as a whole with errors that name the offending field.
 
-pub use crate::kinds::{Device, ModelKind, NormKind, Precision, Strategy};
+pub use crate::kinds::{CudaAwareMpi, Device, ModelKind, NormKind, Precision, Strategy};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -69,6 +69,10 @@ pub struct TrainConfig {
     pub device: Device,
     /// Arithmetic of a GPU's matrix products: `fp32` (default) or `tf32`.
     pub precision: Precision,
+    /// Hand MPI device pointers (`on`: an error unless the MPI library is CUDA-aware), stage
+    /// device rows through host memory (`off`), or `auto`: `on` when MPI says it is
+    /// CUDA-aware. Matters only with a device backend on several ranks.
+    pub cuda_aware_mpi: CudaAwareMpi,
     /// Rayon threads per rank (default: cores of the node / ranks on the node).
     pub threads: Option<usize>,
     /// Group consecutive ranks into pretend nodes of this many ranks (tests of `hybrid` on
@@ -111,6 +115,7 @@ impl Default for TrainConfig {
             strategy: Strategy::Gdp,
             device: Device::Auto,
             precision: Precision::Fp32,
+            cuda_aware_mpi: CudaAwareMpi::Auto,
             threads: None,
             ranks_per_node: None,
             cache_mb: 0.0,

@@ -136,6 +136,22 @@ pub enum Precision {
 }
 named!(Precision, "precision", { Fp32 => "fp32", Tf32 => "tf32" });
 
+/// Whether MPI is handed device memory (`--cuda-aware-mpi`).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum CudaAwareMpi {
+    /// Device pointers straight to MPI; an error when the MPI library is not found CUDA-aware.
+    On,
+    /// Device rows staged through host memory for every collective.
+    Off,
+    /// `on` when the MPI library says it is CUDA-aware, else `off`; the log says which.
+    #[default]
+    Auto,
+}
+named!(CudaAwareMpi, "cuda-aware-mpi setting", { On => "on", Off => "off", Auto => "auto" });
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,6 +170,10 @@ mod tests {
         }
         for k in Device::ALL {
             assert_eq!(k.name().parse::<Device>().unwrap(), *k);
+        }
+        for k in CudaAwareMpi::ALL {
+            assert_eq!(k.name().parse::<CudaAwareMpi>().unwrap(), *k);
+            assert_eq!(serde_json::to_string(k).unwrap(), format!("\"{k}\""));
         }
         let err = "transformer".parse::<ModelKind>().unwrap_err().to_string();
         assert!(

@@ -344,6 +344,46 @@ fn gathers_and_scatters_move_whole_rows() {
     }
 }
 
+/// Rows added at repeated targets (one target gets more rows than a warp has lanes, some
+/// none), 45 columns (a partial last warp): the device sums each target's rows in the order
+/// of their index, bitwise the CPU twin, which is bitwise a plain loop in that order.
+#[test]
+fn scatter_add_rows_sums_repeated_targets_in_index_order() {
+    let mut rng = Rng(31);
+    let cols = 45;
+    let base = rng.matrix(40, cols);
+    let src = rng.matrix(150, cols);
+    let mut idx: Vec<u32> = (0..150).map(|_| rng.below(30) as u32).collect();
+    for t in idx.iter_mut().step_by(3) {
+        *t = 7;
+    }
+    let mut expect = base.clone();
+    cpu::gather::scatter_add_rows(expect.view_mut(), &idx, src.view());
+    let mut naive = base.clone();
+    for (i, &t) in idx.iter().enumerate() {
+        let mut row = naive.row_mut(t as usize);
+        row += &src.row(i);
+    }
+    assert_bitwise("cpu: scatter_add_rows", expect.view(), naive.view());
+    for (name, d) in devices("scatter_add_rows") {
+        let mut dst = up(&d, &base);
+        let ds = up(&d, &src);
+        dgather::scatter_add_rows(dst.view_mut(), &idx, ds.view()).unwrap();
+        assert_bitwise(
+            &format!("{name}: scatter_add_rows"),
+            down(&dst).view(),
+            expect.view(),
+        );
+        let none = DevMat::zeros(&d, 0, cols).unwrap();
+        dgather::scatter_add_rows(dst.view_mut(), &[], none.view()).unwrap();
+        assert_bitwise(
+            &format!("{name}: scatter_add_rows of no rows"),
+            down(&dst).view(),
+            expect.view(),
+        );
+    }
+}
+
 #[test]
 fn column_sums_are_bitwise_the_cpus_over_several_chunks() {
     let mut rng = Rng(4);

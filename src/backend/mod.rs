@@ -25,6 +25,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod input_rows;
 
 use ndarray::{Array2, ArrayView2, CowArray, Ix2};
 use std::fmt::Debug;
@@ -81,6 +82,15 @@ pub struct AttentionGrads<B: Backend> {
     /// `heads × f`.
     pub d_att_src: B::Mat,
     pub d_att_dst: B::Mat,
+}
+
+/// Device memory as an address and a length in `f32`s, for a CUDA-aware MPI that reads and
+/// writes device pointers in place of staged host copies ([`Backend::device_span`]). Rust never
+/// dereferences it: only MPI does, inside `comm`'s device-pointer collectives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceSpan {
+    pub addr: u64,
+    pub len: usize,
 }
 
 /// A matrix borrowed or owned: ndarray's `CowArray` for any backend.
@@ -204,6 +214,12 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
     fn select_rows(&self, x: Self::View<'_>, idx: &[usize]) -> Self::Mat;
     /// `rows × cols` zeros with row `idx[i]` set to row `i` of `x` (`idx` distinct).
     fn scatter_rows(&self, x: Self::View<'_>, idx: &[usize], rows: usize) -> Self::Mat;
+    /// `dst[idx[i]] += x[i]` for every row `i` of `x`; rows with the same target add up in the
+    /// order of `i`, whatever the threads (a fixed order, so exchanged gradients sum alike on
+    /// every backend and run). Where rows that came through an exchange land.
+    fn scatter_add_rows(&self, dst: Self::ViewMut<'_>, idx: &[u32], x: Self::View<'_>);
+    /// The first `rows` rows of `x` (no copy: the allocation is kept).
+    fn truncate_rows(&self, x: Self::Mat, rows: usize) -> Self::Mat;
 
     // ---- element-wise ---------------------------------------------------------------------
 
@@ -439,6 +455,16 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
     /// Run `f` on the buffer's values on the host, writing back what it changed (gradient
     /// allreduce through MPI; free where the backend is the host).
     fn with_host_buffer(&self, buf: &mut Self::Buffer, f: &mut dyn FnMut(&mut [f32]));
+    /// Where `x`'s elements lie in device memory (contiguous, row-major), once the work queued
+    /// so far has finished, for a CUDA-aware MPI to read or write them without a host copy;
+    /// `None` where the backend's memory is the host's (MPI reads host slices then).
+    fn device_span(&self, _x: Self::View<'_>) -> Option<DeviceSpan> {
+        None
+    }
+    /// [`Backend::device_span`] of memory MPI will write.
+    fn device_span_mut(&self, _x: Self::ViewMut<'_>) -> Option<DeviceSpan> {
+        None
+    }
     /// One Adam update of `values` from `grads` with moments `m`, `v`.
     fn adam_step(
         &self,

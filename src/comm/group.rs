@@ -2,10 +2,13 @@
 //! A solo group (no MPI) implements every collective as the identity.
 
 use super::stats::CommStats;
+use crate::backend::DeviceSpan;
 use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
 use mpi::datatype::{Equivalence, Partition, PartitionMut};
+use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::Count;
+use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -15,6 +18,9 @@ pub struct Group {
     rank: usize,
     size: usize,
     stats: Rc<CommStats>,
+    /// Whether MPI may be handed device memory (a CUDA-aware MPI, `--cuda-aware-mpi`); one
+    /// setting shared by every group of the world.
+    device_pointers: Rc<Cell<bool>>,
 }
 
 fn displacements(counts: &[Count]) -> Vec<Count> {
@@ -40,22 +46,34 @@ fn to_counts(counts: &[usize], what: &str) -> Vec<Count> {
 }
 
 impl Group {
-    pub(super) fn new(comm: SimpleCommunicator, stats: Rc<CommStats>) -> Group {
+    pub(super) fn new(
+        comm: SimpleCommunicator,
+        stats: Rc<CommStats>,
+        device_pointers: Rc<Cell<bool>>,
+    ) -> Group {
         Group {
             rank: comm.rank() as usize,
             size: comm.size() as usize,
             comm: Some(comm),
             stats,
+            device_pointers,
         }
     }
 
-    pub(super) fn solo(stats: Rc<CommStats>) -> Group {
+    pub(super) fn solo(stats: Rc<CommStats>, device_pointers: Rc<Cell<bool>>) -> Group {
         Group {
             comm: None,
             rank: 0,
             size: 1,
             stats,
+            device_pointers,
         }
+    }
+
+    /// Whether collectives may be handed device memory ([`Group::alltoallv_rows_device`],
+    /// [`Group::allreduce_sum_device`]): set once per run from `--cuda-aware-mpi`.
+    pub fn device_pointers(&self) -> bool {
+        self.device_pointers.get()
     }
 
     /// This rank's index in the group.
@@ -211,6 +229,101 @@ impl Group {
         let (recv, rc) = self.alltoallv(kind, send, &counts);
         let rows = rc.iter().map(|&c| c / dim.max(1)).collect();
         (recv, rows)
+    }
+
+    /// [`Group::allreduce_sum_f32`] on device memory, which a CUDA-aware MPI reads and writes
+    /// directly: `recv = Σ_ranks send` (`send` and `recv` of equal length, not overlapping).
+    ///
+    /// # Safety
+    /// Both spans must be live device (or host) memory of `len` `f32`s for the whole call, with
+    /// no work queued on them ([`crate::backend::Backend::device_span`] waits for it), and the
+    /// MPI library must accept device pointers ([`Group::device_pointers`]).
+    pub unsafe fn allreduce_sum_device(&self, send: DeviceSpan, recv: DeviceSpan) {
+        assert_eq!(send.len, recv.len, "allreduce: send and receive lengths");
+        let Some(c) = &self.comm else {
+            panic!("allreduce_sum_device needs a communicator (one rank has nothing to sum)")
+        };
+        let t = Instant::now();
+        let count = Count::try_from(send.len).expect("allreduce past MPI's 32-bit count");
+        // SAFETY: the caller guarantees both spans; MPI reads `send` and writes `recv`.
+        let rc = unsafe {
+            mpi::ffi::MPI_Allreduce(
+                send.addr as *const std::ffi::c_void,
+                recv.addr as *mut std::ffi::c_void,
+                count,
+                mpi::ffi::RSMPI_FLOAT,
+                mpi::ffi::RSMPI_SUM,
+                c.as_raw(),
+            )
+        };
+        assert_eq!(rc, 0, "MPI_Allreduce on device memory failed ({rc})");
+        let bytes = send.len * std::mem::size_of::<f32>();
+        self.stats.record("allreduce", t, bytes, bytes);
+        self.stats.record_device_pointers();
+    }
+
+    /// [`Group::alltoallv_rows`] on device memory, which a CUDA-aware MPI reads and writes
+    /// directly: `send_rows[r]` rows of `send` go to rank `r`, `recv_rows[r]` rows from rank `r`
+    /// land in `recv` (rank order). Both sides know the counts from the same plan, so no counts
+    /// are exchanged.
+    ///
+    /// # Safety
+    /// As [`Group::allreduce_sum_device`]; `send` holds `Σ send_rows · dim` values and `recv`
+    /// `Σ recv_rows · dim`, and every rank's `recv_rows[r]` equals rank `r`'s `send_rows` for it.
+    pub unsafe fn alltoallv_rows_device(
+        &self,
+        kind: &'static str,
+        send: DeviceSpan,
+        recv: DeviceSpan,
+        dim: usize,
+        send_rows: &[usize],
+        recv_rows: &[usize],
+    ) {
+        assert_eq!(send_rows.len(), self.size, "{kind}: one count per rank");
+        assert_eq!(recv_rows.len(), self.size, "{kind}: one count per rank");
+        assert_eq!(
+            send.len,
+            send_rows.iter().sum::<usize>() * dim,
+            "{kind}: send rows"
+        );
+        assert_eq!(
+            recv.len,
+            recv_rows.iter().sum::<usize>() * dim,
+            "{kind}: receive rows"
+        );
+        let Some(c) = &self.comm else {
+            panic!("{kind}: alltoallv_rows_device needs a communicator")
+        };
+        let t = Instant::now();
+        let elems = |rows: &[usize]| -> Vec<usize> { rows.iter().map(|&r| r * dim).collect() };
+        let sc = to_counts(&elems(send_rows), kind);
+        let rc = to_counts(&elems(recv_rows), kind);
+        let sd = displacements(&sc);
+        let rd = displacements(&rc);
+        // SAFETY: the caller guarantees both spans and counts that agree across ranks.
+        let code = unsafe {
+            mpi::ffi::MPI_Alltoallv(
+                send.addr as *const std::ffi::c_void,
+                sc.as_ptr(),
+                sd.as_ptr(),
+                mpi::ffi::RSMPI_FLOAT,
+                recv.addr as *mut std::ffi::c_void,
+                rc.as_ptr(),
+                rd.as_ptr(),
+                mpi::ffi::RSMPI_FLOAT,
+                c.as_raw(),
+            )
+        };
+        assert_eq!(
+            code, 0,
+            "{kind}: MPI_Alltoallv on device memory failed ({code})"
+        );
+        let row = dim * std::mem::size_of::<f32>();
+        let own_sent = send_rows[self.rank] * row;
+        let own_recv = recv_rows[self.rank] * row;
+        self.stats
+            .record(kind, t, send.len * 4 - own_sent, recv.len * 4 - own_recv);
+        self.stats.record_device_pointers();
     }
 
     /// Gather one string per rank on rank 0 (others get an empty vector).

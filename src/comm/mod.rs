@@ -9,6 +9,7 @@
 //! pretend nodes of a fixed size for tests), and the node leaders (rank 0 of each node).
 //! Every call counts bytes and seconds per kind of operation ([`CommStats`]).
 
+pub mod cuda_aware;
 mod group;
 pub mod launcher;
 mod stats;
@@ -17,6 +18,7 @@ pub use group::Group;
 pub use stats::{CommStats, OpStats};
 
 use mpi::topology::{Communicator, SimpleCommunicator};
+use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -86,6 +88,8 @@ pub struct World {
     /// `Some(k)` when nodes are pretend groups of `k` consecutive ranks.
     pretend_ranks_per_node: Option<usize>,
     stats: Rc<CommStats>,
+    /// Shared by every group: whether collectives may take device pointers.
+    device_pointers: Rc<Cell<bool>>,
 }
 
 impl std::ops::Deref for World {
@@ -122,6 +126,7 @@ impl World {
         let world_comm = universe.world();
         *UNIVERSE.lock().unwrap_or_else(|e| e.into_inner()) = Some(universe);
         let stats = Rc::new(CommStats::default());
+        let device_pointers = Rc::new(Cell::new(false));
         let rank = world_comm.rank();
         // Every rank sees the same size, so every rank fails here alike (no rank is left
         // waiting in the splits below).
@@ -142,10 +147,10 @@ impl World {
         } else {
             mpi::topology::Color::undefined()
         });
-        let world = Group::new(world_comm, stats.clone());
-        let node = Group::new(node_comm, stats.clone());
+        let world = Group::new(world_comm, stats.clone(), device_pointers.clone());
+        let node = Group::new(node_comm, stats.clone(), device_pointers.clone());
         // Every rank learns its node's index and the node count from the leaders' numbering.
-        let leaders = leader_comm.map(|c| Group::new(c, stats.clone()));
+        let leaders = leader_comm.map(|c| Group::new(c, stats.clone(), device_pointers.clone()));
         let mut ids = [
             leaders.as_ref().map_or(0.0, |l| l.rank() as f64),
             leaders.as_ref().map_or(0.0, |l| l.size() as f64),
@@ -161,22 +166,25 @@ impl World {
             host_rank,
             pretend_ranks_per_node: ranks_per_node,
             stats,
+            device_pointers,
         })
     }
 
     /// A world of one rank that never calls MPI.
     pub fn solo() -> World {
         let stats = Rc::new(CommStats::default());
+        let device_pointers = Rc::new(Cell::new(false));
         World {
-            world: Group::solo(stats.clone()),
-            node: Group::solo(stats.clone()),
-            leaders: Some(Group::solo(stats.clone())),
+            world: Group::solo(stats.clone(), device_pointers.clone()),
+            node: Group::solo(stats.clone(), device_pointers.clone()),
+            leaders: Some(Group::solo(stats.clone(), device_pointers.clone())),
             node_index: 0,
             num_nodes: 1,
             host_ranks: 1,
             host_rank: 0,
             pretend_ranks_per_node: None,
             stats,
+            device_pointers,
         }
     }
 
@@ -210,6 +218,12 @@ impl World {
     /// `Some(k)` when nodes are pretend groups of `k` consecutive ranks (`--ranks-per-node`).
     pub fn pretend_ranks_per_node(&self) -> Option<usize> {
         self.pretend_ranks_per_node
+    }
+
+    /// Let every group's collectives take device pointers (a CUDA-aware MPI, decided by
+    /// [`cuda_aware::decide`]), or not.
+    pub fn set_device_pointers(&self, on: bool) {
+        self.device_pointers.set(on);
     }
 
     /// Bytes and seconds of every communication call so far, by kind of operation.

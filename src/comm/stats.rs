@@ -2,7 +2,7 @@
 //! per-epoch JSON (what moved, and what it cost).
 
 use serde::Serialize;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -19,6 +19,8 @@ pub struct OpStats {
 #[derive(Debug, Default)]
 pub struct CommStats {
     ops: RefCell<BTreeMap<&'static str, OpStats>>,
+    /// Calls that handed MPI device pointers (a CUDA-aware MPI), whatever their kind.
+    device_pointer_calls: Cell<u64>,
 }
 
 impl CommStats {
@@ -30,6 +32,17 @@ impl CommStats {
         e.bytes_sent += sent as u64;
         e.bytes_received += received as u64;
         e.seconds += start.elapsed().as_secs_f64();
+    }
+
+    /// Count one call that handed MPI device memory instead of a host copy.
+    pub fn record_device_pointers(&self) {
+        self.device_pointer_calls
+            .set(self.device_pointer_calls.get() + 1);
+    }
+
+    /// Calls so far that handed MPI device memory.
+    pub fn device_pointer_calls(&self) -> u64 {
+        self.device_pointer_calls.get()
     }
 
     /// A copy of the totals so far.

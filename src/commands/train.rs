@@ -2,7 +2,9 @@
 
 use crate::backend::{Backend, Cpu};
 use crate::comm::World;
-use crate::config::{Device, FeatureNorm, ModelKind, Precision, Strategy, TrainConfig};
+use crate::config::{
+    CudaAwareMpi, Device, FeatureNorm, ModelKind, Precision, Strategy, TrainConfig,
+};
 use crate::nn::NormKind;
 use crate::train::device::{self, Chosen};
 use crate::train::{RunFiles, Trainer};
@@ -84,6 +86,10 @@ pub struct TrainArgs {
     /// Arithmetic of a GPU's products: fp32 (default, as the CPU) or tf32 (tensor cores).
     #[arg(long, value_enum)]
     pub precision: Option<Precision>,
+    /// Hand MPI device pointers: on (an error unless the MPI library is CUDA-aware), off
+    /// (stage device rows through host memory), or auto (on when MPI says it is CUDA-aware).
+    #[arg(long, value_enum, value_name = "on|off|auto")]
+    pub cuda_aware_mpi: Option<CudaAwareMpi>,
     /// Rayon threads per rank (default: cores of the node / ranks on the node).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -145,6 +151,7 @@ impl TrainArgs {
             strategy,
             device,
             precision,
+            cuda_aware_mpi,
             checkpoint_every,
             cache_mb
         );

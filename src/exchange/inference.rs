@@ -59,7 +59,8 @@ impl HaloPlan {
     }
 
     /// `h` (the owned rows) followed by the halo's rows of the same layer, fetched from their
-    /// owners through the host (without a halo, `h` itself). Collective.
+    /// owners ([`RowExchange::forward_on`]: only the rows that move leave the backend; without
+    /// a halo, `h` itself). Collective.
     pub fn with_halo<'h, B: Backend>(
         &self,
         group: &Group,
@@ -67,15 +68,14 @@ impl HaloPlan {
         h: B::View<'h>,
         tag: &'static str,
     ) -> CowMat<'h, B> {
-        // One rank owns every vertex: no halo, and nothing to fetch (nor to copy to the host).
+        // One rank owns every vertex: no halo, and nothing to fetch.
         if group.size() == 1 {
             return CowMat::Borrowed(h);
         }
-        let remote = self.halo.forward(group, tag, be.host_view(h).view());
-        if remote.nrows() == 0 {
+        let remote = self.halo.forward_on(group, be, tag, h);
+        if be.mat_dim(&remote).0 == 0 {
             return CowMat::Borrowed(h);
         }
-        let remote = be.upload_owned(remote);
         CowMat::Owned(be.concat_rows(h, be.view(&remote)))
     }
 

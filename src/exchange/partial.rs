@@ -11,20 +11,24 @@
 //!
 //! Any aggregator that is a weighted sum over edges fits: the requester chooses each edge's
 //! weight from what it knows about the destination (mean: `1/deg(v)`, [`mean_weights`]; GCN's
-//! `sqrt(D_v)/d̂_v`), and a factor that depends on the source only (GCN's `1/sqrt(D_u)`) is
-//! applied by the owner to its rows of `y` before [`PartialAggregation::forward`].
+//! `sqrt(D_v)/d̂_v`), and the owner multiplies in a factor that depends on the source only
+//! (GCN's `1/sqrt(D_u)`, [`PartialAggregation::scale_sources`]).
+//!
+//! The owner's sums are an aggregation over a bipartite CSR from its sources to the received
+//! virtual destinations, kept as a [`Block`] on the backend with per-edge weights: the rows of
+//! `y` never leave the backend they were computed on; only the partial rows travel, through
+//! [`alltoallv_rows_on`] (staged through host memory, or device pointers to a CUDA-aware MPI).
 //!
 //! One plan, two directions (ARCHITECTURE invariant 6): backward sends each virtual
 //! destination the gradient of its destination's row, and the owner turns it into the gradient
-//! of its rows of `y` (`Wᵀ·d`).
+//! of its rows of `y` (`Wᵀ·d`, the transposed aggregation).
 
-use crate::backend::cpu::gather::{gather_rows, scatter_add_rows};
-use crate::backend::cpu::sparse::{add_spmm_tn, spmm, CsrMatrix, CsrTranspose};
+use super::plan::alltoallv_rows_on;
+use crate::backend::{Backend, EdgeWeights};
 use crate::comm::Group;
 use crate::graph::parts::owner_of;
 use crate::graph::NodeId;
 use crate::sample::Block;
-use ndarray::{Array2, ArrayView2};
 
 /// The mean aggregator's edge weights: `1/in_degree(v)` for every edge into `v`, in the
 /// block's CSR order.
@@ -50,9 +54,9 @@ pub fn destination_weights(block: &Block, factors: &[f32]) -> Vec<f32> {
 
 /// The plan of one block's partial aggregation, both as requester (the destinations of the
 /// block are this rank's) and as source owner (for the virtual destinations other ranks, and
-/// this one, sent here).
-#[derive(Clone, Debug)]
-pub struct PartialAggregation {
+/// this one, sent here), its sums on backend `B`.
+#[derive(Debug)]
+pub struct PartialAggregation<B: Backend> {
     /// Requester: destinations of the block (rows of [`PartialAggregation::forward`]'s result).
     num_dst: usize,
     /// Requester: the destination row of every virtual destination sent, in send order
@@ -63,23 +67,29 @@ pub struct PartialAggregation {
     /// Owner: the distinct own vertices that some received edge names as source, increasing;
     /// the rows of `y` this rank provides.
     sources: Vec<NodeId>,
-    /// Owner: received virtual destinations (rows, in receive order) × `sources` (columns),
-    /// the edge weights (duplicate edges summed).
-    weights: CsrMatrix,
+    /// Owner: received virtual destinations (destinations, in receive order) × `sources`
+    /// (columns), duplicate edges merged, on the backend. Not a layer's block: its
+    /// destinations are not among its sources; only the aggregation and its transpose read it.
+    weights: B::Graph,
+    /// Built on first use by the backward.
+    transpose: B::Transpose,
+    /// Owner: one weight per edge of `weights`, in its CSR order (duplicate edges summed).
+    values: Vec<f32>,
     /// Owner: virtual destinations received from each rank.
     received: Vec<usize>,
 }
 
-impl PartialAggregation {
+impl<B: Backend> PartialAggregation<B> {
     /// Route the edges of `block` (this rank's destinations; sources with any owner), with
     /// one weight per edge in CSR order, to the owners of their sources. Collective over
     /// `group`: every rank calls it, possibly with an empty block.
     pub fn new(
         group: &Group,
+        be: &B,
         offsets: &[u64],
         block: &Block,
         edge_weights: &[f32],
-    ) -> PartialAggregation {
+    ) -> PartialAggregation<B> {
         assert_eq!(edge_weights.len(), block.num_edges(), "one weight per edge");
         let ranks = group.size();
         let src_owner: Vec<u32> = block
@@ -136,14 +146,27 @@ impl PartialAggregation {
         let mut sources = in_ids.clone();
         sources.sort_unstable();
         sources.dedup();
-        let weights = weights_matrix(&in_degrees, &in_ids, &in_weights, &sources);
+        let (weights, values) = weights_matrix(&in_degrees, &in_ids, &in_weights, &sources);
         PartialAggregation {
             num_dst: block.num_dst,
             vdst_row,
             sent,
             sources,
-            weights,
+            weights: be.graph(weights),
+            transpose: B::Transpose::default(),
+            values,
             received,
+        }
+    }
+
+    /// Multiply every received edge's weight by `factors[c]`, `c` its source's row in
+    /// [`PartialAggregation::sources`] (GCN's `1/sqrt(D_u)`: the owner knows `D_u`), so the
+    /// partial sums are `Σ w·f(u)·y_u` without scaling the rows of `y`.
+    pub fn scale_sources(&mut self, be: &B, factors: &[f32]) {
+        assert_eq!(factors.len(), self.sources.len(), "one factor per source");
+        let block = be.block(&self.weights);
+        for (w, &c) in self.values.iter_mut().zip(&block.indices) {
+            *w *= factors[c as usize];
         }
     }
 
@@ -153,69 +176,66 @@ impl PartialAggregation {
     }
 
     /// Virtual destinations this rank sends (as requester) and receives (as source owner).
-    pub fn volume(&self) -> (usize, usize) {
-        (self.vdst_row.len(), self.weights.nrows())
+    pub fn volume(&self, be: &B) -> (usize, usize) {
+        (self.vdst_row.len(), be.block(&self.weights).num_dst)
     }
 
     /// `y` holds one row per [`PartialAggregation::sources`]; returns the aggregation for the
     /// block's destinations (`num_dst` rows): each owner sums its weighted partial rows, the
     /// partial rows travel back and add up per destination (in rank order: a fixed summation
     /// order). Destinations without edges get zeros. Collective.
-    pub fn forward(&self, group: &Group, y: ArrayView2<f32>) -> Array2<f32> {
-        assert_eq!(y.nrows(), self.sources.len(), "one row per source");
-        let cols = y.ncols();
-        let partial = spmm(&self.weights, self.weights.nrows(), y);
-        let (back, _) = group.alltoallv_rows(
+    pub fn forward(&self, group: &Group, be: &B, y: B::View<'_>) -> B::Mat {
+        let (rows, cols) = be.dim(y);
+        assert_eq!(rows, self.sources.len(), "one row per source");
+        let partial = be.aggregate(&self.weights, y, EdgeWeights::PerEdge(&self.values));
+        let back = alltoallv_rows_on(
+            group,
+            be,
             "snp_partials",
-            partial.as_slice().expect("fresh matrix"),
-            cols,
+            partial,
             &self.received,
+            &self.sent,
         );
-        let back = ArrayView2::from_shape((self.vdst_row.len(), cols), &back)
-            .expect("one partial row per virtual destination sent");
-        let mut out = Array2::<f32>::zeros((self.num_dst, cols));
-        scatter_add_rows(out.view_mut(), &self.vdst_row, back);
+        let mut out = be.zeros(self.num_dst, cols);
+        be.scatter_add_rows(be.view_mut(&mut out), &self.vdst_row, be.view(&back));
         out
     }
 
     /// The reverse of [`PartialAggregation::forward`]: from the gradient of its result
     /// (`num_dst` rows), the gradient of `y` (one row per source). Collective.
-    pub fn backward(&self, group: &Group, d_out: ArrayView2<f32>) -> Array2<f32> {
+    pub fn backward(&self, group: &Group, be: &B, d_out: B::View<'_>) -> B::Mat {
         assert_eq!(
-            d_out.nrows(),
+            be.dim(d_out).0,
             self.num_dst,
             "one gradient row per destination"
         );
-        let cols = d_out.ncols();
-        let send = gather_rows(d_out, &self.vdst_row);
-        let (d_partial, _) = group.alltoallv_rows(
+        let send = be.gather_rows(d_out, &self.vdst_row);
+        let d_partial = alltoallv_rows_on(
+            group,
+            be,
             "snp_partial_grads",
-            send.as_slice().expect("fresh matrix"),
-            cols,
+            send,
             &self.sent,
+            &self.received,
         );
-        let rows = self.weights.nrows();
-        let d_partial = ArrayView2::from_shape((rows, cols), &d_partial)
-            .expect("one gradient row per virtual destination received");
-        let mut d_y = Array2::<f32>::zeros((self.sources.len(), cols));
-        add_spmm_tn(
-            &CsrTranspose::new(&self.weights),
-            rows,
-            d_partial,
-            d_y.view_mut(),
-        );
-        d_y
+        be.aggregate_transpose(
+            &self.weights,
+            &self.transpose,
+            be.view(&d_partial),
+            EdgeWeights::PerEdge(&self.values),
+        )
     }
 }
 
-/// The received virtual destinations as a sparse matrix over `sources` (sorted, distinct):
-/// row `i` has the `degrees[i]` next edges, columns increasing, duplicate edges summed.
+/// The received virtual destinations as a bipartite CSR over `sources` (sorted, distinct) and
+/// its weights: destination `i` has the `degrees[i]` next edges, sources increasing, duplicate
+/// edges summed.
 fn weights_matrix(
     degrees: &[u32],
     ids: &[NodeId],
     weights: &[f32],
     sources: &[NodeId],
-) -> CsrMatrix {
+) -> (Block, Vec<f32>) {
     let mut indptr = Vec::with_capacity(degrees.len() + 1);
     let mut indices = Vec::with_capacity(ids.len());
     let mut values = Vec::with_capacity(ids.len());
@@ -242,20 +262,20 @@ fn weights_matrix(
         }
         indptr.push(indices.len());
     }
-    CsrMatrix {
-        ncols: sources.len(),
+    let block = Block {
+        num_dst: degrees.len(),
+        src_nodes: sources.to_vec(),
         indptr,
         indices,
-        values,
-    }
+    };
+    (block, values)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::cpu::aggregate::{
-        aggregate, aggregate_transpose, BlockTranspose, EdgeWeights,
-    };
+    use crate::backend::cpu::aggregate::{aggregate, aggregate_transpose, BlockTranspose};
+    use crate::backend::Cpu;
     use crate::comm::World;
     use ndarray::array;
 
@@ -281,41 +301,56 @@ mod tests {
 
     #[test]
     fn duplicate_edges_merge_and_columns_increase() {
-        let m = weights_matrix(
+        let (m, values) = weights_matrix(
             &[3, 0, 2],
             &[11, 11, 10, 12, 10],
             &[1., 2., 4., 8., 16.],
             &[10, 11, 12],
         );
+        assert_eq!(m.num_dst, 3);
+        assert_eq!(m.src_nodes, vec![10, 11, 12]);
         assert_eq!(m.indptr, vec![0, 2, 2, 4]);
         assert_eq!(m.indices, vec![0, 1, 0, 2]);
-        assert_eq!(m.values, vec![4., 3., 16., 8.]);
+        assert_eq!(values, vec![4., 3., 16., 8.]);
     }
 
-    /// On one rank the plan is the block's own weighted aggregation and its transpose.
+    /// On one rank the plan is the block's own weighted aggregation and its transpose; source
+    /// factors multiply the terms of their sources.
     #[test]
     fn one_rank_matches_the_block_aggregation() {
         let world = World::solo();
+        let be = Cpu;
         let b = block();
         let w = mean_weights(&b);
-        let plan = PartialAggregation::new(&world, &[0, 100], &b, &w);
+        let mut plan = PartialAggregation::new(&world, &be, &[0, 100], &b, &w);
         assert_eq!(plan.sources(), &[10, 11, 12]);
-        assert_eq!(plan.volume(), (2, 2));
+        assert_eq!(plan.volume(&be), (2, 2));
         let x = array![[1.0f32, 2.0], [4.0, 8.0], [16.0, 32.0], [64.0, 128.0]];
         // Rows of the sources the plan asks for (ids 10..=12 are rows 0..=2 of x).
         let y = x.slice(ndarray::s![..3, ..]);
-        let got = plan.forward(&world, y);
+        let got = plan.forward(&world, &be, y);
         let want = aggregate(&b, x.view(), EdgeWeights::Mean);
         assert!(
             crate::backend::cpu::max_abs_diff(got.view(), want.view()) < 1e-6,
             "{got} vs {want}"
         );
         let d = array![[1.0f32, -1.0], [5.0, 5.0], [2.0, 0.5]];
-        let got = plan.backward(&world, d.view());
+        let got = plan.backward(&world, &be, d.view());
         let want = aggregate_transpose(&b, &BlockTranspose::new(&b), d.view(), EdgeWeights::Mean);
         assert!(
             crate::backend::cpu::max_abs_diff(got.view(), want.slice(ndarray::s![..3, ..])) < 1e-6
         );
         assert_eq!(want.row(3), array![0.0f32, 0.0]);
+        // Halving source 11 (row 1) halves its terms: dst 0 = (2·x11/2 + x12)/3.
+        plan.scale_sources(&be, &[1.0, 0.5, 1.0]);
+        let got = plan.forward(&world, &be, y);
+        let expect = (&x.row(1) + &x.row(2)) / 3.0;
+        assert!(
+            got.row(0)
+                .iter()
+                .zip(&expect)
+                .all(|(a, b)| (a - b).abs() < 1e-6),
+            "{got}"
+        );
     }
 }

@@ -1,12 +1,75 @@
 //! One shuffle plan, two directions (ARCHITECTURE invariant 6): a [`RowExchange`] is built
 //! once from the global ids a rank wants; `forward` brings those rows from their owners,
 //! `backward` sends gradients of the same rows back and sums them into the owners' rows.
+//!
+//! The rows may live on any backend ([`RowExchange::forward_on`]): the rows to send are
+//! gathered where they live, cross ranks through [`alltoallv_rows_on`] — staged through host
+//! memory (only the rows that move: a device gathers them first and copies that block), or as
+//! device pointers when the MPI library is CUDA-aware — and land on the receiver's backend,
+//! where they are put in order. The host methods are the CPU backend's case.
 
+use crate::backend::{Backend, Cpu};
 use crate::comm::Group;
 use crate::graph::parts::owner_of;
 use crate::graph::NodeId;
 use ndarray::{Array2, ArrayView2};
-use rayon::prelude::*;
+
+/// All-to-all of rows on backend `be`: `send_rows[r]` rows of `send` (grouped by destination
+/// rank, in rank order) go to rank `r`; returns the `recv_rows[r]` rows from each rank `r`, in
+/// rank order, on `be`. Collective; every rank's `recv_rows[r]` is rank `r`'s count for it (both
+/// come from one plan).
+///
+/// Device rows are staged through host memory (one download of `send`, one upload of what
+/// arrives; nothing is copied where the backend is the host) — unless the group may take device
+/// pointers ([`Group::device_pointers`], a CUDA-aware MPI), when MPI reads `send` and writes
+/// the result on the device directly.
+pub fn alltoallv_rows_on<B: Backend>(
+    group: &Group,
+    be: &B,
+    kind: &'static str,
+    send: B::Mat,
+    send_rows: &[usize],
+    recv_rows: &[usize],
+) -> B::Mat {
+    let (rows, cols) = be.mat_dim(&send);
+    assert_eq!(
+        rows,
+        send_rows.iter().sum::<usize>(),
+        "{kind}: rows to send"
+    );
+    if group.size() == 1 {
+        return send; // the rank sends its rows to itself
+    }
+    let total: usize = recv_rows.iter().sum();
+    if group.device_pointers() && !B::IS_HOST {
+        let mut recv = be.zeros(total, cols);
+        let spans = (
+            be.device_span(be.view(&send)),
+            be.device_span_mut(be.view_mut(&mut recv)),
+        );
+        if let (Some(s), Some(r)) = spans {
+            // SAFETY: both matrices outlive the call and nothing is queued on them (the spans
+            // waited); the counts come from one plan on every rank; the group takes device
+            // pointers (a CUDA-aware MPI, or host memory under the emulator).
+            unsafe { group.alltoallv_rows_device(kind, s, r, cols, send_rows, recv_rows) };
+            return recv;
+        }
+    }
+    let host = be.download_owned(send);
+    let host = crate::backend::cpu::standard(host.view());
+    let (recv, counts) = group.alltoallv_rows(
+        kind,
+        host.as_slice().expect("standard layout"),
+        cols,
+        send_rows,
+    );
+    debug_assert!(
+        cols == 0 || counts == recv_rows,
+        "{kind}: received {counts:?} rows, the plan says {recv_rows:?}"
+    );
+    let recv = Array2::from_shape_vec((total, cols), recv).expect("one row per count");
+    be.upload_owned(recv)
+}
 
 /// Group `wanted` by owner (stably): the request buffer, the count per owner, and each
 /// wanted id's position in the request buffer (= in the reply buffer).
@@ -136,24 +199,20 @@ impl RowExchange {
         kind: &'static str,
         local: ArrayView2<f32>,
     ) -> Array2<f32> {
-        let d = local.ncols();
-        let mut send = vec![0f32; self.send_rows.len() * d];
-        send.par_chunks_mut(d.max(1))
-            .zip(self.send_rows.par_iter())
-            .for_each(|(row, &r)| {
-                row.copy_from_slice(local.row(r as usize).as_slice().expect("row-major"))
-            });
-        let (recv, _) = group.alltoallv_rows(kind, &send, d, &self.send_counts);
-        let mut out = Array2::<f32>::zeros((self.recv_pos.len(), d));
-        out.as_slice_mut()
-            .expect("fresh matrix")
-            .par_chunks_mut(d.max(1))
-            .zip(self.recv_pos.par_iter())
-            .for_each(|(row, &p)| {
-                let p = p as usize;
-                row.copy_from_slice(&recv[p * d..(p + 1) * d]);
-            });
-        out
+        self.forward_on(group, &Cpu, kind, local)
+    }
+
+    /// [`RowExchange::forward`] of rows on backend `be` (see the module doc). Collective.
+    pub fn forward_on<B: Backend>(
+        &self,
+        group: &Group,
+        be: &B,
+        kind: &'static str,
+        local: B::View<'_>,
+    ) -> B::Mat {
+        let send = be.gather_rows(local, &self.send_rows);
+        let recv = alltoallv_rows_on(group, be, kind, send, &self.send_counts, &self.recv_counts);
+        be.gather_rows(be.view(&recv), &self.recv_pos)
     }
 
     /// The reverse of [`RowExchange::forward`]: send `grads` (one row per wanted id) back to
@@ -165,28 +224,26 @@ impl RowExchange {
         grads: ArrayView2<f32>,
         local_grad: &mut Array2<f32>,
     ) {
-        let d = grads.ncols();
-        assert_eq!(
-            grads.nrows(),
-            self.recv_pos.len(),
-            "one gradient row per wanted id"
-        );
+        self.backward_on(group, &Cpu, kind, grads, local_grad.view_mut())
+    }
+
+    /// [`RowExchange::backward`] of rows on backend `be`. Duplicated wanted ids add up before
+    /// they travel, and rows arrive in rank order and add up in that order: a fixed order, so
+    /// the sums depend neither on timing nor on the backend. Collective.
+    pub fn backward_on<B: Backend>(
+        &self,
+        group: &Group,
+        be: &B,
+        kind: &'static str,
+        grads: B::View<'_>,
+        local_grad: B::ViewMut<'_>,
+    ) {
+        let (rows, d) = be.dim(grads);
+        assert_eq!(rows, self.recv_pos.len(), "one gradient row per wanted id");
         let total: usize = self.recv_counts.iter().sum();
-        // Duplicated wanted ids add up here before they travel.
-        let mut send = vec![0f32; total * d];
-        for (i, &p) in self.recv_pos.iter().enumerate() {
-            let p = p as usize;
-            for (s, g) in send[p * d..(p + 1) * d].iter_mut().zip(grads.row(i)) {
-                *s += g;
-            }
-        }
-        let (recv, _) = group.alltoallv_rows(kind, &send, d, &self.recv_counts);
-        // Rows arrive in rank order: a fixed order, so the sums do not depend on timing.
-        for (k, &r) in self.send_rows.iter().enumerate() {
-            let mut row = local_grad.row_mut(r as usize);
-            for (dst, g) in row.iter_mut().zip(&recv[k * d..(k + 1) * d]) {
-                *dst += g;
-            }
-        }
+        let mut send = be.zeros(total, d);
+        be.scatter_add_rows(be.view_mut(&mut send), &self.recv_pos, grads);
+        let recv = alltoallv_rows_on(group, be, kind, send, &self.recv_counts, &self.send_counts);
+        be.scatter_add_rows(local_grad, &self.send_rows, be.view(&recv));
     }
 }

@@ -8,12 +8,10 @@
 //! Like SAGE, it aggregates first or projects first, whichever costs fewer multiply-adds for
 //! the block's shape.
 
-use ndarray::{Array2, ArrayView2, ArrayViewMut2, Axis, Zip};
-
 use super::init::glorot_uniform;
 use super::linear::{accumulate_bias_grad, add_bias};
 use super::params::ParamStore;
-use crate::backend::cpu::rows::InputRows;
+use crate::backend::input_rows::InputRows;
 use crate::backend::{Backend, CowMat, Cpu, GcnNorm};
 use crate::sample::Block;
 
@@ -162,53 +160,43 @@ impl GcnConv {
     }
 }
 
-/// Source-node parallelism (SNP) on the CPU: pieces of the layer computed on the sources'
-/// owners, which work on [`InputRows`] (`crate::exchange::partial`).
+/// Source-node parallelism (SNP): pieces of the layer computed on the sources' owners, which
+/// work on [`InputRows`] (`crate::exchange::partial`), on any backend. The normalisation is
+/// all in the partial aggregation's edge weights (`dst[v]·src[u]`, the source factor folded in
+/// by the source's owner, [`crate::exchange::partial::PartialAggregation::scale_sources`]), so
+/// the pieces are the plain projection and the bias.
 impl GcnConv {
-    /// The projected source rows `y_u = src[u]·(x_u·W)` without aggregation, `src` the
-    /// per-source factors (`1/sqrt(D_u)`, [`GcnNorm::source_factors`]): SNP projects each source
-    /// once on its owner, which sums the rows weighted by the destination factors there.
-    pub(crate) fn project_sources(
-        &self,
-        params: &ParamStore<Cpu>,
-        x: &InputRows,
-        src: &[f32],
-    ) -> Array2<f32> {
-        let mut y = x.times(params.view(self.weight));
-        scale_rows(y.view_mut(), src);
-        y
+    /// The projected source rows `x_u·W` without aggregation: SNP projects each source once on
+    /// its owner, which sums them weighted there.
+    pub(crate) fn project<B: Backend>(&self, params: &ParamStore<B>, x: &InputRows<B>) -> B::Mat {
+        x.times(params.backend(), params.view(self.weight))
     }
 
-    /// The backward of [`GcnConv::project_sources`] for the weight: from `d_y` (one gradient
-    /// row per source), `dW += xᵀ·(src ⊙ d_y)`.
-    pub(crate) fn accumulate_source_grad(
+    /// The backward of [`GcnConv::project`] for the weight: from `d_y` (one gradient row per
+    /// source), `dW += xᵀ·d_y`.
+    pub(crate) fn accumulate_weight_grad<B: Backend>(
         &self,
-        params: &mut ParamStore<Cpu>,
-        x: &InputRows,
-        src: &[f32],
-        mut d_y: Array2<f32>,
+        params: &mut ParamStore<B>,
+        x: &InputRows<B>,
+        d_y: B::View<'_>,
     ) {
-        scale_rows(d_y.view_mut(), src);
-        x.add_transposed_times(d_y.view(), params.grad_mut(self.weight));
+        let be = params.backend().clone();
+        x.add_transposed_times(&be, d_y, params.grad_mut(self.weight));
     }
 
     /// `z += b` on the aggregated rows (SNP adds it where the destination's partial rows meet).
-    pub(crate) fn add_bias(&self, params: &ParamStore<Cpu>, z: ArrayViewMut2<f32>) {
+    pub(crate) fn add_bias<B: Backend>(&self, params: &ParamStore<B>, z: B::ViewMut<'_>) {
         add_bias(params, z, self.bias);
     }
 
     /// The backward of [`GcnConv::add_bias`]: `db += Σ dz`.
-    pub(crate) fn accumulate_bias_grad(&self, params: &mut ParamStore<Cpu>, dz: ArrayView2<f32>) {
+    pub(crate) fn accumulate_bias_grad<B: Backend>(
+        &self,
+        params: &mut ParamStore<B>,
+        dz: B::View<'_>,
+    ) {
         accumulate_bias_grad(params, self.bias, dz);
     }
-}
-
-/// `y[r] *= f[r]` for every row (rows in parallel: one multiply per element).
-fn scale_rows(mut y: ArrayViewMut2<f32>, f: &[f32]) {
-    assert_eq!(y.nrows(), f.len(), "gcn: one factor per row");
-    Zip::from(y.axis_iter_mut(Axis(0)))
-        .and(f)
-        .par_for_each(|mut row, &c| row *= c);
 }
 
 #[cfg(test)]
@@ -217,10 +205,12 @@ mod tests {
     use crate::backend::cpu::aggregate::{aggregate, LazyTranspose};
     use crate::backend::cpu::aggregate::{aggregate_transpose, BlockTranspose, EdgeWeights};
     use crate::exchange::partial::destination_weights;
+    use ndarray::Array2;
 
-    /// SNP's pieces — scaled projection, destination weights per edge, bias — are the layer's
-    /// forward and weight/bias gradients, with a self-loop and both destination-factor cases
-    /// (all of `v`'s edges sampled, and some).
+    /// SNP's pieces — projection, edge weights `dst[v]·src[u]` (the source factor folded into
+    /// the weights as the owner does), bias — are the layer's forward and weight/bias
+    /// gradients, with a self-loop and both destination-factor cases (all of `v`'s edges
+    /// sampled, and some).
     #[test]
     fn snp_pieces_match_forward_and_backward() {
         // dst 0 (id 10) <- {11, 12}; dst 1 (id 11) <- {13}; then self-loops.
@@ -245,9 +235,12 @@ mod tests {
         let norm = GcnNorm::new(&block, Some(&table));
         let src = GcnNorm::source_factors(&block.src_nodes, &table);
         assert_eq!(src, norm.src);
-        let w = destination_weights(&block, &norm.dst);
-        let rows = InputRows::Dense(x.clone());
-        let y = conv.project_sources(&params, &rows, &src);
+        let mut w = destination_weights(&block, &norm.dst);
+        for (w, &u) in w.iter_mut().zip(&block.indices) {
+            *w *= src[u as usize];
+        }
+        let rows = InputRows::<Cpu>::Dense(x.clone());
+        let y = conv.project(&params, &rows);
         let mut got = aggregate(&block, y.view(), EdgeWeights::PerEdge(&w));
         conv.add_bias(&params, got.view_mut());
         assert!(
@@ -266,7 +259,7 @@ mod tests {
         conv.accumulate_bias_grad(&mut params, dz.view());
         let t = BlockTranspose::new(&block);
         let d_y = aggregate_transpose(&block, &t, dz.view(), EdgeWeights::PerEdge(&w));
-        conv.accumulate_source_grad(&mut params, &rows, &src, d_y);
+        conv.accumulate_weight_grad(&mut params, &rows, d_y.view());
         assert!(crate::backend::cpu::max_abs_diff(params.grad(conv.weight), dw.view()) < 1e-6);
         assert!(crate::backend::cpu::max_abs_diff(params.grad(conv.bias), db.view()) < 1e-6);
         assert!(dw.iter().any(|&g| g != 0.0), "a gradient that can differ");

@@ -7,12 +7,10 @@
 //! * project-then-aggregate: `src·in·out + E·out + dst·in·out` (full-graph blocks with
 //!   `out < in`).
 
-use ndarray::{ArrayView2, ArrayViewMut2};
-
 use super::init::glorot_uniform;
 use super::linear::{accumulate_bias_grad, add_bias};
 use super::params::ParamStore;
-use crate::backend::cpu::rows::InputRows;
+use crate::backend::input_rows::InputRows;
 use crate::backend::{Backend, CowMat, Cpu, DropoutMask, EdgeWeights, RowDropout};
 use crate::sample::Block;
 
@@ -238,50 +236,53 @@ impl SageConv {
     }
 }
 
-/// Source-node parallelism (SNP) on the CPU: pieces of the layer computed on the sources'
-/// owners, which work on [`InputRows`] (`crate::exchange::partial`).
+/// Source-node parallelism (SNP): pieces of the layer computed on the sources' owners, which
+/// work on [`InputRows`] (`crate::exchange::partial`), on any backend.
 impl SageConv {
     /// The neighbour projection `x·W_neigh` of source rows, without aggregation: SNP projects
     /// each source once on its owner and sums weighted partial rows there.
-    pub(crate) fn project_neighbours(
+    pub(crate) fn project_neighbours<B: Backend>(
         &self,
-        params: &ParamStore<Cpu>,
-        x: &InputRows,
-    ) -> ndarray::Array2<f32> {
-        x.times(params.view(self.w_neigh))
+        params: &ParamStore<B>,
+        x: &InputRows<B>,
+    ) -> B::Mat {
+        x.times(params.backend(), params.view(self.w_neigh))
     }
 
     /// The backward of [`SageConv::project_neighbours`] for the weights: `dW_neigh += xᵀ·d_proj`.
-    pub(crate) fn accumulate_neighbour_grad(
+    pub(crate) fn accumulate_neighbour_grad<B: Backend>(
         &self,
-        params: &mut ParamStore<Cpu>,
-        x: &InputRows,
-        d_proj: ArrayView2<f32>,
+        params: &mut ParamStore<B>,
+        x: &InputRows<B>,
+        d_proj: B::View<'_>,
     ) {
-        x.add_transposed_times(d_proj, params.grad_mut(self.w_neigh));
+        let be = params.backend().clone();
+        x.add_transposed_times(&be, d_proj, params.grad_mut(self.w_neigh));
     }
 
     /// The root term on the destination rows: `z += x_dst·W_self + b` (`z` already holds the
     /// aggregated neighbour term).
-    pub(crate) fn add_root(
+    pub(crate) fn add_root<B: Backend>(
         &self,
-        params: &ParamStore<Cpu>,
-        x_dst: &InputRows,
-        mut z: ArrayViewMut2<f32>,
+        params: &ParamStore<B>,
+        x_dst: &InputRows<B>,
+        mut z: B::ViewMut<'_>,
     ) {
-        x_dst.add_times(params.view(self.w_self), z.view_mut());
+        let be = params.backend();
+        x_dst.add_times(be, params.view(self.w_self), be.reborrow(&mut z));
         add_bias(params, z, self.bias);
     }
 
     /// The backward of [`SageConv::add_root`] for the weights: `dW_self += x_dstᵀ·dz`,
     /// `db += Σ dz`.
-    pub(crate) fn accumulate_root_grad(
+    pub(crate) fn accumulate_root_grad<B: Backend>(
         &self,
-        params: &mut ParamStore<Cpu>,
-        x_dst: &InputRows,
-        dz: ArrayView2<f32>,
+        params: &mut ParamStore<B>,
+        x_dst: &InputRows<B>,
+        dz: B::View<'_>,
     ) {
-        x_dst.add_transposed_times(dz, params.grad_mut(self.w_self));
+        let be = params.backend().clone();
+        x_dst.add_transposed_times(&be, dz, params.grad_mut(self.w_self));
         accumulate_bias_grad(params, self.bias, dz);
     }
 }

@@ -7,10 +7,13 @@
 //! what is missing and where it was looked for. A GPU that is present but fails to start is an
 //! error under `auto` too: a broken GPU node should not train quietly on its CPU.
 //!
-//! `GNNPAR_CUDA_EMULATOR=1` makes `--device cuda` (and `auto`) use the CPU emulator of the
+//! `GNNPAR_CUDA_EMULATOR=N` makes `--device cuda` (and `auto`) use the CPU emulator of the
 //! CUDA device instead (the `cuda/*.cu` kernels compiled for the CPU by the system's C++
 //! compiler): a test device, slow, that runs the whole CUDA backend — uploads, kernels, the
-//! exchanges around the device — where there is no GPU (CI). The log says so on every rank.
+//! exchanges around the device — where there is no GPU (CI). It stands for `N` GPUs per host
+//! (`1` and any other non-numeric value: one), picked by node-local rank as real GPUs are, so
+//! tests see ranks share a device; every rank still runs its own emulator (a process cannot
+//! share another's memory), and the log says so on every rank.
 
 use crate::backend::cuda::probe;
 use crate::backend::Cuda;
@@ -41,14 +44,15 @@ pub fn choose(device: Device, precision: Precision, world: &World) -> Result<Cho
             why: "--device cpu".into(),
         });
     }
-    if std::env::var_os(EMULATOR).is_some_and(|v| !v.is_empty() && v != "0") {
+    if let Some(gpus) = emulated_gpus() {
         let backend = Cuda::emulated().with_context(|| {
             format!("{EMULATOR} is set: cannot build the CPU emulator of the CUDA kernels")
         })?;
         return Ok(Chosen::Cuda {
             backend,
             why: format!(
-                "{EMULATOR} is set: the CPU emulator of the CUDA device, for tests (slow)"
+                "{EMULATOR} is set: the CPU emulator of the CUDA device, for tests (slow); {}",
+                placement(world, gpus)
             ),
         });
     }
@@ -62,8 +66,7 @@ pub fn choose(device: Device, precision: Precision, world: &World) -> Result<Cho
         Err(missing) => bail!("{missing}"),
     };
     let gpus = info.devices.len();
-    let local = world.host_rank();
-    let ordinal = local % gpus;
+    let ordinal = world.host_rank() % gpus;
     let gpu = &info.devices[ordinal];
     let backend = Cuda::on_gpu(ordinal, precision == Precision::Tf32).with_context(|| {
         format!(
@@ -71,20 +74,37 @@ pub fn choose(device: Device, precision: Precision, world: &World) -> Result<Cho
             gpu.name
         )
     })?;
-    let sharing = world.ranks_on_host().div_ceil(gpus);
     Ok(Chosen::Cuda {
-        why: format!(
-            "--device {device}: GPU {ordinal} of the {gpus} this rank sees (node-local rank \
-             {local} of {}{})",
-            world.ranks_on_host(),
-            if sharing > 1 {
-                format!("; up to {sharing} ranks share a GPU")
-            } else {
-                String::new()
-            }
-        ),
+        why: format!("--device {device}: {}", placement(world, gpus)),
         backend,
     })
+}
+
+/// The number of GPUs the emulator stands for, when `GNNPAR_CUDA_EMULATOR` is set (not empty,
+/// not `0`).
+fn emulated_gpus() -> Option<usize> {
+    let v = std::env::var(EMULATOR).ok()?;
+    if v.is_empty() || v == "0" {
+        return None;
+    }
+    Some(v.parse::<usize>().map_or(1, |n| n.max(1)))
+}
+
+/// Which of `gpus` GPUs this rank takes (its node-local rank modulo the count), for the log:
+/// "GPU i of the n this rank sees (node-local rank r of k; up to m ranks share a GPU)".
+fn placement(world: &World, gpus: usize) -> String {
+    let local = world.host_rank();
+    let sharing = world.ranks_on_host().div_ceil(gpus);
+    format!(
+        "GPU {} of the {gpus} this rank sees (node-local rank {local} of {}{})",
+        local % gpus,
+        world.ranks_on_host(),
+        if sharing > 1 {
+            format!("; up to {sharing} ranks share a GPU")
+        } else {
+            String::new()
+        }
+    )
 }
 
 #[cfg(test)]

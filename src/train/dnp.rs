@@ -11,14 +11,14 @@ use super::data::TrainData;
 use super::metrics::PhaseTimes;
 use super::owner_input::OwnerBatch;
 use super::strategy::{StepArgs, StepOutput};
-use crate::backend::cpu::aggregate::LazyTranspose;
+use crate::backend::Backend;
 use crate::nn::Model;
 use anyhow::Result;
 use std::time::Instant;
 
-/// One DNP step; gradients accumulate in `model`. Collective.
-pub fn dnp_step(
-    model: &mut Model,
+/// One DNP step on the model's backend; gradients accumulate in `model`. Collective.
+pub fn dnp_step<B: Backend>(
+    model: &mut Model<B>,
     data: &mut TrainData,
     args: &StepArgs,
     times: &mut PhaseTimes,
@@ -26,39 +26,48 @@ pub fn dnp_step(
     let StepArgs {
         group, key, scale, ..
     } = *args;
+    let be = model.params.backend().clone();
     let t = Instant::now();
-    let ob = OwnerBatch::sample(data, args);
+    let mut ob = OwnerBatch::sample(data, args);
     times.sample += t.elapsed().as_secs_f64();
 
+    // Feature rows come from the store (on the host) and go to the backend once, with the
+    // blocks.
     let t = Instant::now();
-    let x = data.store.gather(group, &ob.input_block.src_nodes);
+    let x = be.upload_owned(data.store.gather(group, &ob.input_block.src_nodes));
+    let input_rows = ob.input_block.num_src();
+    let input = be.graph(std::mem::take(&mut ob.input_block));
+    let upper = ob.take_upper(&be);
     times.gather += t.elapsed().as_secs_f64();
 
     let ctx = OwnerBatch::dropout_ctx(data, key);
     let t = Instant::now();
     let (h_mine, input_cache) =
-        model.layers[0].forward_input(&model.params, &ob.input_block, x.view(), &ctx);
+        model.layers[0].forward_input(&model.params, &input, be.view(&x), &ctx);
+    drop(x);
     times.forward += t.elapsed().as_secs_f64();
     let (loss_sum, d_mine) = ob.upper_layers(
         model,
+        &upper,
         data,
         group,
-        &h_mine,
+        be.view(&h_mine),
         &ctx,
         scale,
         times,
         ("dnp_rows", "dnp_grads"),
     );
+    drop(h_mine);
     let t = Instant::now();
-    let transpose = LazyTranspose::default();
-    model.layers[0].backward(
+    let transpose = B::Transpose::default();
+    model.layers[0].backward_owned(
         &mut model.params,
-        &ob.input_block,
+        &input,
         &transpose,
         input_cache,
-        d_mine.view(),
+        d_mine,
         false,
     );
     times.backward += t.elapsed().as_secs_f64();
-    Ok(ob.output(loss_sum, ob.input_block.num_src()))
+    Ok(ob.output(loss_sum, input_rows))
 }

@@ -29,7 +29,6 @@ use checkpoint::{Checkpoint, Position};
 use data::TrainData;
 use metrics::{EpochRecord, MetricsWriter, PhaseTimes};
 use serde::Serialize;
-use std::any::Any;
 use std::path::PathBuf;
 use std::time::Instant;
 use strategy::{FullGraph, StepArgs};
@@ -127,14 +126,27 @@ impl<'w> Trainer<'w, Cpu> {
     }
 }
 
-/// `model` as a CPU model, for the strategies that run on the CPU backend only (validated
-/// before training: another backend never gets here).
-fn on_cpu<B: Backend>(model: &mut Model<B>, strategy: Strategy) -> Result<&mut Model<Cpu>> {
-    (model as &mut dyn Any)
-        .downcast_mut::<Model<Cpu>>()
-        .ok_or_else(|| {
-            anyhow::anyhow!("--strategy {strategy} runs on the CPU backend only (--device cpu)")
-        })
+/// Sum the gradients over the world, in place: on the device when the MPI library takes device
+/// pointers ([`crate::comm::Group::device_pointers`]), else through a host copy (none on the
+/// CPU backend). Collective.
+fn allreduce_grads<B: Backend>(world: &World, params: &mut crate::nn::ParamStore<B>) {
+    let be = params.backend().clone();
+    let n = be.buffer_len(&params.grads);
+    if world.device_pointers() && !B::IS_HOST {
+        // MPI has no portable in-place flag through these bindings: reduce from a copy.
+        let send = be.to_owned(be.buffer_view(&params.grads, 0, 1, n));
+        let spans = (
+            be.device_span(be.view(&send)),
+            be.device_span_mut(be.buffer_view_mut(&mut params.grads, 0, 1, n)),
+        );
+        if let (Some(s), Some(r)) = spans {
+            // SAFETY: `send` and the gradients outlive the call, nothing is queued on them
+            // (the spans waited), and the world takes device pointers.
+            unsafe { world.allreduce_sum_device(s, r) };
+            return;
+        }
+    }
+    be.with_host_buffer(&mut params.grads, &mut |g| world.allreduce_sum_f32(g));
 }
 
 impl<'w, B: Backend> Trainer<'w, B> {
@@ -147,6 +159,18 @@ impl<'w, B: Backend> Trainer<'w, B> {
     ) -> Result<Trainer<'w, B>> {
         cfg.validate()?;
         auto::resolve_without_data(&mut cfg, world);
+        // Before the data loads, so a refused `on` fails fast. Every rank decides alike (same
+        // setting, backend and library), and an error on one ends the job.
+        let (device_pointers, why) = crate::comm::cuda_aware::decide(
+            cfg.cuda_aware_mpi,
+            B::IS_HOST,
+            world.size(),
+            crate::comm::cuda_aware::detect,
+        )?;
+        world.set_device_pointers(device_pointers);
+        if world.rank() == 0 {
+            log::info!("MPI and device memory: {why}");
+        }
         if files.resume && files.checkpoint.is_none() {
             bail!("--resume needs --checkpoint <file.h5> to resume from");
         }
@@ -181,13 +205,6 @@ impl<'w, B: Backend> Trainer<'w, B> {
         )?;
         if cfg.strategy == Strategy::Auto {
             cfg.strategy = auto::choose(&cfg, &data, &host_model, world)?;
-        }
-        if !B::IS_HOST && !cfg.full_batch && cfg.strategy != Strategy::Gdp {
-            bail!(
-                "--strategy {} runs on the CPU backend only in this version (--device cpu); \
-                 on a GPU, use --strategy gdp or --full-batch",
-                cfg.strategy
-            );
         }
         let model = host_model.to_backend(backend.clone());
         let adam = Adam::on(
@@ -410,6 +427,10 @@ impl<'w, B: Backend> Trainer<'w, B> {
         if self.files.checkpoint.is_some() {
             self.save_checkpoint()?;
         }
+        let direct = self.world.stats().device_pointer_calls();
+        if self.world.rank() == 0 && self.world.device_pointers() {
+            log::info!("MPI: {direct} collectives on this rank took device pointers");
+        }
         if stopped_early {
             log::info!(
                 "stopped after {} optimizer steps (--max-steps)",
@@ -589,7 +610,6 @@ impl<'w, B: Backend> Trainer<'w, B> {
                         batch: &seeds,
                         ..args
                     };
-                    let model = on_cpu(model, self.cfg.strategy)?;
                     let (out, stats) = split::split_step(model, data, &args, &mut times, dump)?;
                     if split_stats.is_empty() {
                         split_stats = vec![split::SplitLayerStats::default(); stats.len()];
@@ -600,12 +620,8 @@ impl<'w, B: Backend> Trainer<'w, B> {
                     }
                     out
                 }
-                (false, Strategy::Dnp) => {
-                    dnp::dnp_step(on_cpu(model, Strategy::Dnp)?, data, &args, &mut times)?
-                }
-                (false, Strategy::Snp) => {
-                    snp::snp_step(on_cpu(model, Strategy::Snp)?, data, &args, &mut times)?
-                }
+                (false, Strategy::Dnp) => dnp::dnp_step(model, data, &args, &mut times)?,
+                (false, Strategy::Snp) => snp::snp_step(model, data, &args, &mut times)?,
                 (false, Strategy::Gdp) => strategy::gdp_minibatch_step(
                     model,
                     data,
@@ -618,9 +634,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
             };
             let t = Instant::now();
             if self.world.size() > 1 {
-                let (world, params) = (self.world, &mut self.model.params);
-                let be = params.backend().clone();
-                be.with_host_buffer(&mut params.grads, &mut |g| world.allreduce_sum_f32(g));
+                allreduce_grads(self.world, &mut self.model.params);
             }
             let mut stats = [
                 out.loss_sum,

@@ -13,14 +13,13 @@
 use super::data::TrainData;
 use super::metrics::PhaseTimes;
 use super::strategy::{StepArgs, StepOutput};
-use crate::backend::cpu::aggregate::LazyTranspose;
+use crate::backend::Backend;
 use crate::comm::Group;
 use crate::exchange::{sample_blocks_distributed, RowExchange};
 use crate::graph::NodeId;
-use crate::nn::{cross_entropy, DropoutCtx, Model};
+use crate::nn::{DropoutCtx, Model};
 use crate::sample::rng::hash_key;
 use crate::sample::{build_block, sample_neighbors, BatchKey, Block, LocalGraph};
-use ndarray::Array2;
 use std::time::Instant;
 
 /// One mini-batch as a first-layer strategy samples it on one rank.
@@ -34,6 +33,9 @@ pub struct OwnerBatch {
     /// The input hop of the frontier vertices this rank owns and was asked for (its
     /// destinations, in [`OwnerBatch::plan`]'s row order).
     pub input_block: Block,
+    /// Destination rows and edges of every block, for the step's counts (the blocks may move
+    /// to a backend).
+    counts: (usize, usize),
 }
 
 impl OwnerBatch {
@@ -68,12 +70,25 @@ impl OwnerBatch {
             input_block = input_block.with_self_loops();
             upper = upper.iter().map(Block::with_self_loops).collect();
         }
+        let counts = (
+            input_block.num_dst + upper.iter().map(|b| b.num_dst).sum::<usize>(),
+            input_block.num_edges() + upper.iter().map(|b| b.num_edges()).sum::<usize>(),
+        );
         OwnerBatch {
             seeds,
             upper,
             plan,
             input_block,
+            counts,
         }
+    }
+
+    /// The upper blocks, moved to backend `be` (the CPU keeps the blocks themselves).
+    pub fn take_upper<B: Backend>(&mut self, be: &B) -> Vec<B::Graph> {
+        std::mem::take(&mut self.upper)
+            .into_iter()
+            .map(|b| be.graph(b))
+            .collect()
     }
 
     /// The step's dropout context (the stream GDP uses, so masks match).
@@ -87,64 +102,60 @@ impl OwnerBatch {
     }
 
     /// From this rank's input-layer rows `h_mine` (one per destination of
-    /// [`OwnerBatch::input_block`]): send them to the ranks that asked (`kinds.0`), run the
-    /// upper layers and the loss over the seeds, back-propagate, and return the loss sum and
-    /// the gradient of `h_mine` summed over the ranks that read each row (`kinds.1`).
-    /// Collective.
+    /// [`OwnerBatch::input_block`], on the model's backend): send them to the ranks that asked
+    /// (`kinds.0`), run the upper layers (`upper`: [`OwnerBatch::upper`] on the backend) and
+    /// the loss over the seeds, back-propagate, and return the loss sum and the gradient of
+    /// `h_mine` summed over the ranks that read each row (`kinds.1`). Collective.
     #[allow(clippy::too_many_arguments)]
-    pub fn upper_layers(
+    pub fn upper_layers<B: Backend>(
         &self,
-        model: &mut Model,
+        model: &mut Model<B>,
+        upper: &[B::Graph],
         data: &TrainData,
         group: &Group,
-        h_mine: &Array2<f32>,
+        h_mine: B::View<'_>,
         ctx: &DropoutCtx,
         scale: f32,
         times: &mut PhaseTimes,
         kinds: (&'static str, &'static str),
-    ) -> (f64, Array2<f32>) {
+    ) -> (f64, B::Mat) {
+        let be = model.params.backend().clone();
         let t = Instant::now();
-        let mut h = self.plan.forward(group, kinds.0, h_mine.view());
-        let mut caches = Vec::with_capacity(self.upper.len());
-        for (layer, block) in model.layers[1..].iter().zip(&self.upper) {
-            let (out, cache) = layer.forward_owned(&model.params, block, h, ctx);
+        let mut h = self.plan.forward_on(group, &be, kinds.0, h_mine);
+        let mut caches = Vec::with_capacity(upper.len());
+        for (layer, g) in model.layers[1..].iter().zip(upper) {
+            let (out, cache) = layer.forward_owned(&model.params, g, h, ctx);
             caches.push(cache);
             h = out;
         }
         let labels: Vec<i64> = self.seeds.iter().map(|&s| data.label(s)).collect();
-        let (loss_sum, mut d_h) = cross_entropy(&h, &labels);
+        let (loss_sum, mut d_h) = be.cross_entropy(be.view(&h), &labels);
+        drop(h);
         times.forward += t.elapsed().as_secs_f64();
 
         let t = Instant::now();
-        d_h.mapv_inplace(|g| g * scale);
-        for ((layer, block), cache) in model.layers[1..].iter().zip(&self.upper).zip(caches).rev() {
-            let transpose = LazyTranspose::default();
+        be.scale(be.view_mut(&mut d_h), scale);
+        for ((layer, g), cache) in model.layers[1..].iter().zip(upper).zip(caches).rev() {
+            let transpose = B::Transpose::default();
             d_h = layer
-                .backward(
-                    &mut model.params,
-                    block,
-                    &transpose,
-                    cache,
-                    d_h.view(),
-                    true,
-                )
+                .backward_owned(&mut model.params, g, &transpose, cache, d_h, true)
                 .expect("asked for the input gradient");
         }
-        let mut d_mine = Array2::<f32>::zeros(h_mine.raw_dim());
-        self.plan.backward(group, kinds.1, d_h.view(), &mut d_mine);
+        let (rows, cols) = be.dim(h_mine);
+        let mut d_mine = be.zeros(rows, cols);
+        self.plan
+            .backward_on(group, &be, kinds.1, be.view(&d_h), be.view_mut(&mut d_mine));
         times.backward += t.elapsed().as_secs_f64();
         (loss_sum, d_mine)
     }
 
     /// The step's counts; `input_rows` is what the input layer read.
     pub fn output(&self, loss_sum: f64, input_rows: usize) -> StepOutput {
-        let ib = &self.input_block;
         StepOutput {
             loss_sum,
             seeds: self.seeds.len() as u64,
-            nodes: (ib.num_dst + self.upper.iter().map(|b| b.num_dst).sum::<usize>()) as u64,
-            edges: (ib.num_edges() + self.upper.iter().map(|b| b.num_edges()).sum::<usize>())
-                as u64,
+            nodes: self.counts.0 as u64,
+            edges: self.counts.1 as u64,
             input_rows: input_rows as u64,
         }
     }

@@ -12,16 +12,15 @@ use super::data::TrainData;
 use super::dump::BlockDump;
 use super::metrics::PhaseTimes;
 use super::strategy::{StepArgs, StepOutput};
-use crate::backend::cpu::aggregate::LazyTranspose;
+use crate::backend::{Backend, Cpu};
 use crate::comm::Group;
 use crate::exchange::RowExchange;
 use crate::graph::parts::owner_of;
 use crate::graph::NodeId;
-use crate::nn::{cross_entropy, DropoutCtx, Model};
+use crate::nn::{DropoutCtx, Model};
 use crate::sample::rng::hash_key;
 use crate::sample::{build_block, sample_neighbors, BatchKey, Block, LocalGraph};
 use anyhow::Result;
-use ndarray::Array2;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::time::Instant;
@@ -184,30 +183,55 @@ fn position_map(ids: &[NodeId]) -> HashMap<NodeId, u32> {
         .collect()
 }
 
-/// Assemble a layer's source rows: owned ones from `input`, remote ones through the plan.
-/// `kind` names the exchange in the byte counts (input features and hidden rows apart).
-fn layer_input(
+/// Assemble a layer's source rows on backend `be`: owned ones from `input` (this rank's rows
+/// of the previous layer), remote ones through the plan. `kind` names the exchange in the
+/// byte counts (input features and hidden rows apart).
+fn layer_input<B: Backend>(
     group: &Group,
+    be: &B,
     layer: &SplitLayer,
-    input: &Array2<f32>,
+    num_src: usize,
+    input: B::View<'_>,
     kind: &'static str,
-) -> Array2<f32> {
-    let d = input.ncols();
-    let mut h = Array2::<f32>::zeros((layer.block.num_src(), d));
-    for (&p, &r) in layer.own_pos.iter().zip(&layer.own_rows) {
-        h.row_mut(p as usize).assign(&input.row(r as usize));
-    }
-    let remote = layer.plan.forward(group, kind, input.view());
-    for (k, &p) in layer.remote_pos.iter().enumerate() {
-        h.row_mut(p as usize).assign(&remote.row(k));
-    }
+) -> B::Mat {
+    let own = be.gather_rows(input, &layer.own_rows);
+    let own_pos: Vec<usize> = layer.own_pos.iter().map(|&p| p as usize).collect();
+    let mut h = be.scatter_rows(be.view(&own), &own_pos, num_src);
+    let remote = layer.plan.forward_on(group, be, kind, input);
+    be.scatter_add_rows(be.view_mut(&mut h), &layer.remote_pos, be.view(&remote));
     h
 }
 
-/// One split-parallel step: cooperative sampling, then forward and backward layer by layer
-/// with the row shuffles in between. Gradients accumulate in `model`. Collective.
-pub fn split_step(
-    model: &mut Model,
+/// The reverse of [`layer_input`]: from the gradient of a layer's source rows, the gradient of
+/// this rank's rows of the previous layer (`prev_rows` of them): owned sources' rows are added
+/// here, remote sources' rows go back to their owners along the plan and are added there.
+fn layer_input_backward<B: Backend>(
+    group: &Group,
+    be: &B,
+    layer: &SplitLayer,
+    d_src: B::View<'_>,
+    prev_rows: usize,
+) -> B::Mat {
+    let own = be.gather_rows(d_src, &layer.own_pos);
+    let mut d_prev = be.zeros(prev_rows, be.dim(d_src).1);
+    be.scatter_add_rows(be.view_mut(&mut d_prev), &layer.own_rows, be.view(&own));
+    let remote = be.gather_rows(d_src, &layer.remote_pos);
+    layer.plan.backward_on(
+        group,
+        be,
+        "split_grads",
+        be.view(&remote),
+        be.view_mut(&mut d_prev),
+    );
+    d_prev
+}
+
+/// One split-parallel step on the model's backend: cooperative sampling, then forward and
+/// backward layer by layer with the row shuffles in between (hidden rows stay on the backend;
+/// only those that cross ranks are staged, [`RowExchange::forward_on`]). Gradients accumulate
+/// in `model`. Collective.
+pub fn split_step<B: Backend>(
+    model: &mut Model<B>,
     data: &TrainData,
     args: &StepArgs,
     times: &mut PhaseTimes,
@@ -221,6 +245,7 @@ pub fn split_step(
         self_loops,
         scale,
     } = *args;
+    let be = model.params.backend().clone();
     let t = Instant::now();
     let mut sb = sample_split(group, data, batch, fanouts, key);
     if let Some((dump, step)) = dump {
@@ -233,91 +258,94 @@ pub fn split_step(
         }
     }
     let stats = sb.stats();
+    let out = StepOutput {
+        loss_sum: 0.0,
+        seeds: sb.seeds.len() as u64,
+        nodes: sb.layers.iter().map(|l| l.block.num_dst as u64).sum(),
+        edges: sb.layers.iter().map(|l| l.block.num_edges() as u64).sum(),
+        input_rows: sb.layers[0].own_pos.len() as u64,
+    };
     times.sample += t.elapsed().as_secs_f64();
 
-    // Forward: input features are read only by their owners, then shuffled.
+    // Forward: input features are read only by their owners (on the host, where the feature
+    // store keeps them), then shuffled; the input layer's source rows go to the backend once.
     let ctx = DropoutCtx {
         training: true,
         stream: hash_key(&[key.seed, key.epoch, key.batch, 0x64726f70]),
         orig_ids: data.orig_ids.as_deref(),
         gcn_degrees: data.gcn_degrees.as_deref(),
     };
+    let t = Instant::now();
+    // Each layer's block moves to the backend (the CPU keeps the block itself).
+    let graphs: Vec<B::Graph> = sb
+        .layers
+        .iter_mut()
+        .map(|l| be.graph(std::mem::take(&mut l.block)))
+        .collect();
+    let num_src = |l: usize| be.block(&graphs[l]).num_src();
+    let features = data.store.own_rows();
+    let x = layer_input(
+        group,
+        &Cpu,
+        &sb.layers[0],
+        num_src(0),
+        features.view(),
+        "split_features",
+    );
+    let mut h_src = be.upload_owned(x);
+    times.gather += t.elapsed().as_secs_f64();
     // Rows of each layer's input matrix (the owner-side rows the plans index).
-    let mut input_rows: Vec<usize> = Vec::with_capacity(sb.layers.len());
+    let mut input_rows: Vec<usize> = vec![features.nrows()];
     let mut caches = Vec::with_capacity(sb.layers.len());
-    let mut h: Option<Array2<f32>> = None;
     let t_fwd = Instant::now();
-    for (l, (layer, sl)) in model.layers.iter().zip(&sb.layers).enumerate() {
-        let t = Instant::now();
-        let input = h.as_ref().unwrap_or(data.store.own_rows());
-        input_rows.push(input.nrows());
-        let kind = if l == 0 {
-            "split_features"
-        } else {
-            "split_rows"
-        };
-        let h_src = layer_input(group, sl, input, kind);
-        times.gather += t.elapsed().as_secs_f64();
+    let last = model.layers.len() - 1;
+    let mut h = None;
+    for (l, (layer, g)) in model.layers.iter().zip(&graphs).enumerate() {
         let (out, cache) = if l == 0 {
             // Bag-of-words features stay sparse, as on GDP's path.
-            layer.forward_input(&model.params, &sl.block, h_src.view(), &ctx)
+            layer.forward_input(&model.params, g, be.view(&h_src), &ctx)
         } else {
-            layer.forward(&model.params, &sl.block, h_src.view(), &ctx)
+            layer.forward_owned(&model.params, g, h_src, &ctx)
         };
         caches.push(cache);
-        h = Some(out);
+        if l == last {
+            h = Some(out);
+            break;
+        }
+        let t = Instant::now();
+        input_rows.push(be.mat_dim(&out).0);
+        h_src = layer_input(
+            group,
+            &be,
+            &sb.layers[l + 1],
+            num_src(l + 1),
+            be.view(&out),
+            "split_rows",
+        );
+        times.gather += t.elapsed().as_secs_f64();
     }
     let h = h.expect("at least one layer");
     let labels: Vec<i64> = sb.seeds.iter().map(|&s| data.label(s)).collect();
-    let (loss_sum, mut d_h) = cross_entropy(&h, &labels);
+    let (loss_sum, mut d_h) = be.cross_entropy(be.view(&h), &labels);
+    drop(h);
     times.forward += t_fwd.elapsed().as_secs_f64();
 
     let t = Instant::now();
-    d_h.mapv_inplace(|g| g * scale);
-    for (l, ((layer, sl), cache)) in model
+    be.scale(be.view_mut(&mut d_h), scale);
+    for (l, ((layer, g), cache)) in model
         .layers
         .iter()
-        .zip(&sb.layers)
+        .zip(&graphs)
         .zip(caches)
         .enumerate()
         .rev()
     {
+        let transpose = B::Transpose::default();
         let need_src = l > 0;
-        let transpose = LazyTranspose::default();
-        let d_src = layer.backward(
-            &mut model.params,
-            &sl.block,
-            &transpose,
-            cache,
-            d_h.view(),
-            need_src,
-        );
-        if let Some(d_src) = d_src {
-            let prev_rows = input_rows[l];
-            let mut d_prev = Array2::<f32>::zeros((prev_rows, d_src.ncols()));
-            for (&p, &r) in sl.own_pos.iter().zip(&sl.own_rows) {
-                let mut row = d_prev.row_mut(r as usize);
-                row += &d_src.row(p as usize);
-            }
-            let remote_grads = d_src.select(
-                ndarray::Axis(0),
-                &sl.remote_pos
-                    .iter()
-                    .map(|&p| p as usize)
-                    .collect::<Vec<_>>(),
-            );
-            sl.plan
-                .backward(group, "split_grads", remote_grads.view(), &mut d_prev);
-            d_h = d_prev;
-        }
+        let d_src = layer.backward_owned(&mut model.params, g, &transpose, cache, d_h, need_src);
+        let Some(d_src) = d_src else { break };
+        d_h = layer_input_backward(group, &be, &sb.layers[l], be.view(&d_src), input_rows[l]);
     }
     times.backward += t.elapsed().as_secs_f64();
-    let out = StepOutput {
-        loss_sum,
-        seeds: sb.seeds.len() as u64,
-        nodes: sb.layers.iter().map(|l| l.block.num_dst as u64).sum(),
-        edges: sb.layers.iter().map(|l| l.block.num_edges() as u64).sum(),
-        input_rows: sb.layers[0].own_pos.len() as u64,
-    };
-    Ok((out, stats))
+    Ok((StepOutput { loss_sum, ..out }, stats))
 }

@@ -232,6 +232,8 @@ pub fn full_batch_step<B: Backend>(
     let mut caches = Vec::with_capacity(model.layers.len());
     // Every rank reaches the first step together, so the collective fetch inside runs on all.
     let input = full.input.get_or_init(|| {
+        // The features are on the host: the halo's rows come through the host exchange, and
+        // the first layer's input goes to the backend once.
         let own = data.store.own_rows();
         let remote = plan.halo.forward(group, "halo_rows", own.view());
         let x = be.upload_owned(with_halo(own, &remote).into_owned());
@@ -300,12 +302,17 @@ fn halo_backward<B: Backend>(
     if group.size() == 1 {
         return d_src;
     }
-    // Gradients move from layer to layer without copies on the host: the owned rows of
-    // `d_src` are the next `d_h` in place, only the (small) halo rows are copied out.
-    let mut d_src = be.download_owned(d_src);
-    let d_halo = d_src.slice(ndarray::s![own.., ..]).to_owned();
-    d_src = d_src.slice_move(ndarray::s![..own, ..]);
-    plan.halo
-        .backward(group, "halo_grads", d_halo.view(), &mut d_src);
-    be.upload_owned(d_src)
+    // Only the (small) halo rows are copied out; the owned rows of `d_src` become the next
+    // `d_h` in place, and the halo gradients are added into them where they live.
+    let rows = be.mat_dim(&d_src).0;
+    let d_halo = be.to_owned(be.rows(be.view(&d_src), own..rows));
+    let mut d_own = be.truncate_rows(d_src, own);
+    plan.halo.backward_on(
+        group,
+        be,
+        "halo_grads",
+        be.view(&d_halo),
+        be.view_mut(&mut d_own),
+    );
+    d_own
 }

@@ -180,6 +180,15 @@ impl Backend for Cpu {
         out
     }
 
+    fn scatter_add_rows(&self, dst: ArrayViewMut2<f32>, idx: &[u32], x: ArrayView2<f32>) {
+        super::gather::scatter_add_rows(dst, idx, x)
+    }
+
+    fn truncate_rows(&self, x: Array2<f32>, rows: usize) -> Array2<f32> {
+        assert!(rows <= x.nrows(), "truncate_rows: {rows} of {}", x.nrows());
+        x.slice_move(s![..rows, ..])
+    }
+
     fn add_assign(&self, mut dst: ArrayViewMut2<f32>, src: ArrayView2<f32>) {
         dst += &src;
     }

@@ -35,7 +35,6 @@ pub mod gemm;
 pub mod loss;
 pub mod memory;
 pub mod norm;
-pub mod rows;
 pub mod sgemm;
 pub mod simd;
 pub mod skinny;

@@ -24,8 +24,8 @@ use super::ops::{
 };
 use super::{blas, kernels};
 use crate::backend::{
-    Activation, AdamStep, AttentionArgs, AttentionGrads, Backend, DropoutMask, EdgeWeights,
-    RowDropout,
+    Activation, AdamStep, AttentionArgs, AttentionGrads, Backend, DeviceSpan, DropoutMask,
+    EdgeWeights, RowDropout,
 };
 use crate::sample::Block;
 
@@ -251,6 +251,15 @@ impl Backend for Cuda {
     fn scatter_rows(&self, x: DevView<'_>, idx: &[usize], rows: usize) -> DevMat {
         let idx = self.ok("row indices", gather::upload_indices(&self.device, idx));
         self.ok("scattering rows", gather::scatter_rows(x, &idx, rows))
+    }
+
+    fn scatter_add_rows(&self, dst: DevViewMut<'_>, idx: &[u32], x: DevView<'_>) {
+        self.ok("scatter-adding rows", gather::scatter_add_rows(dst, idx, x))
+    }
+
+    fn truncate_rows(&self, mut x: DevMat, rows: usize) -> DevMat {
+        x.truncate_rows(rows);
+        x
     }
 
     fn add_assign(&self, dst: DevViewMut<'_>, src: DevView<'_>) {
@@ -583,6 +592,24 @@ impl Backend for Cuda {
         let mut host = self.buffer_to_host(buf);
         f(&mut host);
         self.buffer_write(buf, &host);
+    }
+
+    fn device_span(&self, x: DevView<'_>) -> Option<DeviceSpan> {
+        // MPI reads the memory outside the stream: the kernels that write it must be done.
+        self.ok("synchronizing", self.device.gpu.synchronize());
+        Some(DeviceSpan {
+            addr: x.ptr(),
+            len: x.rows() * x.cols(),
+        })
+    }
+
+    fn device_span_mut(&self, x: DevViewMut<'_>) -> Option<DeviceSpan> {
+        // Work queued before may still read or write it: MPI must not overwrite it under them.
+        self.ok("synchronizing", self.device.gpu.synchronize());
+        Some(DeviceSpan {
+            addr: x.ptr(),
+            len: x.rows() * x.cols(),
+        })
     }
 
     fn adam_step(

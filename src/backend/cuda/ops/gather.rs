@@ -1,5 +1,5 @@
-//! Rows by index (twins: `cpu::gather::gather_rows`, ndarray's `select` for picked rows, and
-//! the assignment of picked rows' gradients into zeros).
+//! Rows by index (twins: `cpu::gather::gather_rows`, ndarray's `select` for picked rows, the
+//! assignment of picked rows' gradients into zeros, and `cpu::gather::scatter_add_rows`).
 
 use anyhow::Result;
 
@@ -64,6 +64,53 @@ pub fn scatter_rows(src: DevView, idx: &DevVec<u32>, rows: usize) -> Result<DevM
             .u32(src.cols()),
     )?;
     Ok(out)
+}
+
+/// `dst[idx[i]] += src[i]` for every row `i` of `src`, rows with the same target summed in the
+/// order of `i` (twin: `cpu::gather::scatter_add_rows`, bitwise). The rows are grouped by
+/// target on the host (the CPU's stable counting sort), and one warp per distinct target adds
+/// its rows in that order: no atomics, so the sums never depend on scheduling.
+///
+/// # Panics
+/// If the shapes disagree or a target is past `dst`'s rows.
+pub fn scatter_add_rows(dst: DevViewMut, idx: &[u32], src: DevView) -> Result<()> {
+    assert_eq!(src.rows(), idx.len(), "scatter_add_rows: one index per row");
+    assert_eq!(
+        src.cols(),
+        dst.cols(),
+        "scatter_add_rows: column counts differ"
+    );
+    same_device(src.device(), dst.device());
+    if idx.is_empty() || src.cols() == 0 {
+        return Ok(());
+    }
+    let (start, order) = crate::backend::cpu::gather::group_by_target(idx, dst.rows());
+    // Only the targets that receive rows: an exchange often lands a few rows in a tall matrix.
+    let mut targets = Vec::new();
+    let mut seg = vec![0u64];
+    for t in 0..dst.rows() {
+        if start[t + 1] > start[t] {
+            targets.push(t as u32);
+            seg.push(start[t + 1] as u64);
+        }
+    }
+    let device = dst.device();
+    let targets_d = DevVec::upload(device, &targets)?;
+    let seg_d = DevVec::upload(device, &seg)?;
+    let order_d = DevVec::upload(device, &order)?;
+    launch(
+        device,
+        "gnn_scatter_add_rows",
+        per_warp(targets.len()),
+        Args::new()
+            .ptr(dst.ptr())
+            .ptr(src.ptr())
+            .ptr(targets_d.ptr())
+            .ptr(seg_d.ptr())
+            .ptr(order_d.ptr())
+            .u64(targets.len())
+            .u32(src.cols()),
+    )
 }
 
 /// Host row positions as the kernels' `u32` indices, uploaded.
