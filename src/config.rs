@@ -1,7 +1,7 @@
 //! The run configuration: TOML files in `inputs/`, overridden by command-line options, then
 //! validated as a whole with errors that name the offending field.
 
-pub use crate::kinds::{Device, ModelKind, NormKind, Precision, Strategy};
+pub use crate::kinds::{Device, ModelKind, NormKind, Precision, Prefetch, Strategy};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -71,6 +71,9 @@ pub struct TrainConfig {
     pub precision: Precision,
     /// Rayon threads per rank (default: cores of the node / ranks on the node).
     pub threads: Option<usize>,
+    /// Prepare the next GDP mini-batch on a second thread while one trains (`on`, `off`).
+    /// Changes no number: the batch key fixes every sample.
+    pub prefetch: Prefetch,
     /// Group consecutive ranks into pretend nodes of this many ranks (tests of `hybrid` on
     /// one machine); default: the real nodes (MPI shared-memory domains).
     pub ranks_per_node: Option<usize>,
@@ -112,6 +115,7 @@ impl Default for TrainConfig {
             device: Device::Auto,
             precision: Precision::Fp32,
             threads: None,
+            prefetch: Prefetch::On,
             ranks_per_node: None,
             cache_mb: 0.0,
             cache_presample_batches: 8,

@@ -136,6 +136,21 @@ pub enum Precision {
 }
 named!(Precision, "precision", { Fp32 => "fp32", Tf32 => "tf32" });
 
+/// Whether GDP mini-batch training prepares the next batch (sampling, input rows) on a second
+/// thread while the current one trains.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Prefetch {
+    /// Prepare batch b+1 while batch b trains, where it applies (see `docs/cli.md`).
+    #[default]
+    On,
+    /// Prepare every batch when its step begins.
+    Off,
+}
+named!(Prefetch, "prefetch", { On => "on", Off => "off" });
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -238,6 +238,63 @@ fn one_and_two_threads_train_identical_parameters() {
     }
 }
 
+/// Mini-batch GCN (self-loops added to every block) with dropout.
+const MINIBATCH_GCN: &str = r#"
+model = "gcn"
+layers = 2
+hidden = 16
+fanouts = [4, 6]
+batch_size = 300
+dropout = 0.5
+lr = 0.01
+seed = 5
+"#;
+
+#[test]
+fn prefetching_changes_no_parameter_at_one_or_two_threads() {
+    // `--prefetch on` samples and gathers every batch on a second thread, whose parallel work
+    // shares rayon's pool with training (at one thread, the training thread runs it while it
+    // waits). Whatever the thread count, the parameters must be those of `--prefetch off`,
+    // also when `--max-steps` stops inside an epoch (4 steps per epoch, 6 steps).
+    let tmp = common::tempdir();
+    let data = small_sbm(tmp.path());
+    for (toml, tag) in [(MINIBATCH, "sage"), (MINIBATCH_GCN, "gcn")] {
+        let config = &config_file(tmp.path(), tag, toml);
+        for stop in [
+            &["--epochs", "2"][..],
+            &["--epochs", "3", "--max-steps", "6"],
+        ] {
+            let mut reference: Option<Vec<u32>> = None;
+            for (threads, prefetch) in [("1", "off"), ("1", "on"), ("2", "on"), ("2", "off")] {
+                let ck = tmp
+                    .path()
+                    .join(format!("{tag}-{}-t{threads}-{prefetch}.h5", stop.len()));
+                let mut args = vec!["--threads", threads, "--prefetch", prefetch];
+                args.extend_from_slice(&["--checkpoint", s(&ck)]);
+                args.extend_from_slice(stop);
+                let out = train(&data, config, &args);
+                let summary = out.last_json();
+                assert_eq!(summary["steps"], if stop.len() == 2 { 8 } else { 6 });
+                let waited = summary["seconds"]["prefetch_wait"].as_f64().unwrap();
+                assert_eq!(
+                    prefetch == "off",
+                    waited == 0.0,
+                    "{tag}: prefetch_wait {waited} with --prefetch {prefetch}"
+                );
+                let params = bits(&read_f32s(&ck, "params"));
+                match &reference {
+                    None => reference = Some(params),
+                    Some(want) => assert!(
+                        *want == params,
+                        "{tag} {stop:?}: --threads {threads} --prefetch {prefetch} trained \
+                         other parameters than --threads 1 --prefetch off"
+                    ),
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn metrics_lines_and_summary_report_the_best_validation_epoch() {
     let tmp = common::tempdir();

@@ -2,7 +2,7 @@
 
 use crate::backend::{Backend, Cpu};
 use crate::comm::World;
-use crate::config::{Device, FeatureNorm, ModelKind, Precision, Strategy, TrainConfig};
+use crate::config::{Device, FeatureNorm, ModelKind, Precision, Prefetch, Strategy, TrainConfig};
 use crate::nn::NormKind;
 use crate::train::device::{self, Chosen};
 use crate::train::{RunFiles, Trainer};
@@ -87,6 +87,10 @@ pub struct TrainArgs {
     /// Rayon threads per rank (default: cores of the node / ranks on the node).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// GDP mini-batches: sample the next batch and gather its input rows on a second thread
+    /// while the current one trains (on, default), or not (off). Same numbers either way.
+    #[arg(long, value_enum)]
+    pub prefetch: Option<Prefetch>,
     /// Group consecutive ranks into pretend nodes of K ranks (tests of hybrid on one
     /// machine; default: the real nodes). K must divide the number of ranks.
     #[arg(long, value_name = "K")]
@@ -146,7 +150,8 @@ impl TrainArgs {
             device,
             precision,
             checkpoint_every,
-            cache_mb
+            cache_mb,
+            prefetch
         );
         if self.input_dropout.is_some() {
             cfg.input_dropout = self.input_dropout;
