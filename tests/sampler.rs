@@ -341,7 +341,11 @@ fn random_rows(dsts: usize, n: u64, salt: u64, repeat_dst: bool) -> (Vec<NodeId>
         let deg = hash_key(&[salt, i, 1]) % 24;
         for k in 0..deg {
             let h = hash_key(&[salt, i, 2, k]);
-            let u = if h.is_multiple_of(4) { h / 4 % 64 } else { h / 4 % n };
+            let u = if h.is_multiple_of(4) {
+                h / 4 % 64
+            } else {
+                h / 4 % n
+            };
             neighbors.push(u as NodeId);
         }
         offsets.push(neighbors.len());
