@@ -71,8 +71,9 @@ pub struct TrainConfig {
     pub precision: Precision,
     /// Rayon threads per rank (default: cores of the node / ranks on the node).
     pub threads: Option<usize>,
-    /// Prepare the next GDP mini-batch on a second thread while one trains (`on`, `off`).
-    /// Changes no number: the batch key fixes every sample.
+    /// Prepare the next GDP mini-batch on a second thread while one trains: `auto` (on with a
+    /// device backend, off on the CPU), `on` or `off`. Changes no number: the batch key fixes
+    /// every sample.
     pub prefetch: Prefetch,
     /// Group consecutive ranks into pretend nodes of this many ranks (tests of `hybrid` on
     /// one machine); default: the real nodes (MPI shared-memory domains).
@@ -115,7 +116,7 @@ impl Default for TrainConfig {
             device: Device::Auto,
             precision: Precision::Fp32,
             threads: None,
-            prefetch: Prefetch::On,
+            prefetch: Prefetch::Auto,
             ranks_per_node: None,
             cache_mb: 0.0,
             cache_presample_batches: 8,

@@ -143,13 +143,17 @@ named!(Precision, "precision", { Fp32 => "fp32", Tf32 => "tf32" });
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Prefetch {
-    /// Prepare batch b+1 while batch b trains, where it applies (see `docs/cli.md`).
+    /// On where the model runs on a device (the host's cores are then free for the next
+    /// batch), off on the CPU backend (where both would share the same cores; measured no
+    /// faster, see `docs/architecture.md`).
     #[default]
+    Auto,
+    /// Prepare batch b+1 while batch b trains, where it applies (see `docs/cli.md`).
     On,
     /// Prepare every batch when its step begins.
     Off,
 }
-named!(Prefetch, "prefetch", { On => "on", Off => "off" });
+named!(Prefetch, "prefetch", { Auto => "auto", On => "on", Off => "off" });
 
 #[cfg(test)]
 mod tests {

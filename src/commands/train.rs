@@ -88,7 +88,8 @@ pub struct TrainArgs {
     #[arg(long)]
     pub threads: Option<usize>,
     /// GDP mini-batches: sample the next batch and gather its input rows on a second thread
-    /// while the current one trains (on, default), or not (off). Same numbers either way.
+    /// while the current one trains: auto (on with a GPU, off on the CPU backend), on or off.
+    /// Same numbers either way.
     #[arg(long, value_enum)]
     pub prefetch: Option<Prefetch>,
     /// Group consecutive ranks into pretend nodes of K ranks (tests of hybrid on one

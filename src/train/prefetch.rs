@@ -31,10 +31,18 @@ pub const DEPTH: usize = 1;
 
 impl<B: Backend> Trainer<'_, B> {
     /// How many batches the prefetch thread prepares ahead, or `None` when this run prepares
-    /// every batch in its step: `--prefetch off`, full-batch training, another strategy than
-    /// GDP, or GDP over several ranks (whose sampling communicates).
+    /// every batch in its step: `--prefetch off` (or `auto` on the CPU backend), full-batch
+    /// training, another strategy than GDP, or GDP over several ranks (whose sampling
+    /// communicates).
     pub(super) fn prefetch_depth(&self) -> Option<usize> {
-        let applies = self.cfg.prefetch == Prefetch::On
+        let wanted = match self.cfg.prefetch {
+            Prefetch::On => true,
+            Prefetch::Off => false,
+            // On the CPU backend the next batch's preparation would share the cores (and the
+            // memory bandwidth) with this one's training: measured no faster, often slower.
+            Prefetch::Auto => !B::IS_HOST,
+        };
+        let applies = wanted
             && !self.cfg.full_batch
             && self.cfg.strategy == Strategy::Gdp
             && self.data_group().size() == 1;
