@@ -1,7 +1,7 @@
 //! The run configuration: TOML files in `inputs/`, overridden by command-line options, then
 //! validated as a whole with errors that name the offending field.
 
-pub use crate::kinds::{CudaAwareMpi, Device, ModelKind, NormKind, Precision, Strategy};
+pub use crate::kinds::{CudaAwareMpi, Device, ModelKind, NormKind, Precision, Prefetch, Strategy};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -75,6 +75,10 @@ pub struct TrainConfig {
     pub cuda_aware_mpi: CudaAwareMpi,
     /// Rayon threads per rank (default: cores of the node / ranks on the node).
     pub threads: Option<usize>,
+    /// Prepare the next GDP mini-batch on a second thread while one trains: `auto` (on with a
+    /// device backend, off on the CPU), `on` or `off`. Changes no number: the batch key fixes
+    /// every sample.
+    pub prefetch: Prefetch,
     /// Group consecutive ranks into pretend nodes of this many ranks (tests of `hybrid` on
     /// one machine); default: the real nodes (MPI shared-memory domains).
     pub ranks_per_node: Option<usize>,
@@ -117,6 +121,7 @@ impl Default for TrainConfig {
             precision: Precision::Fp32,
             cuda_aware_mpi: CudaAwareMpi::Auto,
             threads: None,
+            prefetch: Prefetch::Auto,
             ranks_per_node: None,
             cache_mb: 0.0,
             cache_presample_batches: 8,

@@ -152,6 +152,25 @@ pub enum CudaAwareMpi {
 }
 named!(CudaAwareMpi, "cuda-aware-mpi setting", { On => "on", Off => "off", Auto => "auto" });
 
+/// Whether GDP mini-batch training prepares the next batch (sampling, input rows) on a second
+/// thread while the current one trains.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Prefetch {
+    /// On where the model runs on a device (the host's cores are then free for the next
+    /// batch), off on the CPU backend (where both would share the same cores; measured no
+    /// faster, see `docs/architecture.md`).
+    #[default]
+    Auto,
+    /// Prepare batch b+1 while batch b trains, where it applies (see `docs/cli.md`).
+    On,
+    /// Prepare every batch when its step begins.
+    Off,
+}
+named!(Prefetch, "prefetch", { Auto => "auto", On => "on", Off => "off" });
+
 #[cfg(test)]
 mod tests {
     use super::*;

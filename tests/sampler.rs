@@ -4,8 +4,8 @@
 use gnnpar::graph::{Csr, Dataset, NodeId, Splits};
 use gnnpar::sample::rng::hash_key;
 use gnnpar::sample::{
-    epoch_batches, full_block, sample_blocks, sample_blocks_with, sample_neighbors, Adjacency,
-    BatchKey, Block, LayerKey, LocalGraph, Sampled,
+    build_block, build_block_forced, epoch_batches, full_block, sample_blocks, sample_blocks_with,
+    sample_neighbors, Adjacency, BatchKey, Block, LayerKey, LocalGraph, Sampled,
 };
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -292,6 +292,148 @@ fn samples_do_not_depend_on_the_thread_count() {
             .install(|| sample_blocks(&adj, &seeds, &[10, 5], BK))
     };
     assert_eq!(run(1), run(3));
+}
+
+/// The block `build_block` must produce, written out the obvious way: destinations first,
+/// then every other sampled vertex in order of first appearance, edges pointing at the first
+/// copy of a vertex.
+fn reference_block(dst: &[NodeId], sampled: &Sampled) -> Block {
+    let mut index: HashMap<NodeId, u32> = HashMap::new();
+    let mut src_nodes = Vec::new();
+    for &v in dst {
+        index.entry(v).or_insert(src_nodes.len() as u32);
+        src_nodes.push(v);
+    }
+    let indices = sampled
+        .neighbors
+        .iter()
+        .map(|&u| {
+            *index.entry(u).or_insert_with(|| {
+                src_nodes.push(u);
+                (src_nodes.len() - 1) as u32
+            })
+        })
+        .collect();
+    Block {
+        num_dst: dst.len(),
+        src_nodes,
+        indptr: sampled.offsets.clone(),
+        indices,
+    }
+}
+
+/// Destinations and sampled rows over `n` vertices with plenty of repeats: popular vertices
+/// (ids below 64) appear in many rows, destinations also appear as sources, and with
+/// `repeat_dst` one destination is listed twice.
+fn random_rows(dsts: usize, n: u64, salt: u64, repeat_dst: bool) -> (Vec<NodeId>, Sampled) {
+    let mut dst: Vec<NodeId> = (0..dsts as u64)
+        .map(|i| (hash_key(&[salt, i]) % n) as NodeId)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if repeat_dst && dst.len() > 2 {
+        let again = dst[1];
+        dst.push(again);
+    }
+    let mut offsets = vec![0usize];
+    let mut neighbors = Vec::new();
+    for i in 0..dst.len() as u64 {
+        let deg = hash_key(&[salt, i, 1]) % 24;
+        for k in 0..deg {
+            let h = hash_key(&[salt, i, 2, k]);
+            let u = if h.is_multiple_of(4) {
+                h / 4 % 64
+            } else {
+                h / 4 % n
+            };
+            neighbors.push(u as NodeId);
+        }
+        offsets.push(neighbors.len());
+    }
+    (dst, Sampled { offsets, neighbors })
+}
+
+#[test]
+fn parallel_and_serial_block_builds_are_identical() {
+    // Sizes from empty to several of the parallel build's 4,096-edge chunks, with first
+    // appearances straddling chunk borders, duplicate edges and a repeated destination.
+    for (dsts, n, salt) in [
+        (0, 10, 1),
+        (1, 5, 2),
+        (40, 50, 3),
+        (3000, 1 << 20, 4),
+        (9000, 20_000, 5),
+    ] {
+        for repeat_dst in [false, true] {
+            let (dst, sampled) = random_rows(dsts, n, salt, repeat_dst);
+            let want = reference_block(&dst, &sampled);
+            for threads in [1, 3] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let (serial, parallel, auto) = pool.install(|| {
+                    (
+                        build_block_forced(&dst, &sampled, false),
+                        build_block_forced(&dst, &sampled, true),
+                        build_block(&dst, &sampled),
+                    )
+                });
+                let tag = format!(
+                    "{} dsts, {} edges, {threads} threads",
+                    dst.len(),
+                    sampled.neighbors.len()
+                );
+                assert_eq!(serial, want, "serial build, {tag}");
+                assert_eq!(parallel, want, "parallel build, {tag}");
+                assert_eq!(auto, want, "build_block, {tag}");
+            }
+        }
+    }
+}
+
+#[test]
+fn blocks_built_in_parallel_are_those_of_one_thread() {
+    // Large enough frontiers (tens of thousands of edges per hop) for the parallel build at
+    // four threads, the serial one at one thread; the thread-local id table is reused across
+    // hops and batches in both.
+    let ds = whole(random_csr(30_000, 12, 9));
+    let adj = LocalGraph::new(&ds, None);
+    let seeds: Vec<NodeId> = (0..30_000).step_by(7).collect();
+    let run = |threads| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+            .install(|| {
+                (0..3)
+                    .map(|batch| {
+                        sample_blocks(&adj, &seeds, &[10, 10, 5], BatchKey { batch, ..BK })
+                    })
+                    .collect::<Vec<_>>()
+            })
+    };
+    let one = run(1);
+    assert!(
+        one[0][0].num_edges() > 1 << 15,
+        "the input block should be large enough for the parallel build"
+    );
+    assert_eq!(one, run(4));
+    check_batch(&adj, &seeds, &[10, 10, 5], &one[0]);
+}
+
+#[test]
+fn self_loops_are_appended_to_every_row() {
+    let (dst, sampled) = random_rows(9000, 20_000, 6, false);
+    let b = reference_block(&dst, &sampled);
+    let looped = b.with_self_loops();
+    looped.check().unwrap();
+    assert_eq!(looped.src_nodes, b.src_nodes);
+    for i in 0..b.num_dst {
+        let mut want = b.in_edges(i).to_vec();
+        want.push(i as u32);
+        assert_eq!(looped.in_edges(i), &want[..], "row {i}");
+    }
 }
 
 // ---------- grouping: what distributed strategies rely on ----------

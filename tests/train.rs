@@ -238,6 +238,105 @@ fn one_and_two_threads_train_identical_parameters() {
     }
 }
 
+/// Mini-batch GCN (self-loops added to every block) with dropout.
+const MINIBATCH_GCN: &str = r#"
+model = "gcn"
+layers = 2
+hidden = 16
+fanouts = [4, 6]
+batch_size = 300
+dropout = 0.5
+lr = 0.01
+seed = 5
+"#;
+
+#[test]
+fn prefetching_changes_no_parameter_at_one_or_two_threads() {
+    // `--prefetch on` samples and gathers every batch on a second thread, whose parallel work
+    // shares rayon's pool with training (at one thread, the training thread runs it while it
+    // waits). Whatever the thread count, the parameters must be those of `--prefetch off`,
+    // also when `--max-steps` stops inside an epoch (4 steps per epoch, 6 steps). `auto` is
+    // off on the CPU backend.
+    let tmp = common::tempdir();
+    let data = small_sbm(tmp.path());
+    for (toml, tag) in [(MINIBATCH, "sage"), (MINIBATCH_GCN, "gcn")] {
+        let config = &config_file(tmp.path(), tag, toml);
+        for stop in [
+            &["--epochs", "2"][..],
+            &["--epochs", "3", "--max-steps", "6"],
+        ] {
+            let mut reference: Option<Vec<u32>> = None;
+            for (threads, prefetch) in [("1", "off"), ("1", "on"), ("2", "on"), ("2", "auto")] {
+                let ck = tmp
+                    .path()
+                    .join(format!("{tag}-{}-t{threads}-{prefetch}.h5", stop.len()));
+                let mut args = vec!["--threads", threads, "--prefetch", prefetch];
+                args.extend_from_slice(&["--checkpoint", s(&ck)]);
+                args.extend_from_slice(stop);
+                let out = train(&data, config, &args);
+                let summary = out.last_json();
+                assert_eq!(summary["steps"], if stop.len() == 2 { 8 } else { 6 });
+                let waited = summary["seconds"]["prefetch_wait"].as_f64().unwrap();
+                assert_eq!(
+                    prefetch == "on",
+                    waited > 0.0,
+                    "{tag}: prefetch_wait {waited} with --prefetch {prefetch}"
+                );
+                let params = bits(&read_f32s(&ck, "params"));
+                match &reference {
+                    None => reference = Some(params),
+                    Some(want) => assert!(
+                        *want == params,
+                        "{tag} {stop:?}: --threads {threads} --prefetch {prefetch} trained \
+                         other parameters than --threads 1 --prefetch off"
+                    ),
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn prefetching_on_a_device_changes_no_parameter() {
+    // With the model on a device (here the CUDA backend on its CPU emulator), `auto` turns the
+    // prefetch thread on, and the input rows are gathered on the device from its resident
+    // copy of the features: the thread only samples. Bitwise the parameters of `off`.
+    let tmp = common::tempdir();
+    let data = small_sbm(tmp.path());
+    let config = &config_file(tmp.path(), "gcn", MINIBATCH_GCN);
+    let run = |prefetch: &str| {
+        let ck = tmp.path().join(format!("device-{prefetch}.h5"));
+        let mut cmd = Command::new(common::GNNPAR);
+        cmd.args(["train", "--data", s(&data), "--config", s(config)])
+            .args(["--device", "cuda", "--threads", "2", "--epochs", "2"])
+            .args(["--prefetch", prefetch, "--checkpoint", s(&ck)])
+            .env("GNNPAR_CUDA_EMULATOR", "1")
+            .env("RUST_LOG", "info");
+        let out = common::run_with_timeout(cmd, RUN_TIMEOUT).expect_ok("emulated --device cuda");
+        let summary = out.last_json();
+        assert!(
+            summary["device"].as_str().unwrap().starts_with("CUDA"),
+            "{summary}"
+        );
+        let waited = summary["seconds"]["prefetch_wait"].as_f64().unwrap();
+        (bits(&read_f32s(&ck, "params")), waited)
+    };
+    let (off, waited_off) = run("off");
+    let (auto, waited_auto) = run("auto");
+    assert_eq!(
+        waited_off, 0.0,
+        "--prefetch off waited for a prefetch thread"
+    );
+    assert!(
+        waited_auto > 0.0,
+        "--prefetch auto did not prefetch on a device"
+    );
+    assert!(
+        off == auto,
+        "--prefetch auto and off trained other parameters on a device"
+    );
+}
+
 #[test]
 fn metrics_lines_and_summary_report_the_best_validation_epoch() {
     let tmp = common::tempdir();

@@ -3,7 +3,7 @@
 use crate::backend::{Backend, Cpu};
 use crate::comm::World;
 use crate::config::{
-    CudaAwareMpi, Device, FeatureNorm, ModelKind, Precision, Strategy, TrainConfig,
+    CudaAwareMpi, Device, FeatureNorm, ModelKind, Precision, Prefetch, Strategy, TrainConfig,
 };
 use crate::nn::NormKind;
 use crate::train::device::{self, Chosen};
@@ -93,6 +93,11 @@ pub struct TrainArgs {
     /// Rayon threads per rank (default: cores of the node / ranks on the node).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// GDP mini-batches: sample the next batch and gather its input rows on a second thread
+    /// while the current one trains: auto (on with a GPU, off on the CPU backend), on or off.
+    /// Same numbers either way.
+    #[arg(long, value_enum)]
+    pub prefetch: Option<Prefetch>,
     /// Group consecutive ranks into pretend nodes of K ranks (tests of hybrid on one
     /// machine; default: the real nodes). K must divide the number of ranks.
     #[arg(long, value_name = "K")]
@@ -153,7 +158,8 @@ impl TrainArgs {
             precision,
             cuda_aware_mpi,
             checkpoint_every,
-            cache_mb
+            cache_mb,
+            prefetch
         );
         if self.input_dropout.is_some() {
             cfg.input_dropout = self.input_dropout;

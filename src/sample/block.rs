@@ -1,6 +1,10 @@
 //! One layer of a sampled mini-batch, in DGL's message-flow-graph layout.
 
 use crate::graph::NodeId;
+use rayon::prelude::*;
+
+/// Destinations per task of [`Block::with_self_loops`].
+const LOOP_CHUNK: usize = 2048;
 
 /// A bipartite block from `num_src` source rows to `num_dst` destination rows.
 ///
@@ -53,14 +57,32 @@ impl Block {
     /// The same block with one self-loop edge `i -> i` appended to every destination
     /// (GCN's `A + I`).
     pub fn with_self_loops(&self) -> Block {
-        let mut indptr = Vec::with_capacity(self.num_dst + 1);
-        let mut indices = Vec::with_capacity(self.indices.len() + self.num_dst);
-        indptr.push(0);
-        for i in 0..self.num_dst {
-            indices.extend_from_slice(self.in_edges(i));
-            indices.push(i as u32);
-            indptr.push(indices.len());
+        // Destination `i`'s row moves by `i` (one loop per earlier row), so every chunk of
+        // destinations knows where its rows go and writes them in parallel.
+        let indptr: Vec<usize> = self
+            .indptr
+            .iter()
+            .enumerate()
+            .map(|(i, &o)| o + i)
+            .collect();
+        let mut indices = vec![0u32; self.indices.len() + self.num_dst];
+        let mut outs = Vec::with_capacity(self.num_dst.div_ceil(LOOP_CHUNK));
+        let mut rest = indices.as_mut_slice();
+        for lo in (0..self.num_dst).step_by(LOOP_CHUNK) {
+            let hi = (lo + LOOP_CHUNK).min(self.num_dst);
+            let (out, tail) = rest.split_at_mut(indptr[hi] - indptr[lo]);
+            outs.push((lo..hi, out));
+            rest = tail;
         }
+        outs.into_par_iter().for_each(|(rows, out)| {
+            let mut at = 0;
+            for i in rows {
+                let row = self.in_edges(i);
+                out[at..at + row.len()].copy_from_slice(row);
+                out[at + row.len()] = i as u32;
+                at += row.len() + 1;
+            }
+        });
         Block {
             num_dst: self.num_dst,
             src_nodes: self.src_nodes.clone(),

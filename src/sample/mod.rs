@@ -28,7 +28,7 @@ pub mod rng;
 pub use batches::{epoch_batches, seed_order_key};
 pub use block::Block;
 pub use build::{
-    build_block, build_block_with, full_block, sample_blocks, sample_blocks_with, BatchKey,
-    LocalIds,
+    build_block, build_block_forced, build_block_with, full_block, sample_blocks,
+    sample_blocks_with, BatchKey, LocalIds,
 };
 pub use neighbor::{sample_count, sample_neighbors, Adjacency, LayerKey, LocalGraph, Sampled};

@@ -234,14 +234,33 @@ pub fn sample_neighbors(
         .collect();
 
     // Output sizes are known before drawing anything, so every chunk writes straight into
-    // its own slice of one output buffer.
-    let mut offsets = Vec::with_capacity(rows.len() + 1);
-    offsets.push(0usize);
+    // its own slice of one output buffer. The offsets are a prefix sum, by chunks: each
+    // chunk's total, then (serially, one add per chunk) where each chunk starts, then every
+    // chunk's own offsets in parallel.
+    let count = |(list, _): &Row| sample_count(fanout, list.len());
+    let chunk_totals: Vec<usize> = rows
+        .par_chunks(CHUNK)
+        .map(|chunk| chunk.iter().map(count).sum())
+        .collect();
+    let mut offsets = vec![0usize; rows.len() + 1];
     let mut total = 0usize;
-    for (list, _) in &rows {
-        total += sample_count(fanout, list.len());
-        offsets.push(total);
-    }
+    let starts: Vec<usize> = chunk_totals
+        .iter()
+        .map(|&t| {
+            total += t;
+            total - t
+        })
+        .collect();
+    offsets[1..]
+        .par_chunks_mut(CHUNK)
+        .zip(rows.par_chunks(CHUNK))
+        .zip(starts)
+        .for_each(|((out, chunk), mut at)| {
+            for (o, row) in out.iter_mut().zip(chunk) {
+                at += count(row);
+                *o = at;
+            }
+        });
     let mut neighbors = vec![0 as NodeId; total];
 
     let prefix = key.prefix();

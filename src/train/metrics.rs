@@ -98,8 +98,13 @@ pub fn roc_auc(scores: &[f64], positive: &[bool]) -> f64 {
 /// Seconds spent in each phase of training.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct PhaseTimes {
+    /// Sampling and input-row gathers, as long as they took; with `--prefetch on` they ran on
+    /// the prefetch thread, overlapped with training, and `prefetch_wait` is what the loop
+    /// waited for them.
     pub sample: f64,
     pub gather: f64,
+    /// Seconds the training loop waited for the prefetch thread's next batch.
+    pub prefetch_wait: f64,
     pub forward: f64,
     pub backward: f64,
     pub allreduce: f64,
@@ -112,6 +117,7 @@ impl PhaseTimes {
     pub fn add(&mut self, o: &PhaseTimes) {
         self.sample += o.sample;
         self.gather += o.gather;
+        self.prefetch_wait += o.prefetch_wait;
         self.forward += o.forward;
         self.backward += o.backward;
         self.allreduce += o.allreduce;

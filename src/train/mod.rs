@@ -11,6 +11,7 @@ pub mod dump;
 pub mod hybrid;
 pub mod metrics;
 pub mod owner_input;
+pub mod prefetch;
 pub mod report;
 pub mod snp;
 pub mod split;
@@ -509,29 +510,6 @@ impl<'w, B: Backend> Trainer<'w, B> {
         Ok(())
     }
 
-    /// Debug builds: every rank must hold bit-identical parameters after every step (the
-    /// allreduce makes the gradients identical, and Adam is elementwise).
-    #[cfg(debug_assertions)]
-    fn check_identical_params(&self) -> Result<()> {
-        let hash = self
-            .model
-            .params
-            .values_on_host()
-            .iter()
-            .fold(0xcbf2_9ce4_8422_2325u64, |h, v| {
-                (h ^ v.to_bits() as u64).wrapping_mul(0x0100_0000_01b3)
-            });
-        let all = self.world.allgather_u64(hash);
-        if all.iter().any(|&h| h != all[0]) {
-            bail!(
-                "parameters differ across ranks after step {} (hashes {all:x?}): a strategy \
-                 broke data-parallel consistency",
-                self.pos.step
-            );
-        }
-        Ok(())
-    }
-
     fn steps_exhausted(&self) -> bool {
         self.cfg.max_steps.is_some_and(|m| self.pos.step >= m)
     }
@@ -554,9 +532,11 @@ impl<'w, B: Backend> Trainer<'w, B> {
     /// Run the rest of the current epoch (or until `max_steps`).
     fn train_epoch(&mut self) -> Result<EpochOutcome> {
         let batches = self.batches();
+        if let Some(depth) = self.prefetch_depth() {
+            return self.train_epoch_prefetched(&batches, depth);
+        }
         let mut times = PhaseTimes::default();
-        let (mut loss_sum, mut loss_count) = (0.0f64, 0usize);
-        let mut counts = (0u64, 0u64, 0u64);
+        let mut totals = EpochTotals::default();
         let mut split_stats: Vec<split::SplitLayerStats> = Vec::new();
         let mut progress = crate::util::progress::Progress::new(
             &format!("epoch {}", self.pos.epoch),
@@ -566,9 +546,9 @@ impl<'w, B: Backend> Trainer<'w, B> {
             if self.steps_exhausted() {
                 progress.finish();
                 return Ok(EpochOutcome {
-                    loss: loss_sum / loss_count.max(1) as f64,
+                    loss: totals.loss_sum / totals.loss_count.max(1) as f64,
                     times,
-                    counts,
+                    counts: totals.counts,
                     finished: false,
                     split: split_stats,
                 });
@@ -632,48 +612,23 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 )?,
                 (false, Strategy::Auto) => unreachable!("auto is resolved in Trainer::new"),
             };
-            let t = Instant::now();
-            if self.world.size() > 1 {
-                allreduce_grads(self.world, &mut self.model.params);
-            }
-            let mut stats = [
-                out.loss_sum,
-                out.nodes as f64,
-                out.edges as f64,
-                out.input_rows as f64,
-            ];
-            self.world.allreduce_sum_f64(&mut stats);
-            times.allreduce += t.elapsed().as_secs_f64();
-            let batch_loss = stats[0] / batch.len() as f64;
-            if !batch_loss.is_finite() {
-                bail!(
-                    "loss is {batch_loss} at epoch {} step {} (batch {b}); lower `lr` or check \
-                     the features for extreme values",
-                    self.pos.epoch,
-                    self.pos.step
-                );
-            }
-            loss_sum += stats[0];
-            loss_count += batch.len();
-            counts.0 += stats[1] as u64;
-            counts.1 += stats[2] as u64;
-            counts.2 += stats[3] as u64;
-
-            let t = Instant::now();
-            self.adam
-                .step(&mut self.model.params.values, &self.model.params.grads);
-            times.optimizer += t.elapsed().as_secs_f64();
-            #[cfg(debug_assertions)]
-            self.check_identical_params()?;
-            self.pos.step += 1;
-            self.pos.batch += 1;
+            finish_step(
+                self.world,
+                &mut self.model,
+                &mut self.adam,
+                &mut self.pos,
+                &out,
+                batch.len(),
+                &mut times,
+                &mut totals,
+            )?;
             progress.inc(1);
         }
         progress.finish();
         Ok(EpochOutcome {
-            loss: loss_sum / loss_count.max(1) as f64,
+            loss: totals.loss_sum / totals.loss_count.max(1) as f64,
             times,
-            counts,
+            counts: totals.counts,
             finished: true,
             split: split_stats,
         })
@@ -695,4 +650,88 @@ impl<'w, B: Backend> Trainer<'w, B> {
         };
         (eval(&splits.train), eval(&splits.val), eval(&splits.test))
     }
+}
+
+/// Running totals of an epoch's steps.
+#[derive(Default)]
+struct EpochTotals {
+    /// Loss summed over the seeds trained, and their count.
+    loss_sum: f64,
+    loss_count: usize,
+    /// Destination rows, edges and input rows processed, summed over ranks.
+    counts: (u64, u64, u64),
+}
+
+/// What every mini-batch step ends with, after its backward pass: sum the gradients and the
+/// step's counters over ranks, refuse a non-finite loss, take the optimizer step and move the
+/// position on by one batch. Collective. (A free function, so that the prefetching loop can
+/// call it while its prefetch thread reads the training data.)
+#[allow(clippy::too_many_arguments)]
+fn finish_step<B: Backend>(
+    world: &World,
+    model: &mut Model<B>,
+    adam: &mut Adam<B>,
+    pos: &mut Position,
+    out: &strategy::StepOutput,
+    batch_len: usize,
+    times: &mut PhaseTimes,
+    totals: &mut EpochTotals,
+) -> Result<()> {
+    let t = Instant::now();
+    if world.size() > 1 {
+        allreduce_grads(world, &mut model.params);
+    }
+    let mut stats = [
+        out.loss_sum,
+        out.nodes as f64,
+        out.edges as f64,
+        out.input_rows as f64,
+    ];
+    world.allreduce_sum_f64(&mut stats);
+    times.allreduce += t.elapsed().as_secs_f64();
+    let batch_loss = stats[0] / batch_len as f64;
+    if !batch_loss.is_finite() {
+        bail!(
+            "loss is {batch_loss} at epoch {} step {} (batch {}); lower `lr` or check the \
+             features for extreme values",
+            pos.epoch,
+            pos.step,
+            pos.batch
+        );
+    }
+    totals.loss_sum += stats[0];
+    totals.loss_count += batch_len;
+    totals.counts.0 += stats[1] as u64;
+    totals.counts.1 += stats[2] as u64;
+    totals.counts.2 += stats[3] as u64;
+
+    let t = Instant::now();
+    adam.step(&mut model.params.values, &model.params.grads);
+    times.optimizer += t.elapsed().as_secs_f64();
+    #[cfg(debug_assertions)]
+    check_identical_params(world, model, pos.step)?;
+    pos.step += 1;
+    pos.batch += 1;
+    Ok(())
+}
+
+/// Debug builds: every rank must hold bit-identical parameters after every step (the
+/// allreduce makes the gradients identical, and Adam is elementwise).
+#[cfg(debug_assertions)]
+fn check_identical_params<B: Backend>(world: &World, model: &Model<B>, step: u64) -> Result<()> {
+    let hash = model
+        .params
+        .values_on_host()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, v| {
+            (h ^ v.to_bits() as u64).wrapping_mul(0x0100_0000_01b3)
+        });
+    let all = world.allgather_u64(hash);
+    if all.iter().any(|&h| h != all[0]) {
+        bail!(
+            "parameters differ across ranks after step {step} (hashes {all:x?}): a strategy \
+             broke data-parallel consistency"
+        );
+    }
+    Ok(())
 }

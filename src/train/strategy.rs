@@ -12,6 +12,7 @@ use crate::backend::Backend;
 use crate::comm::Group;
 use crate::exchange::inference::HaloPlan;
 use crate::exchange::sample_blocks_distributed;
+use crate::exchange::store::StoreStats;
 use crate::graph::NodeId;
 use crate::nn::{DropoutCtx, Model};
 use crate::sample::rng::hash_key;
@@ -57,6 +58,75 @@ pub(crate) fn dropout_stream(key: BatchKey) -> u64 {
     hash_key(&[key.seed, key.epoch, key.batch, 0x64726f70])
 }
 
+/// The host side of one GDP mini-batch, ready for the model: this rank's seeds and their
+/// labels, the sampled blocks (self-loops added where the model wants them), and the input
+/// rows gathered on the host.
+pub struct HostBatch {
+    pub seeds: Vec<NodeId>,
+    pub labels: Vec<i64>,
+    /// Input layer first; the last block's destinations are `seeds`.
+    pub blocks: Vec<Block>,
+    /// The blocks as sampled, before self-loops were added: kept only for `--dump-blocks`
+    /// when self-loops changed them (otherwise `blocks` are the sampled blocks).
+    pub sampled: Option<Vec<Block>>,
+    /// `blocks[0]`'s source rows; `None` when the backend gathers them from its resident copy
+    /// of the features.
+    pub x: Option<Array2<f32>>,
+    /// Seconds spent sampling and gathering, and the feature store's counters of the gather.
+    pub sample_seconds: f64,
+    pub gather_seconds: f64,
+    pub store: StoreStats,
+}
+
+/// The host side of a GDP mini-batch on a rank that holds the whole graph (a group of one
+/// rank): sample, add self-loops, gather the input rows (unless `gather` is false) and the
+/// labels. It communicates nothing, reads `data` only and is a pure function of its
+/// arguments, so the trainer's prefetch thread runs it ahead of time with the same result
+/// as the step itself (`keep_sampled`: also keep the blocks as sampled, for `--dump-blocks`).
+///
+/// # Panics
+/// If `data` does not own every vertex the batch reaches.
+pub fn gdp_host_batch(
+    data: &TrainData,
+    batch: &[NodeId],
+    fanouts: &[i32],
+    key: BatchKey,
+    self_loops: bool,
+    gather: bool,
+    keep_sampled: bool,
+) -> HostBatch {
+    let t = Instant::now();
+    let seeds: Vec<NodeId> = batch.iter().copied().filter(|&v| data.owns(v)).collect();
+    let graph = LocalGraph::new(&data.part, data.orig_ids.as_deref());
+    let mut blocks = sample_blocks(&graph, &seeds, fanouts, key);
+    let mut sampled = None;
+    if self_loops {
+        let looped = blocks.iter().map(Block::with_self_loops).collect();
+        let raw = std::mem::replace(&mut blocks, looped);
+        sampled = keep_sampled.then_some(raw);
+    }
+    let sample_seconds = t.elapsed().as_secs_f64();
+
+    let t = Instant::now();
+    let (x, store) = if gather {
+        let (x, stats) = data.store.gather_local(&blocks[0].src_nodes);
+        (Some(x), stats)
+    } else {
+        (None, StoreStats::default())
+    };
+    let labels = seeds.iter().map(|&s| data.label(s)).collect();
+    HostBatch {
+        seeds,
+        labels,
+        blocks,
+        sampled,
+        x,
+        sample_seconds,
+        gather_seconds: t.elapsed().as_secs_f64(),
+        store,
+    }
+}
+
 /// Data-parallel step (GDP): this rank takes the seeds of `batch` it owns, samples their
 /// blocks with owner-computes sampling, fetches input rows from the feature store (or gathers
 /// them on the device from `resident`, the whole graph's features kept there when one rank
@@ -77,33 +147,94 @@ pub fn gdp_minibatch_step<B: Backend>(
         fanouts,
         key,
         self_loops,
-        scale,
+        ..
     } = *args;
-    let be = model.params.backend().clone();
-    let seeds: Vec<NodeId> = batch.iter().copied().filter(|&v| data.owns(v)).collect();
-    let t = Instant::now();
-    let graph = LocalGraph::new(&data.part, data.orig_ids.as_deref());
-    let mut blocks = if group.size() == 1 {
-        sample_blocks(&graph, &seeds, fanouts, key)
+    let on_device = resident.is_some() && group.size() == 1;
+    let host = if group.size() == 1 {
+        // Exactly what the prefetch thread would have prepared.
+        let host = gdp_host_batch(
+            data,
+            batch,
+            fanouts,
+            key,
+            self_loops,
+            !on_device,
+            dump.is_some(),
+        );
+        data.store.add_stats(&host.store);
+        host
     } else {
-        sample_blocks_distributed(group, &graph, &data.offsets, &seeds, fanouts, key)
+        let t = Instant::now();
+        let seeds: Vec<NodeId> = batch.iter().copied().filter(|&v| data.owns(v)).collect();
+        let graph = LocalGraph::new(&data.part, data.orig_ids.as_deref());
+        let blocks = sample_blocks_distributed(group, &graph, &data.offsets, &seeds, fanouts, key);
+        let (blocks, sampled) = if self_loops {
+            let looped = blocks.iter().map(Block::with_self_loops).collect();
+            (looped, dump.is_some().then_some(blocks))
+        } else {
+            (blocks, None)
+        };
+        let sample_seconds = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let x = data.store.gather(group, &blocks[0].src_nodes);
+        let labels = seeds.iter().map(|&s| data.label(s)).collect();
+        HostBatch {
+            seeds,
+            labels,
+            blocks,
+            sampled,
+            x: Some(x),
+            sample_seconds,
+            gather_seconds: t.elapsed().as_secs_f64(),
+            store: StoreStats::default(),
+        }
     };
+    gdp_train_step(model, data, resident, host, args, times, dump)
+}
+
+/// The model's side of a GDP step on a prepared [`HostBatch`]: input rows onto the backend
+/// (or gathered there from `resident`), blocks onto the backend, forward, loss and backward.
+/// Adds the batch's host seconds to `times` and writes its blocks to `dump`. Local: no
+/// communication.
+pub fn gdp_train_step<B: Backend>(
+    model: &mut Model<B>,
+    data: &TrainData,
+    resident: Option<&B::Mat>,
+    host: HostBatch,
+    args: &StepArgs,
+    times: &mut PhaseTimes,
+    dump: Option<(&mut BlockDump, u64)>,
+) -> Result<StepOutput> {
+    let be = model.params.backend().clone();
+    let HostBatch {
+        seeds,
+        labels,
+        blocks,
+        sampled,
+        x,
+        sample_seconds,
+        gather_seconds,
+        ..
+    } = host;
     if let Some((dump, step)) = dump {
-        dump.write(step, &blocks, data)?;
+        dump.write(step, sampled.as_ref().unwrap_or(&blocks), data)?;
     }
-    if self_loops {
-        blocks = blocks.iter().map(Block::with_self_loops).collect();
-    }
-    times.sample += t.elapsed().as_secs_f64();
+    times.sample += sample_seconds;
+    times.gather += gather_seconds;
 
     let t = Instant::now();
     let src = &blocks[0].src_nodes;
-    let x = match resident {
-        // One rank owns every vertex: the global id is the row.
-        Some(features) if group.size() == 1 => be.gather_rows(be.view(features), src),
-        _ => be.upload_owned(data.store.gather(group, src)),
+    // On the host backend the gathered rows are the model's input as they are, and go back to
+    // the store once the forward pass is done with them; a device backend copies them.
+    let (x, host_rows) = match (x, resident) {
+        (Some(x), _) if B::IS_HOST => (be.upload_owned(x), None),
+        (Some(x), _) => (be.upload(x.view()), Some(x)),
+        (None, Some(features)) => (be.gather_rows(be.view(features), src), None),
+        (None, None) => panic!("a host batch without input rows needs resident features"),
     };
-    let labels: Vec<i64> = seeds.iter().map(|&s| data.label(s)).collect();
+    if let Some(rows) = host_rows {
+        data.store.recycle(rows);
+    }
     let mut out = StepOutput {
         loss_sum: 0.0,
         seeds: seeds.len() as u64,
@@ -114,23 +245,30 @@ pub fn gdp_minibatch_step<B: Backend>(
     let graphs: Vec<B::Graph> = blocks.into_iter().map(|b| be.graph(b)).collect();
     times.gather += t.elapsed().as_secs_f64();
     if seeds.is_empty() {
+        if B::IS_HOST {
+            data.store.recycle(be.download_owned(x));
+        }
         return Ok(out);
     }
     let refs: Vec<&B::Graph> = graphs.iter().collect();
     let t = Instant::now();
     let ctx = DropoutCtx {
         training: true,
-        stream: dropout_stream(key),
+        stream: dropout_stream(args.key),
         orig_ids: data.orig_ids.as_deref(),
         gcn_degrees: data.gcn_degrees.as_deref(),
     };
     let (logits, cache) = model.forward(&refs, be.view(&x), &ctx);
-    drop(x);
+    if B::IS_HOST {
+        data.store.recycle(be.download_owned(x));
+    } else {
+        drop(x);
+    }
     let (loss_sum, mut d_logits) = be.cross_entropy(be.view(&logits), &labels);
     times.forward += t.elapsed().as_secs_f64();
 
     let t = Instant::now();
-    be.scale(be.view_mut(&mut d_logits), scale);
+    be.scale(be.view_mut(&mut d_logits), args.scale);
     model.backward(&refs, cache, d_logits);
     times.backward += t.elapsed().as_secs_f64();
     out.loss_sum = loss_sum;
