@@ -50,14 +50,10 @@ impl Backend for Cpu {
     }
 
     fn describe(&self) -> String {
-        let gemm = match super::sgemm::isa() {
-            Some(super::sgemm::Isa::Avx512) => "packed AVX-512",
-            Some(super::sgemm::Isa::Avx2) => "packed AVX2+FMA",
-            None => "matrixmultiply",
-        };
         format!(
-            "CPU ({} threads, GEMM kernel {gemm})",
-            rayon::current_num_threads()
+            "CPU ({} threads, GEMM: gemm crate, {})",
+            rayon::current_num_threads(),
+            super::gemm::kernels()
         )
     }
 
@@ -234,11 +230,12 @@ impl Backend for Cpu {
         dropout: Option<(&RowDropout, &DropoutMask)>,
     ) -> (Array2<f32>, Option<Saved>, Option<KeptBits>) {
         let k = w_top.nrows();
-        if !sparse_rows::splits_exactly_after(k) {
+        if !sparse_rows::lists(a.nrows(), k, w.ncols()) {
             return self.matmul_epilogue(None, a, w, bias, relu, dropout);
         }
         // The left half is mostly zeros below another layer: skip them, then the dense
-        // product adds the right half on with the epilogue (bitwise the single product).
+        // product adds the right half on with the epilogue (the single product within
+        // rounding).
         let onto = sparse_rows::matmul_mostly_zero_rows(a.slice(s![.., ..k]), w_top);
         self.matmul_epilogue(
             Some(onto),
