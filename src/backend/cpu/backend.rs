@@ -230,7 +230,7 @@ impl Backend for Cpu {
         dropout: Option<(&RowDropout, &DropoutMask)>,
     ) -> (Array2<f32>, Option<Saved>, Option<KeptBits>) {
         let k = w_top.nrows();
-        if !sparse_rows::lists(a.nrows(), k, w.ncols()) {
+        if !sparse_rows::lists(a.slice(s![.., ..k]), w.ncols()) {
             return self.matmul_epilogue(None, a, w, bias, relu, dropout);
         }
         // The left half is mostly zeros below another layer: skip them, then the dense

@@ -30,19 +30,20 @@ pub fn matmul_mostly_zero_rows(a: ArrayView2<f32>, b: ArrayView2<f32>) -> Array2
     product(a, b, true).0
 }
 
-/// Whether [`matmul_mostly_zero_rows`] lists the non-zeros of an `m × k` by `k × n` product
-/// (otherwise it is the dense product): used to split a stacked product `[x | a]·[y; b]` into
-/// the listed `x·y` and the dense `a·b` added onto it
-/// ([`super::gemm::matmul_onto_bias_relu`]) only where the listing runs, the single product
-/// being one pass fewer elsewhere.
-pub fn lists(m: usize, k: usize, n: usize) -> bool {
+/// Whether [`matmul_mostly_zero_rows`] lists the non-zeros of `a` times a `k × n` matrix
+/// (otherwise it is the dense product): for the shape, and when a sample of `a`'s rows is
+/// mostly zeros. Used to split a stacked product `[x | a]·[y; b]` into the listed `x·y` and
+/// the dense `a·b` added onto it ([`super::gemm::matmul_onto_bias_relu`]) only where the
+/// listing runs, the single product being one pass fewer elsewhere (a first layer's dense
+/// features).
+pub fn lists(a: ArrayView2<f32>, n: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        kernel::applies(m, k, n)
+        kernel::lists(&a, n)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (m, k, n);
+        let _ = (a, n);
         false
     }
 }
@@ -200,10 +201,26 @@ mod kernel {
             && m * n * k >= MIN_FLOPS
     }
 
-    /// [`applies`], for row-major rows of `a`.
-    fn usable(a: &ArrayView2<f32>, b: &ArrayView2<f32>) -> bool {
+    /// [`applies`] to `a` times a `_ × n` matrix, for row-major rows of `a`, a sample of which
+    /// is mostly zeros.
+    pub(super) fn lists(a: &ArrayView2<f32>, n: usize) -> bool {
         let (m, k) = a.dim();
-        applies(m, k, b.ncols()) && (a.strides()[1] == 1 || k == 1)
+        applies(m, k, n) && (a.strides()[1] == 1 || k == 1) && sample_is_sparse(a)
+    }
+
+    /// Whether at most [`MAX_DENSITY`] of a sample of `a`'s rows is non-zero (NaN counts as
+    /// non-zero): every `step`-th row, `step` fixed by the shape so that at most about 256
+    /// rows are read. A dense `a` (a first layer's features, an output layer's gradient) then
+    /// goes to the dense product at once instead of listing every chunk first.
+    fn sample_is_sparse(a: &ArrayView2<f32>) -> bool {
+        let m = a.nrows();
+        let (mut nonzero, mut all) = (0usize, 0usize);
+        for i in (0..m).step_by((m / 256).max(1)) {
+            let row = a.row(i);
+            nonzero += row.iter().filter(|&&v| v != 0.0).count();
+            all += row.len();
+        }
+        nonzero as f64 <= MAX_DENSITY * all as f64
     }
 
     /// `b` (`k × n`, any strides) in [`PANEL`]-column panels of `k` rows: panel `p` holds the
@@ -274,7 +291,7 @@ mod kernel {
     }
 
     pub(super) fn product(a: ArrayView2<f32>, b: ArrayView2<f32>) -> Option<(Array2<f32>, usize)> {
-        if !usable(&a, &b) {
+        if !lists(&a, b.ncols()) {
             return None;
         }
         let (m, k, n) = (a.nrows(), a.ncols(), b.ncols());
@@ -295,7 +312,7 @@ mod kernel {
                 let chunk = a.slice(s![i0..i0 + rows, ..]);
                 // SAFETY: rows i0..i0 + rows of the m×n output, this task's alone.
                 let tile_ptr = unsafe { out.at(i0 * n) };
-                // SAFETY: AVX2 is present (`usable`).
+                // SAFETY: AVX2 is present (`lists`).
                 if unsafe { lists.build(chunk) } <= MAX_DENSITY {
                     sparse_chunks.fetch_add(1, Ordering::Relaxed);
                     let tile = Tile {
@@ -304,7 +321,7 @@ mod kernel {
                         cols: n,
                         rs: n as isize,
                     };
-                    // SAFETY: AVX2 and FMA are present (`usable`); `packed` holds `b` and
+                    // SAFETY: AVX2 and FMA are present (`lists`); `packed` holds `b` and
                     // `tile` the chunk's rows.
                     unsafe { listed_chunk(lists, packed, k, tile) };
                 } else {
@@ -440,7 +457,7 @@ mod tests {
     }
 
     fn listing_here() -> bool {
-        let here = lists(1024, 256, 256);
+        let here = lists(Array2::zeros((1024, 256)).view(), 256);
         if !here {
             crate::util::skip::skipped(
                 crate::util::skip::SkipKind::Other,
@@ -482,13 +499,16 @@ mod tests {
             assert_eq!(sparse_chunks, expect, "{what}");
             assert_eq!(listed, run(3).0, "{what}: thread count");
         }
-        // Half the rows dense, half sparse: both kernels in one product.
+        // A quarter of the rows dense: both kernels in one product.
         let mut a = mostly_zero(512, 256, 0.2, 5);
-        a.slice_mut(s![256.., ..]).assign(&pseudo(256, 256, 6));
+        a.slice_mut(s![384.., ..]).assign(&pseudo(128, 256, 6));
         let w = pseudo(300, 256, 7);
         let (listed, sparse_chunks) = product(a.view(), w.t(), true);
-        assert_close(&listed, &reference(a.view(), w.t()), "half dense");
-        assert_eq!(sparse_chunks, 4);
+        assert_close(&listed, &reference(a.view(), w.t()), "a quarter dense");
+        assert_eq!(sparse_chunks, 6);
+        // A dense `a` is not listed at all, and a dense first half is not split off.
+        assert!(!lists(pseudo(512, 256, 8).view(), 300));
+        assert!(lists(mostly_zero(512, 256, 0.25, 9).view(), 300));
     }
 
     /// A SAGE layer's forward split in two: the listed `x·y`, then `a·b` added on with bias,
