@@ -29,9 +29,13 @@ const ROW_UNIT: usize = 64;
 /// Fewest and most rows per block. Each block packs its share of `a` and all of `b` again:
 /// measured on this project's shapes (`benchmarks/gemm.sh`'s VM, one thread), blocks of 256
 /// rows run at 93–98 % of one whole-product call and 64-row blocks at 60–90 %. More than
-/// 1024 rows gain nothing and leave an epilogue's block out of L2.
+/// 1024 rows gain nothing.
 const MIN_ROWS: usize = 256;
 const MAX_ROWS: usize = 1024;
+/// Above `MIN_ROWS`, a block's output is kept within this many bytes, so that an epilogue
+/// finds it in L2 (a cheap product, few inner steps, would otherwise be split into blocks
+/// of a megabyte or more).
+const BLOCK_BYTES: usize = 256 << 10;
 /// Blocks a row split aims at: enough to balance many threads, as long as blocks keep
 /// `MIN_ROWS`.
 const BLOCKS: usize = 64;
@@ -70,10 +74,11 @@ impl Split {
             return Split::Inner(k.div_ceil(blocks).next_multiple_of(ROW_UNIT));
         }
         if m >= 2 * MIN_ROWS {
+            let most = (BLOCK_BYTES / (n * std::mem::size_of::<f32>())).clamp(MIN_ROWS, MAX_ROWS);
             let rows = m
                 .div_ceil(BLOCKS)
                 .max(BLOCK_FLOPS.div_ceil(n * k))
-                .clamp(MIN_ROWS, MAX_ROWS)
+                .clamp(MIN_ROWS, most)
                 .next_multiple_of(ROW_UNIT);
             return Split::Rows(rows);
         }
@@ -654,7 +659,8 @@ mod tests {
         assert_eq!(Split::of(5, 3, 4), Split::Whole);
         assert_eq!(Split::of(1300, 90, 70), Split::Rows(704));
         assert_eq!(Split::of(5197, 256, 512), Split::Rows(256));
-        assert_eq!(Split::of(112_777, 256, 256), Split::Rows(1024));
+        assert_eq!(Split::of(112_777, 256, 256), Split::Rows(256));
+        assert_eq!(Split::of(112_777, 16, 256), Split::Rows(1024));
         assert_eq!(Split::of(40, 3000, 256), Split::Cols(448));
         assert_eq!(Split::of(256, 256, 9000), Split::Inner(4544));
         assert_eq!(Split::of(256, 256, 112_777), Split::Inner(7104));

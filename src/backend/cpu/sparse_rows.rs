@@ -2,15 +2,17 @@
 //!
 //! The input gradient of a hidden layer, `dz · Wᵀ`, has such an `a`: `dz` is zero wherever the
 //! layer's ReLU was off or the next layer's dropout dropped the output, three quarters of it
-//! at dropout 0.5; so has the self half `h_dst · W_self` of the layer above's forward. Rows of
-//! `a` are taken in chunks; each chunk lists its rows' non-zeros and, when they are few
+//! at dropout 0.5. Rows of `a` are taken in chunks; each chunk lists its rows' non-zeros and, when they are few
 //! enough, multiplies only those with a packed `b` (an AVX2 kernel over three rows and one
 //! 32-column panel of `b` at a time, the panel's 32 KiB read from L1 and L2, each listed term
 //! feeding four FMAs); a denser chunk runs the dense product ([`super::gemm`]) instead.
 //!
 //! Measured against the dense product (the `gemm` crate's AVX-512 kernels) on the input
-//! gradient of Tolokers SAGE's middle layer, 5197 × 256 × 512 with a quarter non-zero: half
-//! the time (`benchmarks/results/gemm.md`), on an AVX-512 CPU too. Each output element is the
+//! gradients of the hidden layers of `benchmarks/gemm.sh`'s steps (a quarter non-zero): 0.55–0.65
+//! of its time, on an AVX-512 CPU too, 15–25 % of a Tolokers or Facebook step's GEMM time
+//! (`benchmarks/results/gemm.md`). The forward's `h_dst · W_self` below another layer has as
+//! many zeros, but skipping them there gained 3–13 % on the product (it must add the other
+//! half onto the listed one), under the 15 % that would be worth the split. Each output element is the
 //! fused multiply-add chain over its row's non-zero terms in increasing `k`: the dense product
 //! within rounding (it adds the same terms, and exact zeros, in its own order; for finite `b`:
 //! a dense product turns `0·∞` into NaN where this one skips the term), and a function of the
@@ -28,24 +30,6 @@ pub const MAX_INNER: usize = 256;
 /// within rounding.
 pub fn matmul_mostly_zero_rows(a: ArrayView2<f32>, b: ArrayView2<f32>) -> Array2<f32> {
     product(a, b, true).0
-}
-
-/// Whether [`matmul_mostly_zero_rows`] lists the non-zeros of `a` times a `k × n` matrix
-/// (otherwise it is the dense product): for the shape, and when a sample of `a`'s rows is
-/// mostly zeros. Used to split a stacked product `[x | a]·[y; b]` into the listed `x·y` and
-/// the dense `a·b` added onto it ([`super::gemm::matmul_onto_bias_relu`]) only where the
-/// listing runs, the single product being one pass fewer elsewhere (a first layer's dense
-/// features).
-pub fn lists(a: ArrayView2<f32>, n: usize) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        kernel::lists(&a, n)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (a, n);
-        false
-    }
 }
 
 /// The product and how many row chunks skipped zeros; `list` false is the dense product.
@@ -203,15 +187,15 @@ mod kernel {
 
     /// [`applies`] to `a` times a `_ × n` matrix, for row-major rows of `a`, a sample of which
     /// is mostly zeros.
-    pub(super) fn lists(a: &ArrayView2<f32>, n: usize) -> bool {
+    fn lists(a: &ArrayView2<f32>, n: usize) -> bool {
         let (m, k) = a.dim();
         applies(m, k, n) && (a.strides()[1] == 1 || k == 1) && sample_is_sparse(a)
     }
 
     /// Whether at most [`MAX_DENSITY`] of a sample of `a`'s rows is non-zero (NaN counts as
     /// non-zero): every `step`-th row, `step` fixed by the shape so that at most about 256
-    /// rows are read. A dense `a` (a first layer's features, an output layer's gradient) then
-    /// goes to the dense product at once instead of listing every chunk first.
+    /// rows are read. A dense `a` (an output layer's gradient) then goes to the dense product
+    /// at once instead of listing every chunk first.
     fn sample_is_sparse(a: &ArrayView2<f32>) -> bool {
         let m = a.nrows();
         let (mut nonzero, mut all) = (0usize, 0usize);
@@ -457,7 +441,10 @@ mod tests {
     }
 
     fn listing_here() -> bool {
-        let here = lists(Array2::zeros((1024, 256)).view(), 256);
+        #[cfg(target_arch = "x86_64")]
+        let here = kernel::applies(1024, 256, 256);
+        #[cfg(not(target_arch = "x86_64"))]
+        let here = false;
         if !here {
             crate::util::skip::skipped(
                 crate::util::skip::SkipKind::Other,
@@ -506,126 +493,10 @@ mod tests {
         let (listed, sparse_chunks) = product(a.view(), w.t(), true);
         assert_close(&listed, &reference(a.view(), w.t()), "a quarter dense");
         assert_eq!(sparse_chunks, 6);
-        // A dense `a` is not listed at all, and a dense first half is not split off.
-        assert!(!lists(pseudo(512, 256, 8).view(), 300));
-        assert!(lists(mostly_zero(512, 256, 0.25, 9).view(), 300));
-    }
-
-    /// A SAGE layer's forward split in two: the listed `x·y`, then `a·b` added on with bias,
-    /// ReLU and dropout: the single product `[x | a]·[y; b]` within rounding, the same kept
-    /// bits, and the same ReLU bits wherever rounding cannot flip a sign.
-    #[test]
-    fn split_product_is_the_single_product() {
-        use crate::backend::cpu::dropout::DropoutMask;
-        use crate::backend::cpu::gemm::{matmul_bias_relu_dropout, matmul_onto_bias_relu};
-        if !listing_here() {
-            return;
-        }
-        let (m, k, n) = (700, 256, 128);
-        let x = mostly_zero(m, k, 0.25, 11);
-        let a = pseudo(m, k, 12);
-        let w = pseudo(2 * k, n, 13);
-        let bias: Vec<f32> = (0..n).map(|j| j as f32 * 1e-3 - 0.05).collect();
-        let keys: Vec<u64> = (0..m as u64).map(|i| i * 7 + 3).collect();
-        let drop = DropoutMask::new(5, 0.5).fused(&keys).expect("p > 0");
-        let mut beside = Array2::zeros((m, 2 * k));
-        beside.slice_mut(s![.., ..k]).assign(&x);
-        beside.slice_mut(s![.., k..]).assign(&a);
-        let (z, bits, kept) =
-            matmul_bias_relu_dropout(beside.view(), w.view(), Some(&bias), true, &drop);
-        let (z_self, listed) = product(x.view(), w.slice(s![..k, ..]), true);
-        assert!(listed > 0, "the listed kernel ran");
-        let (z2, bits2, kept2) = matmul_onto_bias_relu(
-            Some(z_self),
-            a.view(),
-            w.slice(s![k.., ..]),
-            Some(&bias),
-            true,
-            Some(&drop),
-        );
-        let (bits, bits2) = (bits.unwrap(), bits2.unwrap());
-        for ((i, j), &v) in z.indexed_iter() {
-            let v2 = z2[[i, j]];
-            assert!(
-                (v - v2).abs() <= 1e-5 * (1.0 + v.abs()),
-                "({i}, {j}): {v} vs {v2}"
-            );
-            let at = i * n + j;
-            let bit = |b: &[u64]| (b[at / 64] >> (at % 64)) & 1;
-            // The pre-dropout value decides the ReLU bit; only a value within rounding of
-            // zero may differ.
-            if v.abs() > 1e-4 {
-                assert_eq!(bit(&bits), bit(&bits2), "ReLU bit ({i}, {j})");
-            }
-        }
-        assert_eq!(Some(kept), kept2);
-    }
-
-    /// Listed against dense on the input gradient of Tolokers SAGE's middle layer (best of
-    /// several runs; `cargo test --release -- --ignored --nocapture listed_throughput`).
-    #[test]
-    #[ignore]
-    fn listed_throughput() {
-        let best = |f: &mut dyn FnMut()| {
-            f();
-            (0..20)
-                .map(|_| {
-                    let t = std::time::Instant::now();
-                    f();
-                    t.elapsed().as_secs_f64()
-                })
-                .fold(f64::INFINITY, f64::min)
-        };
-        for keep in [0.25, 0.4, 0.5] {
-            let a = mostly_zero(5197, 256, keep, 3);
-            let w = pseudo(512, 256, 4);
-            let dense = best(&mut || drop(matmul(a.view(), w.t())));
-            let listed = best(&mut || drop(product(a.view(), w.t(), true)));
-            eprintln!(
-                "5197×256×512 at density {keep}: dense {:.2} ms, listed {:.2} ms",
-                dense * 1e3,
-                listed * 1e3
-            );
-        }
-        // The forward of the same layer: [h_dst | mean]·[W_self; W_neigh] with bias, ReLU and
-        // dropout as one product, or split after the listed h_dst·W_self.
-        use crate::backend::cpu::dropout::DropoutMask;
-        use crate::backend::cpu::gemm::{matmul_bias_relu_dropout, matmul_onto_bias_relu};
-        let (m, k, n) = (5197, 256, 256);
-        let x = mostly_zero(m, k, 0.25, 11);
-        let agg = pseudo(m, k, 12);
-        let w = pseudo(2 * k, n, 13);
-        let bias: Vec<f32> = (0..n).map(|j| j as f32 * 1e-3 - 0.05).collect();
-        let keys: Vec<u64> = (0..m as u64).map(|i| i * 7 + 3).collect();
-        let drop_rows = DropoutMask::new(5, 0.5).fused(&keys).expect("p > 0");
-        let mut beside = Array2::zeros((m, 2 * k));
-        beside.slice_mut(s![.., ..k]).assign(&x);
-        beside.slice_mut(s![.., k..]).assign(&agg);
-        let single = best(&mut || {
-            drop(matmul_bias_relu_dropout(
-                beside.view(),
-                w.view(),
-                Some(&bias),
-                true,
-                &drop_rows,
-            ))
-        });
-        let split = best(&mut || {
-            let (onto, _) = product(beside.slice(s![.., ..k]), w.slice(s![..k, ..]), true);
-            drop(matmul_onto_bias_relu(
-                Some(onto),
-                beside.slice(s![.., k..]),
-                w.slice(s![k.., ..]),
-                Some(&bias),
-                true,
-                Some(&drop_rows),
-            ))
-        });
-        eprintln!(
-            "forward {m}×{}×{n} at density 0.25 in the left half: single {:.2} ms, split {:.2} ms",
-            2 * k,
-            single * 1e3,
-            split * 1e3
-        );
+        // A dense `a` is not listed at all.
+        let a = pseudo(512, 256, 8);
+        let (dense, sparse_chunks) = product(a.view(), w.t(), true);
+        assert_eq!(sparse_chunks, 0);
+        assert_close(&dense, &reference(a.view(), w.t()), "dense");
     }
 }
