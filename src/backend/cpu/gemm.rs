@@ -181,6 +181,7 @@ impl Out {
 ///
 /// # Safety
 /// The three descriptions lie inside valid memory, `c` is writable and overlaps neither input.
+#[allow(clippy::too_many_arguments)]
 unsafe fn call(m: usize, n: usize, k: usize, alpha: f32, a: Mat, b: Mat, beta: f32, c: Out) {
     // The crate computes dst = alpha·dst + beta·lhs·rhs, dst not read when `read_dst` is false.
     gemm::gemm(
