@@ -284,7 +284,7 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
     /// matrices stacked in memory, e.g. SAGE's `[W_self; W_neigh]`). A backend may split the
     /// product at the stack boundary: the CPU computes `a[:, ..k]·w_top` skipping the exact
     /// zeros of that half (a ReLU's and a dropout's, below another layer) and adds the rest on,
-    /// with the single product's bits.
+    /// the single product within rounding.
     #[allow(clippy::too_many_arguments)]
     fn matmul_epilogue_stacked(
         &self,

@@ -200,7 +200,7 @@ impl SageConv {
                 be.add_matmul_tn_building_transpose(be.view(&beside), dz, grad, g, transpose);
                 // `[d h_dst | d agg]`, then the transposed mean adds the destinations' own part.
                 // Below another layer `dz` is mostly zeros (this layer's ReLU, the next
-                // layer's dropout): the product may skip them, with the dense product's bits.
+                // layer's dropout): the product may skip them.
                 let w = params.stacked(self.w_self, self.w_neigh);
                 let d_beside = be.matmul_nt_sparse_left(dz, w);
                 // The dropout mask is applied to each row as it is produced.

@@ -60,6 +60,14 @@ fn pack_signs(y: &[f32], bits: &mut [u64]) {
     }
 }
 
+/// ReLU on `y` in place and its signs into `bits` (bit `i` ← `y[i] > 0`): the work of
+/// [`Activation::forward_save`] on one slice that starts at a word boundary of the bit set (a
+/// product's epilogue, [`super::gemm::matmul_bias_relu`], runs it per block of its output).
+pub(crate) fn relu_save(y: &mut [f32], bits: &mut [u64]) {
+    activate(Activation::Relu, y);
+    pack_signs(y, bits)
+}
+
 /// Elements per parallel task of the element-wise kernels (a multiple of 64, so that every
 /// task owns whole words of a [`Saved::Positive`] bit set).
 const CHUNK: usize = 1 << 14;

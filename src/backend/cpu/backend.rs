@@ -54,14 +54,10 @@ impl Backend for Cpu {
     }
 
     fn describe(&self) -> String {
-        let gemm = match super::sgemm::isa() {
-            Some(super::sgemm::Isa::Avx512) => "packed AVX-512",
-            Some(super::sgemm::Isa::Avx2) => "packed AVX2+FMA",
-            None => "matrixmultiply",
-        };
         format!(
-            "CPU ({} threads, GEMM kernel {gemm})",
-            rayon::current_num_threads()
+            "CPU ({} threads, GEMM: gemm crate, {})",
+            rayon::current_num_threads(),
+            super::gemm::kernels()
         )
     }
 
@@ -234,33 +230,6 @@ impl Backend for Cpu {
         c: ArrayViewMut2<f32>,
     ) {
         gemm::gemm_into(alpha, a, b, beta, c)
-    }
-
-    fn matmul_epilogue_stacked(
-        &self,
-        a: ArrayView2<f32>,
-        w_top: ArrayView2<f32>,
-        w_bottom: ArrayView2<f32>,
-        w: ArrayView2<f32>,
-        bias: Option<ArrayView2<f32>>,
-        relu: bool,
-        dropout: Option<(&RowDropout, &DropoutMask)>,
-    ) -> (Array2<f32>, Option<Saved>, Option<KeptBits>) {
-        let k = w_top.nrows();
-        if !sparse_rows::splits_exactly_after(k) {
-            return self.matmul_epilogue(None, a, w, bias, relu, dropout);
-        }
-        // The left half is mostly zeros below another layer: skip them, then the dense
-        // product adds the right half on with the epilogue (bitwise the single product).
-        let onto = sparse_rows::matmul_mostly_zero_rows(a.slice(s![.., ..k]), w_top);
-        self.matmul_epilogue(
-            Some(onto),
-            a.slice_move(s![.., k..]),
-            w_bottom,
-            bias,
-            relu,
-            dropout,
-        )
     }
 
     fn matmul_nt_sparse_left(&self, a: ArrayView2<f32>, b: ArrayView2<f32>) -> Array2<f32> {

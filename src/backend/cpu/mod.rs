@@ -4,17 +4,15 @@
 //! split into chunks whose boundaries depend only on the problem shape, and every reduction
 //! combines its partial results in a fixed order.
 //!
-//! * [`gemm`]: matrix products (`A·B`, `Aᵀ·B`, `A·Bᵀ`) split over tiles of the output;
-//! * [`sgemm`]: the packed AVX-512 and AVX2 kernels those tiles run;
-//! * [`skinny`]: products with a very thin side (few output columns, few inner steps, small
-//!   weight gradients over many rows), streamed instead of packed;
+//! * [`gemm`]: matrix products (`A·B`, `Aᵀ·B`, `A·Bᵀ`) by the `gemm` crate on blocks of the
+//!   output fixed by the shape, with a bias / ReLU / dropout epilogue per block;
 //! * [`simd`]: runs element-wise loops compiled for AVX2 / AVX-512 when the CPU has them;
 //! * [`gather`]: gather rows, scatter-add rows, column sums;
 //! * [`aggregate`]: CSR aggregation over a [`crate::sample::Block`] (sum, mean, per-edge
 //!   weights such as GCN's symmetric normalisation) and its transpose;
 //! * [`sparse`]: CSR rows for mostly-zero input features, with the first layer's products;
 //! * [`sparse_rows`]: products whose left operand is mostly zeros (after a ReLU and a
-//!   dropout), skipping them with the dense product's bits;
+//!   dropout), skipping them;
 //! * [`softmax`]: segment softmax per destination (GAT), row log-softmax;
 //! * [`attention`]: GAT edge scores and weighted multi-head aggregation, with backward;
 //! * [`activation`]: ReLU, ELU, LeakyReLU and their backward;
@@ -35,9 +33,7 @@ pub mod gemm;
 pub mod loss;
 pub mod memory;
 pub mod norm;
-pub mod sgemm;
 pub mod simd;
-pub mod skinny;
 pub mod softmax;
 pub mod sparse;
 pub mod sparse_rows;

@@ -2,65 +2,37 @@
 //!
 //! The input gradient of a hidden layer, `dz · Wᵀ`, has such an `a`: `dz` is zero wherever the
 //! layer's ReLU was off or the next layer's dropout dropped the output, three quarters of it
-//! at dropout 0.5. Rows of `a` are taken in chunks; each chunk lists its rows' non-zeros and,
-//! when they are few enough, multiplies only those with the packed `b` (an AVX2 kernel over
-//! three rows and one 32-column panel of `b` at a time, the panel's 32 KiB read from L1 and
-//! L2, each listed term feeding four FMAs); a denser chunk runs the dense packed kernel
-//! ([`super::sgemm`]) instead. On the input gradient of Tolokers SAGE's middle layer (5200 ×
-//! 256 × 512, a quarter non-zero) it takes half the dense product's time on an AVX2 CPU; CPUs
-//! with AVX-512 keep the dense product (see `listing_pays`).
+//! at dropout 0.5. Rows of `a` are taken in chunks; each chunk lists its rows' non-zeros and, when they are few
+//! enough, multiplies only those with a packed `b` (an AVX2 kernel over three rows and one
+//! 32-column panel of `b` at a time, the panel's 32 KiB read from L1 and L2, each listed term
+//! feeding four FMAs); a denser chunk runs the dense product ([`super::gemm`]) instead.
 //!
-//! Every output element is the fused multiply-add chain over the non-zero terms in increasing
-//! `k`, and the dense kernel's chain over all terms adds only exact zeros besides, which change
-//! no sum: the result is bitwise [`super::gemm::matmul`]'s (for finite `b`; a dense product
-//! turns `0·∞` into NaN where this one skips the term).
+//! Measured against the dense product (the `gemm` crate's AVX-512 kernels) on the input
+//! gradients of the hidden layers of `benchmarks/gemm.sh`'s steps (a quarter non-zero): 0.55–0.65
+//! of its time, on an AVX-512 CPU too, 15–25 % of a Tolokers or Facebook step's GEMM time
+//! (`benchmarks/results/gemm.md`). The forward's `h_dst · W_self` below another layer has as
+//! many zeros, but skipping them there gained 3–13 % on the product (it must add the other
+//! half onto the listed one), under the 15 % that would be worth the split. Each output element is the
+//! fused multiply-add chain over its row's non-zero terms in increasing `k`: the dense product
+//! within rounding (it adds the same terms, and exact zeros, in its own order; for finite `b`:
+//! a dense product turns `0·∞` into NaN where this one skips the term), and a function of the
+//! data only, never of the thread count.
 
 use ndarray::{s, Array2, ArrayView2};
 
 use super::gemm::matmul;
 
-/// `a · b`, skipping the zeros of `a` where its rows are mostly zeros; bitwise
-/// [`matmul`]`(a, b)`.
+/// Longest reduction the listed kernel takes: a panel of `b` is `k × 32` floats, 32 KiB at
+/// 256 (hidden 256, where it was measured), read once per group of three rows from L1.
+pub const MAX_INNER: usize = 256;
+
+/// `a · b`, skipping the zeros of `a` where its rows are mostly zeros; [`matmul`]`(a, b)`
+/// within rounding.
 pub fn matmul_mostly_zero_rows(a: ArrayView2<f32>, b: ArrayView2<f32>) -> Array2<f32> {
-    product(a, b, listing_pays()).0
+    product(a, b, true).0
 }
 
-/// Whether listing the non-zeros is faster than the dense product on this CPU: where AVX2 is
-/// the best it has (measured: half the dense time at a quarter non-zeros). On AVX-512 CPUs
-/// the dense kernel does twice the work per cycle, and this AVX2 kernel would at best break
-/// even there (not measured: no session had both), so they keep the dense product.
-fn listing_pays() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        super::sgemm::isa() == Some(super::sgemm::Isa::Avx2)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
-/// Whether a product `[x | a]·[y; b]` may be split into [`matmul_mostly_zero_rows`]`(x, y)`
-/// and the dense product of `a·b` added onto it
-/// ([`super::gemm::matmul_onto_bias_relu`]) with bitwise the same result: when `x` has
-/// exactly one `KC` block of columns (the listed product's reach, and where the dense kernel
-/// ends one chain and adds the next).
-///
-/// Only where listing pays: otherwise the single product is one pass fewer.
-pub fn splits_exactly_after(k: usize) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        k == super::sgemm::KC && listing_pays()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = k;
-        false
-    }
-}
-
-/// The product and how many row chunks skipped zeros; `list` false is the dense product
-/// (tests list on any CPU with AVX2).
+/// The product and how many row chunks skipped zeros; `list` false is the dense product.
 fn product(a: ArrayView2<f32>, b: ArrayView2<f32>, list: bool) -> (Array2<f32>, usize) {
     #[cfg(target_arch = "x86_64")]
     if list {
@@ -74,22 +46,22 @@ fn product(a: ArrayView2<f32>, b: ArrayView2<f32>, list: bool) -> (Array2<f32>, 
 #[cfg(target_arch = "x86_64")]
 mod kernel {
     use std::arch::x86_64::*;
+    use std::mem::MaybeUninit;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use rayon::prelude::*;
 
     use super::*;
-    use crate::backend::cpu::sgemm::{
-        self, BSource, Epilogue, Isa, MatMut, MatRef, PackedB, Workspace,
-    };
 
     /// Rows per task: one list-building pass and one sweep over `b` each.
     const CHUNK: usize = 64;
     /// Rows the kernel interleaves: three rows × four accumulators (32 columns) keep twelve
     /// FMA chains going, and each listed term feeds four FMAs.
     const GROUP: usize = 3;
-    /// Columns of a slice of the packed `b` (its AVX2 layout; a panel is two slices).
+    /// Columns of a slice of the packed `b` (a panel is two slices).
     const SLICE: usize = 16;
+    /// Columns of a panel of the packed `b`: the kernel's four 8-float accumulators per row.
+    const PANEL: usize = 2 * SLICE;
     /// A chunk denser than this runs the dense kernel (a listed term costs about twice a
     /// dense one).
     const MAX_DENSITY: f64 = 0.5;
@@ -201,19 +173,87 @@ mod kernel {
         len
     }
 
-    /// Whether the listed kernel applies: AVX2 (also on AVX-512 CPUs), one `KC` block of
-    /// reduction (the dense kernel's chains restart per block), row-major `a`, and enough work.
-    fn usable(a: &ArrayView2<f32>, b: &ArrayView2<f32>) -> bool {
-        let (m, k) = a.dim();
-        let n = b.ncols();
-        sgemm::isa().is_some()
-            && (1..=sgemm::KC).contains(&k)
+    /// Whether the listed kernel applies to an `m × k` by `k × n` product: AVX2 and FMA, a
+    /// reduction within [`MAX_INNER`], at least a slice of columns, a chunk of rows, and enough
+    /// work.
+    pub(super) fn applies(m: usize, k: usize, n: usize) -> bool {
+        is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && (1..=MAX_INNER).contains(&k)
             && n >= SLICE
             && m >= CHUNK
             && m * n * k >= MIN_FLOPS
-            && (a.strides()[1] == 1)
-            && a.strides()[0] >= 0
-            && b.strides().iter().all(|&s| s >= 0)
+    }
+
+    /// [`applies`] to `a` times a `_ × n` matrix, for row-major rows of `a`, a sample of which
+    /// is mostly zeros.
+    fn lists(a: &ArrayView2<f32>, n: usize) -> bool {
+        let (m, k) = a.dim();
+        applies(m, k, n) && (a.strides()[1] == 1 || k == 1) && sample_is_sparse(a)
+    }
+
+    /// Whether at most [`MAX_DENSITY`] of a sample of `a`'s rows is non-zero (NaN counts as
+    /// non-zero): every `step`-th row, `step` fixed by the shape so that at most about 256
+    /// rows are read. A dense `a` (an output layer's gradient) then goes to the dense product
+    /// at once instead of listing every chunk first.
+    fn sample_is_sparse(a: &ArrayView2<f32>) -> bool {
+        let m = a.nrows();
+        let (mut nonzero, mut all) = (0usize, 0usize);
+        for i in (0..m).step_by((m / 256).max(1)) {
+            let row = a.row(i);
+            nonzero += row.iter().filter(|&&v| v != 0.0).count();
+            all += row.len();
+        }
+        nonzero as f64 <= MAX_DENSITY * all as f64
+    }
+
+    /// `b` (`k × n`, any strides) in [`PANEL`]-column panels of `k` rows: panel `p` holds the
+    /// slice of columns `32p..32p + 16` (`k` rows of 16 contiguous floats), then the slice
+    /// `32p + 16..32p + 32`, columns past `n` zero. Slices are 64-byte aligned, so the kernel's
+    /// aligned loads never straddle a cache line.
+    struct Panels {
+        buf: Vec<f32>,
+        skip: usize,
+        k: usize,
+    }
+
+    impl Panels {
+        fn pack(b: ArrayView2<f32>) -> Panels {
+            let (k, n) = b.dim();
+            let panels = n.div_ceil(PANEL);
+            let len = panels * PANEL * k;
+            let mut buf = vec![0f32; len + 16];
+            let skip = buf.as_ptr().align_offset(64).min(15);
+            buf[skip..skip + len]
+                .par_chunks_mut(PANEL * k)
+                .enumerate()
+                .for_each(|(p, panel)| {
+                    for (h, slice) in panel.chunks_exact_mut(SLICE * k).enumerate() {
+                        let j0 = p * PANEL + h * SLICE;
+                        let cols = SLICE.min(n.saturating_sub(j0));
+                        for (row, out) in slice.chunks_exact_mut(SLICE).enumerate() {
+                            for (c, v) in out.iter_mut().enumerate().take(cols) {
+                                *v = b[[row, j0 + c]];
+                            }
+                        }
+                    }
+                });
+            Panels { buf, skip, k }
+        }
+
+        /// The start of panel `p` (its first slice; the second follows at `SLICE·k`).
+        fn panel(&self, p: usize) -> *const f32 {
+            self.buf[self.skip + p * PANEL * self.k..].as_ptr()
+        }
+    }
+
+    /// Rows `rows` × `cols` of the output at `ptr`, row stride `rs` (unit column stride).
+    #[derive(Clone, Copy)]
+    struct Tile {
+        ptr: *mut f32,
+        rows: usize,
+        cols: usize,
+        rs: isize,
     }
 
     /// A pointer that may cross to rayon workers (each writes its own rows).
@@ -235,60 +275,50 @@ mod kernel {
     }
 
     pub(super) fn product(a: ArrayView2<f32>, b: ArrayView2<f32>) -> Option<(Array2<f32>, usize)> {
-        if !usable(&a, &b) {
+        if !lists(&a, b.ncols()) {
             return None;
         }
         let (m, k, n) = (a.nrows(), a.ncols(), b.ncols());
-        let bref = MatRef::of(&b);
-        let mut packed = PackedB::default();
-        // SAFETY: `bref` describes `b`.
-        unsafe { packed.pack(bref, Isa::Avx2) };
+        let packed = Panels::pack(b);
+        // Dense chunks each pack `b` again: row-major, that is a copy rather than a strided
+        // gather (an input gradient's `b` is a transposed `W`).
+        let b = b.as_standard_layout();
+        let b = b.view();
         let mut c = Array2::<f32>::uninit((m, n));
         let out = Out(c.as_mut_ptr().cast::<f32>());
         let sparse_chunks = AtomicUsize::new(0);
         let packed = &packed;
-        (0..m.div_ceil(CHUNK)).into_par_iter().for_each_init(
-            || (ChunkLists::default(), Workspace::default()),
-            |(lists, ws), t| {
+        (0..m.div_ceil(CHUNK))
+            .into_par_iter()
+            .for_each_init(ChunkLists::default, |lists, t| {
                 let i0 = t * CHUNK;
                 let rows = CHUNK.min(m - i0);
                 let chunk = a.slice(s![i0..i0 + rows, ..]);
-                let tile = MatMut {
-                    // SAFETY: rows i0..i0 + rows of the m×n output.
-                    ptr: unsafe { out.at(i0 * n) },
-                    rows,
-                    cols: n,
-                    rs: n as isize,
-                };
-                // SAFETY: AVX2 is present (`usable`).
+                // SAFETY: rows i0..i0 + rows of the m×n output, this task's alone.
+                let tile_ptr = unsafe { out.at(i0 * n) };
+                // SAFETY: AVX2 is present (`lists`).
                 if unsafe { lists.build(chunk) } <= MAX_DENSITY {
                     sparse_chunks.fetch_add(1, Ordering::Relaxed);
-                    // SAFETY: AVX2 is present (`usable`); `packed` holds `b` in the AVX2
-                    // layout and `tile` the chunk's rows.
+                    let tile = Tile {
+                        ptr: tile_ptr,
+                        rows,
+                        cols: n,
+                        rs: n as isize,
+                    };
+                    // SAFETY: AVX2 and FMA are present (`lists`); `packed` holds `b` and
+                    // `tile` the chunk's rows.
                     unsafe { listed_chunk(lists, packed, k, tile) };
                 } else {
-                    let aref = MatRef::of(&chunk);
-                    let source = BSource::Shared {
-                        packed,
-                        p0: 0,
-                        j0: 0,
-                    };
-                    // SAFETY: as above; the AVX2 kernel reads this layout of `b`.
-                    unsafe {
-                        sgemm::gemm_tile(
-                            Isa::Avx2,
-                            1.0,
-                            aref,
-                            source,
-                            0.0,
-                            tile,
-                            ws,
-                            Epilogue::NONE,
+                    // SAFETY: the chunk's rows of the output, written whole here.
+                    let rows_out = unsafe {
+                        std::slice::from_raw_parts_mut(
+                            tile_ptr.cast::<MaybeUninit<f32>>(),
+                            rows * n,
                         )
                     };
+                    super::super::gemm::product_on_this_thread(chunk, b, rows_out);
                 }
-            },
-        );
+            });
         // SAFETY: every row chunk was written whole, by one kernel or the other.
         let c = unsafe { c.assume_init() };
         Some((c, sparse_chunks.into_inner()))
@@ -297,14 +327,14 @@ mod kernel {
     /// The chunk's rows of the product, from its lists, one 16-column slice of `b` at a time.
     ///
     /// # Safety
-    /// AVX2 and FMA; `packed` holds the `k × tile.cols` matrix `b` in the AVX2 layout.
+    /// AVX2 and FMA; `packed` holds the `k × tile.cols` matrix `b`.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn listed_chunk(lists: &ChunkLists, packed: &PackedB, k: usize, tile: MatMut) {
-        for j0 in (0..tile.cols).step_by(sgemm::NR) {
+    unsafe fn listed_chunk(lists: &ChunkLists, packed: &Panels, k: usize, tile: Tile) {
+        for j0 in (0..tile.cols).step_by(PANEL) {
             // Panel j0/32: two slices of `k` rows of 16 floats, one after the other (the
             // padding columns of a partial panel are zeros).
-            let slices = packed.panel(0, j0);
-            let cols = sgemm::NR.min(tile.cols - j0);
+            let slices = packed.panel(j0 / PANEL);
+            let cols = PANEL.min(tile.cols - j0);
             for (g, &steps) in lists.steps.iter().enumerate() {
                 let at = g * GROUP * lists.stride;
                 let acc = group(
@@ -394,17 +424,45 @@ mod tests {
         a
     }
 
-    fn bitwise_equal(x: &Array2<f32>, y: &Array2<f32>) -> bool {
-        x.dim() == y.dim()
-            && x.iter()
-                .zip(y.iter())
-                .all(|(a, b)| a.to_bits() == b.to_bits())
+    /// `a·b` in f64.
+    fn reference(a: ArrayView2<f32>, b: ArrayView2<f32>) -> Array2<f64> {
+        a.mapv(f64::from).dot(&b.mapv(f64::from))
+    }
+
+    /// Every element within float rounding of the f64 product.
+    fn assert_close(c: &Array2<f32>, r: &Array2<f64>, what: &str) {
+        assert_eq!(c.dim(), r.dim(), "{what}");
+        for (&x, &y) in c.iter().zip(r) {
+            assert!(
+                (x as f64 - y).abs() <= 1e-5 * (1.0 + y.abs()),
+                "{what}: {x} vs {y}"
+            );
+        }
+    }
+
+    fn listing_here() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        let here = kernel::applies(1024, 256, 256);
+        #[cfg(not(target_arch = "x86_64"))]
+        let here = false;
+        if !here {
+            crate::util::skip::skipped(
+                crate::util::skip::SkipKind::Other,
+                "sparse_rows listing",
+                "no AVX2 + FMA on this CPU",
+            );
+        }
+        here
     }
 
     /// Sparse chunks, dense chunks and both in one product, tails of rows and columns, a
-    /// transposed `b` (an input gradient's `Wᵀ`): bitwise the dense product.
+    /// transposed `b` (an input gradient's `Wᵀ`): the product within rounding, the chunks
+    /// listed where they are sparse, and the same bits on 1 and 3 threads.
     #[test]
-    fn listed_products_equal_the_dense_product_bitwise() {
+    fn listed_products_are_the_product() {
+        if !listing_here() {
+            return;
+        }
         for &(m, k, n, keep) in &[
             (5200, 256, 512, 0.25),
             (130, 256, 40, 0.25),
@@ -414,101 +472,31 @@ mod tests {
         ] {
             let a = mostly_zero(m, k, keep, 3);
             let w = pseudo(n, k, 4);
-            let (listed, sparse_chunks) = product(a.view(), w.t(), true);
-            let dense = matmul(a.view(), w.t());
-            assert!(bitwise_equal(&listed, &dense), "{m}×{k}×{n} at {keep}");
-            #[cfg(target_arch = "x86_64")]
-            if crate::backend::cpu::sgemm::isa().is_some() {
-                let chunks = m.div_ceil(64);
-                let expect = if keep <= 0.25 { chunks } else { 0 };
-                assert_eq!(sparse_chunks, expect, "{m}×{k}×{n} at {keep}");
-            }
+            let what = format!("{m}×{k}×{n} at {keep}");
+            let run = |threads: usize| {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                pool.install(|| product(a.view(), w.t(), true))
+            };
+            let (listed, sparse_chunks) = run(1);
+            assert_close(&listed, &reference(a.view(), w.t()), &what);
+            let expect = if keep <= 0.25 { m.div_ceil(64) } else { 0 };
+            assert_eq!(sparse_chunks, expect, "{what}");
+            assert_eq!(listed, run(3).0, "{what}: thread count");
         }
-        // Half the rows dense, half sparse: both kernels in one product.
+        // A quarter of the rows dense: both kernels in one product.
         let mut a = mostly_zero(512, 256, 0.2, 5);
-        a.slice_mut(s![256.., ..]).assign(&pseudo(256, 256, 6));
+        a.slice_mut(s![384.., ..]).assign(&pseudo(128, 256, 6));
         let w = pseudo(300, 256, 7);
         let (listed, sparse_chunks) = product(a.view(), w.t(), true);
-        assert!(bitwise_equal(&listed, &matmul(a.view(), w.t())));
-        #[cfg(target_arch = "x86_64")]
-        if crate::backend::cpu::sgemm::isa().is_some() {
-            assert_eq!(sparse_chunks, 4);
-        }
-    }
-
-    /// A SAGE layer's forward split in two: the listed `x·y` (one `KC` block), then `a·b`
-    /// added on with bias, ReLU and dropout: bitwise the single product `[x | a]·[y; b]`,
-    /// values and bits.
-    #[test]
-    fn split_product_equals_the_single_product_bitwise() {
-        use crate::backend::cpu::dropout::DropoutMask;
-        use crate::backend::cpu::gemm::{matmul_bias_relu_dropout, matmul_onto_bias_relu};
-        let k = 256;
-        #[cfg(target_arch = "x86_64")]
-        let listing =
-            crate::backend::cpu::sgemm::isa().is_some() && k == crate::backend::cpu::sgemm::KC;
-        #[cfg(not(target_arch = "x86_64"))]
-        let listing = false;
-        if !listing {
-            crate::util::skip::skipped(
-                crate::util::skip::SkipKind::Other,
-                "sparse_rows listing",
-                "no AVX2 on this CPU",
-            );
-            return;
-        }
-        let (m, n) = (700, 128);
-        let x = mostly_zero(m, k, 0.25, 11);
-        let a = pseudo(m, k, 12);
-        let w = pseudo(2 * k, n, 13);
-        let bias: Vec<f32> = (0..n).map(|j| j as f32 * 1e-3 - 0.05).collect();
-        let keys: Vec<u64> = (0..m as u64).map(|i| i * 7 + 3).collect();
-        let drop = DropoutMask::new(5, 0.5).fused(&keys).expect("p > 0");
-        let mut beside = Array2::zeros((m, 2 * k));
-        beside.slice_mut(s![.., ..k]).assign(&x);
-        beside.slice_mut(s![.., k..]).assign(&a);
-        let (z, bits, kept) =
-            matmul_bias_relu_dropout(beside.view(), w.view(), Some(&bias), true, &drop);
-        let (z_self, listed) = product(x.view(), w.slice(s![..k, ..]), true);
-        assert!(listed > 0, "the listed kernel ran");
-        let (z2, bits2, kept2) = matmul_onto_bias_relu(
-            Some(z_self),
-            a.view(),
-            w.slice(s![k.., ..]),
-            Some(&bias),
-            true,
-            Some(&drop),
-        );
-        assert!(bitwise_equal(&z, &z2));
-        assert_eq!(bits, bits2);
-        assert_eq!(Some(kept), kept2);
-    }
-
-    /// Listed against dense on the input gradient of Tolokers SAGE's middle layer (best of
-    /// several runs; `cargo test --release -- --ignored --nocapture listed_throughput`).
-    #[test]
-    #[ignore]
-    fn listed_throughput() {
-        let best = |f: &mut dyn FnMut()| {
-            f();
-            (0..20)
-                .map(|_| {
-                    let t = std::time::Instant::now();
-                    f();
-                    t.elapsed().as_secs_f64()
-                })
-                .fold(f64::INFINITY, f64::min)
-        };
-        for keep in [0.25, 0.5] {
-            let a = mostly_zero(5200, 256, keep, 3);
-            let w = pseudo(512, 256, 4);
-            let dense = best(&mut || drop(matmul(a.view(), w.t())));
-            let listed = best(&mut || drop(matmul_mostly_zero_rows(a.view(), w.t())));
-            eprintln!(
-                "5200×256×512 at density {keep}: dense {:.2} ms, listed {:.2} ms",
-                dense * 1e3,
-                listed * 1e3
-            );
-        }
+        assert_close(&listed, &reference(a.view(), w.t()), "a quarter dense");
+        assert_eq!(sparse_chunks, 6);
+        // A dense `a` is not listed at all.
+        let a = pseudo(512, 256, 8);
+        let (dense, sparse_chunks) = product(a.view(), w.t(), true);
+        assert_eq!(sparse_chunks, 0);
+        assert_close(&dense, &reference(a.view(), w.t()), "dense");
     }
 }

@@ -20,7 +20,7 @@
 //!   caught. New allocations are filled with `0xff` bytes (NaN as `f32`), so a kernel that
 //!   reads what nobody wrote shows it instead of reading zeros by luck.
 //! * SGEMM: cuBLAS's column-major semantics (transposes, leading dimensions, `beta = 0`
-//!   ignoring whatever C holds), computed by `matrixmultiply`.
+//!   ignoring whatever C holds), computed by the `gemm` crate (the CPU backend's kernels).
 //!
 //! Launches, copies and products are serialised by one mutex, as one stream orders them.
 //! `GNNPAR_EMU_REVERSE=1` starts and releases a block's threads in descending order (a missing
@@ -1043,24 +1043,30 @@ fn sgemm(st: &State, g: &Sgemm) -> Result<()> {
     // op(A)[i, p] and op(B)[p, j] as (row stride, column stride) in elements.
     let (rsa, csa) = if g.trans_a { (g.lda, 1) } else { (1, g.lda) };
     let (rsb, csb) = if g.trans_b { (g.ldb, 1) } else { (1, g.ldb) };
-    // SAFETY: every element addressed lies in the checked spans; matrixmultiply reads no C
-    // when beta is 0 (so NaNs there are ignored, as cuBLAS ignores them).
+    // SAFETY: every element addressed lies in the checked spans; with `read_dst` false (beta
+    // = 0) the crate reads no C, so NaNs there are ignored, as cuBLAS ignores them. The crate
+    // computes dst = alpha'·dst + beta'·lhs·rhs: cuBLAS's beta and alpha, in that order.
     unsafe {
-        matrixmultiply::sgemm(
+        gemm::gemm(
             m,
-            k,
             n,
-            g.alpha,
-            g.a as *const f32,
-            rsa as isize,
-            csa as isize,
-            g.b as *const f32,
-            rsb as isize,
-            csb as isize,
-            g.beta,
+            k,
             c,
-            1,
             g.ldc as isize,
+            1,
+            g.beta != 0.0,
+            g.a as *const f32,
+            csa as isize,
+            rsa as isize,
+            g.b as *const f32,
+            csb as isize,
+            rsb as isize,
+            g.beta,
+            g.alpha,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
         );
     }
     Ok(())
