@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Issue 13 benchmark: gnnpar's packed SGEMM (backend::cpu::gemm / sgemm) against the `gemm`
-# crate (candle's CPU GEMM) and OpenBLAS, side by side in one run, on the products of a
+# Issue 13 benchmark: gnnpar's products (backend::cpu::gemm: the `gemm` crate in blocks fixed by
+# the shape with a per-block epilogue; backend::cpu::sparse_rows) against the `gemm` crate
+# (candle's CPU GEMM) called whole and OpenBLAS, side by side in one run, on the products of a
 # GraphSAGE training step (inputs/sage-bench.toml) on Tolokers, Facebook and a 200k-vertex SBM,
 # plus 512³ and 2048³, at 1 thread and at all cores.
 #

@@ -1,9 +1,12 @@
-//! gnnpar's packed SGEMM against the `gemm` crate and OpenBLAS on the products of a GraphSAGE
-//! training step, in one run (issue 13). See `benchmarks/README.md` (`gemm.sh`).
+//! gnnpar's products (the `gemm` crate in blocks fixed by the shape, with its bias / ReLU /
+//! dropout epilogue per block, and `sparse_rows`' listing of the zeros below a ReLU and a
+//! dropout) against the `gemm` crate called on the whole product and OpenBLAS, on the
+//! products of a GraphSAGE training step, in one run (issue 13). See `benchmarks/README.md`
+//! (`gemm.sh`).
 //!
 //! ```text
 //! gnnpar-gemm-bench [--data NAME=FILE.h5]... [--threads 1,N] [--rounds 4] [--min-reps 8] [--min-time 0.3]
-//!                   [--json FILE] [--md FILE] [--shapes-only]
+//!                   [--json FILE] [--md FILE] [--shapes-only] [--only TEXT]
 //! ```
 //!
 //! Prints one JSON object per (product, implementation, thread count) on stdout, then the
@@ -18,12 +21,14 @@ use std::time::{Duration, Instant};
 
 use gnnpar::backend::cpu::activation::{Activation, Saved};
 use gnnpar::backend::cpu::bitmask::RowHash;
-use gnnpar::backend::cpu::dropout::mask_row_recorded;
+use gnnpar::backend::cpu::dropout::{mask_row_recorded, DropoutMask};
 use gnnpar::backend::cpu::gather::add_to_rows;
 use gnnpar::backend::cpu::gemm::{
-    add_matmul_tn, matmul, matmul_bias_relu, matmul_bias_relu_dropout, matmul_nt, RowDropout,
+    add_matmul_tn, describe_split, matmul, matmul_bias_relu, matmul_bias_relu_dropout, matmul_nt,
+    RowDropout,
 };
-use gnnpar::backend::cpu::sgemm::{self, Isa};
+use gnnpar::backend::cpu::Cpu;
+use gnnpar::backend::Backend;
 use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 use serde_json::json;
@@ -83,8 +88,10 @@ impl Op {
 const IMPLS: [&str; 3] = ["gnnpar", "gemm", "openblas"];
 
 /// Dropout rate of the hidden layers' inputs in `inputs/sage-bench.toml`.
-const DROP_KEEP_BELOW: u32 = 1 << 31;
-const DROP_SCALE: f32 = 2.0;
+const DROP_P: f32 = 0.5;
+/// Fraction of non-zeros left of a hidden layer's output by its ReLU and the next layer's
+/// dropout (a half each), in the left operand of the products that skip zeros.
+const KEEP_LEFT: f64 = 0.25;
 /// A result further than this from the reference (relative to `Σ|a||b|`) is wrong.
 const ERR_LIMIT: f64 = 1e-4;
 
@@ -99,6 +106,15 @@ struct Case {
     n: usize,
     /// Whether this product (with this epilogue) is one a real step runs through the GEMM.
     in_step: bool,
+    /// gnnpar runs the call the step makes for an input gradient, which may skip the zeros of
+    /// the left operand (`Backend::matmul_nt_sparse_left`); otherwise the plain product.
+    step_call: bool,
+    /// The left operand has [`KEEP_LEFT`] non-zeros, as below another layer's ReLU and
+    /// dropout; dense otherwise.
+    sparse_left: bool,
+    /// The same product as a step's case with `step_call`, by gnnpar's plain product: what the
+    /// step would cost without skipping zeros.
+    dense_twin: bool,
     note: String,
 }
 
@@ -115,6 +131,15 @@ impl Case {
         match self.layer {
             Some(l) => format!("{} L{l}", self.dataset),
             None => self.dataset.clone(),
+        }
+    }
+
+    /// The op's name in the per-op table (products with a mostly-zero left operand apart).
+    fn op_label(&self) -> String {
+        match (self.sparse_left, self.step_call) {
+            (false, _) => self.op.name().to_string(),
+            (true, true) => format!("{}, left ¼ non-zero, zeros skipped", self.op.name()),
+            (true, false) => format!("{}, left ¼ non-zero, dense product", self.op.name()),
         }
     }
 }
@@ -134,52 +159,115 @@ fn step_cases(s: &StepShape) -> Vec<Case> {
         } else {
             ""
         };
-        let mut push = |op: Op, formula: &str, (m, k, n): (usize, usize, usize), in_step: bool| {
-            cases.push(Case {
-                dataset: s.dataset.clone(),
-                layer: Some(l),
-                op,
-                formula: formula.to_string(),
-                m,
-                k,
-                n,
-                in_step: in_step && !sparse,
-                note: note.to_string(),
-            })
-        };
+        // `step_call`, `sparse_left`, `dense_twin`.
+        type How = (bool, bool, bool);
+        const PLAIN: How = (false, false, false);
+        let mut push =
+            |op: Op, formula: &str, (m, k, n): (usize, usize, usize), in_step: bool, how: How| {
+                let (step_call, sparse_left, dense_twin) = how;
+                let formula = match (sparse_left, dense_twin) {
+                    (false, _) => formula.to_string(),
+                    (true, false) => format!("{formula}, left ¼ non-zero"),
+                    (true, true) => format!("{formula}, left ¼ non-zero, dense product"),
+                };
+                cases.push(Case {
+                    dataset: s.dataset.clone(),
+                    layer: Some(l),
+                    op,
+                    formula,
+                    m,
+                    k,
+                    n,
+                    in_step: in_step && !sparse,
+                    step_call,
+                    sparse_left,
+                    dense_twin,
+                    note: note.to_string(),
+                })
+            };
         if sparse {
             // Not in the step: the plain product and the weight gradient, for the record.
-            push(Op::Fwd, Op::Fwd.formula(), (ly.nd, 2 * i, o), false);
-            push(Op::WGrad, Op::WGrad.formula(), (2 * i, ly.nd, o), false);
+            push(Op::Fwd, Op::Fwd.formula(), (ly.nd, 2 * i, o), false, PLAIN);
+            push(
+                Op::WGrad,
+                Op::WGrad.formula(),
+                (2 * i, ly.nd, o),
+                false,
+                PLAIN,
+            );
         } else if s.aggregate_first(l) {
             let fwd = (ly.nd, 2 * i, o);
-            push(Op::Fwd, Op::Fwd.formula(), fwd, false);
+            push(Op::Fwd, Op::Fwd.formula(), fwd, false, PLAIN);
             if l < last {
-                push(Op::FwdBiasRelu, Op::FwdBiasRelu.formula(), fwd, false);
+                push(
+                    Op::FwdBiasRelu,
+                    Op::FwdBiasRelu.formula(),
+                    fwd,
+                    false,
+                    PLAIN,
+                );
                 // Dropout 0.5 between layers: the product below masks its output (fused).
                 push(
                     Op::FwdBiasReluDrop,
                     Op::FwdBiasReluDrop.formula(),
                     fwd,
                     true,
+                    PLAIN,
                 );
             } else {
-                push(Op::FwdBias, Op::FwdBias.formula(), fwd, true);
+                push(Op::FwdBias, Op::FwdBias.formula(), fwd, true, PLAIN);
             }
-            push(Op::WGrad, Op::WGrad.formula(), (2 * i, ly.nd, o), true);
+            push(
+                Op::WGrad,
+                Op::WGrad.formula(),
+                (2 * i, ly.nd, o),
+                true,
+                PLAIN,
+            );
             if l > 0 {
-                // The input layer needs no input gradient.
-                push(Op::DGrad, Op::DGrad.formula(), (ly.nd, o, 2 * i), true);
+                // The input layer needs no input gradient. Below another layer `dY` is zero
+                // where this layer's ReLU was off or the next layer's dropout dropped the
+                // output; the output layer's is dense. The step's product may skip zeros
+                // (`matmul_nt_sparse_left`) in both.
+                let hidden = l < last;
+                push(
+                    Op::DGrad,
+                    Op::DGrad.formula(),
+                    (ly.nd, o, 2 * i),
+                    true,
+                    (true, hidden, false),
+                );
+                if hidden {
+                    push(
+                        Op::DGrad,
+                        Op::DGrad.formula(),
+                        (ly.nd, o, 2 * i),
+                        false,
+                        (false, true, true),
+                    );
+                }
             }
         } else {
             // Project first (`SageConv::forward_relu`'s other branch, and `input_grad`).
-            push(Op::Fwd, "h_in·W_neigh", (ly.ns, i, o), true);
-            push(Op::Fwd, "h_dst·W_self (added)", (ly.nd, i, o), true);
-            push(Op::WGrad, "dW_self += h_dstᵀ·dY", (i, ly.nd, o), true);
-            push(Op::WGrad, "dW_neigh += h_inᵀ·d_proj", (i, ly.ns, o), true);
+            push(Op::Fwd, "h_in·W_neigh", (ly.ns, i, o), true, PLAIN);
+            push(Op::Fwd, "h_dst·W_self (added)", (ly.nd, i, o), true, PLAIN);
+            push(
+                Op::WGrad,
+                "dW_self += h_dstᵀ·dY",
+                (i, ly.nd, o),
+                true,
+                PLAIN,
+            );
+            push(
+                Op::WGrad,
+                "dW_neigh += h_inᵀ·d_proj",
+                (i, ly.ns, o),
+                true,
+                PLAIN,
+            );
             if l > 0 {
-                push(Op::DGrad, "d_proj·W_neighᵀ", (ly.ns, o, i), true);
-                push(Op::DGrad, "dY·W_selfᵀ (added)", (ly.nd, o, i), true);
+                push(Op::DGrad, "d_proj·W_neighᵀ", (ly.ns, o, i), true, PLAIN);
+                push(Op::DGrad, "dY·W_selfᵀ (added)", (ly.nd, o, i), true, PLAIN);
             }
         }
     }
@@ -198,6 +286,9 @@ fn square_cases() -> Vec<Case> {
             k: d,
             n: d,
             in_step: false,
+            step_call: false,
+            sparse_left: false,
+            dense_twin: false,
             note: String::new(),
         })
         .collect()
@@ -232,24 +323,28 @@ impl Operands {
             Op::DGrad => (false, true),
             _ => (false, false),
         };
-        let a_store = if a_t {
+        let mut a_store = if a_t {
             fill(c.k, c.m, seed)
         } else {
             fill(c.m, c.k, seed)
         };
+        if c.sparse_left {
+            // Exact zeros at random places (a ReLU's and a dropout's).
+            let pick = fill(c.m, c.k, seed + 3);
+            a_store.zip_mut_with(&pick, |v, &p| {
+                if (p as f64 + 1.0) / 2.0 >= KEEP_LEFT {
+                    *v = 0.0;
+                }
+            });
+        }
         let b_store = if b_t {
             fill(c.n, c.k, seed + 1)
         } else {
             fill(c.k, c.n, seed + 1)
         };
         let bias = fill(1, c.n, seed + 2).into_raw_vec_and_offset().0;
-        let drop = RowDropout {
-            seeds: (0..c.m as u32)
-                .map(|i| i.wrapping_mul(0x9E37_79B9) ^ 0x5bd1_e995)
-                .collect(),
-            keep_below: DROP_KEEP_BELOW,
-            scale: DROP_SCALE,
-        };
+        let keys: Vec<u64> = (0..c.m as u64).map(|i| i * 31 + 5).collect();
+        let drop = DropoutMask::new(seed, DROP_P).fused(&keys).expect("p > 0");
         Operands {
             a_store,
             a_t,
@@ -277,24 +372,12 @@ impl Operands {
     }
 }
 
-/// gnnpar's path for `C[m×n] = A[m×k]·B[k×n]` where A is stored transposed when `a_t` and
-/// B when `b_t`: its thin-shape loops (`backend::cpu::skinny`, whose rule is copied here) or
-/// the packed kernel.
-fn gnnpar_path(m: usize, k: usize, n: usize, a_t: bool, b_t: bool) -> &'static str {
-    if sgemm::isa().is_none() {
-        return "matrixmultiply";
-    }
-    let a_rows = !a_t || k == 1;
-    let at_standard = a_t || m == 1 || k == 1;
-    let b_standard = !b_t || k == 1 || n == 1;
-    if n <= 4 && k >= 32 && m >= 1024 && a_rows {
-        "skinny dots"
-    } else if k <= 4 && m >= 1024 && n >= 16 {
-        "skinny combinations"
-    } else if at_standard && b_standard && k >= 1024 && m * n <= 8192 && m.min(n) <= 4 {
-        "skinny reduction"
+/// gnnpar's path for a case's product, in words.
+fn gnnpar_path(c: &Case) -> String {
+    if c.step_call && c.sparse_left {
+        "zeros skipped (sparse_rows)".into()
     } else {
-        "packed"
+        describe_split(c.m, c.n, c.k)
     }
 }
 
@@ -425,11 +508,21 @@ fn separate_epilogue(
 fn run_once(
     imp: &str,
     threads: usize,
-    op: Op,
+    case: &Case,
     ops: &Operands,
     acc: &mut Array2<f32>,
 ) -> Option<Array2<f32>> {
+    let op = case.op;
     let (a, b) = (ops.a(), ops.b());
+    if imp == "gnnpar" && case.step_call {
+        // What `nn::sage` calls for `[d h_dst | d mean] = dY·[W_self; W_neigh]ᵀ`.
+        assert_eq!(
+            op,
+            Op::DGrad,
+            "only input gradients have a step call of their own"
+        );
+        return Some(Cpu.matmul_nt_sparse_left(ops.a_store.view(), ops.b_store.view()));
+    }
     if imp == "gnnpar" {
         return match op {
             Op::Fwd | Op::Square => Some(matmul(a, b)),
@@ -582,7 +675,7 @@ fn check(
     pool.install(|| {
         let mut acc = Array2::<f32>::zeros(accumulator_shape(case));
         let t = Instant::now();
-        let out = run_once(imp, threads, case.op, ops, &mut acc);
+        let out = run_once(imp, threads, case, ops, &mut acc);
         let secs = t.elapsed().as_secs_f64();
         let c = out.as_ref().unwrap_or(&acc);
         let err = max_rel_err(case.op, c.view(), &refs.0, &refs.1, ops);
@@ -619,7 +712,7 @@ fn time_block(
     pool.install(|| {
         let mut acc = Array2::<f32>::zeros(accumulator_shape(case));
         if warm_up {
-            drop(run_once(imp, threads, case.op, ops, &mut acc));
+            drop(run_once(imp, threads, case, ops, &mut acc));
         }
         let mut times = Vec::new();
         let start = Instant::now();
@@ -627,7 +720,7 @@ fn time_block(
             && (times.len() < min_reps || start.elapsed().as_secs_f64() < min_time)
         {
             let t = Instant::now();
-            let out = run_once(imp, threads, case.op, ops, &mut acc);
+            let out = run_once(imp, threads, case, ops, &mut acc);
             times.push(t.elapsed().as_secs_f64());
             drop(out);
         }
@@ -672,12 +765,11 @@ fn isa_name() -> &'static str {
     "no AVX2"
 }
 
-fn gnnpar_kernel() -> &'static str {
-    match sgemm::isa() {
-        Some(Isa::Avx512) => "AVX-512 (12×32 tile)",
-        Some(Isa::Avx2) => "AVX2 + FMA (12×32 tile as four 6×16)",
-        None => "none (matrixmultiply fallback)",
-    }
+fn gnnpar_kernel() -> String {
+    format!(
+        "the gemm crate ({}), in blocks of the output fixed by the shape, epilogue per block",
+        gnnpar::backend::cpu::gemm::kernels()
+    )
 }
 
 fn gemm_kernel() -> &'static str {
@@ -701,6 +793,8 @@ struct Args {
     json: Option<PathBuf>,
     md: Option<PathBuf>,
     shapes_only: bool,
+    /// Only the products whose label and formula contain this (e.g. `tolokers L1`).
+    only: Option<String>,
 }
 
 fn parse_args() -> Args {
@@ -716,10 +810,11 @@ fn parse_args() -> Args {
         json: None,
         md: None,
         shapes_only: false,
+        only: None,
     };
     let mut it = std::env::args().skip(1);
     let usage = "usage: gnnpar-gemm-bench [--data NAME=FILE.h5]... [--threads 1,N] [--rounds 4] [--min-reps 8] \
-                 [--max-reps 30] [--min-time 0.3] [--json FILE] [--md FILE] [--shapes-only]";
+                 [--max-reps 30] [--min-time 0.3] [--json FILE] [--md FILE] [--shapes-only] [--only TEXT]";
     while let Some(a) = it.next() {
         let mut val = || {
             it.next()
@@ -746,6 +841,7 @@ fn parse_args() -> Args {
             "--json" => args.json = Some(PathBuf::from(val())),
             "--md" => args.md = Some(PathBuf::from(val())),
             "--shapes-only" => args.shapes_only = true,
+            "--only" => args.only = Some(val()),
             "-h" | "--help" => {
                 println!("{usage}");
                 std::process::exit(0);
@@ -810,6 +906,9 @@ fn main() {
 
     let mut cases: Vec<Case> = steps.iter().flat_map(step_cases).collect();
     cases.extend(square_cases());
+    if let Some(only) = &args.only {
+        cases.retain(|c| format!("{} {}", c.label(), c.formula).contains(only.as_str()));
+    }
 
     let (blas_config, blas_core) = openblas::describe();
     let machine = json!({
@@ -845,7 +944,7 @@ fn main() {
         let ops = Operands::new(case, 1 + ci as u64 * 7);
         openblas::set_threads(max_threads);
         let refs = reference(&ops);
-        let path = path_for(case);
+        let path = gnnpar_path(case);
         // Output hashes at the first thread count, per implementation.
         let mut first_hashes: Vec<u64> = Vec::new();
         for (pool, &threads) in pools.iter().zip(&args.threads) {
@@ -978,6 +1077,8 @@ fn main() {
         std::fs::write(p, serde_json::to_string_pretty(&doc).unwrap() + "\n")
             .expect("write --json");
     }
+    // `!(err <= limit)` on purpose: a NaN error counts as bad.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
     let bad = results
         .iter()
         .filter(|r| !(r.max_rel_err <= ERR_LIMIT))
@@ -1060,8 +1161,8 @@ fn step_totals(
     for s in steps {
         for &t in threads {
             let all = sum_seconds(cases, results, t, |c| c.in_step && c.dataset == s.dataset);
-            let packed = sum_seconds(cases, results, t, |c| {
-                c.in_step && c.dataset == s.dataset && path_for(c) == "packed"
+            let dense = sum_seconds(cases, results, t, |c| {
+                dense_step(c) && c.dataset == s.dataset
             });
             let best = sum_min_seconds(cases, results, t, |c| c.in_step && c.dataset == s.dataset);
             out.push(json!({"dataset": s.dataset, "threads": t,
@@ -1070,12 +1171,19 @@ fn step_totals(
                                               "best_library_over_gnnpar": sum_ratio(&best)},
                             "gnnpar": all[0], "gemm": all[1], "openblas": all[2],
                             "best_library_over_gnnpar": sum_ratio(&all),
-                            "packed_path_only": {"gnnpar": packed[0], "gemm": packed[1],
-                                                 "openblas": packed[2],
-                                                 "best_library_over_gnnpar": sum_ratio(&packed)}}));
+                            "dense_products_only": {"gnnpar": dense[0], "gemm": dense[1],
+                                                    "openblas": dense[2],
+                                                    "best_library_over_gnnpar": sum_ratio(&dense),
+                                                    "over_gnnpar": dense[0] / all[0]}}));
         }
     }
     out
+}
+
+/// The step's products with every zero-skipping product replaced by its dense twin: the
+/// step as gnnpar would run it without `sparse_rows`.
+fn dense_step(c: &Case) -> bool {
+    (c.in_step && !(c.step_call && c.sparse_left)) || c.dense_twin
 }
 
 /// Speed of gnnpar relative to the faster library: > 1 when gnnpar is faster.
@@ -1089,6 +1197,7 @@ fn ratio(results: &[Measured], case: usize, threads: usize) -> Option<f64> {
     Some(best / g.seconds)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn report(
     machine: &serde_json::Value,
     steps: &[StepShape],
@@ -1162,35 +1271,39 @@ fn report(
         md,
         "Sum of the medians of the products a real step runs through the GEMM (rows marked ● \
          below: the fused forward with bias + ReLU + dropout on hidden layers and bias on the \
-         output layer, weight gradients, input gradients above the input layer). Ratio = the \
-         faster library's time / gnnpar's (> 1: gnnpar faster). \"packed only\" leaves out the \
-         thin products gnnpar sends to `backend::cpu::skinny` (not part of the SGEMM's lines); \
+         output layer, weight gradients, input gradients above the input layer; gnnpar runs \
+         the call the step makes for an input gradient, which skips the zeros of a hidden \
+         layer's `dY`). Ratio \
+         = the faster library's time / gnnpar's (> 1: gnnpar faster). \"dense products \
+         only\" replaces each zero-skipping product by gnnpar's dense product of the same \
+         data: the step without `backend::cpu::sparse_rows` (its gain: that time / gnnpar's); \
          \"fastest calls\" sums each product's fastest call instead of its median (less \
          sensitive to other processes on the cores)."
     );
     let _ = writeln!(md);
-    let _ = writeln!(md, "| dataset | threads | gnnpar ms | gemm ms | OpenBLAS ms | best library / gnnpar | packed only: gnnpar ms | best library / gnnpar | fastest calls: best library / gnnpar |");
+    let _ = writeln!(md, "| dataset | threads | gnnpar ms | gemm ms | OpenBLAS ms | best library / gnnpar | dense products only: gnnpar ms | best library / gnnpar | sparse_rows gain | fastest calls: best library / gnnpar |");
     let _ = writeln!(
         md,
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
     for s in steps {
         for &t in threads {
             let all = sum_seconds(cases, results, t, |c| c.in_step && c.dataset == s.dataset);
-            let packed = sum_seconds(cases, results, t, |c| {
-                c.in_step && c.dataset == s.dataset && path_for(c) == "packed"
+            let dense = sum_seconds(cases, results, t, |c| {
+                dense_step(c) && c.dataset == s.dataset
             });
             let best = sum_min_seconds(cases, results, t, |c| c.in_step && c.dataset == s.dataset);
             let _ = writeln!(
                 md,
-                "| {} | {t} | {:.2} | {:.2} | {:.2} | **{:.2}** | {:.2} | {:.2} | {:.2} |",
+                "| {} | {t} | {:.2} | {:.2} | {:.2} | **{:.2}** | {:.2} | {:.2} | {:.2} | {:.2} |",
                 s.dataset,
                 all[0] * 1e3,
                 all[1] * 1e3,
                 all[2] * 1e3,
                 sum_ratio(&all),
-                packed[0] * 1e3,
-                sum_ratio(&packed),
+                dense[0] * 1e3,
+                sum_ratio(&dense),
+                dense[0] / all[0],
                 sum_ratio(&best)
             );
         }
@@ -1211,6 +1324,7 @@ fn report(
         md,
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
+    let mut labels: Vec<String> = Vec::new();
     for op in [
         Op::Fwd,
         Op::FwdBiasRelu,
@@ -1220,8 +1334,15 @@ fn report(
         Op::DGrad,
         Op::Square,
     ] {
+        for c in cases.iter().filter(|c| c.op == op) {
+            if !labels.contains(&c.op_label()) {
+                labels.push(c.op_label());
+            }
+        }
+    }
+    for label in &labels {
         for &t in threads {
-            let keep = |c: &Case| c.op == op && c.note.is_empty();
+            let keep = |c: &Case| &c.op_label() == label && c.note.is_empty();
             let rs: Vec<f64> = cases
                 .iter()
                 .enumerate()
@@ -1236,8 +1357,7 @@ fn report(
             let max = rs.iter().cloned().fold(0.0, f64::max);
             let _ = writeln!(
                 md,
-                "| {} | {t} | {} | {:.2} | {:.2} | {:.2} | **{:.2}** | {min:.2} | {max:.2} |",
-                op.name(),
+                "| {label} | {t} | {} | {:.2} | {:.2} | {:.2} | **{:.2}** | {min:.2} | {max:.2} |",
                 rs.len(),
                 secs[0] * 1e3,
                 secs[1] * 1e3,
@@ -1254,8 +1374,8 @@ fn report(
         md,
         "GFLOP/s (2·m·k·n / median seconds; epilogues not counted as flops but their time is). \
          `m×k×n` is the product `C[m×n] = A[m×k]·B[k×n]`. For the epilogue rows the libraries' \
-         time includes gnnpar's separate bias / ReLU / dropout passes; gnnpar's is its fused \
-         kernel. ● = run by a real step. err = largest |C − reference| / Σ|a||b| over all \
+         time includes gnnpar's separate bias / ReLU / dropout passes; gnnpar's is its \
+         epilogue per block of rows. ● = run by a real step. err = largest |C − reference| / Σ|a||b| over all \
          implementations and thread counts (f64 reference; limit {ERR_LIMIT:e})."
     );
     let _ = writeln!(md);
@@ -1273,7 +1393,7 @@ fn report(
     let _ = writeln!(md, "{head}");
     let _ = writeln!(md, "{sep}");
     for (ci, c) in cases.iter().enumerate() {
-        let path = path_for(c);
+        let path = gnnpar_path(c);
         let mut row = format!(
             "| {} | {} | {} | {} | {} |",
             c.label(),
@@ -1317,9 +1437,4 @@ fn report(
         }
     }
     md
-}
-
-/// gnnpar's path for a case's product.
-fn path_for(c: &Case) -> &'static str {
-    gnnpar_path(c.m, c.k, c.n, c.op == Op::WGrad, c.op == Op::DGrad)
 }

@@ -1,22 +1,24 @@
 //! `a · b` for an `a` whose rows are mostly zeros, skipping the zeros.
 //!
-//! The input gradient of a hidden layer, `dz · Wᵀ`, has such an `a`: `dz` is zero wherever the
-//! layer's ReLU was off or the next layer's dropout dropped the output, three quarters of it
-//! at dropout 0.5. Rows of `a` are taken in chunks; each chunk lists its rows' non-zeros and, when they are few
-//! enough, multiplies only those with a packed `b` (an AVX2 kernel over three rows and one
-//! 32-column panel of `b` at a time, the panel's 32 KiB read from L1 and L2, each listed term
-//! feeding four FMAs); a denser chunk runs the dense product ([`super::gemm`]) instead.
+//! The input gradient of a hidden layer, `dz · Wᵀ`, has such an `a`: `dz` is zero wherever
+//! the layer's ReLU was off or the next layer's dropout dropped the output, three quarters of
+//! it at dropout 0.5. Rows of `a` are taken in chunks; each chunk lists its rows' non-zeros
+//! and, when they are few enough, multiplies only those with a packed `b` (an AVX2 kernel
+//! over three rows and one 32-column panel of `b` at a time, the panel's 32 KiB read from L1
+//! and L2, each listed term feeding four FMAs); a denser chunk runs the dense product
+//! ([`super::gemm`]) instead.
 //!
 //! Measured against the dense product (the `gemm` crate's AVX-512 kernels) on the input
-//! gradients of the hidden layers of `benchmarks/gemm.sh`'s steps (a quarter non-zero): 0.55–0.65
-//! of its time, on an AVX-512 CPU too, 15–25 % of a Tolokers or Facebook step's GEMM time
-//! (`benchmarks/results/gemm.md`). The forward's `h_dst · W_self` below another layer has as
-//! many zeros, but skipping them there gained 3–13 % on the product (it must add the other
-//! half onto the listed one), under the 15 % that would be worth the split. Each output element is the
-//! fused multiply-add chain over its row's non-zero terms in increasing `k`: the dense product
-//! within rounding (it adds the same terms, and exact zeros, in its own order; for finite `b`:
-//! a dense product turns `0·∞` into NaN where this one skips the term), and a function of the
-//! data only, never of the thread count.
+//! gradients of the hidden layers of `benchmarks/gemm.sh`'s steps (a quarter non-zero):
+//! 0.53–0.70 of its time, on an AVX-512 CPU too, 13–25 % of a Tolokers or Facebook step's
+//! GEMM time (`benchmarks/results/gemm.md`). The forward's `h_dst · W_self` below another
+//! layer has as many zeros, but skipping them there gained 3–13 % on the product (it must add
+//! the other half onto the listed one), under the 15 % that would be worth the split.
+//!
+//! Each output element is the fused multiply-add chain over its row's non-zero terms in
+//! increasing `k`: the dense product within rounding (it adds the same terms, and exact
+//! zeros, in its own order; for finite `b`: a dense product turns `0·∞` into NaN where this
+//! one skips the term), and a function of the data only, never of the thread count.
 
 use ndarray::{s, Array2, ArrayView2};
 
