@@ -7,6 +7,7 @@ use gnnpar::sample::{
     build_block, build_block_forced, epoch_batches, full_block, sample_blocks, sample_blocks_with,
     sample_neighbors, Adjacency, BatchKey, Block, LayerKey, LocalGraph, Sampled,
 };
+use rayon::prelude::*;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 // ---------- helpers ----------
@@ -700,6 +701,99 @@ fn throughput_of_sample_blocks() {
         edges as f64 / count as f64,
         edges as f64 / secs,
         edges as f64 / cpu
+    );
+}
+
+/// `RAYON_NUM_THREADS=T cargo test --release --test sampler -- --ignored --nocapture host_phases`
+///
+/// The host phases of a GDP step in isolation, on a random 200k-vertex graph of ~20 neighbours
+/// per vertex and 128 features (the shape of `benchmarks/threads.sh`'s SBM), fanouts 15,10,5,
+/// batches of 1024: sampling (draws, then the serial and the parallel block build of each hop),
+/// and the input-row gather, as the feature store does it now (parallel, into a recycled
+/// buffer) and as it did before (one thread, into a zero-filled fresh matrix). Each figure is
+/// the fastest of 8 batches (after one warm-up), so that a busy neighbour on a shared machine
+/// shows less.
+#[test]
+#[ignore = "timing report, run by hand in a release build"]
+fn host_phases_of_a_gdp_step() {
+    use gnnpar::exchange::FeatureStore;
+    use gnnpar::sample::build_block_forced;
+    use std::time::Instant;
+    let (n, d) = (200_000usize, 128usize);
+    let ds = whole(random_csr(n, 20, 12));
+    let adj = LocalGraph::new(&ds, None);
+    let features = ndarray::Array2::from_shape_fn((n, d), |(r, c)| {
+        (hash_key(&[r as u64, c as u64]) >> 40) as f32
+    });
+    let store = FeatureStore::new(vec![0, n as u64], 0, features.clone());
+    let train: Vec<NodeId> = (0..n as NodeId).collect();
+    let batches = epoch_batches(&train, |v| v as u64, 1, 0, 1024);
+    let fanouts = [15, 10, 5];
+    let mut best = [f64::MAX; 6];
+    let mut rows = 0;
+    for (b, seeds) in batches.iter().take(9).enumerate() {
+        let key = BatchKey {
+            seed: 1,
+            epoch: 0,
+            batch: b as u64,
+        };
+        let mut t = [0f64; 6];
+        let mut frontier = seeds.clone();
+        for (hop, &f) in fanouts.iter().enumerate() {
+            let s0 = Instant::now();
+            let sampled = sample_neighbors(&adj, &frontier, f, key.layer(hop as u32));
+            t[0] += s0.elapsed().as_secs_f64();
+            let s0 = Instant::now();
+            let serial = build_block_forced(&frontier, &sampled, false);
+            t[1] += s0.elapsed().as_secs_f64();
+            let s0 = Instant::now();
+            let parallel = build_block_forced(&frontier, &sampled, true);
+            t[2] += s0.elapsed().as_secs_f64();
+            assert_eq!(serial, parallel);
+            frontier = parallel.src_nodes;
+        }
+        rows = frontier.len();
+        let s0 = Instant::now();
+        let (x, _) = store.gather_local(&frontier);
+        t[3] += s0.elapsed().as_secs_f64();
+        store.recycle(x);
+        // The gather as it was: one thread, into a fresh zero-filled matrix.
+        let s0 = Instant::now();
+        let mut old = ndarray::Array2::<f32>::zeros((frontier.len(), d));
+        let (src, out) = (features.as_slice().unwrap(), old.as_slice_mut().unwrap());
+        for (i, &v) in frontier.iter().enumerate() {
+            let v = v as usize;
+            out[i * d..(i + 1) * d].copy_from_slice(&src[v * d..(v + 1) * d]);
+        }
+        t[4] += s0.elapsed().as_secs_f64();
+        drop(old);
+        // A parallel copy of the same bytes between buffers already mapped: the bound.
+        let mut into = vec![2f32; frontier.len() * d];
+        let from = vec![1f32; frontier.len() * d];
+        let s0 = Instant::now();
+        into.par_chunks_mut(1 << 16)
+            .zip(from.par_chunks(1 << 16))
+            .for_each(|(a, b)| a.copy_from_slice(b));
+        t[5] += s0.elapsed().as_secs_f64();
+        if b > 0 {
+            for (bi, ti) in best.iter_mut().zip(t) {
+                *bi = bi.min(ti);
+            }
+        }
+    }
+    let ms = |s: f64| s * 1e3;
+    eprintln!(
+        "host phases, {} threads, {rows} input rows ({:.0} MB): sampling draws {:.2} ms, \
+         block builds serial {:.2} ms / parallel {:.2} ms; gather now {:.2} ms, as before \
+         {:.2} ms, parallel memcpy of the same bytes {:.2} ms (fastest of 8 batches)",
+        rayon::current_num_threads(),
+        (rows * d * 4) as f64 / 1e6,
+        ms(best[0]),
+        ms(best[1]),
+        ms(best[2]),
+        ms(best[3]),
+        ms(best[4]),
+        ms(best[5]),
     );
 }
 

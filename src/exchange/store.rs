@@ -7,6 +7,7 @@ use super::plan::RowExchange;
 use crate::backend::cpu::gather::gather_rows;
 use crate::comm::Group;
 use crate::graph::NodeId;
+use crate::util::prefetch::prefetch_span;
 use ndarray::Array2;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -267,7 +268,13 @@ impl FeatureStore {
                 .par_chunks_mut(rows_per_task * d)
                 .zip(from.par_chunks(rows_per_task))
                 .for_each(|(out, rows)| {
-                    for (dst, &r) in out.chunks_exact_mut(d).zip(rows) {
+                    for (k, (dst, &r)) in out.chunks_exact_mut(d).zip(rows).enumerate() {
+                        if let Some(&ahead) = rows.get(k + ROWS_AHEAD) {
+                            // The row's first lines: the hardware prefetcher follows a wide
+                            // row (18 KB on Facebook) by itself once its start is read.
+                            let row = source(ahead);
+                            prefetch_span(row.as_ptr(), row.len().min(PREFETCH_FLOATS));
+                        }
                         dst.write_copy_of_slice(source(r));
                     }
                 });
@@ -287,6 +294,14 @@ enum RowFrom {
     Cache(u32),
     Fetched(u32),
 }
+
+/// How many rows ahead of the copy a gather asks the CPU to load its source row: rows sit at
+/// random places of the shard, so without the hint every row's first lines are misses that
+/// the copy waits for.
+const ROWS_AHEAD: usize = 4;
+
+/// How much of a row ahead is prefetched (1 KB, a 256-wide row).
+const PREFETCH_FLOATS: usize = 256;
 
 /// Ids looked up per task of a gather.
 const LOOKUPS_PER_TASK: usize = 4096;

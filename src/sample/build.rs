@@ -283,13 +283,7 @@ pub fn build_block_with(dst: &[NodeId], sampled: &Sampled, ids: &mut LocalIds) -
 /// block's size and the thread count: for tests that compare the two.
 pub fn build_block_forced(dst: &[NodeId], sampled: &Sampled, parallel: bool) -> Block {
     let offsets = sampled.offsets.clone();
-    build_parts(
-        dst,
-        offsets,
-        &sampled.neighbors,
-        &mut LocalIds::default(),
-        Some(parallel),
-    )
+    with_thread_table(|ids| build_parts(dst, offsets, &sampled.neighbors, ids, Some(parallel)))
 }
 
 /// The block of destinations `dst` whose sampled sources are `nbrs`, row `i` at
