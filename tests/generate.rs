@@ -2,7 +2,7 @@
 //! self-loops or duplicates), edge counts, SBM homophily and class signal, R-MAT heavy tails,
 //! HDF5 round trip, and the `gnnpar generate` command with bad options.
 
-use gnnpar::graph::format::{read_dataset, write_dataset};
+use gnnpar::graph::format::{read_dataset, read_dataset_columns, write_dataset};
 use gnnpar::graph::generate::{self, rmat, sbm, CommonParams, Generated, RmatParams, SbmParams};
 use gnnpar::graph::{Dataset, Labels};
 use ndarray::Array2;
@@ -303,6 +303,28 @@ fn round_trip_through_hdf5() {
         write_dataset(&ds, &path).unwrap();
         assert_eq!(read_dataset(&path).unwrap(), ds, "{name}");
     }
+}
+
+#[test]
+fn a_column_slice_reads_the_columns_and_everything_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sbm(&sbm_params(600, 6000, 21)).unwrap();
+    let path = dir.path().join("sbm.h5");
+    write_dataset(&ds, &path).unwrap();
+    let full = ds.features.as_ref().unwrap();
+    let dim = full.ncols();
+    for cols in [0..dim, 0..3, 3..dim, dim / 2..dim / 2 + 1, 5..5] {
+        let part = read_dataset_columns(&path, cols.clone()).unwrap();
+        let f = part.features.as_ref().unwrap();
+        assert_eq!(f.dim(), (full.nrows(), cols.len()), "{cols:?}");
+        assert_eq!(f.view(), full.slice(ndarray::s![.., cols.clone()]), "{cols:?}");
+        let mut rest = part.clone();
+        rest.features = ds.features.clone();
+        assert_eq!(rest, ds, "{cols:?}: the rest of the dataset");
+    }
+    let err = read_dataset_columns(&path, 2..dim + 1).unwrap_err();
+    let msg = format!("{err:#}");
+    assert!(msg.contains("sbm.h5") && msg.contains("`features`"), "{msg}");
 }
 
 #[test]

@@ -9,6 +9,7 @@
 use super::{Csr, Dataset, Labels, NodeId, Splits};
 use crate::util::{atomic::AtomicOutput, h5};
 use anyhow::{bail, Context, Result};
+use std::ops::Range;
 use std::path::Path;
 
 /// The format version this build writes and the only one it reads.
@@ -114,10 +115,21 @@ fn header_of(file: &hdf5::File) -> Result<Header> {
 /// Read `path` and validate every field; errors name the file and the field.
 pub fn read_dataset(path: &Path) -> Result<Dataset> {
     let file = h5::open(path)?;
-    read_from(&file).with_context(|| format!("reading `{}`", path.display()))
+    read_from(&file, None).with_context(|| format!("reading `{}`", path.display()))
 }
 
-fn read_from(file: &hdf5::File) -> Result<Dataset> {
+/// Read `path` like [`read_dataset`], but only columns `cols` of `features`: what a rank of a
+/// feature-sliced strategy (NFP, SliceGCN) holds. The slice is an HDF5 hyperslab of the one
+/// `features` dataset, so the file needs no per-slice layout and any slicing of any file works;
+/// the rows' chunks are still read from disk whole (chunked by rows), but only the slice is
+/// kept, so a rank's memory falls with the slice width (`docs/format.md`, "Column slices").
+/// An empty range is allowed (a rank whose slice is empty holds a rows × 0 matrix).
+pub fn read_dataset_columns(path: &Path, cols: Range<usize>) -> Result<Dataset> {
+    let file = h5::open(path)?;
+    read_from(&file, Some(cols)).with_context(|| format!("reading `{}`", path.display()))
+}
+
+fn read_from(file: &hdf5::File, cols: Option<Range<usize>>) -> Result<Dataset> {
     let fname = file.filename();
     let header = header_of(file)?;
     if header.num_nodes > u32::MAX as u64 {
@@ -149,7 +161,21 @@ fn read_from(file: &hdf5::File) -> Result<Dataset> {
         );
     }
     let features = if h5::has(file, "features") {
-        let f = h5::read_matrix::<f32>(file, "features")?;
+        let f = match &cols {
+            None => h5::read_matrix::<f32>(file, "features")?,
+            Some(c) => {
+                let dim = header.feature_dim;
+                if c.start > c.end || c.end > dim {
+                    bail!(
+                        "`{fname}`: columns {}..{} of `features` requested, but it has {dim}",
+                        c.start,
+                        c.end
+                    );
+                }
+                h5::read_matrix_columns::<f32>(file, "features", c.clone())?
+            }
+        };
+        let first_col = cols.as_ref().map_or(0, |c| c.start);
         if f.nrows() != rows {
             bail!(
                 "`{fname}`: `features` has {} rows, expected {rows} (one per vertex)",
@@ -160,7 +186,7 @@ fn read_from(file: &hdf5::File) -> Result<Dataset> {
             bail!(
                 "`{fname}`: `features` row {} column {} is {v} (features must be finite)",
                 i / f.ncols().max(1),
-                i % f.ncols().max(1)
+                first_col + i % f.ncols().max(1)
             );
         }
         Some(f)

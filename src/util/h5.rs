@@ -115,6 +115,31 @@ pub fn read_matrix_rows<T: H5Type>(
         })
 }
 
+/// Read columns `cols` of every row of a 2-d dataset (a hyperslab: only the slice is kept in
+/// memory).
+pub fn read_matrix_columns<T: H5Type>(
+    file: &File,
+    name: &str,
+    cols: std::ops::Range<usize>,
+) -> Result<Array2<T>> {
+    let ds = file
+        .dataset(name)
+        .with_context(|| format!("`{}`: missing dataset `{name}`", file.filename()))?;
+    let rows = ds.shape().first().copied().unwrap_or(0);
+    if cols.is_empty() {
+        return Ok(Array2::from_shape_vec((rows, 0), Vec::new())?);
+    }
+    ds.read_slice_2d::<T, _>(ndarray::s![.., cols.start..cols.end])
+        .with_context(|| {
+            format!(
+                "`{}`: cannot read columns {}..{} of dataset `{name}`",
+                file.filename(),
+                cols.start,
+                cols.end
+            )
+        })
+}
+
 /// Write a 1-d dataset (chunked and compressed when large, so partial reads stay cheap).
 pub fn write_vec<T: H5Type>(loc: &hdf5::Group, name: &str, data: &[T]) -> Result<()> {
     let builder = loc.new_dataset_builder();
