@@ -317,14 +317,21 @@ fn a_column_slice_reads_the_columns_and_everything_else() {
         let part = read_dataset_columns(&path, cols.clone()).unwrap();
         let f = part.features.as_ref().unwrap();
         assert_eq!(f.dim(), (full.nrows(), cols.len()), "{cols:?}");
-        assert_eq!(f.view(), full.slice(ndarray::s![.., cols.clone()]), "{cols:?}");
+        assert_eq!(
+            f.view(),
+            full.slice(ndarray::s![.., cols.clone()]),
+            "{cols:?}"
+        );
         let mut rest = part.clone();
         rest.features = ds.features.clone();
         assert_eq!(rest, ds, "{cols:?}: the rest of the dataset");
     }
     let err = read_dataset_columns(&path, 2..dim + 1).unwrap_err();
     let msg = format!("{err:#}");
-    assert!(msg.contains("sbm.h5") && msg.contains("`features`"), "{msg}");
+    assert!(
+        msg.contains("sbm.h5") && msg.contains("`features`"),
+        "{msg}"
+    );
 }
 
 #[test]
