@@ -243,6 +243,40 @@ impl TrainConfig {
         if self.strategy == Strategy::Snp {
             self.check_snp()?;
         }
+        if self.strategy == Strategy::Nfp {
+            self.check_nfp()?;
+        }
+        Ok(())
+    }
+
+    /// What node-feature parallelism cannot run: it splits the input layer's product
+    /// `x·W₁` by the columns of `x` (the rows of `W₁`) and adds the partial products, which is
+    /// exact only where the input layer is linear in `x` before its bias and activation.
+    pub fn check_nfp(&self) -> Result<()> {
+        if self.model == ModelKind::Gat {
+            bail!(
+                "config: `strategy` \"nfp\" does not support `model` \"gat\": GAT's attention \
+                 scores are a nonlinear function (LeakyReLU, then a softmax over each \
+                 destination's sources) of the whole projected row `x·W`, so they cannot be \
+                 computed from per-column-slice partial products; use --strategy gdp, split or \
+                 dnp"
+            );
+        }
+        if self.input_proj {
+            bail!(
+                "config: `strategy` \"nfp\" does not support `input_proj`: the projection's \
+                 output feeds the first layer's norm and residual, which need whole rows, so the \
+                 input layer does not decompose by feature columns; drop `input_proj`, or use \
+                 --strategy gdp, split or dnp"
+            );
+        }
+        if self.full_batch {
+            bail!(
+                "config: `strategy` \"nfp\" slices the input layer of sampled mini-batches and \
+                 cannot run `full_batch` (one batch of the whole graph); use gdp (or auto) for \
+                 full-batch training"
+            );
+        }
         Ok(())
     }
 

@@ -88,13 +88,18 @@ pub enum Strategy {
     Dnp,
     /// Source-node parallel: input-layer partial sums on the sources' owners.
     Snp,
+    /// Node-feature parallel (P3's push-pull): every rank holds a slice of the input
+    /// features' columns and computes the input layer's partial sums on it for every rank's
+    /// destinations; the upper layers run data parallel.
+    Nfp,
     /// GDP across nodes, split inside a node.
     Hybrid,
     /// Resolved before training to one of the others by a dry-run estimate.
     Auto,
 }
 named!(Strategy, "strategy", {
-    Gdp => "gdp", Split => "split", Dnp => "dnp", Snp => "snp", Hybrid => "hybrid", Auto => "auto",
+    Gdp => "gdp", Split => "split", Dnp => "dnp", Snp => "snp", Nfp => "nfp", Hybrid => "hybrid",
+    Auto => "auto",
 });
 
 impl Strategy {

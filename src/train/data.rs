@@ -34,6 +34,9 @@ pub struct TrainData {
     /// GCN only: every global vertex's degree `D_u` in the whole graph, the same on every rank
     /// ([`TrainData::build_gcn_degrees`]); `None` for other models.
     pub gcn_degrees: Option<Vec<u32>>,
+    /// Feature-sliced strategies (NFP): this rank's columns of the input features and the
+    /// whole graph's topology. `store` then holds every vertex's row of these columns only.
+    pub sliced: Option<super::columns::SlicedInput>,
 }
 
 impl TrainData {
@@ -44,6 +47,9 @@ impl TrainData {
     /// rank of `group`; a partition directory must have one part per rank of `group` (a
     /// single-rank group reads all parts). Collective over `group`.
     pub fn load(path: Option<&Path>, cfg: &TrainConfig, group: &Group) -> Result<TrainData> {
+        if cfg.strategy == Strategy::Nfp {
+            return super::columns::load_sliced(path, cfg, group);
+        }
         let (rank, ranks) = (group.rank(), group.size());
         let (part, offsets, orig_ids) = match path {
             None => {
@@ -120,6 +126,7 @@ impl TrainData {
             metric,
             train_all,
             gcn_degrees: None,
+            sliced: None,
         })
     }
 
@@ -170,9 +177,11 @@ impl TrainData {
         self.labels[(v as u64 - self.part.first_node) as usize]
     }
 
-    /// Feature width.
+    /// Feature width (of the whole rows, also when this rank holds a slice of the columns).
     pub fn feature_dim(&self) -> usize {
-        self.store.dim()
+        self.sliced
+            .as_ref()
+            .map_or(self.store.dim(), |s| s.columns.total)
     }
 
     /// The owned splits (global ids).
@@ -221,7 +230,7 @@ pub fn normalize_rows(x: &mut Array2<f32>) {
 
 /// Keep the contiguous range of vertices rank `rank` of `ranks` owns (an even split by id,
 /// no partitioner involved); with one rank, the whole dataset.
-fn split_contiguous(
+pub(super) fn split_contiguous(
     ds: Dataset,
     rank: usize,
     ranks: usize,

@@ -4,12 +4,14 @@
 pub mod auto;
 pub mod cache;
 pub mod checkpoint;
+pub mod columns;
 pub mod data;
 pub mod device;
 pub mod dnp;
 pub mod dump;
 pub mod hybrid;
 pub mod metrics;
+pub mod nfp;
 pub mod owner_input;
 pub mod prefetch;
 pub mod report;
@@ -30,6 +32,7 @@ use checkpoint::{Checkpoint, Position};
 use data::TrainData;
 use metrics::{EpochRecord, MetricsWriter, PhaseTimes};
 use serde::Serialize;
+use std::ops::Range;
 use std::path::PathBuf;
 use std::time::Instant;
 use strategy::{FullGraph, StepArgs};
@@ -118,6 +121,8 @@ pub struct Trainer<'w, B: Backend = Cpu> {
     /// fit: mini-batches gather their input rows there.
     resident: Option<B::Mat>,
     dump: Option<dump::BlockDump>,
+    /// `--strategy nfp`: this rank's sliced input layer.
+    nfp: Option<nfp::Nfp<B>>,
 }
 
 impl<'w> Trainer<'w, Cpu> {
@@ -130,24 +135,62 @@ impl<'w> Trainer<'w, Cpu> {
 /// Sum the gradients over the world, in place: on the device when the MPI library takes device
 /// pointers ([`crate::comm::Group::device_pointers`]), else through a host copy (none on the
 /// CPU backend). Collective.
-fn allreduce_grads<B: Backend>(world: &World, params: &mut crate::nn::ParamStore<B>) {
+///
+/// `skip`: ranges of the buffer left out (sorted, disjoint), whose gradients stay on their rank
+/// (NFP's sliced input weights).
+fn allreduce_grads<B: Backend>(
+    world: &World,
+    params: &mut crate::nn::ParamStore<B>,
+    skip: &[Range<usize>],
+) {
     let be = params.backend().clone();
     let n = be.buffer_len(&params.grads);
+    let segments = complement(skip, n);
     if world.device_pointers() && !B::IS_HOST {
-        // MPI has no portable in-place flag through these bindings: reduce from a copy.
-        let send = be.to_owned(be.buffer_view(&params.grads, 0, 1, n));
-        let spans = (
-            be.device_span(be.view(&send)),
-            be.device_span_mut(be.buffer_view_mut(&mut params.grads, 0, 1, n)),
-        );
-        if let (Some(s), Some(r)) = spans {
-            // SAFETY: `send` and the gradients outlive the call, nothing is queued on them
-            // (the spans waited), and the world takes device pointers.
-            unsafe { world.allreduce_sum_device(s, r) };
+        let mut done = true;
+        for seg in &segments {
+            let len = seg.len();
+            // MPI has no portable in-place flag through these bindings: reduce from a copy.
+            let send = be.to_owned(be.buffer_view(&params.grads, seg.start, 1, len));
+            let spans = (
+                be.device_span(be.view(&send)),
+                be.device_span_mut(be.buffer_view_mut(&mut params.grads, seg.start, 1, len)),
+            );
+            if let (Some(s), Some(r)) = spans {
+                // SAFETY: `send` and the gradients outlive the call, nothing is queued on them
+                // (the spans waited), and the world takes device pointers.
+                unsafe { world.allreduce_sum_device(s, r) };
+            } else {
+                // Every rank's backend answers alike, so all ranks take the host path below.
+                done = false;
+                break;
+            }
+        }
+        if done {
             return;
         }
     }
-    be.with_host_buffer(&mut params.grads, &mut |g| world.allreduce_sum_f32(g));
+    be.with_host_buffer(&mut params.grads, &mut |g| {
+        for seg in &segments {
+            world.allreduce_sum_f32(&mut g[seg.clone()]);
+        }
+    });
+}
+
+/// The parts of `0..n` outside the sorted, disjoint ranges `skip`.
+fn complement(skip: &[Range<usize>], n: usize) -> Vec<Range<usize>> {
+    let mut out = Vec::with_capacity(skip.len() + 1);
+    let mut at = 0;
+    for r in skip {
+        if r.start > at {
+            out.push(at..r.start);
+        }
+        at = at.max(r.end);
+    }
+    if at < n {
+        out.push(at..n);
+    }
+    out
 }
 
 impl<'w, B: Backend> Trainer<'w, B> {
@@ -215,9 +258,12 @@ impl<'w, B: Backend> Trainer<'w, B> {
             cfg.weight_decay,
         );
         let features_bytes = data.store.own_rows().len() * 4;
-        let resident =
-            (!B::IS_HOST && !cfg.full_batch && world.size() == 1 && backend.fits(features_bytes))
-                .then(|| backend.upload(data.store.own_rows().view()));
+        let resident = (!B::IS_HOST
+            && !cfg.full_batch
+            && world.size() == 1
+            && cfg.strategy != Strategy::Nfp
+            && backend.fits(features_bytes))
+        .then(|| backend.upload(data.store.own_rows().view()));
         let mut t = Trainer {
             pos: Position {
                 epoch: 0,
@@ -236,15 +282,19 @@ impl<'w, B: Backend> Trainer<'w, B> {
             full: None,
             resident,
             dump: None,
+            nfp: None,
         };
+        if t.cfg.strategy == Strategy::Nfp {
+            t.nfp = Some(nfp::Nfp::new(&t.model, &t.data)?);
+        }
         if let Some(dir) = &t.files.dump_blocks {
             t.dump = Some(dump::BlockDump::create(dir, world.rank())?);
         }
         if t.files.resume {
             t.restore()?;
         }
-        // SNP reads no remote feature row, so a cache would never be read.
-        let reads_remote_rows = t.cfg.strategy != Strategy::Snp;
+        // SNP and NFP read no remote feature row, so a cache would never be read.
+        let reads_remote_rows = !matches!(t.cfg.strategy, Strategy::Snp | Strategy::Nfp);
         if t.cfg.cache_mb > 0.0
             && !t.cfg.full_batch
             && t.data_group().size() > 1
@@ -351,7 +401,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
             let due = self.cfg.eval_every > 0 && (epoch + 1).is_multiple_of(self.cfg.eval_every);
             let (train_m, val, test) = if due || last {
                 let t = Instant::now();
-                let r = self.evaluate();
+                let r = self.evaluate()?;
                 times.eval = t.elapsed().as_secs_f64();
                 if r.1 > self.pos.best_val || self.pos.best_epoch.is_none() {
                     self.pos.best_val = r.1;
@@ -427,6 +477,9 @@ impl<'w, B: Backend> Trainer<'w, B> {
         }
         if self.files.checkpoint.is_some() {
             self.save_checkpoint()?;
+        } else {
+            // The model the run leaves in memory is whole (it gathers on checkpoints too).
+            self.gather_sliced()?;
         }
         let direct = self.world.stats().device_pointer_calls();
         if self.world.rank() == 0 && self.world.device_pointers() {
@@ -483,7 +536,12 @@ impl<'w, B: Backend> Trainer<'w, B> {
         Ok(summary)
     }
 
-    fn save_checkpoint(&self) -> Result<()> {
+    fn save_checkpoint(&mut self) -> Result<()> {
+        if self.files.checkpoint.is_none() {
+            return Ok(());
+        }
+        // Every rank reaches this point (rank 0 alone writes): the collective runs on all.
+        self.gather_sliced()?;
         let Some(path) = &self.files.checkpoint else {
             return Ok(());
         };
@@ -602,6 +660,10 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 }
                 (false, Strategy::Dnp) => dnp::dnp_step(model, data, &args, &mut times)?,
                 (false, Strategy::Snp) => snp::snp_step(model, data, &args, &mut times)?,
+                (false, Strategy::Nfp) => {
+                    let nfp = self.nfp.as_mut().expect("built in Trainer::on for nfp");
+                    nfp.step(model, data, &args, &mut times)?
+                }
                 (false, Strategy::Gdp) => strategy::gdp_minibatch_step(
                     model,
                     data,
@@ -612,6 +674,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 )?,
                 (false, Strategy::Auto) => unreachable!("auto is resolved in Trainer::new"),
             };
+            let skip = self.unsynced_ranges();
             finish_step(
                 self.world,
                 &mut self.model,
@@ -621,6 +684,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 batch.len(),
                 &mut times,
                 &mut totals,
+                &skip,
             )?;
             progress.inc(1);
         }
@@ -636,11 +700,20 @@ impl<'w, B: Backend> Trainer<'w, B> {
 
     /// Exact full-graph inference (no sampling, no dropout) over the partitioned graph:
     /// (train, val, test) metric. Collective.
-    pub fn evaluate(&mut self) -> (f64, f64, f64) {
+    pub fn evaluate(&mut self) -> Result<(f64, f64, f64)> {
         self.ensure_full_plan();
         let full = self.full.as_ref().expect("built above");
         let group = self.data_group();
-        let logits = full.infer(group, &self.model, &self.data);
+        let logits = match &mut self.nfp {
+            Some(nfp) => nfp.infer(
+                group,
+                &self.model,
+                &self.data,
+                full,
+                self.cfg.uses_self_loops(),
+            )?,
+            None => full.infer(group, &self.model, &self.data),
+        };
         let logits = self.model.params.backend().download_owned(logits);
         let first = self.data.part.first_node;
         let splits = self.data.splits();
@@ -648,7 +721,24 @@ impl<'w, B: Backend> Trainer<'w, B> {
             let rows: Vec<usize> = ids.iter().map(|&v| (v as u64 - first) as usize).collect();
             metrics::distributed_metric(group, self.data.metric, &logits, &rows, &self.data.labels)
         };
-        (eval(&splits.train), eval(&splits.val), eval(&splits.test))
+        Ok((eval(&splits.train), eval(&splits.val), eval(&splits.test)))
+    }
+
+    /// Parameter ranges whose gradients stay on their rank (NFP's sliced input weights):
+    /// left out of the gradient allreduce, and stale outside this rank's rows.
+    fn unsynced_ranges(&self) -> Vec<Range<usize>> {
+        self.nfp
+            .as_ref()
+            .map_or_else(Vec::new, |n| n.unsynced_ranges(&self.model))
+    }
+
+    /// Under NFP, make the sliced weights (and their Adam moments) whole on every rank, so the
+    /// model in memory and in a checkpoint is the whole model. Collective; nothing elsewhere.
+    fn gather_sliced(&mut self) -> Result<()> {
+        match &self.nfp {
+            Some(nfp) => nfp.gather_weights(self.world, &mut self.model, &mut self.adam),
+            None => Ok(()),
+        }
     }
 }
 
@@ -676,10 +766,11 @@ fn finish_step<B: Backend>(
     batch_len: usize,
     times: &mut PhaseTimes,
     totals: &mut EpochTotals,
+    skip: &[Range<usize>],
 ) -> Result<()> {
     let t = Instant::now();
     if world.size() > 1 {
-        allreduce_grads(world, &mut model.params);
+        allreduce_grads(world, &mut model.params, skip);
     }
     let mut stats = [
         out.loss_sum,
@@ -709,7 +800,7 @@ fn finish_step<B: Backend>(
     adam.step(&mut model.params.values, &model.params.grads);
     times.optimizer += t.elapsed().as_secs_f64();
     #[cfg(debug_assertions)]
-    check_identical_params(world, model, pos.step)?;
+    check_identical_params(world, model, pos.step, skip)?;
     pos.step += 1;
     pos.batch += 1;
     Ok(())
@@ -718,11 +809,16 @@ fn finish_step<B: Backend>(
 /// Debug builds: every rank must hold bit-identical parameters after every step (the
 /// allreduce makes the gradients identical, and Adam is elementwise).
 #[cfg(debug_assertions)]
-fn check_identical_params<B: Backend>(world: &World, model: &Model<B>, step: u64) -> Result<()> {
-    let hash = model
-        .params
-        .values_on_host()
-        .iter()
+fn check_identical_params<B: Backend>(
+    world: &World,
+    model: &Model<B>,
+    step: u64,
+    skip: &[Range<usize>],
+) -> Result<()> {
+    let values = model.params.values_on_host();
+    let hash = complement(skip, values.len())
+        .into_iter()
+        .flat_map(|r| values[r].iter())
         .fold(0xcbf2_9ce4_8422_2325u64, |h, v| {
             (h ^ v.to_bits() as u64).wrapping_mul(0x0100_0000_01b3)
         });

@@ -160,6 +160,7 @@ impl<B: Backend> Trainer<'_, B> {
                     batch.len(),
                     &mut times,
                     &mut totals,
+                    &[],
                 )?;
                 progress.inc(1);
             }

@@ -1,0 +1,467 @@
+//! Node-feature parallelism (APT's NFP, P3's push-pull): rank `r` holds columns
+//! `[c_r, c_{r+1})` of every vertex's input features ([`super::columns`]) and uses only the
+//! matching rows of the input layer's weight matrices.
+//!
+//! One step: every rank samples the seeds of the global mini-batch it owns exactly as GDP
+//! does (same blocks), and the input blocks of all ranks are allgathered. Each rank computes
+//! the input layer's partial `Σ_u w_uv · x_u[c_r..c_{r+1}] · W[c_r..c_{r+1}, :]` (SAGE: root
+//! and neighbour terms; GCN: the normalised aggregation; MLP: the row's product) for the
+//! destinations of every rank; the partial rows (hidden width) are summed at the
+//! destinations' ranks (a reduce-scatter), which add the bias and the activation and run the
+//! upper layers data parallel, as GDP. Backward reverses it: the gradient of each rank's
+//! input-layer pre-activation rows goes to every rank (an allgather), and each computes the
+//! gradient of its rows of `W`. That gradient stays on its rank — it is left out of the
+//! gradient allreduce ([`Nfp::unsynced_ranges`]) — while every other parameter (the input
+//! layer's bias included, whose gradient the destination's rank computes) is allreduced as
+//! under GDP.
+//!
+//! The parameter buffer keeps the whole model's layout on every rank, so checkpoints, resume
+//! and the optimizer are GDP's; only the sliced rows are live on each rank. Before a
+//! checkpoint the slices (values and Adam moments) are allgathered ([`Nfp::gather_weights`]),
+//! so an NFP checkpoint is the whole model, the one GDP would write.
+//!
+//! Input dropout is applied on the host while the rows are gathered, with the mask GDP draws
+//! keyed by the **global** column (`c_r + c`), so every element gets GDP's mask bit; the sliced
+//! layer itself then runs without dropout. GAT is refused in the configuration: its attention
+//! scores are a nonlinear function of the whole projected row.
+
+use super::data::TrainData;
+use super::metrics::PhaseTimes;
+use super::strategy::{dropout_stream, FullGraph, StepArgs, StepOutput};
+use crate::backend::{Backend, DropoutMask};
+use crate::comm::Group;
+use crate::exchange::slices::{allgather_blocks, allgather_rows, reduce_scatter_rows, stack_rows};
+use crate::graph::{Dataset, NodeId};
+use crate::nn::gcn::GcnConv;
+use crate::nn::layer::{Conv, LayerCache};
+use crate::nn::linear::{accumulate_bias_grad, Linear};
+use crate::nn::sage::SageConv;
+use crate::nn::{Adam, DropoutCtx, Layer, Model, ParamStore};
+use crate::sample::{sample_blocks, Block, LocalGraph};
+use anyhow::{bail, Context, Result};
+use ndarray::Array2;
+use std::ops::Range;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+/// One rank's sliced input layer and its evaluation state.
+pub struct Nfp<B: Backend> {
+    /// This rank's feature columns.
+    cols: Range<usize>,
+    /// The input layer's convolution over this rank's columns: `in_dim` = the slice width, no
+    /// activation and no dropout, and a bias held at zero (the bias is added once, where the
+    /// partial rows meet).
+    layer: Layer,
+    /// The sliced layer's parameters: this rank's rows of the model's weights, copied in
+    /// before every use; its gradients are added back into the model's rows.
+    params: ParamStore<B>,
+    /// Each sliced weight matrix: (index in the model's parameters, index in `params`).
+    weights: Vec<(usize, usize)>,
+    /// The input layer's bias in the model's parameters.
+    bias: usize,
+    /// Evaluation: the whole graph as one block (destinations = every vertex), and this
+    /// rank's columns of every vertex, on the backend (built on first use and kept).
+    whole: OnceLock<B::Graph>,
+    features: OnceLock<B::Mat>,
+}
+
+impl<B: Backend> Nfp<B> {
+    /// The sliced input layer of `model` for the columns `data` holds.
+    pub fn new(model: &Model<B>, data: &TrainData) -> Result<Nfp<B>> {
+        let sliced = data
+            .sliced
+            .as_ref()
+            .context("strategy nfp: the data were not loaded as column slices")?;
+        let cols = sliced.columns.range.clone();
+        let first = &model.layers[0];
+        if first.input.is_some() || first.norm.is_some() || first.residual {
+            bail!(
+                "strategy nfp: the input layer has an input projection, norm or residual, which \
+                 need whole feature rows; drop `input_proj`"
+            );
+        }
+        let (w, h) = (cols.len(), first.conv.out_dim());
+        let mut ps = ParamStore::new();
+        let (conv, weights, bias) = match &first.conv {
+            Conv::Sage(c) => {
+                // Registered one after the other, as in the model: SAGE multiplies
+                // `[W_self; W_neigh]` as one stacked matrix.
+                let w_self = ps.add("nfp.w_self", &[w, h]);
+                let w_neigh = ps.add("nfp.w_neigh", &[w, h]);
+                let b = ps.add("nfp.bias", &[h]);
+                let conv = SageConv {
+                    w_self,
+                    w_neigh,
+                    bias: b,
+                    in_dim: w,
+                    out_dim: h,
+                };
+                (
+                    Conv::Sage(conv),
+                    vec![(c.w_self, w_self), (c.w_neigh, w_neigh)],
+                    c.bias,
+                )
+            }
+            Conv::Gcn(c) => {
+                let weight = ps.add("nfp.weight", &[w, h]);
+                let b = ps.add("nfp.bias", &[h]);
+                let conv = GcnConv {
+                    weight,
+                    bias: b,
+                    in_dim: w,
+                    out_dim: h,
+                };
+                (Conv::Gcn(conv), vec![(c.weight, weight)], c.bias)
+            }
+            Conv::Dense(c) => {
+                let weight = ps.add("nfp.weight", &[w, h]);
+                let b = ps.add("nfp.bias", &[h]);
+                let conv = Linear {
+                    weight,
+                    bias: b,
+                    in_dim: w,
+                    out_dim: h,
+                };
+                (Conv::Dense(conv), vec![(c.weight, weight)], c.bias)
+            }
+            Conv::Gat(_) => bail!(
+                "strategy nfp does not support GAT: its attention scores are a nonlinear \
+                 function of the whole projected row, not a sum over feature slices"
+            ),
+        };
+        Ok(Nfp {
+            cols,
+            layer: Layer::plain(0, conv, 0.0, None),
+            params: ps.to_backend(model.params.backend().clone()),
+            weights,
+            bias,
+            whole: OnceLock::new(),
+            features: OnceLock::new(),
+        })
+    }
+
+    /// The flat-buffer ranges of the sliced weight matrices (whole matrices): their gradients
+    /// are not allreduced, and outside this rank's rows their values are stale.
+    pub fn unsynced_ranges(&self, model: &Model<B>) -> Vec<Range<usize>> {
+        self.weights
+            .iter()
+            .map(|&(m, _)| {
+                let e = &model.params.entries[m];
+                e.offset..e.offset + e.len()
+            })
+            .collect()
+    }
+
+    /// Copy this rank's rows of the model's weights into the sliced layer (bias zero).
+    fn load_weights(&mut self, model: &ParamStore<B>) {
+        let be = model.backend().clone();
+        be.buffer_zero(&mut self.params.values);
+        for &(m, s) in &self.weights {
+            let rows = be.rows(model.view(m), self.cols.clone());
+            be.add_assign(self.params.view_mut(s), rows);
+        }
+    }
+
+    /// Add the sliced layer's weight gradients into this rank's rows of the model's.
+    fn store_grads(&self, model: &mut ParamStore<B>) {
+        let be = model.backend().clone();
+        for &(m, s) in &self.weights {
+            let dst = be.rows_mut(model.grad_mut(m), self.cols.clone());
+            be.add_assign(dst, self.params.grad(s));
+        }
+    }
+
+    /// One NFP step; gradients accumulate in `model` (the sliced weights' only in this rank's
+    /// rows). Collective.
+    pub fn step(
+        &mut self,
+        model: &mut Model<B>,
+        data: &mut TrainData,
+        args: &StepArgs,
+        times: &mut PhaseTimes,
+    ) -> Result<StepOutput> {
+        let StepArgs {
+            group,
+            batch,
+            fanouts,
+            key,
+            self_loops,
+            scale,
+        } = *args;
+        let be = model.params.backend().clone();
+        let t = Instant::now();
+        let sliced = data.sliced.as_ref().context("nfp: no sliced data")?;
+        let seeds: Vec<NodeId> = batch.iter().copied().filter(|&v| data.owns(v)).collect();
+        // Every rank holds the whole topology: its seeds' blocks are GDP's, sampled locally.
+        let graph = LocalGraph::new(&sliced.topology, data.orig_ids.as_deref());
+        let mut blocks = sample_blocks(&graph, &seeds, fanouts, key);
+        if self_loops {
+            blocks = blocks.iter().map(Block::with_self_loops).collect();
+        }
+        let mut out = StepOutput {
+            loss_sum: 0.0,
+            seeds: seeds.len() as u64,
+            nodes: blocks.iter().map(|b| b.num_dst as u64).sum(),
+            edges: blocks.iter().map(|b| b.num_edges() as u64).sum(),
+            input_rows: blocks[0].num_src() as u64,
+        };
+        let inputs = allgather_blocks(group, "nfp_blocks", &blocks[0]);
+        times.sample += t.elapsed().as_secs_f64();
+
+        // This rank's columns of every rank's input rows, masked with GDP's input dropout.
+        let t = Instant::now();
+        let ctx = DropoutCtx {
+            training: true,
+            stream: dropout_stream(key),
+            orig_ids: data.orig_ids.as_deref(),
+            gcn_degrees: data.gcn_degrees.as_deref(),
+        };
+        let first = &model.layers[0];
+        let mask = (first.dropout > 0.0).then(|| first.input_dropout(&ctx));
+        let dst_counts: Vec<usize> = inputs.iter().map(|b| b.num_dst).collect();
+        let mut xs = Vec::with_capacity(inputs.len());
+        for b in &inputs {
+            let (mut x, _) = data.store.gather_local(&b.src_nodes);
+            if let Some(mask) = &mask {
+                mask_columns(mask, &mut x, &b.src_nodes, ctx.orig_ids, self.cols.start);
+            }
+            xs.push(be.upload_owned(x));
+        }
+        let graphs: Vec<B::Graph> = inputs.into_iter().map(|b| be.graph(b)).collect();
+        let upper: Vec<B::Graph> = blocks.drain(1..).map(|b| be.graph(b)).collect();
+        let mine = blocks[0].num_dst;
+        times.gather += t.elapsed().as_secs_f64();
+
+        let t = Instant::now();
+        self.load_weights(&model.params);
+        let h = self.layer.conv.out_dim();
+        let mut partials = Vec::with_capacity(graphs.len());
+        let mut caches = Vec::with_capacity(graphs.len());
+        for (g, x) in graphs.iter().zip(xs) {
+            if be.block(g).num_dst == 0 {
+                partials.push(be.zeros(0, h));
+                caches.push(None);
+                continue;
+            }
+            let (p, cache) = self.layer.forward_input(&self.params, g, be.view(&x), &ctx);
+            partials.push(p);
+            caches.push(Some(cache));
+        }
+        let send = stack_rows(&be, &partials, h);
+        drop(partials);
+        let mut z = reduce_scatter_rows(group, &be, "nfp_partials", send, &dst_counts, mine);
+        be.add_bias(be.view_mut(&mut z), model.params.view(self.bias));
+        let first = &model.layers[0];
+        let saved = first
+            .activation
+            .map(|act| (act, be.activation_forward(act, be.view_mut(&mut z))));
+        times.forward += t.elapsed().as_secs_f64();
+
+        let labels: Vec<i64> = seeds.iter().map(|&s| data.label(s)).collect();
+        let mut d_z = if seeds.is_empty() {
+            be.zeros(0, h)
+        } else {
+            let (loss_sum, d) = upper_layers(model, &upper, z, &labels, &ctx, scale, times);
+            out.loss_sum = loss_sum;
+            d
+        };
+
+        let t = Instant::now();
+        if let Some((act, saved)) = &saved {
+            be.activation_backward(*act, saved, be.view_mut(&mut d_z));
+        }
+        accumulate_bias_grad(&mut model.params, self.bias, be.view(&d_z));
+        let d_all = allgather_rows(group, &be, "nfp_grads", be.view(&d_z), &dst_counts);
+        drop(d_z);
+        self.params.zero_grads();
+        let mut at = 0;
+        for ((g, cache), &n) in graphs.iter().zip(caches).zip(&dst_counts) {
+            let Some(cache): Option<LayerCache<B>> = cache else {
+                continue;
+            };
+            let d = be.to_owned(be.rows(be.view(&d_all), at..at + n));
+            at += n;
+            // A transpose caches one block's: a fresh one per block.
+            let transpose = B::Transpose::default();
+            self.layer
+                .backward_owned(&mut self.params, g, &transpose, cache, d, false);
+        }
+        self.store_grads(&mut model.params);
+        times.backward += t.elapsed().as_secs_f64();
+        Ok(out)
+    }
+
+    /// Logits of the owned vertices by exact full-graph inference: the input layer's partial
+    /// rows of every vertex over this rank's columns, summed at the vertices' owners; the
+    /// upper layers over `full`'s partitioned graph and halo exchange, as under GDP.
+    /// Collective.
+    pub fn infer(
+        &mut self,
+        group: &Group,
+        model: &Model<B>,
+        data: &TrainData,
+        full: &FullGraph<B>,
+        self_loops: bool,
+    ) -> Result<B::Mat> {
+        let be = model.params.backend().clone();
+        let sliced = data.sliced.as_ref().context("nfp: no sliced data")?;
+        self.load_weights(&model.params);
+        let g = self
+            .whole
+            .get_or_init(|| be.graph(whole_block(&sliced.topology, self_loops)));
+        let x = self
+            .features
+            .get_or_init(|| be.upload(data.store.own_rows().view()));
+        let ctx = DropoutCtx {
+            gcn_degrees: data.gcn_degrees.as_deref(),
+            ..DropoutCtx::eval()
+        };
+        let (partial, _) = self.layer.forward_input(&self.params, g, be.view(x), &ctx);
+        let counts: Vec<usize> = data
+            .offsets
+            .windows(2)
+            .map(|w| (w[1] - w[0]) as usize)
+            .collect();
+        let own = data.part.local_nodes();
+        let mut h = reduce_scatter_rows(group, &be, "nfp_eval_partials", partial, &counts, own);
+        be.add_bias(be.view_mut(&mut h), model.params.view(self.bias));
+        if let Some(act) = model.layers[0].activation {
+            be.activation_in_place(act, be.view_mut(&mut h));
+        }
+        let part_graph = full.graph(&be);
+        for layer in &model.layers[1..] {
+            let out = {
+                let h_src = full
+                    .plan
+                    .with_halo(group, &be, be.view(&h), "eval_halo_rows");
+                layer
+                    .forward(&model.params, part_graph, h_src.view(&be), &ctx)
+                    .0
+            };
+            h = out;
+        }
+        Ok(h)
+    }
+
+    /// Make the model whole on every rank: allgather every rank's rows of the sliced weights,
+    /// with their Adam moments, so the parameters and optimizer state are the whole model's
+    /// (what a checkpoint stores). Collective.
+    pub fn gather_weights(
+        &self,
+        group: &Group,
+        model: &mut Model<B>,
+        adam: &mut Adam<B>,
+    ) -> Result<()> {
+        let mut values = model.params.values_on_host();
+        let (mut m, mut v, t) = adam.state();
+        for &(w, _) in &self.weights {
+            let e = &model.params.entries[w];
+            let width = e.dims().1;
+            let mine = e.offset + self.cols.start * width..e.offset + self.cols.end * width;
+            for buf in [&mut values, &mut m, &mut v] {
+                // Slices are contiguous rows in rank order: their concatenation is the matrix.
+                let (all, _) = group.allgatherv("nfp_weights", &buf[mine.clone()]);
+                buf[e.offset..e.offset + e.len()].copy_from_slice(&all);
+            }
+        }
+        model.params.set_values(&values);
+        adam.set_state(&m, &v, t)
+    }
+}
+
+/// The upper layers of this rank's seeds, data parallel as GDP: forward from `h` (the input
+/// layer's rows of `upper[0]`'s sources), loss over the seeds, backward; returns the loss sum
+/// and the gradient of `h`.
+fn upper_layers<B: Backend>(
+    model: &mut Model<B>,
+    upper: &[B::Graph],
+    h: B::Mat,
+    labels: &[i64],
+    ctx: &DropoutCtx,
+    scale: f32,
+    times: &mut PhaseTimes,
+) -> (f64, B::Mat) {
+    let be = model.params.backend().clone();
+    let t = Instant::now();
+    let mut h = h;
+    let mut caches = Vec::with_capacity(upper.len());
+    for (layer, g) in model.layers[1..].iter().zip(upper) {
+        let (out, cache) = layer.forward_owned(&model.params, g, h, ctx);
+        caches.push(cache);
+        h = out;
+    }
+    let (loss_sum, mut d_h) = be.cross_entropy(be.view(&h), labels);
+    drop(h);
+    times.forward += t.elapsed().as_secs_f64();
+
+    let t = Instant::now();
+    be.scale(be.view_mut(&mut d_h), scale);
+    for ((layer, g), cache) in model.layers[1..].iter().zip(upper).zip(caches).rev() {
+        // A transpose caches one block's: a fresh one per layer.
+        let transpose = B::Transpose::default();
+        d_h = layer
+            .backward_owned(&mut model.params, g, &transpose, cache, d_h, true)
+            .expect("asked for the input gradient");
+    }
+    times.backward += t.elapsed().as_secs_f64();
+    (loss_sum, d_h)
+}
+
+/// Apply `mask` to rows `x` of columns `first..` of the vertices `ids`: element `(v, c)` keeps
+/// GDP's bit for global column `first + c`, rows keyed by original id as GDP keys them.
+fn mask_columns(
+    mask: &DropoutMask,
+    x: &mut Array2<f32>,
+    ids: &[NodeId],
+    orig_ids: Option<&[u64]>,
+    first: usize,
+) {
+    let scale = mask.scale();
+    for (mut row, &v) in x.rows_mut().into_iter().zip(ids) {
+        let key = orig_ids.map_or(v as u64, |o| o[v as usize]);
+        for (c, e) in row.iter_mut().enumerate() {
+            *e = if mask.keep(key, first + c) {
+                *e * scale
+            } else {
+                0.0
+            };
+        }
+    }
+}
+
+/// The whole graph as one block: every vertex a destination and (in id order) a source, with
+/// GCN's self-loops when asked.
+fn whole_block(topology: &Dataset, self_loops: bool) -> Block {
+    let n = topology.num_nodes as usize;
+    let block = Block {
+        num_dst: n,
+        src_nodes: (0..n as NodeId).collect(),
+        indptr: topology.graph.indptr.iter().map(|&o| o as usize).collect(),
+        indices: topology.graph.indices.clone(),
+    };
+    if self_loops {
+        block.with_self_loops()
+    } else {
+        block
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sample::rng::hash_key;
+
+    #[test]
+    fn column_masks_are_the_whole_rows_masks_cut_at_the_slice() {
+        let mask = DropoutMask::new(hash_key(&[1, 2, 3]), 0.5);
+        let whole = Array2::from_shape_fn((5, 10), |(r, c)| (r * 10 + c + 1) as f32);
+        let ids: Vec<NodeId> = vec![4, 9, 0, 2, 7];
+        let keys: Vec<u64> = ids.iter().map(|&v| v as u64).collect();
+        let expected = mask.apply(whole.view(), &keys);
+        for cols in [0..3, 3..7, 7..10] {
+            let mut x = whole.slice(ndarray::s![.., cols.clone()]).to_owned();
+            mask_columns(&mask, &mut x, &ids, None, cols.start);
+            assert_eq!(x, expected.slice(ndarray::s![.., cols]));
+        }
+    }
+}
