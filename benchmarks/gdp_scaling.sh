@@ -169,6 +169,8 @@ run_one() {
     ((threads >= 1)) || threads=1
     local data="$BENCH_WORK/$dataset.h5"
     ((ranks == 1)) || data="$BENCH_WORK/$dataset-p$ranks"
+    # NFP slices feature columns of the unpartitioned dataset (it refuses a partition).
+    if [[ "$strategy" == nfp ]]; then data="$BENCH_WORK/$dataset.h5"; fi
     local tag="$bench-$dataset-$strategy-r$ranks-c$cache_mb-$DEVICE"
     if [[ -n "$rpn" ]]; then
         data="$BENCH_WORK/$dataset-p$rpn"

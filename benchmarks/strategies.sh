@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Strategy comparison (issue 5, second benchmark): split vs DNP vs SNP vs GDP at 2 and 4 MPI
+# Strategy comparison (issue 5, second benchmark; NFP since issue 15): split vs DNP vs SNP vs NFP vs GDP at 2 and 4 MPI
 # ranks (RANKS) on Tolokers, Facebook and the 200k-vertex SBM graph, on METIS partitions, no
 # cache; plus hybrid at every rank count r ≥ 4 as 2 pretend nodes × r/2 ranks
 # (`--ranks-per-node r/2`, r/2-part METIS partitions: every pretend node holds the whole graph).
 # Records per run: epoch time and its breakdown (max over ranks), bytes per operation kind,
 # feature bytes (GDP/DNP: `store_rows`; split: `split_features`; SNP: none, it moves partial
-# rows of the hidden width, `snp_partials`), and split's per-layer imbalance and cross-split edge %.
+# rows of the hidden width, `snp_partials`; NFP: none, it moves the input blocks `nfp_blocks` and
+# partial rows `nfp_partials` / their gradients `nfp_grads`, and reads the unpartitioned
+# dataset.h5 instead of the METIS parts), and split's per-layer imbalance and cross-split edge %.
 #
 # The strategies run back to back on each graph and rank count, so that they see similar load.
 # A strategy that `gnnpar train` rejects as unknown is recorded as {"status": "not implemented"}
@@ -20,13 +22,13 @@
 # when DEVICE is not cpu). A strategy the device refuses is recorded as failed with its message.
 # Inputs, step limits and environment knobs (RESULTS, APPEND, DATASETS, RANKS, DEVICE, GNNPAR,
 # RUN_TIMEOUT, ...) are those of gdp_scaling.sh (sourced below); STRATEGIES picks a subset of
-# "gdp split dnp snp hybrid"; RANKS defaults to "2 4" here.
+# "gdp split dnp snp nfp hybrid"; RANKS defaults to "2 4" here.
 set -euo pipefail
 
 # shellcheck source-path=SCRIPTDIR source=gdp_scaling.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/gdp_scaling.sh"
 
-STRATEGIES="${STRATEGIES:-gdp split dnp snp hybrid}"
+STRATEGIES="${STRATEGIES:-gdp split dnp snp nfp hybrid}"
 STRATEGIES_TITLE="Strategies (GraphSAGE, inputs/sage-bench.toml, METIS parts)"
 
 # hybrid RANKS: whether hybrid runs at RANKS (2 pretend nodes of RANKS/2 ranks each).
