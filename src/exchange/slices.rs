@@ -127,7 +127,7 @@ mod tests {
         assert_eq!(blocks, vec![block]);
         let be = Cpu;
         let p = array![[1.0f32, 2.0], [3.0, 4.0]];
-        let send = stack_rows(&be, &[p.clone()], 2);
+        let send = stack_rows(&be, std::slice::from_ref(&p), 2);
         let sum = reduce_scatter_rows(&world, &be, "test_rows", send, &[2], 2);
         assert_eq!(sum, p);
         let all = allgather_rows(&world, &be, "test_rows", p.view(), &[2]);
