@@ -751,9 +751,8 @@ fn plan_run<B: Backend>(
     let p = plan::predict(cfg, data, &shape, group, &cal.calibration);
     if cfg.strategy == Strategy::Auto {
         cfg.strategy = p.choice.parse()?;
-        if world.rank() == 0 {
-            log::info!("strategy auto: chose {} (calibrated planner)", p.choice);
-        }
+        // Every rank says what it chose: the tests check that all agree.
+        log::info!("strategy auto: chose {} (calibrated planner)", p.choice);
     }
     Ok((Some((p, cal.path)), None))
 }

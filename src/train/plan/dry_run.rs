@@ -172,6 +172,17 @@ pub fn dry_run(
     let batches = epoch_batches(&data.train_all, |v| data.orig_of(v), seed, 0, batch_size);
     let take = DRY_RUN_BATCHES.min(batches.len());
     let mut counts: [Counts; 4] = std::array::from_fn(|_| Counts::new(layers, ranks));
+    // One untimed pass over the first batch first: whichever strategy were sampled first would
+    // otherwise pay the cold caches and first allocations in its build time.
+    if let Some(batch) = batches.first() {
+        let mut scratch: [Counts; 4] = std::array::from_fn(|_| Counts::new(layers, ranks));
+        let key = BatchKey {
+            seed,
+            epoch: 0,
+            batch: 0,
+        };
+        sample_batch(group, data, batch, fanouts, key, self_loops, &mut scratch);
+    }
     for (b, batch) in batches[..take].iter().enumerate() {
         let key = BatchKey {
             seed,
