@@ -202,10 +202,12 @@ pub fn dry_run(
         .map(|rank| std::array::from_fn(|s| Counts::from_flat(&rank[s * per..], layers, ranks)))
         .collect();
     // Rows served: what the other ranks ask of each rank.
-    for s in 0..SAMPLED.len() {
-        for r in 0..ranks {
-            let served = (0..ranks).map(|q| table[q][s].requests_to[r]).sum();
-            table[r][s].input_served = served;
+    let served: Vec<[f64; 4]> = (0..ranks)
+        .map(|r| std::array::from_fn(|s| table.iter().map(|q| q[s].requests_to[r]).sum()))
+        .collect();
+    for (rank, served) in table.iter_mut().zip(served) {
+        for (c, s) in rank.iter_mut().zip(served) {
+            c.input_served = s;
         }
     }
     DryRun {
