@@ -686,6 +686,8 @@ fn auto_picks_hybrid_on_two_nodes_and_on_one_node_trains_the_same_model_as_gdp()
         if let Some(k) = rpn {
             args.extend(["--ranks-per-node", k]);
         }
+        let cal = fx.path(&format!("auto-{parts}-calibration.json"));
+        args.extend(["--calibration", cal.to_str().unwrap()]);
         let out = mpirun_ok(4, &args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         let chosen = read_summary(&summary)["strategy"]
@@ -702,17 +704,17 @@ fn auto_picks_hybrid_on_two_nodes_and_on_one_node_trains_the_same_model_as_gdp()
                 ["gdp", "split", "dnp"].contains(&chosen.as_str()),
                 "{chosen}"
             );
-            // The estimate is logged as one JSON line naming every candidate and the choice.
+            // The prediction is logged as one JSON line naming every candidate and the choice.
             let est = stderr
                 .lines()
-                .find_map(|l| l.split_once("strategy auto: ").map(|(_, j)| j))
+                .find_map(|l| l.split_once("planner: ").map(|(_, j)| j))
                 .filter(|j| j.starts_with('{'))
-                .unwrap_or_else(|| panic!("no estimate line:\n{stderr}"));
+                .unwrap_or_else(|| panic!("no prediction line:\n{stderr}"));
             let est: serde_json::Value = serde_json::from_str(est).unwrap();
-            let e = &est["auto_estimate"];
+            let e = &est["plan"];
             assert_eq!(e["choice"], chosen.as_str(), "{e}");
             for s in ["gdp", "split", "dnp", "snp"] {
-                assert!(e["strategies"][s]["seconds_per_batch"].as_f64().unwrap() >= 0.0);
+                assert!(e["strategies"][s]["step_seconds"].as_f64().unwrap() >= 0.0);
             }
             // Split computes no row twice; GDP recomputes shared rows on several ranks.
             assert_eq!(e["strategies"]["split"]["redundant_rows"], 0.0, "{e}");
@@ -720,6 +722,10 @@ fn auto_picks_hybrid_on_two_nodes_and_on_one_node_trains_the_same_model_as_gdp()
                 e["strategies"]["gdp"]["redundant_rows"].as_f64().unwrap() > 0.0,
                 "{e}"
             );
+            // The summary compares the prediction with the measured step.
+            let p = &read_summary(&summary)["prediction"];
+            assert!(p["measured"]["step_seconds"].as_f64().unwrap() > 0.0, "{p}");
+            assert!(p["relative_error"].as_f64().unwrap().is_finite(), "{p}");
         }
         let d = rel_diff(&reference, &read_params(&ck));
         eprintln!("auto on 4 ranks ({parts}) chose {chosen}: relative difference {d:.2e}");

@@ -1,9 +1,11 @@
 //! The `gnnpar` command line: one sub-command per file, each with its own argument struct.
 
+pub mod calibrate;
 pub mod export;
 pub mod generate;
 pub mod info;
 pub mod partition;
+pub mod plan;
 pub mod prepare;
 pub mod presample;
 pub mod train;
@@ -34,6 +36,10 @@ pub enum Command {
     Export(export::ExportArgs),
     /// Train a GNN (GraphSAGE, GCN, GAT) on a dataset, a partition, or the synthetic default.
     Train(Box<train::TrainArgs>),
+    /// Measure this machine's operators for the planner and write its calibration file.
+    Calibrate(Box<train::TrainArgs>),
+    /// Print the calibrated planner's prediction per strategy and its choice, without training.
+    Plan(Box<train::TrainArgs>),
     /// Pre-sample training mini-batches into partition weights; measure a partition's split statistics.
     Presample(presample::PresampleArgs),
 }
@@ -72,6 +78,8 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Prepare(args) => prepare::run(args),
         Command::Partition(args) => partition::run(args).map(|_| ()),
         Command::Train(args) => train::run(*args),
+        Command::Calibrate(args) => calibrate::run(*args),
+        Command::Plan(args) => plan::run(*args),
         Command::Presample(args) => presample::run(args).map(|_| ()),
         Command::Export(args) => export::run(args),
     }

@@ -123,6 +123,11 @@ pub struct TrainArgs {
     /// Write the run summary JSON here.
     #[arg(long)]
     pub summary: Option<PathBuf>,
+    /// Calibration file of the planner (`auto`, `plan`, and predictions of fixed strategies;
+    /// default: one per host and rank layout under `$XDG_CACHE_HOME/gnnpar` or
+    /// `~/.cache/gnnpar`, or `$GNNPAR_CALIBRATION_DIR`).
+    #[arg(long, value_name = "PATH")]
+    pub calibration: Option<PathBuf>,
 }
 
 impl TrainArgs {
@@ -203,9 +208,15 @@ fn log_node_layout(world: &World) {
     }
 }
 
-/// Run `gnnpar train`.
-pub fn run(args: TrainArgs) -> Result<()> {
-    let cfg = args.resolve()?;
+/// What runs on the chosen backend once the world is up ([`with_backend`]).
+pub(crate) trait Job {
+    type Out;
+    fn run<B: Backend>(self, backend: B, world: &World) -> Result<Self::Out>;
+}
+
+/// Start the world and the thread pool for `cfg`, log the layout and the configuration, choose
+/// the device and run `job` on it. Shared by `train`, `plan` and `calibrate`.
+pub(crate) fn with_backend<J: Job>(cfg: &TrainConfig, job: J) -> Result<(J::Out, World)> {
     let world = World::init_with_nodes(cfg.ranks_per_node)?;
     // Threads divide the cores of the real host, also when nodes are pretend groups.
     let threads = crate::comm::threads_per_rank(cfg.threads, world.ranks_on_host());
@@ -221,7 +232,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
     if world.rank() == 0 {
         log::info!(
             "resolved config: {} ({} ranks on {} node(s), {} threads per rank{})",
-            serde_json::to_string(&cfg)?,
+            serde_json::to_string(cfg)?,
             world.size(),
             world.node_index().1,
             rayon::current_num_threads(),
@@ -232,27 +243,55 @@ pub fn run(args: TrainArgs) -> Result<()> {
             }
         );
     }
-    let files = RunFiles {
-        data: args.data.clone(),
-        metrics: args.metrics.clone(),
-        checkpoint: args.checkpoint.clone(),
-        resume: args.resume,
-        summary: args.summary.clone(),
-        dump_blocks: args.dump_blocks.clone(),
-    };
-    let summary = match device::choose(cfg.device, cfg.precision, &world)? {
+    let out = match device::choose(cfg.device, cfg.precision, &world)? {
         Chosen::Cpu { why } => {
             if cfg.precision == Precision::Tf32 {
                 log::warn!("--precision tf32 applies to a GPU's products; the CPU computes fp32");
             }
             log::info!("device: {} ({why})", Cpu.describe());
-            Trainer::on(Cpu, cfg, files, &world)?.run()?
+            job.run(Cpu, &world)?
         }
         Chosen::Cuda { backend, why } => {
             log::info!("device: {} ({why})", backend.describe());
-            Trainer::on(backend, cfg, files, &world)?.run()?
+            job.run(backend, &world)?
         }
     };
+    Ok((out, world))
+}
+
+impl TrainArgs {
+    /// Where the run reads and writes.
+    pub fn files(&self) -> RunFiles {
+        RunFiles {
+            data: self.data.clone(),
+            metrics: self.metrics.clone(),
+            checkpoint: self.checkpoint.clone(),
+            resume: self.resume,
+            summary: self.summary.clone(),
+            dump_blocks: self.dump_blocks.clone(),
+            calibration: self.calibration.clone(),
+            plan_only: false,
+        }
+    }
+}
+
+struct TrainJob {
+    cfg: TrainConfig,
+    files: RunFiles,
+}
+
+impl Job for TrainJob {
+    type Out = crate::train::RunSummary;
+    fn run<B: Backend>(self, backend: B, world: &World) -> Result<Self::Out> {
+        Trainer::on(backend, self.cfg, self.files, world)?.run()
+    }
+}
+
+/// Run `gnnpar train`.
+pub fn run(args: TrainArgs) -> Result<()> {
+    let cfg = args.resolve()?;
+    let files = args.files();
+    let (summary, world) = with_backend(&cfg.clone(), TrainJob { cfg, files })?;
     if world.rank() == 0 {
         println!("{}", serde_json::to_string(&summary)?);
     }

@@ -13,6 +13,7 @@ pub mod hybrid;
 pub mod metrics;
 pub mod nfp;
 pub mod owner_input;
+pub mod plan;
 pub mod prefetch;
 pub mod report;
 pub mod snp;
@@ -52,6 +53,10 @@ pub struct RunFiles {
     pub summary: Option<PathBuf>,
     /// Directory where each rank writes the edges of its sampled blocks (tests, debugging).
     pub dump_blocks: Option<PathBuf>,
+    /// Calibration file of the planner (default: one per host and layout in the user's cache).
+    pub calibration: Option<PathBuf>,
+    /// `gnnpar plan`: plan (calibrating if needed) and stop before training.
+    pub plan_only: bool,
 }
 
 /// The summary of a run (also printed as the last JSON line).
@@ -83,6 +88,13 @@ pub struct RunSummary {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_transfer_mb: Option<DeviceTransfers>,
     pub seconds: PhaseTimes,
+    /// The planner's prediction for the strategy that ran against what was measured; absent
+    /// when no calibration was at hand (fixed strategies do not measure one) or the run is not
+    /// planned (full batch, MLP, several nodes).
+    pub prediction: Option<plan::report::PredictionReport>,
+    /// Why there is no prediction.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prediction_skipped: Option<String>,
 }
 
 /// Bytes copied between the host and the device, in MiB.
@@ -123,6 +135,10 @@ pub struct Trainer<'w, B: Backend = Cpu> {
     dump: Option<dump::BlockDump>,
     /// `--strategy nfp`: this rank's sliced input layer.
     nfp: Option<nfp::Nfp<B>>,
+    /// The planner's prediction of every candidate and its calibration file, when planned.
+    pub planned: Option<(plan::cost::Prediction, PathBuf)>,
+    /// Why the run was not planned.
+    unplanned: Option<String>,
 }
 
 impl<'w> Trainer<'w, Cpu> {
@@ -247,9 +263,8 @@ impl<'w, B: Backend> Trainer<'w, B> {
             },
             cfg.seed,
         )?;
-        if cfg.strategy == Strategy::Auto {
-            cfg.strategy = auto::choose(&cfg, &data, &host_model, world)?;
-        }
+        let (planned, unplanned) =
+            plan_run(&backend, &mut cfg, &files, &data, &host_model, world, group)?;
         let model = host_model.to_backend(backend.clone());
         let adam = Adam::on(
             backend.clone(),
@@ -283,6 +298,8 @@ impl<'w, B: Backend> Trainer<'w, B> {
             resident,
             dump: None,
             nfp: None,
+            planned,
+            unplanned,
         };
         if t.cfg.strategy == Strategy::Nfp {
             t.nfp = Some(nfp::Nfp::new(&t.model, &t.data)?);
@@ -296,6 +313,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
         // SNP and NFP read no remote feature row, so a cache would never be read.
         let reads_remote_rows = !matches!(t.cfg.strategy, Strategy::Snp | Strategy::Nfp);
         if t.cfg.cache_mb > 0.0
+            && !t.files.plan_only
             && !t.cfg.full_batch
             && t.data_group().size() > 1
             && reads_remote_rows
@@ -369,6 +387,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
     /// Train until `epochs` (or `max_steps`) and return the summary.
     pub fn run(&mut self) -> Result<RunSummary> {
         let started = Instant::now();
+        let first_step = self.pos.step;
         let mut writer = MetricsWriter::open(
             if self.world.rank() == 0 {
                 self.files.metrics.as_deref()
@@ -491,6 +510,31 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 self.pos.step
             );
         }
+        let (prediction, prediction_skipped) = match &self.planned {
+            Some((p, path)) => {
+                let entry = plan::entry_of(self.cfg.strategy);
+                let report = plan::report::PredictionReport::new(
+                    self.world,
+                    entry,
+                    &p.strategies[entry],
+                    path,
+                    p.epoch_batches,
+                    &total,
+                    epoch_times.iter().sum(),
+                    self.pos.step - first_step,
+                );
+                if let (Some(r), 0) = (&report, self.world.rank()) {
+                    log::info!(
+                        "planner: {entry} predicted {:.4} s per step, measured {:.4} s ({:+.1}%)",
+                        r.predicted.step_seconds,
+                        r.measured.step_seconds,
+                        100.0 * r.relative_error
+                    );
+                }
+                (report, None)
+            }
+            None => (None, self.unplanned.clone()),
+        };
         let mut sorted = epoch_times.clone();
         sorted.sort_by(f64::total_cmp);
         let summary = RunSummary {
@@ -524,6 +568,8 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 }
             }),
             seconds: total,
+            prediction,
+            prediction_skipped,
         };
         if self.world.rank() == 0 {
             if let Some(p) = &self.files.summary {
@@ -740,6 +786,65 @@ impl<'w, B: Backend> Trainer<'w, B> {
             None => Ok(()),
         }
     }
+}
+
+/// Plan the run when the planner applies: with `auto` (or `gnnpar plan`) a calibration is
+/// read or measured and the cheapest candidate replaces `auto`; with a fixed strategy the run
+/// is predicted only when a calibration of this layout is already cached (a fixed strategy's
+/// start-up does not grow by a calibration). Returns the prediction and its calibration file,
+/// or why there is none. Collective: every rank takes the same branch (the calibration's
+/// presence is rank 0's, broadcast).
+#[allow(clippy::type_complexity)]
+fn plan_run<B: Backend>(
+    backend: &B,
+    cfg: &mut TrainConfig,
+    files: &RunFiles,
+    data: &TrainData,
+    model: &Model,
+    world: &World,
+    group: &crate::comm::Group,
+) -> Result<(Option<(plan::cost::Prediction, PathBuf)>, Option<String>)> {
+    let nodes = world.node_index().1;
+    let why_not = if nodes > 1 {
+        Err(format!(
+            "{nodes} nodes: the planner models one node (auto is hybrid there)"
+        ))
+    } else {
+        plan::applies(cfg)
+    };
+    if let Err(why) = why_not {
+        if cfg.strategy == Strategy::Auto {
+            // Only the MLP baseline reaches here: it has no exchange, every strategy is GDP.
+            cfg.strategy = Strategy::Gdp;
+        }
+        if world.rank() == 0 {
+            log::info!("planner: not planned: {why}");
+        }
+        return Ok((None, Some(why)));
+    }
+    let wanted = cfg.strategy == Strategy::Auto || files.plan_only;
+    let missing = if wanted {
+        plan::Missing::Measure
+    } else {
+        plan::Missing::Skip
+    };
+    let Some(cal) = plan::obtain(backend, world, files.calibration.as_deref(), missing)? else {
+        let why = "no calibration of this host and layout is cached (`gnnpar calibrate` or \
+                   `--strategy auto` makes one)"
+            .to_string();
+        if world.rank() == 0 {
+            log::info!("planner: {why}; the summary will hold no prediction");
+        }
+        return Ok((None, Some(why)));
+    };
+    let shape = plan::shape_of(cfg, model, !B::IS_HOST);
+    let p = plan::predict(cfg, data, &shape, group, &cal.calibration);
+    if cfg.strategy == Strategy::Auto {
+        cfg.strategy = p.choice.parse()?;
+        // Every rank says what it chose: the tests check that all agree.
+        log::info!("strategy auto: chose {} (calibrated planner)", p.choice);
+    }
+    Ok((Some((p, cal.path)), None))
 }
 
 /// Running totals of an epoch's steps.

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Report of benchmarks/auto.sh: pick quality, prediction error per strategy, and where the best
+fixed strategy loses by >= 1.5x. Writes OUT.md and (unless --no-plot) OUT.{png,svg}.
+
+  python auto_report.py results/auto.jsonl --out results/auto
+"""
+
+import argparse
+import json
+import statistics
+from collections import defaultdict
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("jsonl")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--no-plot", action="store_true")
+    a = ap.parse_args()
+    rows = [json.loads(line) for line in open(a.jsonl) if line.strip()]
+    cases = defaultdict(dict)
+    for r in rows:
+        if not r["failed"] and r["measured_step"]:
+            cases[(r["dataset"], r["model"], r["hidden"], r["ranks"])][r["strategy"]] = r
+    lines = ["| dataset | model | hidden | ranks | measured s/step (gdp, split, dnp, snp) "
+             "| predicted s/step | pick | fastest | pick/fastest |", "|" + "---|" * 9]
+    good, total, losses = 0, 0, []
+    errors = defaultdict(list)
+    for key, runs in sorted(cases.items()):
+        fastest = min(runs, key=lambda s: runs[s]["measured_step"])
+        choice = next(iter(runs.values()))["choice"]
+        ratio = (runs[choice]["measured_step"] / runs[fastest]["measured_step"]
+                 if choice in runs else float("nan"))
+        total += 1
+        good += ratio <= 1.10
+        for s, r in runs.items():
+            errors[s].append(abs(r["predicted_step"] - r["measured_step"]) / r["measured_step"])
+        worst = max(runs.values(), key=lambda r: r["measured_step"])["measured_step"]
+        best_fixed_loss = worst / runs[fastest]["measured_step"]
+        if best_fixed_loss >= 1.5:
+            slow = [s for s in runs if runs[s]["measured_step"] >= 1.5 * runs[fastest]["measured_step"]]
+            losses.append(f"{'/'.join(map(str, key))}: {fastest} beats {', '.join(slow)} by "
+                          f">= 1.5x (worst {best_fixed_loss:.2f}x)")
+        fmt = lambda f: ", ".join(f"{runs[s][f]:.4f}" if s in runs else "-"
+                                  for s in ["gdp", "split", "dnp", "snp"])
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {fmt('measured_step')} "
+                     f"| {fmt('predicted_step')} | {choice} | {fastest} | {ratio:.2f} |")
+    summary = [f"Pick fastest or within 10%: {good}/{total} cases "
+               f"({100.0 * good / max(total, 1):.0f}%)", "",
+               "| strategy | median abs(pred - meas)/meas | cases |", "|---|---|---|"]
+    for s in sorted(errors):
+        summary.append(f"| {s} | {100 * statistics.median(errors[s]):.0f}% | {len(errors[s])} |")
+    summary += ["", "Cases where a fixed strategy loses by >= 1.5x to the fastest:", ""]
+    summary += [f"- {x}" for x in losses] or ["- none"]
+    text = "\n".join(["# Calibrated planner vs measurement", ""] + summary + ["", *lines, ""])
+    open(a.out + ".md", "w").write(text)
+    print(text)
+    if not a.no_plot:
+        import matplotlib.pyplot as plt
+        plt.rcParams["svg.hashsalt"] = "gnnpar-benchmarks"
+        fig, ax = plt.subplots(figsize=(6, 5))
+        for s in sorted(errors):
+            xs = [r["measured_step"] for k in cases for t, r in cases[k].items() if t == s]
+            ys = [r["predicted_step"] for k in cases for t, r in cases[k].items() if t == s]
+            ax.scatter(xs, ys, label=s, s=14)
+        lo = min([r["measured_step"] for k in cases for r in cases[k].values()] or [1e-3])
+        hi = max([r["measured_step"] for k in cases for r in cases[k].values()] or [1])
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("measured s/step")
+        ax.set_ylabel("predicted s/step")
+        ax.set_title("Calibrated planner: predicted vs measured")
+        ax.legend()
+        fig.tight_layout()
+        for ext in ("png", "svg"):
+            fig.savefig(f"{a.out}.{ext}", metadata={"Date": None} if ext == "svg" else None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+//! `gnnpar plan`: run the calibrated planner for a training configuration (under `mpirun` with
+//! the rank count to plan for) and print its table and choice, without training.
+
+use super::train::{with_backend, Job, TrainArgs};
+use crate::backend::Backend;
+use crate::comm::World;
+use crate::config::Strategy;
+use crate::train::{RunFiles, Trainer};
+use anyhow::Result;
+
+struct PlanJob {
+    cfg: crate::config::TrainConfig,
+    files: RunFiles,
+}
+
+impl Job for PlanJob {
+    type Out = Option<(crate::train::plan::cost::Prediction, std::path::PathBuf)>;
+    fn run<B: Backend>(self, backend: B, world: &World) -> Result<Self::Out> {
+        let t = Trainer::on(backend, self.cfg, self.files, world)?;
+        Ok(t.planned.clone())
+    }
+}
+
+/// Run `gnnpar plan`: the same data and configuration options as `train` (the strategy is
+/// the planner's to choose). Prints the table, then the prediction as one JSON line.
+pub fn run(args: TrainArgs) -> Result<()> {
+    let mut cfg = args.resolve()?;
+    cfg.strategy = Strategy::Auto;
+    let mut files = args.files();
+    files.plan_only = true;
+    let (planned, world) = with_backend(&cfg.clone(), PlanJob { cfg, files })?;
+    if world.rank() == 0 {
+        match planned {
+            Some((p, path)) => {
+                print!("{}", crate::train::plan::table(&p, &path));
+                println!("choice: {}", p.choice);
+                println!("{}", serde_json::json!({ "plan": p, "calibration": path }));
+            }
+            None => println!("not planned (see the log for why)"),
+        }
+    }
+    Ok(())
+}

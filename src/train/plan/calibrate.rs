@@ -1,0 +1,260 @@
+//! Measure a [`Calibration`]: time every operator the strategies use over a range of sizes on
+//! this machine, with this rank layout and backend, and fit a line per operator.
+//!
+//! Every rank measures at the same time (a barrier before each point), so what ranks sharing a
+//! host's cores or memory bandwidth do to each other — 4 ranks on 2 cores are oversubscribed —
+//! is in the numbers. Each point is the median of a few repetitions on each rank, then the
+//! maximum over ranks (a collective waits for its slowest rank; so does a step), and rank 0's
+//! result is what every rank uses. Sizes are kept small so that it takes seconds.
+
+use super::calibration::{Calibration, CalibrationKey, Fit, FORMAT, OPERATORS};
+use crate::backend::{Backend, EdgeWeights};
+use crate::comm::{Group, World};
+use crate::exchange::store::FeatureStore;
+use crate::graph::NodeId;
+use crate::sample::Block;
+use ndarray::Array2;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// Repetitions per point (the median is kept), after one untimed warm-up.
+const REPS: usize = 3;
+/// Message sizes of the communication operators, bytes per rank.
+const MESSAGE_BYTES: &[usize] = &[1 << 10, 1 << 14, 1 << 17, 1 << 19, 1 << 21, 1 << 22];
+
+/// The key of a run of `device` with this world and `threads` per rank.
+pub fn run_key(world: &World, device: String, threads: usize) -> CalibrationKey {
+    CalibrationKey {
+        host: super::calibration::host_name(),
+        ranks: world.size(),
+        nodes: world.node_index().1,
+        ranks_per_node: world.node().size(),
+        threads_per_rank: threads,
+        device,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    }
+}
+
+/// Median of `REPS` timed runs of `f` (after a warm-up), the maximum over `world`. Collective.
+fn time_point(world: &World, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut t: Vec<f64> = (0..REPS)
+        .map(|_| {
+            world.barrier();
+            let s = Instant::now();
+            f();
+            s.elapsed().as_secs_f64()
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    world.allreduce_max_f64(t[REPS / 2])
+}
+
+/// Points of a collective over `group` (when this rank is in it) for every message size;
+/// ranks outside the group take part in the timing's barrier and maximum only.
+fn comm_points(world: &World, group: Option<&Group>, op: impl Fn(&Group, usize)) -> Vec<[f64; 2]> {
+    MESSAGE_BYTES
+        .iter()
+        .map(|&bytes| {
+            let s = time_point(world, || {
+                if let Some(g) = group {
+                    op(g, bytes)
+                }
+            });
+            [bytes as f64, s]
+        })
+        .collect()
+}
+
+/// Alltoallv where every rank sends `bytes` in all, split evenly over the other ranks.
+fn alltoallv(g: &Group, bytes: usize) {
+    let peers = g.size() - 1;
+    let per = bytes / 4 / peers.max(1);
+    let counts: Vec<usize> = (0..g.size())
+        .map(|r| if r == g.rank() { 0 } else { per })
+        .collect();
+    let send = vec![1.0f32; per * peers];
+    let _ = g.alltoallv("calibrate", &send, &counts);
+}
+
+/// Measure every operator (collective over `world`) and fit the lines.
+pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Calibration {
+    let started = Instant::now();
+    let mut ops: BTreeMap<String, Fit> = BTreeMap::new();
+    let mut put = |name: &str, pts: Vec<[f64; 2]>| {
+        let unit = OPERATORS
+            .iter()
+            .find(|(o, _)| *o == name)
+            .map(|(_, u)| *u)
+            .expect("known operator");
+        ops.insert(name.to_string(), Fit::least_squares(unit, pts));
+    };
+    let multi = world.size() > 1;
+    // Communication: a single rank moves nothing, so the operators are free there.
+    let world_a2a = if multi {
+        comm_points(world, Some(world), alltoallv)
+    } else {
+        vec![]
+    };
+    let node = world.node();
+    let node_a2a = if node.size() > 1 && node.size() < world.size() {
+        comm_points(world, Some(node), alltoallv)
+    } else if node.size() > 1 {
+        world_a2a.clone() // the node is the world: the same line
+    } else {
+        vec![]
+    };
+    put("alltoallv_world", world_a2a);
+    put("alltoallv_node", node_a2a);
+    let leaders = world.leaders().filter(|l| l.size() > 1);
+    put(
+        "alltoallv_leaders",
+        if world.node_index().1 > 1 {
+            comm_points(world, leaders, alltoallv)
+        } else {
+            vec![]
+        },
+    );
+    put(
+        "allreduce",
+        if multi {
+            comm_points(world, Some(world), |g, bytes| {
+                let mut buf = vec![1.0f32; bytes / 4];
+                g.allreduce_sum_f32(&mut buf);
+            })
+        } else {
+            vec![]
+        },
+    );
+    put(
+        "allgatherv",
+        if multi {
+            // `bytes` is what each rank receives in all.
+            comm_points(world, Some(world), |g, bytes| {
+                let mine = vec![1.0f32; bytes / 4 / g.size()];
+                let _ = g.allgatherv("calibrate", &mine);
+            })
+        } else {
+            vec![]
+        },
+    );
+    put("gather", gather_points(world));
+    if B::IS_HOST {
+        put("h2d", vec![]);
+        put("d2h", vec![]);
+    } else {
+        let (up, down) = copy_points(be, world);
+        put("h2d", up);
+        put("d2h", down);
+    }
+    put("gemm", gemm_points(be, world));
+    put("aggregate", aggregate_points(be, world));
+    let mut cal = Calibration {
+        format: FORMAT,
+        key,
+        seconds_to_calibrate: 0.0,
+        operators: ops,
+    };
+    // Rank 0's numbers everywhere (they are maxima over ranks already; this makes them bitwise
+    // the same whatever the reductions' rounding).
+    let mut c = cal.coefficients();
+    world.broadcast_f64_from_root(&mut c);
+    cal.set_coefficients(&c);
+    cal.seconds_to_calibrate = world.allreduce_max_f64(started.elapsed().as_secs_f64());
+    cal
+}
+
+/// The feature gather (rows by id from this rank's store into a batch matrix), with the real
+/// store's code path, over rows of 128 columns.
+fn gather_points(world: &World) -> Vec<[f64; 2]> {
+    let (rows, width) = (1usize << 15, 128usize);
+    let table = Array2::from_shape_fn((rows, width), |(i, j)| (i * 7 + j) as f32);
+    let store = FeatureStore::new(vec![0, rows as u64], 0, table);
+    [256usize, 1024, 4096, 8192]
+        .iter()
+        .map(|&n| {
+            // A fixed pseudo-random spread of ids, as sampled inputs are.
+            let ids: Vec<NodeId> = (0..n)
+                .map(|i| ((i as u64 * 2_654_435_761) % rows as u64) as NodeId)
+                .collect();
+            let s = time_point(world, || {
+                let (x, _) = store.gather_local(&ids);
+                store.recycle(x);
+            });
+            [(n * width * 4) as f64, s]
+        })
+        .collect()
+}
+
+/// Host → device and device → host copies of growing matrices.
+fn copy_points<B: Backend>(be: &B, world: &World) -> (Vec<[f64; 2]>, Vec<[f64; 2]>) {
+    let mut up = Vec::new();
+    let mut down = Vec::new();
+    for &bytes in MESSAGE_BYTES {
+        let x = Array2::<f32>::ones((bytes / 4 / 256, 256));
+        let s = time_point(world, || {
+            let m = be.upload(x.view());
+            // A one-row read waits for the copy (device work is queued).
+            let _ = be.download(be.rows(be.view(&m), 0..1));
+        });
+        up.push([bytes as f64, s]);
+        let m = be.upload(x.view());
+        let s = time_point(world, || {
+            let _ = be.download(be.view(&m));
+        });
+        down.push([bytes as f64, s]);
+    }
+    (up, down)
+}
+
+/// Dense products `m×k · k×n` of the shapes layers use (flops = 2·m·k·n).
+fn gemm_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
+    let m = 1024;
+    [
+        (32, 32),
+        (64, 64),
+        (128, 128),
+        (256, 256),
+        (512, 256),
+        (1024, 256),
+    ]
+    .iter()
+    .map(|&(k, n)| {
+        let a = be.upload(Array2::from_shape_fn((m, k), |(i, j)| ((i + j) % 7) as f32).view());
+        let b = be.upload(Array2::from_shape_fn((k, n), |(i, j)| ((i * j) % 5) as f32).view());
+        let s = time_point(world, || {
+            let c = be.matmul(be.view(&a), be.view(&b));
+            let _ = be.download(be.rows(be.view(&c), 0..1));
+        });
+        [(2 * m * k * n) as f64, s]
+    })
+    .collect()
+}
+
+/// Mean aggregation over a sampled-looking block (4096 destinations, 10 random sources each
+/// out of 16384) at growing widths: `x` = edges × columns.
+fn aggregate_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
+    let (dst, src, fanout) = (4096usize, 16384usize, 10usize);
+    let indices: Vec<u32> = (0..dst * fanout)
+        .map(|i| ((i as u64 * 2_654_435_761) % src as u64) as u32)
+        .collect();
+    let block = Block {
+        num_dst: dst,
+        src_nodes: (0..src as NodeId).collect(),
+        indptr: (0..=dst).map(|v| v * fanout).collect(),
+        indices,
+    };
+    let g = be.graph(block);
+    [16usize, 64, 128, 256]
+        .iter()
+        .map(|&w| {
+            let x =
+                be.upload(Array2::from_shape_fn((src, w), |(i, j)| ((i + j) % 3) as f32).view());
+            let s = time_point(world, || {
+                let out = be.aggregate(&g, be.view(&x), EdgeWeights::Mean);
+                let _ = be.download(be.rows(be.view(&out), 0..1));
+            });
+            [(dst * fanout * w) as f64, s]
+        })
+        .collect()
+}

@@ -1,0 +1,519 @@
+//! The cost model: price a [`DryRun`]'s counts with a [`Calibration`], per strategy and phase,
+//! and pick the cheapest. Pure arithmetic (no MPI, no clock), so every rank holding the same
+//! dry run and calibration computes the same prediction bit for bit.
+//!
+//! Per mini-batch and rank, `T = T_build + T_load + T_shuffle + T_train + T_sync`:
+//! - build: the strategy's sampling as the dry run timed it (its id exchanges included);
+//! - load: input feature rows — the local gather (`gather`, bytes of the rows this rank reads
+//!   for itself and serves to others), the fetch of remote rows (`alltoallv`, 8-byte ids out
+//!   and the rows back) and, on a device backend, the copy of the input rows to it (`h2d`);
+//! - shuffle: hidden rows between ranks (`alltoallv`, forward and their gradients back, or an
+//!   `allgatherv`);
+//! - train: per layer the dense products (`gemm`, flops) and the aggregation (`aggregate`,
+//!   edges × columns) of forward and backward, in the order the layer itself picks;
+//! - sync: the gradient allreduce (`allreduce`, 4 bytes per parameter) and the step's small
+//!   allreduce of counters.
+//!
+//! Each phase is bounded by its slowest rank (ranks meet at every exchange), so a strategy's
+//! step is the sum over phases of the maximum over ranks. Adding a strategy is one function
+//! from the ranks' counts to a [`RankCost`] per rank (see [`nfp`]).
+
+use super::calibration::Calibration;
+use super::dry_run::{Counts, DryRun};
+use crate::kinds::{ModelKind, Strategy};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The candidates in order of preference on a tie.
+pub const CANDIDATES: &[&str] = &["gdp", "split", "dnp", "snp", "nfp"];
+
+/// What the cost model needs of the model and the run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelShape {
+    pub kind: ModelKind,
+    /// Per layer (input first), the convolution's input and output widths.
+    pub in_w: Vec<f64>,
+    pub out_w: Vec<f64>,
+    /// Parameters (the allreduce moves 4 bytes each).
+    pub params: f64,
+    /// Whether the model lives on a device (input rows are copied to it).
+    pub device: bool,
+}
+
+/// Predicted seconds per mini-batch of each phase.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Phases {
+    pub build: f64,
+    pub load: f64,
+    pub shuffle: f64,
+    pub train: f64,
+    pub sync: f64,
+}
+
+impl Phases {
+    pub fn total(&self) -> f64 {
+        self.build + self.load + self.shuffle + self.train + self.sync
+    }
+
+    fn max(&self, o: &Phases) -> Phases {
+        Phases {
+            build: self.build.max(o.build),
+            load: self.load.max(o.load),
+            shuffle: self.shuffle.max(o.shuffle),
+            train: self.train.max(o.train),
+            sync: self.sync.max(o.sync),
+        }
+    }
+}
+
+/// One rank's cost of one strategy per mini-batch: phases and the bytes it receives.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RankCost {
+    pub phases: Phases,
+    pub bytes: f64,
+}
+
+/// The prediction for one strategy.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StrategyPrediction {
+    /// Slowest rank per phase, seconds per mini-batch.
+    pub phases: Phases,
+    pub step_seconds: f64,
+    /// `step_seconds` × the epoch's mini-batches.
+    pub epoch_seconds: f64,
+    /// Bytes moved between ranks per mini-batch, summed over ranks (received).
+    pub bytes_per_step: f64,
+    /// Destination rows computed more than once (above split's distinct rows), per step.
+    pub redundant_rows: f64,
+    /// Whether `auto` may pick it (a strategy this build trains, which supports the model).
+    pub pickable: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// Every candidate's prediction and the choice.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Prediction {
+    /// Dry-run mini-batches sampled, and in the epoch.
+    pub batches: usize,
+    pub epoch_batches: usize,
+    pub ranks: usize,
+    pub strategies: BTreeMap<String, StrategyPrediction>,
+    pub choice: String,
+}
+
+/// `(gemm flops, aggregation edge-columns)` of one layer's forward and backward, in the order
+/// the layer picks (aggregate first unless projecting first is fewer multiply-adds). SAGE has
+/// two weights (self and neighbour), GCN and GAT one. The input layer needs no input gradient.
+pub fn layer_work(
+    kind: ModelKind,
+    (i, o): (f64, f64),
+    (nd, ns, e): (f64, f64, f64),
+    need_src: bool,
+) -> (f64, f64) {
+    let k = if kind == ModelKind::Sage { 2.0 } else { 1.0 };
+    let agg_first = e * i + nd * i * o <= ns * i * o + e * o;
+    let (gemm_f, agg_f) = if agg_first {
+        (2.0 * k * nd * i * o, e * i)
+    } else {
+        (2.0 * (ns * i * o + (k - 1.0) * nd * i * o), e * o)
+    };
+    // Backward: the weight gradients (as many flops as forward), the input gradients when
+    // needed (as many again), and the transposed aggregation when a gradient has to pass it.
+    let gemm_b = gemm_f * if need_src { 2.0 } else { 1.0 };
+    let agg_b = if need_src || !agg_first { agg_f } else { 0.0 };
+    (gemm_f + gemm_b, agg_f + agg_b)
+}
+
+/// Train-phase seconds of the layers `from..` of `c` (input widths `in_w`).
+fn compute(shape: &ModelShape, cal: &Calibration, c: &Counts, from: usize) -> f64 {
+    let (mut flops, mut cols, mut layers) = (0.0, 0.0, 0.0);
+    for l in from..shape.in_w.len() {
+        let (f, a) = layer_work(
+            shape.kind,
+            (shape.in_w[l], shape.out_w[l]),
+            (c.dst[l], c.src[l], c.edges[l]),
+            l > 0,
+        );
+        flops += f;
+        cols += a;
+        layers += 1.0;
+    }
+    // About three products and two aggregations per layer and step (forward and backward).
+    cal.op("gemm").seconds(flops, 3.0 * layers) + cal.op("aggregate").seconds(cols, 2.0 * layers)
+}
+
+/// The input feature rows' load phase and bytes: local gather, fetch, device copy.
+fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
+    let row = shape.in_w[0] * 4.0;
+    let fetched = c.input_remote * (row + 8.0);
+    let mut s = cal
+        .op("gather")
+        .seconds((c.input_local + c.input_served) * row, 2.0);
+    if c.input_remote + c.input_served > 0.0 {
+        s += cal.op(a2a).seconds(fetched, 2.0);
+    }
+    if shape.device {
+        s += cal
+            .op("h2d")
+            .seconds((c.input_local + c.input_remote) * row, 1.0);
+    }
+    RankCost {
+        phases: Phases {
+            build: c.build_s,
+            load: s,
+            ..Phases::default()
+        },
+        bytes: fetched,
+    }
+}
+
+/// GDP: every rank computes its own seeds' whole tree; remote input rows are fetched.
+pub fn gdp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
+    let mut r = load(shape, cal, c, a2a);
+    r.phases.train = compute(shape, cal, c, 0);
+    r
+}
+
+/// Split: each (layer, vertex) on its owner; cross-rank rows of every layer above the input
+/// shuffled forward and their gradients backward.
+pub fn split(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
+    let mut r = load(shape, cal, c, a2a);
+    let mut bytes = 0.0;
+    let mut calls = 0.0;
+    for l in 1..shape.in_w.len() {
+        bytes += 2.0 * c.rows_in[l] * shape.in_w[l] * 4.0;
+        calls += 2.0;
+    }
+    r.phases.shuffle = cal.op(a2a).seconds(bytes, calls);
+    r.phases.train = compute(shape, cal, c, 0);
+    r.bytes += bytes;
+    r
+}
+
+/// DNP: the input layer on the destinations' owners (their remote feature rows fetched), its
+/// hidden rows sent to the requesters and their gradients back; GDP above.
+pub fn dnp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
+    let mut r = load(shape, cal, c, a2a);
+    let bytes = 2.0 * c.hidden_rows * shape.out_w[0] * 4.0;
+    r.phases.shuffle = cal.op(a2a).seconds(bytes, 2.0);
+    r.phases.train = compute(shape, cal, c, 0);
+    r.bytes += bytes;
+    r
+}
+
+/// SNP: DNP's exchange of hidden rows, no feature fetch, and partial sums of layer-1 width
+/// from the sources' owners (gradients back) plus the remote edges routed to them.
+pub fn snp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
+    let mut r = load(shape, cal, c, a2a);
+    let h = shape.out_w[0] * 4.0;
+    let bytes = 2.0 * (c.hidden_rows + c.partial_rows) * h + 8.0 * c.remote_edges;
+    r.phases.shuffle = cal.op(a2a).seconds(bytes, 5.0);
+    r.phases.train = compute(shape, cal, c, 0);
+    r.bytes += bytes;
+    r
+}
+
+/// NFP (node-feature parallel) on rank `r`, from every rank's GDP counts `all`: each rank
+/// holds a `1/P` column slice of every feature row and of W1's rows. The layer-1 blocks are
+/// allgathered (ids and edges), every rank computes layer 1 for all ranks' destinations at
+/// the slice width from its own columns (no feature row moves), the partial rows of hidden
+/// width are reduce-scattered to the destinations' owners (and their gradients back), and the
+/// layers above are data parallel as in GDP.
+pub fn nfp(
+    shape: &ModelShape,
+    cal: &Calibration,
+    all: &[&Counts],
+    r: usize,
+    a2a: &str,
+) -> RankCost {
+    let p = all.len() as f64;
+    let sum = |f: &dyn Fn(&Counts) -> f64| all.iter().map(|c| f(c)).sum::<f64>();
+    let (dst, src, edges) = (sum(&|c| c.dst[0]), sum(&|c| c.src[0]), sum(&|c| c.edges[0]));
+    let slice = shape.in_w[0] / p;
+    let mine = all[r];
+    let hidden = shape.out_w[0] * 4.0;
+    let blocks = src * 8.0 + edges * 4.0 + dst * 8.0;
+    let recv = (p - 1.0) * mine.dst[0] * hidden;
+    let sent = (dst - mine.dst[0]) * hidden;
+    let partials = 2.0 * recv.max(sent);
+    let mut layer1 = (*mine).clone();
+    (layer1.dst[0], layer1.src[0], layer1.edges[0]) = (dst, src, edges);
+    let sliced = ModelShape {
+        in_w: std::iter::once(slice)
+            .chain(shape.in_w[1..].iter().copied())
+            .collect(),
+        ..shape.clone()
+    };
+    let mut load = cal.op("gather").seconds(src * slice * 4.0, 1.0);
+    if shape.device {
+        load += cal.op("h2d").seconds(src * slice * 4.0, 1.0);
+    }
+    let shuffle = if p > 1.0 {
+        cal.op("allgatherv").seconds(blocks, 1.0) + cal.op(a2a).seconds(partials, 2.0)
+    } else {
+        0.0
+    };
+    RankCost {
+        phases: Phases {
+            build: mine.build_s,
+            load,
+            shuffle,
+            train: compute(&sliced, cal, &layer1, 0),
+            sync: 0.0,
+        },
+        bytes: if p > 1.0 { blocks + partials } else { 0.0 },
+    }
+}
+
+/// Price every candidate in `allowed` (others are priced too where the counts allow, but not
+/// pickable) and choose the cheapest pickable one; ties go to the earlier candidate. `a2a` is
+/// the alltoallv operator of the ranks sharing a mini-batch.
+pub fn predict(
+    dry: &DryRun,
+    shape: &ModelShape,
+    cal: &Calibration,
+    allowed: &[&str],
+    a2a: &str,
+) -> Prediction {
+    let ranks = dry.ranks.len();
+    let sync = if ranks > 1 {
+        cal.op("allreduce").seconds(shape.params * 4.0, 1.0)
+            + cal.op("allreduce").seconds(32.0, 1.0)
+    } else {
+        0.0
+    };
+    let distinct: Vec<f64> = (0..shape.in_w.len())
+        .map(|l| dry.of("split").iter().map(|c| c.dst[l]).sum())
+        .collect();
+    let mut strategies = BTreeMap::new();
+    for &name in CANDIDATES {
+        let counts = dry.of(if name == "nfp" { "gdp" } else { name });
+        let per_rank: Vec<RankCost> = (0..ranks)
+            .map(|r| match name {
+                "gdp" => gdp(shape, cal, counts[r], a2a),
+                "split" => split(shape, cal, counts[r], a2a),
+                "dnp" => dnp(shape, cal, counts[r], a2a),
+                "snp" => snp(shape, cal, counts[r], a2a),
+                "nfp" => nfp(shape, cal, &counts, r, a2a),
+                _ => unreachable!("every candidate is priced"),
+            })
+            .collect();
+        let mut phases = per_rank
+            .iter()
+            .fold(Phases::default(), |m, c| m.max(&c.phases));
+        phases.sync = sync;
+        let computed: Vec<f64> = (0..shape.in_w.len())
+            .map(|l| counts.iter().map(|c| c.dst[l]).sum())
+            .collect();
+        let redundant_rows = if name == "nfp" {
+            0.0
+        } else {
+            computed
+                .iter()
+                .zip(&distinct)
+                .map(|(c, d)| (c - d).max(0.0))
+                .sum()
+        };
+        let buildable = name.parse::<Strategy>().is_ok();
+        let note = if !buildable {
+            Some(format!(
+                "predicted only: this build has no `--strategy {name}`"
+            ))
+        } else if !allowed.contains(&name) {
+            Some("not for this configuration".into())
+        } else {
+            None
+        };
+        let step = phases.total();
+        strategies.insert(
+            name.to_string(),
+            StrategyPrediction {
+                phases,
+                step_seconds: step,
+                epoch_seconds: step * dry.epoch_batches as f64,
+                bytes_per_step: per_rank.iter().map(|c| c.bytes).sum::<f64>()
+                    + if ranks > 1 {
+                        ranks as f64 * shape.params * 4.0
+                    } else {
+                        0.0
+                    },
+                redundant_rows,
+                pickable: note.is_none(),
+                note,
+            },
+        );
+    }
+    let choice = CANDIDATES
+        .iter()
+        .filter(|n| strategies[**n].pickable)
+        .fold(None::<&str>, |best, &n| match best {
+            Some(b) if strategies[b].step_seconds <= strategies[n].step_seconds => Some(b),
+            _ => Some(n),
+        })
+        .unwrap_or("gdp")
+        .to_string();
+    Prediction {
+        batches: dry.batches,
+        epoch_batches: dry.epoch_batches,
+        ranks,
+        strategies,
+        choice,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::calibration::{Calibration, CalibrationKey, Fit, FORMAT, OPERATORS};
+    use super::*;
+
+    /// A synthetic machine: 1 GB/s alltoallv with 1 ms latency, 10 GB/s gather, 2 GB/s
+    /// allreduce, 1 GFLOP/s, 1e8 edge-columns per second, free kernel launches.
+    fn machine() -> Calibration {
+        let line = |op: &str| match op {
+            "alltoallv_world" | "alltoallv_node" => (1e-3, 1e-9),
+            "gather" => (0.0, 1e-10),
+            "allreduce" => (0.0, 5e-10),
+            "allgatherv" => (1e-3, 1e-9),
+            "gemm" => (0.0, 1e-9),
+            "aggregate" => (0.0, 1e-8),
+            _ => (0.0, 0.0),
+        };
+        Calibration {
+            format: FORMAT,
+            key: CalibrationKey {
+                host: "test".into(),
+                ranks: 2,
+                nodes: 1,
+                ranks_per_node: 2,
+                threads_per_rank: 1,
+                device: "CPU".into(),
+                version: "0".into(),
+            },
+            seconds_to_calibrate: 0.0,
+            operators: OPERATORS
+                .iter()
+                .map(|(op, unit)| {
+                    let (a, b) = line(op);
+                    let mut f = Fit::free(unit);
+                    f.latency_s = a;
+                    f.per_unit_s = b;
+                    (op.to_string(), f)
+                })
+                .collect(),
+        }
+    }
+
+    fn shape() -> ModelShape {
+        ModelShape {
+            kind: ModelKind::Gcn,
+            in_w: vec![100.0, 10.0],
+            out_w: vec![10.0, 2.0],
+            params: 1000.0,
+            device: false,
+        }
+    }
+
+    fn counts(remote: f64) -> Counts {
+        Counts {
+            build_s: 0.01,
+            input_local: 1000.0,
+            input_remote: remote,
+            requests_to: vec![0.0, remote],
+            input_served: remote,
+            rows_in: vec![remote, 50.0],
+            hidden_rows: 20.0,
+            partial_rows: 30.0,
+            remote_edges: 40.0,
+            dst: vec![200.0, 10.0],
+            src: vec![1000.0 + remote, 200.0],
+            edges: vec![2000.0, 200.0],
+        }
+    }
+
+    #[test]
+    fn known_bandwidths_give_known_phases() {
+        let cal = machine();
+        let c = counts(500.0);
+        let r = gdp(&shape(), &cal, &c, "alltoallv_world");
+        // Gather: (1000 + 500 served) rows × 400 B at 10 GB/s = 60 µs; fetch: 2 ms latency +
+        // 500 × 408 B at 1 GB/s = 204 µs.
+        let load = 1500.0 * 400.0 * 1e-10 + 2e-3 + 500.0 * 408.0 * 1e-9;
+        assert!((r.phases.load - load).abs() < 1e-12, "{:?}", r.phases);
+        assert_eq!(r.phases.build, 0.01);
+        assert_eq!(r.phases.shuffle, 0.0);
+        // GCN layer 1 (100 → 10; 200 dst, 1500 src, 2000 edges): aggregating first costs
+        // 2000·100 + 200·100·10 = 400k ≤ 1500·100·10 + 2000·10: gemm 2·200·100·10 = 400k
+        // flops forward, as many backward (no input gradient); aggregation 200k forward.
+        // Layer 2 (10 → 2; 10 dst, 200 src, 200 edges): aggregate first (2000+200 ≤
+        // 4000+400): gemm 400 flops, ×3 with the input gradient; aggregation 2000 ×2.
+        let train = (800_000.0 + 1200.0) * 1e-9 + (200_000.0 + 4000.0) * 1e-8;
+        assert!((r.phases.train - train).abs() < 1e-12, "{:?}", r.phases);
+        assert_eq!(r.bytes, 500.0 * 408.0);
+
+        // Split shuffles layer 2's 50 remote rows of width 10 each way.
+        let s = split(&shape(), &cal, &c, "alltoallv_world");
+        assert!((s.phases.shuffle - (2e-3 + 2.0 * 50.0 * 40.0 * 1e-9)).abs() < 1e-15);
+        // SNP: hidden and partial rows each way and 8 bytes per remote edge.
+        let s = snp(&shape(), &cal, &c, "alltoallv_world");
+        let bytes = 2.0 * 50.0 * 40.0 + 320.0;
+        assert!((s.phases.shuffle - (5e-3 + bytes * 1e-9)).abs() < 1e-15);
+    }
+
+    #[test]
+    fn the_slowest_rank_bounds_each_phase_and_the_cheapest_is_picked() {
+        let cal = machine();
+        let mk = |remote: f64| -> [Counts; 4] { std::array::from_fn(|_| counts(remote)) };
+        let mut ranks = vec![mk(100.0), mk(900.0)];
+        // Rank 0 samples slower, rank 1 fetches more: the step pays both.
+        ranks[0][0].build_s = 0.5;
+        let dry = DryRun {
+            batches: 2,
+            epoch_batches: 10,
+            ranks,
+        };
+        let p = predict(
+            &dry,
+            &shape(),
+            &cal,
+            &["gdp", "split", "dnp", "snp"],
+            "alltoallv_world",
+        );
+        let g = &p.strategies["gdp"];
+        let slow_load = gdp(&shape(), &cal, &dry.ranks[1][0], "alltoallv_world")
+            .phases
+            .load;
+        assert_eq!(g.phases.build, 0.5);
+        assert_eq!(g.phases.load, slow_load);
+        assert!((g.phases.sync - 4000.0 * 5e-10 - 32.0 * 5e-10).abs() < 1e-18);
+        assert!((g.epoch_seconds - 10.0 * g.step_seconds).abs() < 1e-12);
+        // GDP samples slowest here (0.5 s), so another strategy wins; NFP is priced but
+        // not pickable where it is not allowed.
+        assert_ne!(p.choice, "gdp");
+        let best = p
+            .strategies
+            .iter()
+            .filter(|(_, s)| s.pickable)
+            .map(|(_, s)| s.step_seconds)
+            .fold(f64::INFINITY, f64::min);
+        assert_eq!(p.strategies[&p.choice].step_seconds, best);
+        assert!(!p.strategies["nfp"].pickable);
+        assert!(p.strategies["nfp"].step_seconds > 0.0);
+        // Not allowed: priced, never picked.
+        let p2 = predict(&dry, &shape(), &cal, &["gdp"], "alltoallv_world");
+        assert_eq!(p2.choice, "gdp");
+    }
+
+    #[test]
+    fn nfp_moves_no_feature_rows_and_slices_the_first_layer() {
+        let cal = machine();
+        let (a, b) = (counts(500.0), counts(500.0));
+        let r = nfp(&shape(), &cal, &[&a, &b], 0, "alltoallv_world");
+        // Gather: both ranks' 1500 source rows at 50 columns.
+        assert!((r.phases.load - 3000.0 * 50.0 * 4.0 * 1e-10).abs() < 1e-15);
+        // Blocks: 3000 src ids, 4000 edges, 400 dst; partials 200 rows × 40 B each way.
+        let blocks = 3000.0 * 8.0 + 4000.0 * 4.0 + 400.0 * 8.0;
+        let shuffle = 1e-3 + blocks * 1e-9 + 2e-3 + 2.0 * 200.0 * 40.0 * 1e-9;
+        assert!((r.phases.shuffle - shuffle).abs() < 1e-15, "{:?}", r.phases);
+    }
+}

@@ -1,0 +1,316 @@
+//! The dry run (APT's "one epoch is enough", on a sample of it): sample the first
+//! [`DRY_RUN_BATCHES`] mini-batches of epoch 0 once per strategy exactly as that strategy
+//! samples them, and count per rank what each would move and compute. Nothing is trained and
+//! no feature or hidden row moves; the sampling itself is the strategies' own (collective), and
+//! its time is measured, since it is the build phase the strategy will pay.
+//!
+//! Every rank's counts are then allgathered, so each rank holds the same table (integer counts
+//! in f64, exact; the build times as rank 0 sent them) and prices it alike.
+
+use super::super::data::TrainData;
+use super::super::split::sample_split;
+use crate::comm::Group;
+use crate::exchange::{sample_blocks_distributed, RowExchange};
+use crate::graph::parts::owner_of;
+use crate::graph::NodeId;
+use crate::sample::{build_block, epoch_batches, sample_blocks, sample_neighbors};
+use crate::sample::{BatchKey, Block, LocalGraph};
+use std::time::Instant;
+
+/// Mini-batches the dry run samples (a sample of epoch 0; the first ones, which every
+/// strategy trains first too).
+pub const DRY_RUN_BATCHES: usize = 6;
+
+/// The strategies the dry run samples, in [`RankCounts::of`] order.
+pub const SAMPLED: [&str; 4] = ["gdp", "split", "dnp", "snp"];
+
+/// What one rank does for one strategy, per mini-batch (mean over the dry-run batches).
+/// Per-layer vectors are input layer first.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Counts {
+    /// Seconds sampling took (the strategy's build phase, including its id exchanges).
+    pub build_s: f64,
+    /// Input-layer feature rows read from this rank's own store.
+    pub input_local: f64,
+    /// Input-layer feature rows fetched from other ranks, and how many from each rank.
+    pub input_remote: f64,
+    pub requests_to: Vec<f64>,
+    /// Input-layer feature rows this rank reads for other ranks (their `requests_to` of it).
+    pub input_served: f64,
+    /// Rows received from other ranks per layer at the layer's input width (split above the
+    /// input layer; their gradients go back).
+    pub rows_in: Vec<f64>,
+    /// Rows of layer 1's output width received (DNP's and SNP's exchange; gradients go back).
+    pub hidden_rows: f64,
+    /// SNP: partial rows of layer 1's output width from remote source owners (gradients go
+    /// back), and input edges routed to a remote source owner (8 bytes each).
+    pub partial_rows: f64,
+    pub remote_edges: f64,
+    /// What this rank computes per layer.
+    pub dst: Vec<f64>,
+    pub src: Vec<f64>,
+    pub edges: Vec<f64>,
+}
+
+impl Counts {
+    fn new(layers: usize, ranks: usize) -> Counts {
+        Counts {
+            requests_to: vec![0.0; ranks],
+            rows_in: vec![0.0; layers],
+            dst: vec![0.0; layers],
+            src: vec![0.0; layers],
+            edges: vec![0.0; layers],
+            ..Counts::default()
+        }
+    }
+
+    fn flat(&self) -> Vec<f64> {
+        let mut v = vec![self.build_s, self.input_local, self.input_remote];
+        v.extend(&self.requests_to);
+        v.extend(&self.rows_in);
+        v.extend([self.hidden_rows, self.partial_rows, self.remote_edges]);
+        v.extend(&self.dst);
+        v.extend(&self.src);
+        v.extend(&self.edges);
+        v
+    }
+
+    fn from_flat(v: &[f64], layers: usize, ranks: usize) -> Counts {
+        let mut it = v.iter().copied();
+        let mut take = |n: usize| -> Vec<f64> { it.by_ref().take(n).collect() };
+        let head = take(3);
+        let requests_to = take(ranks);
+        let rows_in = take(layers);
+        let mid = take(3);
+        Counts {
+            build_s: head[0],
+            input_local: head[1],
+            input_remote: head[2],
+            requests_to,
+            input_served: 0.0,
+            rows_in,
+            hidden_rows: mid[0],
+            partial_rows: mid[1],
+            remote_edges: mid[2],
+            dst: take(layers),
+            src: take(layers),
+            edges: take(layers),
+        }
+    }
+
+    fn scale(&mut self, k: f64) {
+        self.build_s *= k;
+        self.input_local *= k;
+        self.input_remote *= k;
+        self.hidden_rows *= k;
+        self.partial_rows *= k;
+        self.remote_edges *= k;
+        for v in [
+            &mut self.requests_to,
+            &mut self.rows_in,
+            &mut self.dst,
+            &mut self.src,
+            &mut self.edges,
+        ] {
+            v.iter_mut().for_each(|x| *x *= k);
+        }
+    }
+
+    /// Count the input rows of `ids` (local or whose owner) and the blocks computed.
+    fn input_rows(&mut self, data: &TrainData, ids: &[NodeId]) {
+        for &v in ids {
+            if data.owns(v) {
+                self.input_local += 1.0;
+            } else {
+                self.input_remote += 1.0;
+                self.requests_to[owner_of(&data.offsets, v as u64)] += 1.0;
+            }
+        }
+    }
+
+    fn block(&mut self, l: usize, b: &Block, self_loops: bool) {
+        self.dst[l] += b.num_dst as f64;
+        self.src[l] += b.num_src() as f64;
+        // GCN's self-loop is one more edge per destination.
+        self.edges[l] += (b.num_edges() + if self_loops { b.num_dst } else { 0 }) as f64;
+    }
+}
+
+/// Every rank's counts of every sampled strategy, identical on every rank.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DryRun {
+    /// Mini-batches sampled, and in the whole epoch.
+    pub batches: usize,
+    pub epoch_batches: usize,
+    /// `ranks[r][s]`: rank `r`, strategy [`SAMPLED`]`[s]`.
+    pub ranks: Vec<[Counts; 4]>,
+}
+
+impl DryRun {
+    /// The counts of `strategy` (one of [`SAMPLED`]) on every rank.
+    pub fn of(&self, strategy: &str) -> Vec<&Counts> {
+        let s = SAMPLED
+            .iter()
+            .position(|&n| n == strategy)
+            .expect("a sampled strategy");
+        self.ranks.iter().map(|r| &r[s]).collect()
+    }
+}
+
+/// Sample the dry-run batches as every strategy would and gather the counts. Collective over
+/// `group` (the ranks the graph is partitioned over).
+pub fn dry_run(
+    group: &Group,
+    data: &TrainData,
+    fanouts: &[i32],
+    seed: u64,
+    batch_size: usize,
+    self_loops: bool,
+) -> DryRun {
+    let layers = fanouts.len();
+    let ranks = group.size();
+    let batches = epoch_batches(&data.train_all, |v| data.orig_of(v), seed, 0, batch_size);
+    let take = DRY_RUN_BATCHES.min(batches.len());
+    let mut counts: [Counts; 4] = std::array::from_fn(|_| Counts::new(layers, ranks));
+    // One untimed pass over the first batch first: whichever strategy were sampled first would
+    // otherwise pay the cold caches and first allocations in its build time.
+    if let Some(batch) = batches.first() {
+        let mut scratch: [Counts; 4] = std::array::from_fn(|_| Counts::new(layers, ranks));
+        let key = BatchKey {
+            seed,
+            epoch: 0,
+            batch: 0,
+        };
+        sample_batch(group, data, batch, fanouts, key, self_loops, &mut scratch);
+    }
+    for (b, batch) in batches[..take].iter().enumerate() {
+        let key = BatchKey {
+            seed,
+            epoch: 0,
+            batch: b as u64,
+        };
+        sample_batch(group, data, batch, fanouts, key, self_loops, &mut counts);
+    }
+    for c in &mut counts {
+        c.scale(1.0 / take.max(1) as f64);
+    }
+    let mine: Vec<f64> = counts.iter().flat_map(Counts::flat).collect();
+    let per = mine.len() / counts.len();
+    let (all, _) = group.allgatherv("plan_counts", &mine);
+    let mut table: Vec<[Counts; 4]> = all
+        .chunks(per * counts.len())
+        .map(|rank| std::array::from_fn(|s| Counts::from_flat(&rank[s * per..], layers, ranks)))
+        .collect();
+    // Rows served: what the other ranks ask of each rank.
+    let served: Vec<[f64; 4]> = (0..ranks)
+        .map(|r| std::array::from_fn(|s| table.iter().map(|q| q[s].requests_to[r]).sum()))
+        .collect();
+    for (rank, served) in table.iter_mut().zip(served) {
+        for (c, s) in rank.iter_mut().zip(served) {
+            c.input_served = s;
+        }
+    }
+    DryRun {
+        batches: take,
+        epoch_batches: batches.len(),
+        ranks: table,
+    }
+}
+
+/// Sample one mini-batch as GDP, split, DNP and SNP would, timing each one's sampling.
+/// Collective.
+fn sample_batch(
+    group: &Group,
+    data: &TrainData,
+    batch: &[NodeId],
+    fanouts: &[i32],
+    key: BatchKey,
+    self_loops: bool,
+    counts: &mut [Counts; 4],
+) {
+    let layers = fanouts.len();
+    let graph = LocalGraph::new(&data.part, data.orig_ids.as_deref());
+    let remote = |ids: &[NodeId]| ids.iter().filter(|&&v| !data.owns(v)).count() as f64;
+    let [gdp, split, dnp, snp] = counts;
+
+    // GDP: owner-computes sampling of this rank's seeds; remote input rows are fetched.
+    let t = Instant::now();
+    let seeds: Vec<NodeId> = batch.iter().copied().filter(|&v| data.owns(v)).collect();
+    let blocks = if group.size() == 1 {
+        sample_blocks(&graph, &seeds, fanouts, key)
+    } else {
+        sample_blocks_distributed(group, &graph, &data.offsets, &seeds, fanouts, key)
+    };
+    let gdp_s = t.elapsed().as_secs_f64();
+    gdp.build_s += gdp_s;
+    gdp.input_rows(data, &blocks[0].src_nodes);
+    for (l, b) in blocks.iter().enumerate() {
+        gdp.block(l, b, self_loops);
+    }
+
+    // DNP: GDP's upper layers; the input layer's destinations go to their owners, which
+    // sample their input hop, fetch its remote features and send back hidden rows.
+    let t = Instant::now();
+    let frontier = &blocks[0].src_nodes[..blocks[0].num_dst];
+    let (_, mine) = RowExchange::to_owners(group, &data.offsets, frontier);
+    let input_hop = (layers - 1) as u32;
+    let sampled = sample_neighbors(&graph, &mine, fanouts[layers - 1], key.layer(input_hop));
+    let input_block = build_block(&mine, &sampled);
+    let owner_s = gdp_s + t.elapsed().as_secs_f64();
+    for c in [&mut *dnp, &mut *snp] {
+        c.build_s += owner_s;
+        c.hidden_rows += remote(frontier);
+        c.block(0, &input_block, self_loops);
+        for (l, b) in blocks.iter().enumerate().skip(1) {
+            c.block(l, b, self_loops);
+        }
+    }
+    dnp.input_rows(data, &input_block.src_nodes);
+
+    // SNP: the input layer's neighbour sums are formed by the sources' owners, which read
+    // only their own rows: one partial row per (destination, remote owner) pair.
+    snp.input_local += input_block.num_src() as f64;
+    let mut owners = Vec::new();
+    for v in 0..input_block.num_dst {
+        owners.clear();
+        for &u in &input_block.indices[input_block.indptr[v]..input_block.indptr[v + 1]] {
+            let u = input_block.src_nodes[u as usize];
+            if !data.owns(u) {
+                snp.remote_edges += 1.0;
+                owners.push(owner_of(&data.offsets, u as u64));
+            }
+        }
+        owners.sort_unstable();
+        owners.dedup();
+        snp.partial_rows += owners.len() as f64;
+    }
+
+    // Split: cooperative sampling; every (layer, vertex) once, cross-rank rows shuffled.
+    let t = Instant::now();
+    let sb = sample_split(group, data, batch, fanouts, key);
+    split.build_s += t.elapsed().as_secs_f64();
+    split.input_rows(data, &sb.layers[0].block.src_nodes);
+    for (l, (layer, rows)) in sb.layers.iter().zip(sb.remote_rows()).enumerate() {
+        split.rows_in[l] += rows as f64;
+        split.block(l, &layer.block, self_loops);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_survive_flattening() {
+        let mut c = Counts::new(3, 2);
+        c.build_s = 0.5;
+        c.input_remote = 7.0;
+        c.requests_to = vec![0.0, 7.0];
+        c.rows_in = vec![1.0, 2.0, 3.0];
+        c.partial_rows = 4.0;
+        c.dst = vec![5.0, 6.0, 7.0];
+        c.src = vec![8.0, 9.0, 10.0];
+        c.edges = vec![11.0, 12.0, 13.0];
+        assert_eq!(Counts::from_flat(&c.flat(), 3, 2), c);
+    }
+}

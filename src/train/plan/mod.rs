@@ -1,0 +1,237 @@
+//! APT's calibrated planner: a [`calibration`] of this machine's operators (measured by
+//! [`calibrate`], cached per host, layout, device and version), a [`dry_run`] of a sample of the
+//! epoch's mini-batches counting what each strategy would move and compute, and the [`cost`]
+//! model pricing those counts. `train --strategy auto` picks the cheapest; `gnnpar plan` prints
+//! the table; every run whose calibration is at hand reports predicted against measured.
+//!
+//! Determinism: rank 0 reads (or every rank measures, then rank 0's numbers are broadcast) the
+//! calibration, the dry run's counts are allgathered, and the cost model is pure arithmetic, so
+//! every rank computes the same prediction and the same choice without a broadcast of it.
+
+pub mod calibrate;
+pub mod calibration;
+pub mod cost;
+pub mod dry_run;
+pub mod report;
+
+use super::data::TrainData;
+use crate::backend::Backend;
+use crate::comm::{Group, World};
+use crate::config::TrainConfig;
+use crate::kinds::{ModelKind, Strategy};
+use crate::nn::Model;
+use anyhow::Result;
+use calibration::{Calibration, Loaded};
+use cost::{ModelShape, Prediction};
+use std::path::{Path, PathBuf};
+
+/// What to do when no calibration of this run's key is found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Missing {
+    /// Measure one (seconds) and write it.
+    Measure,
+    /// Go without (fixed strategies: their start-up does not grow by a calibration).
+    Skip,
+}
+
+/// A calibration and the file it came from or went to.
+pub struct Calibrated {
+    pub calibration: Calibration,
+    pub path: PathBuf,
+}
+
+/// This run's calibration: the file at `path` (default: [`calibration::default_path`]) when
+/// its key matches, else measured and written there (`Missing::Measure`), else none.
+/// Collective over `world`; every rank gets rank 0's numbers.
+pub fn obtain<B: Backend>(
+    be: &B,
+    world: &World,
+    path: Option<&Path>,
+    missing: Missing,
+) -> Result<Option<Calibrated>> {
+    let key = calibrate::run_key(world, be.describe(), rayon::current_num_threads());
+    let explicit = path.is_some();
+    let path = path
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| calibration::default_path(&key));
+    // Rank 0 reads; a bad file is an error there, which ends the whole job.
+    let mut found = None;
+    if world.rank() == 0 {
+        match calibration::load(&path, &key)? {
+            Loaded::Usable(c) => {
+                log::info!(
+                    "calibration: using cached `{}` (measured in {:.1} s)",
+                    path.display(),
+                    c.seconds_to_calibrate
+                );
+                found = Some(c);
+            }
+            Loaded::Foreign(why) => log::info!(
+                "calibration: ignoring `{}`: it was measured for {why}",
+                path.display()
+            ),
+            Loaded::Missing => log::info!("calibration: none at `{}`", path.display()),
+        }
+    }
+    let mut flag = [found.is_some() as u8 as f64];
+    world.broadcast_f64_from_root(&mut flag);
+    if flag[0] == 1.0 {
+        let mut cal = found.unwrap_or_else(|| Calibration {
+            format: calibration::FORMAT,
+            key: key.clone(),
+            seconds_to_calibrate: 0.0,
+            operators: Default::default(),
+        });
+        let mut c = if world.rank() == 0 {
+            cal.coefficients()
+        } else {
+            vec![0.0; 2 * calibration::OPERATORS.len()]
+        };
+        world.broadcast_f64_from_root(&mut c);
+        cal.set_coefficients(&c);
+        return Ok(Some(Calibrated {
+            calibration: cal,
+            path,
+        }));
+    }
+    if missing == Missing::Skip {
+        return Ok(None);
+    }
+    let cal = calibrate::calibrate(be, world, key);
+    if world.rank() == 0 {
+        match cal.save(&path) {
+            Ok(()) => log::info!(
+                "calibration: measured in {:.1} s, written to `{}`",
+                cal.seconds_to_calibrate,
+                path.display()
+            ),
+            // The default cache directory may be read-only (a job's sandbox): plan anyway.
+            Err(e) if !explicit => log::warn!("calibration: measured but not cached: {e:#}"),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Some(Calibrated {
+        calibration: cal,
+        path,
+    }))
+}
+
+/// The cost model's view of `model` under `cfg`.
+pub fn shape_of(cfg: &TrainConfig, model: &Model, device: bool) -> ModelShape {
+    ModelShape {
+        kind: cfg.model,
+        in_w: model
+            .layers
+            .iter()
+            .map(|l| l.conv.in_dim() as f64)
+            .collect(),
+        out_w: model
+            .layers
+            .iter()
+            .map(|l| l.conv.out_dim() as f64)
+            .collect(),
+        params: model.params.len() as f64,
+        device,
+    }
+}
+
+/// The candidates `cfg` allows `auto` to pick. NFP is priced (the table shows it) but not
+/// picked: its ranks load a column slice of `dataset.h5` at start-up, while `auto` decides
+/// after the rows (or parts) of the other strategies are loaded; run `--strategy nfp` when
+/// the table favours it.
+pub fn allowed(cfg: &TrainConfig) -> Vec<&'static str> {
+    let snp_ok = cfg.check_snp().is_ok();
+    cost::CANDIDATES
+        .iter()
+        .copied()
+        .filter(|&s| s != "snp" || snp_ok)
+        .filter(|&s| s != "nfp")
+        .collect()
+}
+
+/// Dry-run and price every candidate with `cal`; log the prediction as one JSON line (rank 0).
+/// Collective over `group`.
+pub fn predict(
+    cfg: &TrainConfig,
+    data: &TrainData,
+    shape: &ModelShape,
+    group: &Group,
+    cal: &Calibration,
+) -> Prediction {
+    let dry = dry_run::dry_run(
+        group,
+        data,
+        &cfg.fanouts,
+        cfg.seed,
+        cfg.batch_size,
+        cfg.uses_self_loops(),
+    );
+    let prediction = cost::predict(&dry, shape, cal, &allowed(cfg), "alltoallv_world");
+    if group.rank() == 0 {
+        log::info!("planner: {}", serde_json::json!({ "plan": &prediction }));
+    }
+    prediction
+}
+
+/// The strategy a prediction's entry stands for: hybrid on one node is split over the node.
+pub fn entry_of(strategy: Strategy) -> &'static str {
+    match strategy {
+        Strategy::Gdp | Strategy::Auto => "gdp",
+        Strategy::Split | Strategy::Hybrid => "split",
+        Strategy::Dnp => "dnp",
+        Strategy::Snp => "snp",
+    }
+}
+
+/// The prediction as a table: one row per candidate, predicted seconds per phase and step,
+/// per epoch, and bytes per step; the choice marked.
+pub fn table(p: &Prediction, cal_path: &Path) -> String {
+    let mut out = format!(
+        "plan for {} rank(s), from {} dry-run mini-batch(es) of {} per epoch; calibration `{}`\n",
+        p.ranks,
+        p.batches,
+        p.epoch_batches,
+        cal_path.display()
+    );
+    out += &format!(
+        "{:<8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11} {:>12}\n",
+        "strategy", "build", "load", "shuffle", "train", "sync", "step (s)", "epoch (s)", "MB/step"
+    );
+    for name in cost::CANDIDATES {
+        let s = &p.strategies[*name];
+        let ph = &s.phases;
+        out += &format!(
+            "{:<8} {:>10.5} {:>10.5} {:>10.5} {:>10.5} {:>10.5} {:>11.5} {:>11.3} {:>12.3}{}\n",
+            name,
+            ph.build,
+            ph.load,
+            ph.shuffle,
+            ph.train,
+            ph.sync,
+            s.step_seconds,
+            s.epoch_seconds,
+            s.bytes_per_step / 1e6,
+            if *name == p.choice {
+                "  <- choice".to_string()
+            } else {
+                s.note
+                    .as_ref()
+                    .map(|n| format!("  ({n})"))
+                    .unwrap_or_default()
+            }
+        );
+    }
+    out
+}
+
+/// Whether the planner can model `cfg`'s run: mini-batches (full-batch is one graph-wide step,
+/// whatever the strategy) and a model with graph convolutions.
+pub fn applies(cfg: &TrainConfig) -> Result<(), String> {
+    if cfg.full_batch {
+        return Err("full-batch training is not planned (one graph-wide step)".into());
+    }
+    if cfg.model == ModelKind::Mlp {
+        return Err("the MLP baseline has no graph exchange to plan".into());
+    }
+    Ok(())
+}

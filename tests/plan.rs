@@ -1,0 +1,257 @@
+//! The calibrated planner end to end: `calibrate` writes a file that `plan` then uses (and says
+//! so), a calibration of another host or version is ignored with a log line, and `auto` picks
+//! the same strategy on every rank. Every `mpirun` runs with `--oversubscribe` and a timeout.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+
+const BIN: &str = env!("CARGO_BIN_EXE_gnnpar");
+const TIMEOUT: Duration = Duration::from_secs(180);
+
+fn have_mpirun() -> bool {
+    let ok = Command::new("mpirun")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        common::skipped(
+            common::SkipKind::Mpi,
+            "tests/plan.rs",
+            "mpirun not found on PATH; install openmpi-bin to run the MPI tests",
+        );
+    }
+    ok
+}
+
+/// `mpirun -np N gnnpar ARGS` to completion (killed after `TIMEOUT`); must succeed.
+fn mpirun_ok(np: usize, args: &[&str]) -> (String, String) {
+    let mut child = Command::new("mpirun")
+        .args([
+            "-np",
+            &np.to_string(),
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+        ])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        .arg(BIN)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn mpirun");
+    let start = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed() > TIMEOUT {
+            let _ = child.kill();
+            panic!("mpirun {args:?} timed out (deadlock?)");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out: Output = child.wait_with_output().expect("output");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(out.status.success(), "mpirun {args:?} failed:\n{stderr}");
+    (stdout, stderr)
+}
+
+/// A small in-process synthetic run (no dataset file).
+const MODEL: &[&str] = &[
+    "--layers",
+    "2",
+    "--hidden",
+    "16",
+    "--fanouts",
+    "5,3",
+    "--batch-size",
+    "128",
+];
+
+fn with<'a>(head: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+    head.iter().chain(MODEL).chain(extra).copied().collect()
+}
+
+#[test]
+fn calibrate_writes_a_file_that_plan_then_uses() {
+    if !have_mpirun() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cal = dir.path().join("cal.json");
+    let cal_s = cal.to_str().unwrap();
+    let (stdout, _) = mpirun_ok(2, &["calibrate", "--calibration", cal_s]);
+    assert!(stdout.contains("alltoallv_world"), "{stdout}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cal).unwrap()).unwrap();
+    assert_eq!(v["key"]["ranks"], 2, "{v}");
+    assert!(
+        v["operators"]["gemm"]["per_unit_s"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
+    let written = std::fs::read_to_string(&cal).unwrap();
+
+    let (stdout, stderr) = mpirun_ok(2, &with(&["plan"], &["--calibration", cal_s]));
+    assert!(
+        stderr.contains(&format!("calibration: using cached `{cal_s}`")),
+        "{stderr}"
+    );
+    // Used, not measured again: the file is as calibrate wrote it.
+    assert_eq!(std::fs::read_to_string(&cal).unwrap(), written);
+    for s in ["gdp", "split", "dnp", "snp", "nfp"] {
+        assert!(stdout.lines().any(|l| l.starts_with(s)), "{s}:\n{stdout}");
+    }
+    let json: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let choice = json["plan"]["choice"].as_str().unwrap();
+    assert!(stdout.contains(&format!("choice: {choice}")), "{stdout}");
+    assert!(["gdp", "split", "dnp", "snp"].contains(&choice), "{choice}");
+    // NFP is priced but cannot be picked before the strategy exists.
+    assert_eq!(json["plan"]["strategies"]["nfp"]["pickable"], false);
+}
+
+#[test]
+fn a_calibration_of_another_host_or_version_is_ignored_with_a_log_line() {
+    if !have_mpirun() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cal = dir.path().join("cal.json");
+    let cal_s = cal.to_str().unwrap();
+    mpirun_ok(2, &["calibrate", "--calibration", cal_s]);
+    let good: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cal).unwrap()).unwrap();
+    for (field, value) in [("host", "another-host"), ("version", "0.0.0-other")] {
+        let mut v = good.clone();
+        v["key"][field] = serde_json::json!(value);
+        // Absurd numbers: were they used, the run would say so in its prediction.
+        v["operators"]["gemm"]["per_unit_s"] = serde_json::json!(1.0);
+        std::fs::write(&cal, v.to_string()).unwrap();
+        let (_, stderr) = mpirun_ok(2, &with(&["plan"], &["--calibration", cal_s]));
+        assert!(
+            stderr.contains(&format!("calibration: ignoring `{cal_s}`")) && stderr.contains(value),
+            "{field}:\n{stderr}"
+        );
+        assert!(!stderr.contains("using cached"), "{stderr}");
+        // Measured again for this host and version, and written over the foreign file.
+        let now: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&cal).unwrap()).unwrap();
+        assert_eq!(now["key"][field], good["key"][field]);
+        assert!(now["operators"]["gemm"]["per_unit_s"].as_f64().unwrap() < 1e-3);
+    }
+}
+
+/// Every rank's "strategy auto: chose X" line.
+fn choices(stderr: &str) -> Vec<(String, String)> {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let (head, rest) = l.split_once("strategy auto: chose ")?;
+            let rank = head.split_once("[INFO ")?.1.split(']').next()?.to_string();
+            Some((rank, rest.split(' ').next()?.to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn auto_picks_the_same_strategy_on_every_rank_with_a_given_calibration() {
+    if !have_mpirun() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cal = dir.path().join("cal.json");
+    let cal_s = cal.to_str().unwrap();
+    mpirun_ok(4, &["calibrate", "--calibration", cal_s]);
+    let summary = dir.path().join("summary.json");
+    let (_, stderr) = mpirun_ok(
+        4,
+        &with(
+            &["train"],
+            &[
+                "--strategy",
+                "auto",
+                "--max-steps",
+                "3",
+                "--epochs",
+                "1",
+                "--eval-every",
+                "0",
+                "--calibration",
+                cal_s,
+                "--summary",
+                summary.to_str().unwrap(),
+            ],
+        ),
+    );
+    assert!(stderr.contains("calibration: using cached"), "{stderr}");
+    let picked = choices(&stderr);
+    assert_eq!(picked.len(), 4, "one line per rank:\n{stderr}");
+    let mut ranks: Vec<&str> = picked.iter().map(|(r, _)| r.as_str()).collect();
+    ranks.sort();
+    assert_eq!(ranks, ["r0", "r1", "r2", "r3"], "{stderr}");
+    assert!(
+        picked.iter().all(|(_, s)| *s == picked[0].1),
+        "ranks disagree: {picked:?}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    assert_eq!(v["strategy"], picked[0].1.as_str());
+    let p = &v["prediction"];
+    assert_eq!(p["strategy"], picked[0].1.as_str(), "{p}");
+    assert_eq!(p["measured"]["steps"], 3, "{p}");
+    assert!(
+        p["predicted"]["step_seconds"].as_f64().unwrap() > 0.0,
+        "{p}"
+    );
+}
+
+#[test]
+fn a_fixed_strategy_without_a_cached_calibration_says_why_it_has_no_prediction() {
+    if !have_mpirun() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cal = dir.path().join("none.json");
+    let summary = dir.path().join("summary.json");
+    mpirun_ok(
+        2,
+        &with(
+            &["train"],
+            &[
+                "--strategy",
+                "gdp",
+                "--max-steps",
+                "2",
+                "--epochs",
+                "1",
+                "--eval-every",
+                "0",
+                "--calibration",
+                cal.to_str().unwrap(),
+                "--summary",
+                summary.to_str().unwrap(),
+            ],
+        ),
+    );
+    assert!(
+        !Path::new(&cal).exists(),
+        "a fixed strategy must not calibrate"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    assert!(v["prediction"].is_null(), "{v}");
+    assert!(
+        v["prediction_skipped"]
+            .as_str()
+            .unwrap()
+            .contains("no calibration"),
+        "{v}"
+    );
+}
