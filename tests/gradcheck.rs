@@ -1035,7 +1035,9 @@ fn slicegcn_encoding_and_fusion() {
     use gnnpar::train::slicegcn::{SliceInput, SliceLayout, SliceModel};
     let mut rng = Rng(11);
     let n = 12;
-    let block = random_block(&mut rng, n, n).with_self_loops();
+    let mut block = random_block(&mut rng, n, n).with_self_loops();
+    // Global ids 0..n: the degree table below is indexed by them.
+    block.src_nodes = (0..n as u32).collect();
     let degrees: Vec<u32> = (0..n)
         .map(|v| block.indices.iter().filter(|&&u| u as usize == v).count() as u32)
         .collect();
