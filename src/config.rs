@@ -1,7 +1,9 @@
 //! The run configuration: TOML files in `inputs/`, overridden by command-line options, then
 //! validated as a whole with errors that name the offending field.
 
-pub use crate::kinds::{CudaAwareMpi, Device, ModelKind, NormKind, Precision, Prefetch, Strategy};
+pub use crate::kinds::{
+    CudaAwareMpi, Device, LrSchedule, ModelKind, NormKind, Precision, Prefetch, Strategy,
+};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -49,6 +51,8 @@ pub struct TrainConfig {
     pub batch_size: usize,
     pub epochs: usize,
     pub lr: f32,
+    /// How the learning rate moves over the epochs (`constant` or `cosine` annealing to 0).
+    pub lr_schedule: LrSchedule,
     pub weight_decay: f32,
     pub seed: u64,
     /// Evaluate on validation and test every N epochs (0 = only at the end).
@@ -86,6 +90,13 @@ pub struct TrainConfig {
     pub cache_mb: f64,
     /// Mini-batches sampled before training to rank remote rows by access frequency.
     pub cache_presample_batches: usize,
+    /// SliceGCN: add a learned per-rank vector to each rank's GCN output (slice encoding).
+    pub slice_encoding: bool,
+    /// SliceGCN: feed every rank's GCN a learned 2-layer MLP of all features (feature fusion)
+    /// instead of its own column slice (direct slicing).
+    pub feature_fusion: bool,
+    /// SliceGCN: a rank's slice is `scale · ⌈d'/p⌉` columns wide (clipped to the features).
+    pub slice_size_scale: f64,
     /// Which split of the synthetic default to use etc. is fixed by the dataset; this names the
     /// data set the config was written for (documentation only).
     pub dataset: Option<String>,
@@ -108,6 +119,7 @@ impl Default for TrainConfig {
             batch_size: 1024,
             epochs: 10,
             lr: 0.003,
+            lr_schedule: LrSchedule::Constant,
             weight_decay: 0.0,
             seed: 0,
             eval_every: 1,
@@ -125,6 +137,9 @@ impl Default for TrainConfig {
             ranks_per_node: None,
             cache_mb: 0.0,
             cache_presample_batches: 8,
+            slice_encoding: true,
+            feature_fusion: false,
+            slice_size_scale: 1.0,
             dataset: None,
         }
     }
@@ -188,7 +203,8 @@ impl TrainConfig {
         if self.input_proj && self.layers < 2 {
             bail!("config: `input_proj` needs `layers` ≥ 2 (the output layer is not projected)");
         }
-        if !self.full_batch {
+        // SliceGCN always trains on the whole graph at once: no fanouts, no batches.
+        if !self.full_batch && self.strategy != Strategy::Slicegcn {
             if self.fanouts.len() != self.layers {
                 bail!(
                     "config: `fanouts` has {} entries ({:?}) but `layers` is {}; give one fanout per layer",
@@ -246,6 +262,9 @@ impl TrainConfig {
         if self.strategy == Strategy::Nfp {
             self.check_nfp()?;
         }
+        if self.strategy == Strategy::Slicegcn {
+            self.check_slicegcn()?;
+        }
         Ok(())
     }
 
@@ -275,6 +294,25 @@ impl TrainConfig {
                 "config: `strategy` \"nfp\" slices the input layer of sampled mini-batches and \
                  cannot run `full_batch` (one batch of the whole graph); use gdp (or auto) for \
                  full-batch training"
+            );
+        }
+        Ok(())
+    }
+
+    /// What SliceGCN needs: a GCN per slice over the whole graph, and a positive slice scale.
+    pub fn check_slicegcn(&self) -> Result<()> {
+        if self.model != ModelKind::Gcn {
+            bail!(
+                "config: `strategy` \"slicegcn\" trains a GCN on every feature slice; `model` \
+                 \"{}\" is not supported (use --model gcn, or another strategy)",
+                self.model
+            );
+        }
+        if !(self.slice_size_scale > 0.0 && self.slice_size_scale.is_finite()) {
+            bail!(
+                "config: `slice_size_scale` = {} must be a positive number (1.0: slices of \
+                 ⌈features / ranks⌉ columns)",
+                self.slice_size_scale
             );
         }
         Ok(())
@@ -312,7 +350,7 @@ impl TrainConfig {
     /// [`TrainConfig::model_hash`]); checkpoints store it, so a refused resume can name the
     /// settings that differ.
     pub fn model_settings(&self) -> serde_json::Value {
-        serde_json::json!({
+        let mut settings = serde_json::json!({
             "model": self.model, "layers": self.layers, "hidden": self.hidden, "heads": self.heads,
             "dropout": self.dropout, "input_dropout": self.first_layer_dropout(),
             "fanouts": self.fanouts, "batch_size": self.batch_size,
@@ -321,7 +359,18 @@ impl TrainConfig {
             "self_loops": self.uses_self_loops(),
             "residual": self.residual, "norm": self.norm, "input_proj": self.input_proj,
             "linear_output": self.linear_output,
-        })
+        });
+        // Only where they matter, so that older checkpoints keep their hash.
+        if self.lr_schedule != LrSchedule::Constant {
+            settings["lr_schedule"] = serde_json::json!(self.lr_schedule);
+        }
+        if self.strategy == Strategy::Slicegcn {
+            settings["strategy"] = serde_json::json!(self.strategy);
+            settings["slice_encoding"] = serde_json::json!(self.slice_encoding);
+            settings["feature_fusion"] = serde_json::json!(self.feature_fusion);
+            settings["slice_size_scale"] = serde_json::json!(self.slice_size_scale);
+        }
+        settings
     }
 
     /// A stable hash of the fields that define the trained model and its data order; stored

@@ -94,12 +94,15 @@ pub enum Strategy {
     Nfp,
     /// GDP across nodes, split inside a node.
     Hybrid,
+    /// SliceGCN: each rank its own GCN on a slice of the features over the whole graph,
+    /// slice outputs gathered into a shared classifier (a different model by design).
+    Slicegcn,
     /// Resolved before training to one of the others by a dry-run estimate.
     Auto,
 }
 named!(Strategy, "strategy", {
     Gdp => "gdp", Split => "split", Dnp => "dnp", Snp => "snp", Nfp => "nfp", Hybrid => "hybrid",
-    Auto => "auto",
+    Slicegcn => "slicegcn", Auto => "auto",
 });
 
 impl Strategy {
@@ -209,3 +212,18 @@ mod tests {
         assert!(Strategy::Auto.is_composed() && !Strategy::Snp.is_composed());
     }
 }
+
+/// How Adam's learning rate moves over a run's epochs.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum LrSchedule {
+    /// `lr` throughout.
+    #[default]
+    Constant,
+    /// Cosine annealing from `lr` to 0 over `epochs` (PyTorch's `CosineAnnealingLR`,
+    /// `T_max = epochs`, `eta_min = 0`), stepped once per epoch.
+    Cosine,
+}
+named!(LrSchedule, "lr schedule", { Constant => "constant", Cosine => "cosine" });

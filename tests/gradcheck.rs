@@ -472,7 +472,7 @@ fn linear_and_mlp_head() {
     let (y, cache) = mlp.forward(&params, x.view(), &keys, &ctx);
     let r = rng.matrix(y.nrows(), y.ncols(), 1.0);
     let mut grads = params.clone();
-    let dx = mlp.backward(&mut grads, cache, r.view(), true).unwrap();
+    let dx = mlp.backward(&mut grads, cache, r.clone(), true).unwrap();
     let mut vals = params.values.clone();
     check_coords("mlp dparams", &mut vals, &grads.grads, |v| {
         let mut p = params.clone();
@@ -1023,4 +1023,70 @@ fn adam_steps_fit_a_small_graph() {
         let (first, last) = (losses[0], *losses.last().unwrap());
         assert!(last < 0.5 * first, "{kind}: loss {first:.3} → {last:.3}");
     }
+}
+
+/// SliceGCN's shared parts on one rank: the slice encoding (a per-rank row added to the GCN
+/// output) and the feature fusion (a 2-layer MLP of all features feeding the GCN), through the
+/// whole model (fusion → GCN → encoding → classifier → cross-entropy), with dropout on.
+#[test]
+fn slicegcn_encoding_and_fusion() {
+    use gnnpar::comm::World;
+    use gnnpar::config::{Strategy, TrainConfig};
+    use gnnpar::train::slicegcn::{SliceInput, SliceLayout, SliceModel};
+    let mut rng = Rng(11);
+    let n = 12;
+    let mut block = random_block(&mut rng, n, n).with_self_loops();
+    // Global ids 0..n: the degree table below is indexed by them.
+    block.src_nodes = (0..n as u32).collect();
+    let degrees: Vec<u32> = (0..n)
+        .map(|v| block.indices.iter().filter(|&&u| u as usize == v).count() as u32)
+        .collect();
+    let x = rng.matrix(n, 5, 1.0);
+    let keys: Vec<u64> = (0..n as u64).collect();
+    let rows: Vec<usize> = vec![0, 2, 3, 5, 7, 8, 11];
+    let labels: Vec<i64> = rows.iter().map(|&r| (r % 3) as i64).collect();
+    let world = World::solo();
+    let cfg = TrainConfig {
+        model: ModelKind::Gcn,
+        strategy: Strategy::Slicegcn,
+        layers: 2,
+        hidden: 6,
+        dropout: 0.2,
+        input_dropout: Some(0.0),
+        slice_encoding: true,
+        feature_fusion: true,
+        full_batch: true,
+        ..TrainConfig::default()
+    };
+    let layout = SliceLayout::new(0, 1, 5, cfg.hidden, 1.0, true).unwrap();
+    let mut model = SliceModel::new(layout, &cfg, 3, 4).unwrap();
+    let transpose = LazyTranspose::default();
+    let input = SliceInput {
+        graph: &block,
+        transpose: &transpose,
+        x: &x,
+        keys: &keys,
+        gcn_degrees: Some(&degrees),
+    };
+    let stream = 77;
+    model.train_step(&world, &input, &rows, &labels, stream);
+    let analytic = model.shared.grads.clone();
+    assert!(model.encoding.is_some() && model.fusion.is_some());
+    // Only the encoding and the fusion: the prefix summed over ranks.
+    let reduced = model.reduced;
+    assert!(analytic[..reduced].iter().any(|&g| g != 0.0));
+    let mut vals = model.shared.values[..reduced].to_vec();
+    let base = model.shared.values.clone();
+    check_coords(
+        "slicegcn encoding + fusion",
+        &mut vals,
+        &analytic[..reduced],
+        |v| {
+            let mut values = base.clone();
+            values[..reduced].copy_from_slice(v);
+            model.shared.values.copy_from_slice(&values);
+            let loss = model.train_step(&world, &input, &rows, &labels, stream);
+            loss / rows.len() as f64
+        },
+    );
 }

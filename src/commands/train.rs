@@ -3,10 +3,12 @@
 use crate::backend::{Backend, Cpu};
 use crate::comm::World;
 use crate::config::{
-    CudaAwareMpi, Device, FeatureNorm, ModelKind, Precision, Prefetch, Strategy, TrainConfig,
+    CudaAwareMpi, Device, FeatureNorm, LrSchedule, ModelKind, Precision, Prefetch, Strategy,
+    TrainConfig,
 };
 use crate::nn::NormKind;
 use crate::train::device::{self, Chosen};
+use crate::train::slicegcn::SliceTrainer;
 use crate::train::{RunFiles, Trainer};
 use anyhow::Result;
 use clap::Args;
@@ -59,6 +61,10 @@ pub struct TrainArgs {
     pub epochs: Option<usize>,
     #[arg(long)]
     pub lr: Option<f32>,
+    /// Learning-rate schedule over the epochs: constant, or cosine (annealed to 0 at the
+    /// last epoch, PyTorch's CosineAnnealingLR with T_max = epochs).
+    #[arg(long, value_enum)]
+    pub lr_schedule: Option<LrSchedule>,
     #[arg(long)]
     pub weight_decay: Option<f32>,
     #[arg(long)]
@@ -102,6 +108,16 @@ pub struct TrainArgs {
     /// machine; default: the real nodes). K must divide the number of ranks.
     #[arg(long, value_name = "K")]
     pub ranks_per_node: Option<usize>,
+    /// SliceGCN: add a learned per-rank vector to each slice's output: on or off.
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    pub slice_encoding: Option<bool>,
+    /// SliceGCN: feed each rank's GCN a learned 2-layer MLP of all features instead of its
+    /// column slice: on or off.
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    pub feature_fusion: Option<bool>,
+    /// SliceGCN: a slice is this many times ⌈features / ranks⌉ columns wide (default 1.0).
+    #[arg(long)]
+    pub slice_size_scale: Option<f64>,
     /// Per-rank cache of the hottest remote feature rows, in MiB.
     #[arg(long)]
     pub cache_mb: Option<f64>,
@@ -164,7 +180,11 @@ impl TrainArgs {
             cuda_aware_mpi,
             checkpoint_every,
             cache_mb,
-            prefetch
+            prefetch,
+            lr_schedule,
+            slice_encoding,
+            feature_fusion,
+            slice_size_scale
         );
         if self.input_dropout.is_some() {
             cfg.input_dropout = self.input_dropout;
@@ -185,6 +205,15 @@ impl TrainArgs {
         }
         cfg.validate()?;
         Ok(cfg)
+    }
+}
+
+/// `on`/`off` (also `true`/`false`) for a switch.
+fn on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" | "true" => Ok(true),
+        "off" | "false" => Ok(false),
+        _ => Err(format!("expected on or off, got '{s}'")),
     }
 }
 
@@ -283,7 +312,11 @@ struct TrainJob {
 impl Job for TrainJob {
     type Out = crate::train::RunSummary;
     fn run<B: Backend>(self, backend: B, world: &World) -> Result<Self::Out> {
-        Trainer::on(backend, self.cfg, self.files, world)?.run()
+        if self.cfg.strategy == Strategy::Slicegcn {
+            SliceTrainer::on(backend, self.cfg, self.files, world)?.run()
+        } else {
+            Trainer::on(backend, self.cfg, self.files, world)?.run()
+        }
     }
 }
 

@@ -1,15 +1,15 @@
-//! An MLP head on dense rows: `Linear → ReLU → … → Linear`, dropout on every linear's input.
-//! Used as a classifier on top of node representations (e.g. after gathering slice outputs),
-//! with dropout keyed by the caller's row keys like the graph layers.
-
-use ndarray::{Array2, ArrayView2};
+//! An MLP on dense rows: `Linear → ReLU → … → Linear`, dropout on every linear's input, on any
+//! backend. Used as a classifier on top of node representations (SliceGCN's head over the
+//! gathered slice outputs) and as SliceGCN's feature fusion, with dropout keyed by the
+//! caller's row keys like the graph layers (so a row's mask does not depend on which rank or
+//! which subset of rows computes it).
 
 use super::layer::DropoutCtx;
 use super::linear::Linear;
 use super::params::ParamStore;
 use crate::backend::cpu::activation::Activation;
 use crate::backend::cpu::dropout::{derive_stream, DropoutMask};
-use crate::backend::cpu::standard;
+use crate::backend::{Backend, Cpu};
 
 /// Mixed into the dropout stream so the head's masks differ from the graph layers'.
 const MLP_STREAM_TAG: u64 = 0x4d4c_5048_4541_4400;
@@ -19,15 +19,16 @@ const MLP_STREAM_TAG: u64 = 0x4d4c_5048_4541_4400;
 pub struct Mlp {
     pub layers: Vec<Linear>,
     pub dropout: f32,
+    /// Mixed into the dropout stream: two MLPs of one model draw different masks.
+    pub tag: u64,
 }
 
-/// Forward state: each linear's (dropped-out) input, and the hidden activations.
+/// Forward state: each linear's (dropped-out) input, its kept elements, and the ReLU signs.
 #[derive(Debug)]
-pub struct MlpCache {
-    inputs: Vec<Array2<f32>>,
-    masks: Vec<Option<DropoutMask>>,
-    hidden: Vec<Array2<f32>>,
-    row_keys: Vec<u64>,
+pub struct MlpCache<B: Backend = Cpu> {
+    inputs: Vec<B::Mat>,
+    kept: Vec<Option<B::Kept>>,
+    relu: Vec<B::Saved>,
 }
 
 impl Mlp {
@@ -46,67 +47,87 @@ impl Mlp {
         let layers = dims
             .windows(2)
             .enumerate()
-            .map(|(i, d)| Linear::new(params, &format!("{prefix}.{i}"), d[0], d[1], seed))
+            .map(|(i, d)| {
+                let seed = derive_stream(seed, i as u64);
+                Linear::new(params, &format!("{prefix}.{i}"), d[0], d[1], seed)
+            })
             .collect();
-        Mlp { layers, dropout }
+        Mlp {
+            layers,
+            dropout,
+            tag: MLP_STREAM_TAG,
+        }
     }
 
-    /// Forward on `x` (one row per key in `row_keys`).
-    pub fn forward(
+    /// Number of parameters.
+    pub fn num_params(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|l| l.in_dim * l.out_dim + l.out_dim)
+            .sum()
+    }
+
+    /// Forward on `x` (one row per key in `row_keys`); dropout only when `ctx.training`.
+    pub fn forward<B: Backend>(
         &self,
-        params: &ParamStore,
-        x: ArrayView2<f32>,
+        params: &ParamStore<B>,
+        x: B::View<'_>,
         row_keys: &[u64],
         ctx: &DropoutCtx,
-    ) -> (Array2<f32>, MlpCache) {
-        assert_eq!(x.nrows(), row_keys.len(), "mlp: one key per row");
+    ) -> (B::Mat, MlpCache<B>) {
+        let be = params.backend();
+        assert_eq!(be.dim(x).0, row_keys.len(), "mlp: one key per row");
         let mut cache = MlpCache {
             inputs: Vec::with_capacity(self.layers.len()),
-            masks: Vec::with_capacity(self.layers.len()),
-            hidden: Vec::with_capacity(self.layers.len()),
-            row_keys: row_keys.to_vec(),
+            kept: Vec::with_capacity(self.layers.len()),
+            relu: Vec::with_capacity(self.layers.len()),
         };
-        let mut h = standard(x).into_owned();
+        let mut h: Option<B::Mat> = None;
         for (i, lin) in self.layers.iter().enumerate() {
-            let mask = (ctx.training && self.dropout > 0.0).then(|| {
-                DropoutMask::new(
-                    derive_stream(ctx.stream ^ MLP_STREAM_TAG, i as u64),
-                    self.dropout,
-                )
-            });
-            if let Some(m) = &mask {
-                m.apply_in_place(h.view_mut(), row_keys);
-            }
-            let mut y = lin.forward(params, h.view());
-            cache.inputs.push(h);
-            cache.masks.push(mask);
+            let input = match &h {
+                Some(m) => be.view(m),
+                None => be.shorten(x),
+            };
+            let (input, kept) = if ctx.training && self.dropout > 0.0 {
+                let mask =
+                    DropoutMask::new(derive_stream(ctx.stream ^ self.tag, i as u64), self.dropout);
+                let (m, k) = be.dropout_recorded(&mask, input, row_keys);
+                (m, Some(k))
+            } else {
+                (be.to_owned(input), None)
+            };
+            let mut y = lin.forward(params, be.view(&input));
+            cache.inputs.push(input);
+            cache.kept.push(kept);
             if i + 1 < self.layers.len() {
-                Activation::Relu.forward_in_place(y.view_mut());
-                cache.hidden.push(y.clone());
+                cache
+                    .relu
+                    .push(be.activation_forward(Activation::Relu, be.view_mut(&mut y)));
             }
-            h = y;
+            h = Some(y);
         }
-        (h, cache)
+        (h.expect("at least one layer"), cache)
     }
 
     /// Accumulate gradients; return d `x` when asked.
-    pub fn backward(
+    pub fn backward<B: Backend>(
         &self,
-        params: &mut ParamStore,
-        cache: MlpCache,
-        dy: ArrayView2<f32>,
+        params: &mut ParamStore<B>,
+        cache: MlpCache<B>,
+        dy: B::Mat,
         need_dx: bool,
-    ) -> Option<Array2<f32>> {
-        let mut d = standard(dy).into_owned();
+    ) -> Option<B::Mat> {
+        let be = params.backend().clone();
+        let mut d = dy;
         for i in (0..self.layers.len()).rev() {
             if i + 1 < self.layers.len() {
-                Activation::Relu.backward_in_place(cache.hidden[i].view(), d.view_mut());
+                be.activation_backward(Activation::Relu, &cache.relu[i], be.view_mut(&mut d));
             }
             let need = i > 0 || need_dx;
-            let dx = self.layers[i].backward(params, cache.inputs[i].view(), d.view(), need);
+            let dx = self.layers[i].backward(params, be.view(&cache.inputs[i]), be.view(&d), need);
             let mut dx = dx?;
-            if let Some(m) = &cache.masks[i] {
-                m.apply_in_place(dx.view_mut(), &cache.row_keys);
+            if let Some(k) = &cache.kept[i] {
+                be.kept_apply(k, be.view_mut(&mut dx));
             }
             d = dx;
         }

@@ -18,6 +18,7 @@ pub mod model;
 pub mod norm;
 pub mod params;
 pub mod sage;
+pub mod schedule;
 
 pub use crate::backend::cpu::loss::{bce_with_logits, cross_entropy};
 pub use adam::Adam;

@@ -42,6 +42,10 @@ pub struct Checkpoint {
     pub adam_m: Vec<f32>,
     pub adam_v: Vec<f32>,
     pub adam_t: u64,
+    /// SliceGCN: the rank count whose per-rank parameters `params` holds (after the shared
+    /// parts, rank by rank); `None` for the other strategies, whose parameters are the same
+    /// on every rank.
+    pub slice_ranks: Option<u64>,
 }
 
 /// Write a checkpoint atomically.
@@ -63,6 +67,9 @@ pub fn save(path: &Path, ck: &Checkpoint, entries: &[ParamEntry]) -> Result<()> 
         h5::write_attr(&f, "best_val", p.best_val)?;
         h5::write_attr(&f, "best_test", p.best_test)?;
         h5::write_attr(&f, "adam_t", ck.adam_t)?;
+        if let Some(p) = ck.slice_ranks {
+            h5::write_attr(&f, "slice_ranks", p)?;
+        }
         h5::write_vec(&f, "params", &ck.params)?;
         h5::write_vec(&f, "adam_m", &ck.adam_m)?;
         h5::write_vec(&f, "adam_v", &ck.adam_v)?;
@@ -93,6 +100,21 @@ pub fn load<B: Backend>(
     store: &ParamStore<B>,
     cfg: &TrainConfig,
 ) -> Result<Checkpoint> {
+    let ck = read(path, cfg)?;
+    if ck.params.len() != store.len() {
+        bail!(
+            "checkpoint `{}`: `params` has {} values, the model has {}",
+            path.display(),
+            ck.params.len(),
+            store.len()
+        );
+    }
+    Ok(ck)
+}
+
+/// Read a checkpoint and check it was written for the model `cfg` defines (its parameter
+/// count is the caller's to check).
+pub fn read(path: &Path, cfg: &TrainConfig) -> Result<Checkpoint> {
     let config_hash = cfg.model_hash();
     let f = h5::open(path)?;
     let ctx = || format!("reading checkpoint `{}`", path.display());
@@ -127,14 +149,6 @@ pub fn load<B: Backend>(
         );
     }
     let params: Vec<f32> = h5::read_vec(&f, "params").with_context(ctx)?;
-    if params.len() != store.len() {
-        bail!(
-            "checkpoint `{}`: `params` has {} values, the model has {}",
-            path.display(),
-            params.len(),
-            store.len()
-        );
-    }
     let adam_m: Vec<f32> = h5::read_vec(&f, "adam_m").with_context(ctx)?;
     let adam_v: Vec<f32> = h5::read_vec(&f, "adam_v").with_context(ctx)?;
     if adam_m.len() != params.len() || adam_v.len() != params.len() {
@@ -160,6 +174,7 @@ pub fn load<B: Backend>(
         adam_m,
         adam_v,
         adam_t: h5::read_attr(&f, "adam_t").with_context(ctx)?,
+        slice_ranks: h5::read_attr(&f, "slice_ranks").ok(),
     })
 }
 

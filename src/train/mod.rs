@@ -10,12 +10,14 @@ pub mod device;
 pub mod dnp;
 pub mod dump;
 pub mod hybrid;
+pub mod memory;
 pub mod metrics;
 pub mod nfp;
 pub mod owner_input;
 pub mod plan;
 pub mod prefetch;
 pub mod report;
+pub mod slicegcn;
 pub mod snp;
 pub mod split;
 pub mod strategy;
@@ -80,6 +82,8 @@ pub struct RunSummary {
     pub epoch_time_median: f64,
     pub total_seconds: f64,
     pub peak_rss_mb: f64,
+    /// Peak memory of every rank, host and device, and the largest of each.
+    pub memory: memory::MemoryReport,
     /// The most device memory this rank had in use at once (MiB), on a device backend.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peak_device_mb: Option<f64>,
@@ -405,6 +409,12 @@ impl<'w, B: Backend> Trainer<'w, B> {
             let t_epoch = Instant::now();
             let comm_before = self.world.stats().snapshot();
             let store_before = self.data.store.stats;
+            self.adam.lr = crate::nn::schedule::lr_at(
+                self.cfg.lr_schedule,
+                self.cfg.lr,
+                epoch,
+                self.cfg.epochs,
+            );
             let EpochOutcome {
                 loss,
                 times,
@@ -510,9 +520,12 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 self.pos.step
             );
         }
-        let (prediction, prediction_skipped) = match &self.planned {
-            Some((p, path)) => {
-                let entry = plan::entry_of(self.cfg.strategy);
+        let planned = self
+            .planned
+            .as_ref()
+            .and_then(|(p, path)| Some((p, path, plan::entry_of(self.cfg.strategy)?)));
+        let (prediction, prediction_skipped) = match planned {
+            Some((p, path, entry)) => {
                 let report = plan::report::PredictionReport::new(
                     self.world,
                     entry,
@@ -537,6 +550,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
         };
         let mut sorted = epoch_times.clone();
         sorted.sort_by(f64::total_cmp);
+        let memory = memory::gather(self.world, self.model.params.backend());
         let summary = RunSummary {
             dataset: self.data.part.name.clone(),
             model: self.cfg.model,
@@ -555,6 +569,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
             epoch_time_median: sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
             total_seconds: started.elapsed().as_secs_f64(),
             peak_rss_mb: crate::util::rss::peak_rss_mb().unwrap_or(f64::NAN),
+            memory,
             peak_device_mb: self
                 .model
                 .params
@@ -607,6 +622,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 adam_m: m,
                 adam_v: v,
                 adam_t: t,
+                slice_ranks: None,
             },
             &self.model.params.entries,
         )?;
@@ -719,6 +735,9 @@ impl<'w, B: Backend> Trainer<'w, B> {
                     dump,
                 )?,
                 (false, Strategy::Auto) => unreachable!("auto is resolved in Trainer::new"),
+                (false, Strategy::Slicegcn) => {
+                    bail!("strategy slicegcn runs its own trainer (`train::slicegcn`)")
+                }
             };
             let skip = self.unsynced_ranges();
             finish_step(

@@ -174,12 +174,15 @@ pub fn predict(
 }
 
 /// The strategy a prediction's entry stands for: hybrid on one node is split over the node.
-pub fn entry_of(strategy: Strategy) -> &'static str {
+/// SliceGCN trains another model and is not priced.
+pub fn entry_of(strategy: Strategy) -> Option<&'static str> {
     match strategy {
-        Strategy::Gdp | Strategy::Auto => "gdp",
-        Strategy::Split | Strategy::Hybrid => "split",
-        Strategy::Dnp => "dnp",
-        Strategy::Snp => "snp",
+        Strategy::Gdp | Strategy::Auto => Some("gdp"),
+        Strategy::Split | Strategy::Hybrid => Some("split"),
+        Strategy::Dnp => Some("dnp"),
+        Strategy::Snp => Some("snp"),
+        Strategy::Nfp => Some("nfp"),
+        Strategy::Slicegcn => None,
     }
 }
 

@@ -1,0 +1,309 @@
+//! One rank's SliceGCN: its own GCN over the whole graph on its feature slice (or on the
+//! shared fusion of all features), a learned slice encoding added to its output, the slice
+//! outputs of all ranks gathered side by side, and a shared MLP classifier on them.
+//!
+//! Parameters live in two stores: the rank's GCN (`gcn`, never summed over ranks) and the
+//! shared parts (`shared`: encoding, fusion, classifier; the same values on every rank). The
+//! classifier runs on every rank over the same gathered rows with the same dropout masks, so
+//! its gradient is already the same everywhere; only the encoding's and the fusion's gradients
+//! differ by rank (rank `i` reaches only row `i` of the encoding, and the fusion feeds every
+//! rank's GCN), so exactly those — the prefix `shared[..reduced]` — are summed by allreduce.
+
+use super::layout::SliceLayout;
+use crate::backend::cpu::dropout::derive_stream;
+use crate::backend::{Backend, Cpu};
+use crate::comm::Group;
+use crate::config::TrainConfig;
+use crate::nn::init::glorot_uniform;
+use crate::nn::mlp::{Mlp, MlpCache};
+use crate::nn::{DropoutCtx, Model, ModelConfig, ModelKind, ParamStore};
+use anyhow::Result;
+use ndarray::{s, Array2};
+
+/// Mixed into the seed of the shared parts, so they differ from rank 0's GCN.
+const SHARED_SEED_TAG: u64 = 0x5348_4152_4544;
+/// Mixed into the fusion's dropout stream tag (the fusion has no dropout today; the tag keeps
+/// its masks apart from the head's should it get one).
+const FUSION_TAG: u64 = 0x4655_5349_4f4e;
+
+/// One rank's share of a SliceGCN.
+#[derive(Debug)]
+pub struct SliceModel<B: Backend = Cpu> {
+    pub layout: SliceLayout,
+    /// Encoding (`p × w`), fusion, then the classifier; the same values on every rank.
+    pub shared: ParamStore<B>,
+    /// `shared[..reduced]` (encoding and fusion) is summed over ranks after every backward.
+    pub reduced: usize,
+    pub encoding: Option<usize>,
+    pub fusion: Option<Mlp>,
+    pub head: Mlp,
+    /// This rank's GCN (`gcn_in → w → … → w`), its own parameters.
+    pub gcn: Model<B>,
+}
+
+/// What the model trains and evaluates on: the whole graph's block (GCN-normalised by the
+/// degree table), its transpose, the rank's input columns of every vertex, and the row keys
+/// of dropout (the original ids).
+pub struct SliceInput<'a, B: Backend> {
+    pub graph: &'a B::Graph,
+    pub transpose: &'a B::Transpose,
+    pub x: &'a B::Mat,
+    pub keys: &'a [u64],
+    pub gcn_degrees: Option<&'a [u32]>,
+}
+
+impl SliceModel<Cpu> {
+    /// Build rank `layout.rank`'s model: the shared parts from `seed` (the same on every
+    /// rank), the GCN from `seed` and the rank.
+    pub fn new(
+        layout: SliceLayout,
+        cfg: &TrainConfig,
+        classes: usize,
+        seed: u64,
+    ) -> Result<SliceModel<Cpu>> {
+        let gcn_cfg = ModelConfig {
+            kind: ModelKind::Gcn,
+            in_dim: layout.gcn_in,
+            hidden: layout.width,
+            out_dim: layout.width,
+            layers: cfg.layers,
+            heads: 1,
+            dropout: cfg.dropout,
+            input_dropout: cfg.first_layer_dropout(),
+            gat_concat: true,
+            residual: cfg.residual,
+            norm: cfg.norm,
+            input_proj: cfg.input_proj,
+            linear_output: cfg.linear_output,
+        };
+        let gcn = Model::new(gcn_cfg, derive_stream(seed, layout.rank as u64))?;
+        let shared_seed = derive_stream(seed, SHARED_SEED_TAG);
+        let mut shared = ParamStore::new();
+        let encoding = cfg.slice_encoding.then(|| {
+            let e = shared.add("slice_encoding", &[layout.ranks, layout.width]);
+            glorot_uniform(&mut shared, e, derive_stream(shared_seed, 1));
+            e
+        });
+        let fusion = layout.fusion.then(|| {
+            let f = layout.gcn_in;
+            let mut m = Mlp::new(
+                &mut shared,
+                "fusion",
+                &[layout.features, f, f],
+                0.0,
+                derive_stream(shared_seed, 2),
+            );
+            m.tag ^= FUSION_TAG;
+            m
+        });
+        let reduced = shared.len();
+        let head = Mlp::new(
+            &mut shared,
+            "head",
+            &[layout.gathered(), cfg.hidden, classes],
+            cfg.dropout,
+            derive_stream(shared_seed, 3),
+        );
+        Ok(SliceModel {
+            layout,
+            shared,
+            reduced,
+            encoding,
+            fusion,
+            head,
+            gcn,
+        })
+    }
+
+    /// The same model with its parameters on `backend`.
+    pub fn to_backend<B: Backend>(&self, backend: B) -> SliceModel<B> {
+        SliceModel {
+            layout: self.layout.clone(),
+            shared: self.shared.to_backend(backend.clone()),
+            reduced: self.reduced,
+            encoding: self.encoding,
+            fusion: self.fusion.clone(),
+            head: self.head.clone(),
+            gcn: self.gcn.to_backend(backend),
+        }
+    }
+}
+
+/// What the forward keeps for the backward.
+struct SliceCache<B: Backend> {
+    fusion: Option<MlpCache<B>>,
+    gcn: Vec<crate::nn::layer::LayerCache<B>>,
+    head: MlpCache<B>,
+}
+
+impl<B: Backend> SliceModel<B> {
+    /// Logits of `rows` (row indices of the graph) from the forward pass, and its cache.
+    /// Collective over `group` (the slice outputs are gathered).
+    fn forward(
+        &self,
+        group: &Group,
+        input: &SliceInput<B>,
+        rows: &[usize],
+        stream: u64,
+        training: bool,
+    ) -> (B::Mat, SliceCache<B>) {
+        let be = self.shared.backend().clone();
+        // The head runs identically on every rank: one stream for all; each rank's GCN mixes
+        // in its rank so the slices draw independent masks.
+        let head_ctx = DropoutCtx {
+            training,
+            stream,
+            orig_ids: None,
+            gcn_degrees: None,
+        };
+        let gcn_ctx = DropoutCtx {
+            training,
+            stream: derive_stream(stream, self.layout.rank as u64),
+            orig_ids: None,
+            gcn_degrees: input.gcn_degrees,
+        };
+        let (fused, fusion_cache) = match &self.fusion {
+            Some(f) => {
+                let (x, c) = f.forward(&self.shared, be.view(input.x), input.keys, &head_ctx);
+                (Some(x), Some(c))
+            }
+            None => (None, None),
+        };
+        let x = fused.as_ref().unwrap_or(input.x);
+        let mut caches = Vec::with_capacity(self.gcn.layers.len());
+        let mut h: Option<B::Mat> = None;
+        for layer in &self.gcn.layers {
+            let src = h.as_ref().map_or(be.view(x), |m| be.view(m));
+            let (out, cache) = layer.forward(&self.gcn.params, input.graph, src, &gcn_ctx);
+            caches.push(cache);
+            h = Some(out);
+        }
+        let h = h.expect("at least one layer");
+        let mut mine = be.select_rows(be.view(&h), rows);
+        drop(h);
+        if let Some(e) = self.encoding {
+            let r = self.layout.rank;
+            be.add_bias(
+                be.view_mut(&mut mine),
+                be.rows(self.shared.view(e), r..r + 1),
+            );
+        }
+        let gathered = gather_columns(group, &be, mine, self.layout.width);
+        let keys: Vec<u64> = rows.iter().map(|&r| input.keys[r]).collect();
+        let (logits, head) = self
+            .head
+            .forward(&self.shared, be.view(&gathered), &keys, &head_ctx);
+        (
+            logits,
+            SliceCache {
+                fusion: fusion_cache,
+                gcn: caches,
+                head,
+            },
+        )
+    }
+
+    /// Logits of `rows` without dropout (evaluation), on the host. Collective.
+    pub fn logits(&self, group: &Group, input: &SliceInput<B>, rows: &[usize]) -> Array2<f32> {
+        let (logits, _) = self.forward(group, input, rows, 0, false);
+        self.shared.backend().download_owned(logits)
+    }
+
+    /// Zero the gradients, run forward and backward on the training rows `rows` (labels
+    /// `labels`) for the gradient of the mean cross-entropy, and sum the shared gradients that
+    /// differ by rank. Returns the summed loss over `rows`. Collective over `group`.
+    pub fn train_step(
+        &mut self,
+        group: &Group,
+        input: &SliceInput<B>,
+        rows: &[usize],
+        labels: &[i64],
+        stream: u64,
+    ) -> f64 {
+        let be = self.shared.backend().clone();
+        self.shared.zero_grads();
+        self.gcn.params.zero_grads();
+        let n = be.dim(be.view(input.x)).0;
+        let (logits, cache) = self.forward(group, input, rows, stream, true);
+        let (loss_sum, mut d) = be.cross_entropy(be.view(&logits), labels);
+        drop(logits);
+        be.scale(be.view_mut(&mut d), 1.0 / rows.len().max(1) as f32);
+        let d_gathered = self
+            .head
+            .backward(&mut self.shared, cache.head, d, true)
+            .expect("asked for the input gradient");
+        let (r, w) = (self.layout.rank, self.layout.width);
+        let d_mine = own_columns(&be, d_gathered, r * w..(r + 1) * w);
+        if let Some(e) = self.encoding {
+            let grad = be.rows_mut(self.shared.grad_mut(e), r..r + 1);
+            be.add_column_sums(grad, be.view(&d_mine));
+        }
+        let mut d_h = be.scatter_rows(be.view(&d_mine), rows, n);
+        drop(d_mine);
+        let need_dx = self.fusion.is_some();
+        let mut d_x = None;
+        for (l, (layer, c)) in self.gcn.layers.iter().zip(cache.gcn).enumerate().rev() {
+            let need = l > 0 || need_dx;
+            let next = layer.backward_owned(
+                &mut self.gcn.params,
+                input.graph,
+                input.transpose,
+                c,
+                d_h,
+                need,
+            );
+            match next {
+                Some(next) if l > 0 => d_h = next,
+                Some(next) => {
+                    d_x = Some(next);
+                    break;
+                }
+                None => break,
+            }
+        }
+        if let (Some(f), Some(c), Some(d_x)) = (&self.fusion, cache.fusion, d_x) {
+            f.backward(&mut self.shared, c, d_x, false);
+        }
+        if group.size() > 1 && self.reduced > 0 {
+            let reduced = self.reduced;
+            be.with_host_buffer(&mut self.shared.grads, &mut |g| {
+                group.allreduce_sum_f32(&mut g[..reduced])
+            });
+        }
+        loss_sum
+    }
+
+    /// Parameters of this rank: (its GCN, the shared parts).
+    pub fn num_params(&self) -> (usize, usize) {
+        (self.gcn.params.len(), self.shared.len())
+    }
+}
+
+/// Every rank's `mine` (rows × `width`) side by side, rank `i` in columns `i·width..`:
+/// staged through the host around one allgather. Collective.
+fn gather_columns<B: Backend>(group: &Group, be: &B, mine: B::Mat, width: usize) -> B::Mat {
+    if group.size() == 1 {
+        return mine;
+    }
+    let host = be.download_owned(mine);
+    let rows = host.nrows();
+    let flat: Vec<f32> = host.iter().copied().collect();
+    let (all, _) = group.allgatherv("slice_outputs", &flat);
+    let p = group.size();
+    let mut out = Array2::<f32>::zeros((rows, p * width));
+    for (i, block) in all.chunks_exact(rows * width).enumerate() {
+        let block = ndarray::ArrayView2::from_shape((rows, width), block).expect("rows × width");
+        out.slice_mut(s![.., i * width..(i + 1) * width])
+            .assign(&block);
+    }
+    be.upload_owned(out)
+}
+
+/// Columns `cols` of `x` (the gradient of this rank's slice output); staged through the host.
+fn own_columns<B: Backend>(be: &B, x: B::Mat, cols: std::ops::Range<usize>) -> B::Mat {
+    if be.mat_dim(&x).1 == cols.len() {
+        return x;
+    }
+    let host = be.download_owned(x);
+    be.upload_owned(host.slice(s![.., cols]).to_owned())
+}
