@@ -476,7 +476,11 @@ fn inconsistent_options_are_refused_by_name() {
     // the valid ones.
     for (option, value, valid) in [
         ("--model", "transformer", "sage, gcn, gat, mlp"),
-        ("--strategy", "magic", "gdp, split, dnp, snp, hybrid, auto"),
+        (
+            "--strategy",
+            "magic",
+            "gdp, split, dnp, snp, nfp, hybrid, slicegcn, auto",
+        ),
     ] {
         let out = gnnpar(
             &["train", "--data", d, "--epochs", "1", option, value],
