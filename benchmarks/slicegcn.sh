@@ -59,14 +59,14 @@ run() {
 }
 
 shape=(--model gcn --hidden 128 --dropout 0.5 --lr 0.001 --lr-schedule cosine
-    --input-proj true --residual true --norm layer --linear-output true --eval-every 5)
+    --input-proj true --residual true --norm layer --linear-output true)
 
 accuracy() {
     prepare minesweeper minesweeper.npz
     prepare tolokers tolokers.npz
     OUT="$RESULTS/slicegcn_accuracy.jsonl"
     : >"$OUT"
-    local slice=(--strategy slicegcn --epochs "$EPOCHS" --full-batch)
+    local slice=(--strategy slicegcn --epochs "$EPOCHS" --full-batch --eval-every 5)
     local ms=(--data "$WORK/minesweeper.h5" --layers 7 "${shape[@]}" "${slice[@]}")
     local tk=(--data "$WORK/tolokers.h5" --layers 4 "${shape[@]}" "${slice[@]}")
     local cfg_ms="$WORK/ms.toml" cfg_tk="$WORK/tk.toml"
