@@ -55,22 +55,9 @@ enum Gpu {
 
 /// `mpirun -np <np> gnnpar train <args>` with `--device cuda` on `gpu`, and extra environment.
 fn mpirun_cuda(np: usize, gpu: Gpu, args: &[&str], env: &[(&str, &str)]) -> common::Outcome {
-    let mut cmd = std::process::Command::new("mpirun");
-    cmd.args([
-        "-np",
-        &np.to_string(),
-        "--oversubscribe",
-        "--bind-to",
-        "none",
-    ])
-    .arg(common::GNNPAR)
-    .args(args)
-    .args(["--device", "cuda"])
-    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    .env("RUST_LOG", "info")
-    .env_remove("GNNPAR_CUDA_EMULATOR")
-    .env_remove("GNNPAR_ASSUME_CUDA_AWARE_MPI");
+    let mut cmd = common::mpirun_command(np, args);
+    cmd.args(["--device", "cuda"])
+        .env_remove("GNNPAR_ASSUME_CUDA_AWARE_MPI");
     if let Gpu::Emulated(n) = gpu {
         cmd.env("GNNPAR_CUDA_EMULATOR", n.to_string());
     }

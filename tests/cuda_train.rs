@@ -200,20 +200,8 @@ fn five_steps_of_every_model_and_option_match_the_cpu_on_a_gpu() {
 
 /// `mpirun -np <np> gnnpar train <args>` with the CUDA device emulated on every rank.
 fn mpirun_emulated(np: usize, args: &[&str]) -> common::Outcome {
-    let mut cmd = std::process::Command::new("mpirun");
-    cmd.args([
-        "-np",
-        &np.to_string(),
-        "--oversubscribe",
-        "--bind-to",
-        "none",
-    ])
-    .arg(common::GNNPAR)
-    .args(args)
-    .env("GNNPAR_CUDA_EMULATOR", "1")
-    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    .env("RUST_LOG", "info");
+    let mut cmd = common::mpirun_command(np, args);
+    cmd.env("GNNPAR_CUDA_EMULATOR", "1");
     common::run_with_timeout(cmd, Duration::from_secs(600))
 }
 

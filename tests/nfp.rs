@@ -9,7 +9,6 @@ mod common;
 
 use common::{gnnpar, max_rel_diff, read_f32s, s};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 const TIMEOUT: Duration = Duration::from_secs(240);
@@ -43,20 +42,7 @@ fn sbm(dir: &Path, features: usize) -> PathBuf {
 
 /// `mpirun -np <np> gnnpar <args>` with extra environment.
 fn mpirun(np: usize, args: &[&str], env: &[(&str, &str)]) -> common::Outcome {
-    let mut cmd = Command::new("mpirun");
-    cmd.args([
-        "-np",
-        &np.to_string(),
-        "--oversubscribe",
-        "--bind-to",
-        "none",
-    ])
-    .arg(common::GNNPAR)
-    .args(args)
-    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    .env("RUST_LOG", "info")
-    .env_remove("GNNPAR_CUDA_EMULATOR");
+    let mut cmd = common::mpirun_command(np, args);
     for (k, v) in env {
         cmd.env(k, v);
     }

@@ -3,65 +3,21 @@
 //! the same strategy on every rank. Every `mpirun` runs with `--oversubscribe` and a timeout.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
 
-const BIN: &str = env!("CARGO_BIN_EXE_gnnpar");
 const TIMEOUT: Duration = Duration::from_secs(180);
 
 fn have_mpirun() -> bool {
-    let ok = Command::new("mpirun")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        common::skipped(
-            common::SkipKind::Mpi,
-            "tests/plan.rs",
-            "mpirun not found on PATH; install openmpi-bin to run the MPI tests",
-        );
-    }
-    ok
+    common::have_mpirun("tests/plan.rs")
 }
 
 /// `mpirun -np N gnnpar ARGS` to completion (killed after `TIMEOUT`); must succeed.
 fn mpirun_ok(np: usize, args: &[&str]) -> (String, String) {
-    let mut child = Command::new("mpirun")
-        .args([
-            "-np",
-            &np.to_string(),
-            "--oversubscribe",
-            "--bind-to",
-            "none",
-        ])
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
-        .arg(BIN)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn mpirun");
-    let start = Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if start.elapsed() > TIMEOUT {
-            let _ = child.kill();
-            panic!("mpirun {args:?} timed out (deadlock?)");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out: Output = child.wait_with_output().expect("output");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    );
-    assert!(out.status.success(), "mpirun {args:?} failed:\n{stderr}");
-    (stdout, stderr)
+    let out = common::run_with_timeout(common::mpirun_command(np, args), TIMEOUT)
+        .expect_ok(&format!("mpirun {args:?}"));
+    (out.stdout, out.stderr)
 }
 
 /// A small in-process synthetic run (no dataset file).

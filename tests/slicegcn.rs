@@ -19,10 +19,8 @@ use gnnpar::train::slicegcn::{param_counts, SliceInput, SliceLayout, SliceModel,
 use gnnpar::train::RunFiles;
 use ndarray::{Array2, Axis};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_gnnpar");
 const TIMEOUT: Duration = Duration::from_secs(300);
 
 fn slice_cfg(layers: usize, hidden: usize, dropout: f32) -> TrainConfig {
@@ -183,20 +181,10 @@ fn per_rank_parameters_shrink_as_in_table_iii() {
 }
 
 fn mpirun(np: usize, args: &[&str]) -> common::Outcome {
-    let mut cmd = Command::new("mpirun");
-    cmd.args([
-        "-np",
-        &np.to_string(),
-        "--oversubscribe",
-        "--bind-to",
-        "none",
-    ])
-    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    .arg(BIN)
-    .arg("train")
-    .args(args);
-    run_with_timeout(cmd, TIMEOUT)
+    let train: Vec<&str> = std::iter::once("train")
+        .chain(args.iter().copied())
+        .collect();
+    run_with_timeout(common::mpirun_command(np, &train), TIMEOUT)
 }
 
 fn read_params(path: &Path) -> Vec<f32> {

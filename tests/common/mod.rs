@@ -52,6 +52,28 @@ pub fn have_mpirun(test: &str) -> bool {
     found
 }
 
+/// `mpirun -np <np> gnnpar <args>` as the MPI tests run it: oversubscribed and unbound (ranks
+/// may outnumber this machine's cores), allowed as root, logging at `info`, and without the
+/// caller's `GNNPAR_CUDA_EMULATOR` (a test that wants the emulator sets it). Add environment or
+/// arguments, then run it with [`run_with_timeout`].
+pub fn mpirun_command(np: usize, args: &[&str]) -> Command {
+    let mut cmd = Command::new("mpirun");
+    cmd.args([
+        "-np",
+        &np.to_string(),
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+    ])
+    .arg(GNNPAR)
+    .args(args)
+    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    .env("RUST_LOG", "info")
+    .env_remove("GNNPAR_CUDA_EMULATOR");
+    cmd
+}
+
 /// A fresh temporary directory, removed when dropped.
 pub fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().expect("cannot create a temporary directory")
