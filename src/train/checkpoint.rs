@@ -30,6 +30,24 @@ pub struct Position {
     pub best_test: f64,
 }
 
+impl Position {
+    /// Record the (train, val, test) metrics of `epoch`'s evaluation: the best validation so
+    /// far (the first evaluation counts) keeps its epoch and test score. Returns them for the
+    /// epoch's record.
+    pub fn record_eval(
+        &mut self,
+        epoch: usize,
+        (train, val, test): (f64, f64, f64),
+    ) -> (Option<f64>, Option<f64>, Option<f64>) {
+        if val > self.best_val || self.best_epoch.is_none() {
+            self.best_val = val;
+            self.best_test = test;
+            self.best_epoch = Some(epoch);
+        }
+        (Some(train), Some(val), Some(test))
+    }
+}
+
 /// Everything a checkpoint holds.
 pub struct Checkpoint {
     pub config_hash: u64,

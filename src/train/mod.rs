@@ -432,12 +432,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 let t = Instant::now();
                 let r = self.evaluate()?;
                 times.eval = t.elapsed().as_secs_f64();
-                if r.1 > self.pos.best_val || self.pos.best_epoch.is_none() {
-                    self.pos.best_val = r.1;
-                    self.pos.best_test = r.2;
-                    self.pos.best_epoch = Some(epoch);
-                }
-                (Some(r.0), Some(r.1), Some(r.2))
+                self.pos.record_eval(epoch, r)
             } else {
                 (None, None, None)
             };
