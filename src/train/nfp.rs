@@ -27,7 +27,9 @@
 
 use super::data::TrainData;
 use super::metrics::PhaseTimes;
-use super::strategy::{dropout_stream, FullGraph, StepArgs, StepOutput};
+use super::strategy::{
+    dropout_stream, upper_layers_data_parallel, FullGraph, StepArgs, StepOutput,
+};
 use crate::backend::{Backend, DropoutMask};
 use crate::comm::Group;
 use crate::exchange::slices::{allgather_blocks, allgather_rows, reduce_scatter_rows, stack_rows};
@@ -261,7 +263,8 @@ impl<B: Backend> Nfp<B> {
         let mut d_z = if seeds.is_empty() {
             be.zeros(0, h)
         } else {
-            let (loss_sum, d) = upper_layers(model, &upper, z, &labels, &ctx, scale, times);
+            let (loss_sum, d) =
+                upper_layers_data_parallel(model, &upper, z, &labels, &ctx, scale, times);
             out.loss_sum = loss_sum;
             d
         };
@@ -367,44 +370,6 @@ impl<B: Backend> Nfp<B> {
         model.params.set_values(&values);
         adam.set_state(&m, &v, t)
     }
-}
-
-/// The upper layers of this rank's seeds, data parallel as GDP: forward from `h` (the input
-/// layer's rows of `upper[0]`'s sources), loss over the seeds, backward; returns the loss sum
-/// and the gradient of `h`.
-fn upper_layers<B: Backend>(
-    model: &mut Model<B>,
-    upper: &[B::Graph],
-    h: B::Mat,
-    labels: &[i64],
-    ctx: &DropoutCtx,
-    scale: f32,
-    times: &mut PhaseTimes,
-) -> (f64, B::Mat) {
-    let be = model.params.backend().clone();
-    let t = Instant::now();
-    let mut h = h;
-    let mut caches = Vec::with_capacity(upper.len());
-    for (layer, g) in model.layers[1..].iter().zip(upper) {
-        let (out, cache) = layer.forward_owned(&model.params, g, h, ctx);
-        caches.push(cache);
-        h = out;
-    }
-    let (loss_sum, mut d_h) = be.cross_entropy(be.view(&h), labels);
-    drop(h);
-    times.forward += t.elapsed().as_secs_f64();
-
-    let t = Instant::now();
-    be.scale(be.view_mut(&mut d_h), scale);
-    for ((layer, g), cache) in model.layers[1..].iter().zip(upper).zip(caches).rev() {
-        // A transpose caches one block's: a fresh one per layer.
-        let transpose = B::Transpose::default();
-        d_h = layer
-            .backward_owned(&mut model.params, g, &transpose, cache, d_h, true)
-            .expect("asked for the input gradient");
-    }
-    times.backward += t.elapsed().as_secs_f64();
-    (loss_sum, d_h)
 }
 
 /// Apply `mask` to rows `x` of columns `first..` of the vertices `ids`: element `(v, c)` keeps

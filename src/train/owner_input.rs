@@ -12,7 +12,7 @@
 
 use super::data::TrainData;
 use super::metrics::PhaseTimes;
-use super::strategy::{StepArgs, StepOutput};
+use super::strategy::{upper_layers_data_parallel, StepArgs, StepOutput};
 use crate::backend::Backend;
 use crate::comm::Group;
 use crate::exchange::{sample_blocks_distributed, RowExchange};
@@ -121,26 +121,13 @@ impl OwnerBatch {
     ) -> (f64, B::Mat) {
         let be = model.params.backend().clone();
         let t = Instant::now();
-        let mut h = self.plan.forward_on(group, &be, kinds.0, h_mine);
-        let mut caches = Vec::with_capacity(upper.len());
-        for (layer, g) in model.layers[1..].iter().zip(upper) {
-            let (out, cache) = layer.forward_owned(&model.params, g, h, ctx);
-            caches.push(cache);
-            h = out;
-        }
-        let labels: Vec<i64> = self.seeds.iter().map(|&s| data.label(s)).collect();
-        let (loss_sum, mut d_h) = be.cross_entropy(be.view(&h), &labels);
-        drop(h);
+        let h = self.plan.forward_on(group, &be, kinds.0, h_mine);
         times.forward += t.elapsed().as_secs_f64();
+        let labels: Vec<i64> = self.seeds.iter().map(|&s| data.label(s)).collect();
+        let (loss_sum, d_h) =
+            upper_layers_data_parallel(model, upper, h, &labels, ctx, scale, times);
 
         let t = Instant::now();
-        be.scale(be.view_mut(&mut d_h), scale);
-        for ((layer, g), cache) in model.layers[1..].iter().zip(upper).zip(caches).rev() {
-            let transpose = B::Transpose::default();
-            d_h = layer
-                .backward_owned(&mut model.params, g, &transpose, cache, d_h, true)
-                .expect("asked for the input gradient");
-        }
         let (rows, cols) = be.dim(h_mine);
         let mut d_mine = be.zeros(rows, cols);
         self.plan

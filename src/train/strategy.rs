@@ -454,3 +454,42 @@ fn halo_backward<B: Backend>(
     );
     d_own
 }
+
+/// The upper layers of this rank's seeds, data parallel as GDP: forward from `h` (the input
+/// layer's rows of `upper[0]`'s sources), loss over the seeds, backward; returns the loss sum
+/// and the gradient of `h`. Shared by the strategies whose input layer is computed apart
+/// (NFP's column slices; DNP and SNP through [`super::owner_input`]).
+pub(crate) fn upper_layers_data_parallel<B: Backend>(
+    model: &mut Model<B>,
+    upper: &[B::Graph],
+    h: B::Mat,
+    labels: &[i64],
+    ctx: &DropoutCtx,
+    scale: f32,
+    times: &mut PhaseTimes,
+) -> (f64, B::Mat) {
+    let be = model.params.backend().clone();
+    let t = Instant::now();
+    let mut h = h;
+    let mut caches = Vec::with_capacity(upper.len());
+    for (layer, g) in model.layers[1..].iter().zip(upper) {
+        let (out, cache) = layer.forward_owned(&model.params, g, h, ctx);
+        caches.push(cache);
+        h = out;
+    }
+    let (loss_sum, mut d_h) = be.cross_entropy(be.view(&h), labels);
+    drop(h);
+    times.forward += t.elapsed().as_secs_f64();
+
+    let t = Instant::now();
+    be.scale(be.view_mut(&mut d_h), scale);
+    for ((layer, g), cache) in model.layers[1..].iter().zip(upper).zip(caches).rev() {
+        // A transpose caches one block's: a fresh one per layer.
+        let transpose = B::Transpose::default();
+        d_h = layer
+            .backward_owned(&mut model.params, g, &transpose, cache, d_h, true)
+            .expect("asked for the input gradient");
+    }
+    times.backward += t.elapsed().as_secs_f64();
+    (loss_sum, d_h)
+}
