@@ -1,6 +1,6 @@
 //! The calibrated planner end to end: `calibrate` writes a file that `plan` then uses (and says
-//! so), a calibration of another host or version is ignored with a log line, and `auto` picks
-//! the same strategy on every rank. Every `mpirun` runs with `--oversubscribe` and a timeout.
+//! so, and twice gives the same prediction), a calibration of another host or version is ignored
+//! with a log line, and `auto` picks the same strategy on every rank. Every `mpirun` runs with `--oversubscribe` and a timeout.
 
 use std::path::Path;
 use std::time::Duration;
@@ -71,6 +71,25 @@ fn calibrate_writes_a_file_that_plan_then_uses() {
     assert!(["gdp", "split", "dnp", "snp"].contains(&choice), "{choice}");
     // NFP is priced but cannot be picked before the strategy exists.
     assert_eq!(json["plan"]["strategies"]["nfp"]["pickable"], false);
+
+    // Deterministic with a given calibration: the dry run counts what sampling does instead
+    // of timing it, so a second plan prints the same prediction, bit for bit.
+    let (again, _) = mpirun_ok(2, &with(&["plan"], &["--calibration", cal_s]));
+    assert_eq!(
+        again.lines().last(),
+        stdout.lines().last(),
+        "two plans with one calibration differ"
+    );
+    // The build phase is priced (sampling and its id exchanges), not free.
+    for s in ["gdp", "split", "dnp", "snp"] {
+        assert!(
+            json["plan"]["strategies"][s]["phases"]["build"]
+                .as_f64()
+                .unwrap()
+                > 0.0,
+            "{s}: {json}"
+        );
+    }
 }
 
 #[test]

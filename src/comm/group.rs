@@ -60,6 +60,12 @@ impl Group {
         }
     }
 
+    /// Bytes and seconds of every communication call so far (shared by every group of the
+    /// world), by kind of operation.
+    pub fn stats(&self) -> &CommStats {
+        &self.stats
+    }
+
     pub(super) fn solo(stats: Rc<CommStats>, device_pointers: Rc<Cell<bool>>) -> Group {
         Group {
             comm: None,

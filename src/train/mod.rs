@@ -851,7 +851,7 @@ fn plan_run<B: Backend>(
         }
         return Ok((None, Some(why)));
     };
-    let shape = plan::shape_of(cfg, model, !B::IS_HOST);
+    let shape = plan::shape_of(cfg, model, backend, data, group);
     let p = plan::predict(cfg, data, &shape, group, &cal.calibration);
     if cfg.strategy == Strategy::Auto {
         cfg.strategy = p.choice.parse()?;

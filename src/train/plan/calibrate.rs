@@ -12,7 +12,7 @@ use crate::backend::{Backend, EdgeWeights};
 use crate::comm::{Group, World};
 use crate::exchange::store::FeatureStore;
 use crate::graph::NodeId;
-use crate::sample::Block;
+use crate::sample::{sample_blocks, Adjacency, BatchKey, Block};
 use ndarray::Array2;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -149,6 +149,8 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
     }
     put("gemm", gemm_points(be, world));
     put("aggregate", aggregate_points(be, world));
+    put("spmm", spmm_points(be, world));
+    put("sample", sample_points(world));
     let mut cal = Calibration {
         format: FORMAT,
         key,
@@ -255,6 +257,105 @@ fn aggregate_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
                 let _ = be.download(be.rows(be.view(&out), 0..1));
             });
             [(dst * fanout * w) as f64, s]
+        })
+        .collect()
+}
+
+/// Products with sparse input rows (bag-of-words features at 1 % density, 4096 columns), the
+/// forward `x·w` and the weight gradient `xᵀ·d` together, at growing output widths: `x` =
+/// 2 × stored non-zeros × output columns. A backend without a sparse path (it multiplies
+/// such rows densely, priced by `gemm`) has no points: the operator is free and unused.
+fn spmm_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
+    let (rows, cols, per_row) = (4096usize, 4096usize, 41usize);
+    let mut dense = Array2::<f32>::zeros((rows, cols));
+    for i in 0..rows {
+        for t in 0..per_row {
+            let j = ((i * per_row + t) as u64 * 2_654_435_761 % cols as u64) as usize;
+            dense[(i, j)] = 1.0;
+        }
+    }
+    let dev = be.upload(dense.view());
+    let Some(x) = be.sparse_from_dense(be.view(&dev)) else {
+        // Every rank takes this branch alike (same backend kind), so no collective is skipped.
+        return vec![];
+    };
+    let nnz: usize = dense.iter().filter(|&&v| v != 0.0).count();
+    [16usize, 64, 128, 256]
+        .iter()
+        .map(|&n| {
+            let w =
+                be.upload(Array2::from_shape_fn((cols, n), |(i, j)| ((i + j) % 5) as f32).view());
+            let d =
+                be.upload(Array2::from_shape_fn((rows, n), |(i, j)| ((i * j) % 3) as f32).view());
+            let mut g = be.upload(Array2::<f32>::zeros((cols, n)).view());
+            let s = time_point(world, || {
+                let y = be.spmm(&x, rows, be.view(&w));
+                be.add_spmm_tn(&x, rows, be.view(&d), be.view_mut(&mut g));
+                let _ = be.download(be.rows(be.view(&y), 0..1));
+            });
+            [(2 * nnz * n) as f64, s]
+        })
+        .collect()
+}
+
+/// A synthetic adjacency for timing the sampler: `n` vertices of `degree` pseudo-random
+/// neighbours each (16 MiB of ids at the size used: more than a core's caches, as a real
+/// graph's adjacency is).
+struct SyntheticGraph {
+    degree: usize,
+    neighbors: Vec<NodeId>,
+}
+
+impl SyntheticGraph {
+    fn new(n: usize, degree: usize) -> SyntheticGraph {
+        let neighbors = (0..n * degree)
+            .map(|i| ((i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as usize % n)
+            .map(|u| u as NodeId)
+            .collect();
+        SyntheticGraph { degree, neighbors }
+    }
+}
+
+impl Adjacency for SyntheticGraph {
+    fn owns(&self, _v: NodeId) -> bool {
+        true
+    }
+
+    fn neighbors(&self, v: NodeId) -> &[NodeId] {
+        let v = v as usize;
+        &self.neighbors[v * self.degree..(v + 1) * self.degree]
+    }
+
+    fn orig_id(&self, v: NodeId) -> u64 {
+        v as u64
+    }
+}
+
+/// The sampler (the same `sample_blocks` a rank runs: draws, de-duplication, block building)
+/// on two hops of fanout 10 and 5 from growing seed sets: `x` = edges in the sampled blocks.
+/// The strategies' id exchanges while sampling are priced apart, by their bytes and calls.
+fn sample_points(world: &World) -> Vec<[f64; 2]> {
+    let (n, degree) = (1usize << 18, 16usize);
+    let graph = SyntheticGraph::new(n, degree);
+    [128usize, 512, 1024, 2048]
+        .iter()
+        .map(|&seeds| {
+            let ids: Vec<NodeId> = (0..seeds)
+                .map(|i| ((i as u64 * 2_654_435_761) % n as u64) as NodeId)
+                .collect();
+            let key = BatchKey {
+                seed: 7,
+                epoch: 0,
+                batch: seeds as u64,
+            };
+            let edges: usize = sample_blocks(&graph, &ids, &[10, 5], key)
+                .iter()
+                .map(Block::num_edges)
+                .sum();
+            let s = time_point(world, || {
+                let _ = sample_blocks(&graph, &ids, &[10, 5], key);
+            });
+            [edges as f64, s]
         })
         .collect()
 }

@@ -11,8 +11,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Version of the file layout; a different one is ignored like a different key.
-pub const FORMAT: u32 = 1;
+/// Version of the file layout; a different one is ignored like a different key. (2 added the
+/// `sample` and `spmm` operators.)
+pub const FORMAT: u32 = 2;
 
 /// Operators every calibration holds, with the unit of their `x`.
 pub const OPERATORS: &[(&str, &str)] = &[
@@ -26,6 +27,8 @@ pub const OPERATORS: &[(&str, &str)] = &[
     ("d2h", "byte"),
     ("gemm", "flop"),
     ("aggregate", "edge_col"),
+    ("spmm", "nnz_col"),
+    ("sample", "edge"),
 ];
 
 /// Where and how a calibration was measured. Two runs may share one only when these agree.
@@ -83,7 +86,8 @@ fn sanitize(s: &str) -> String {
 pub struct Fit {
     pub latency_s: f64,
     pub per_unit_s: f64,
-    /// What `x` counts: bytes, flops, or edges × columns (aggregation).
+    /// What `x` counts: bytes, flops, edges × columns (aggregation), stored non-zeros × output
+    /// columns (products with sparse input rows), or sampled edges (block building).
     pub unit: String,
     /// The measured `(x, seconds)` points the line was fitted to (slowest rank per point).
     #[serde(default)]

@@ -3,14 +3,17 @@
 //! dry run and calibration computes the same prediction bit for bit.
 //!
 //! Per mini-batch and rank, `T = T_build + T_load + T_shuffle + T_train + T_sync`:
-//! - build: the strategy's sampling as the dry run timed it (its id exchanges included);
+//! - build: the strategy's sampling (`sample`, edges in its blocks) and its id exchanges
+//!   (`alltoallv`, the bytes and calls the dry run counted);
 //! - load: input feature rows — the local gather (`gather`, bytes of the rows this rank reads
 //!   for itself and serves to others), the fetch of remote rows (`alltoallv`, 8-byte ids out
 //!   and the rows back) and, on a device backend, the copy of the input rows to it (`h2d`);
 //! - shuffle: hidden rows between ranks (`alltoallv`, forward and their gradients back, or an
 //!   `allgatherv`);
 //! - train: per layer the dense products (`gemm`, flops) and the aggregation (`aggregate`,
-//!   edges × columns) of forward and backward, in the order the layer itself picks;
+//!   edges × columns) of forward and backward, in the order the layer itself picks (SNP's input
+//!   layer always projects first, on the sources' owners); an input layer on mostly-zero
+//!   features multiplies only their non-zeros (`spmm`) after a scan of the dense rows;
 //! - sync: the gradient allreduce (`allreduce`, 4 bytes per parameter) and the step's small
 //!   allreduce of counters.
 //!
@@ -38,6 +41,18 @@ pub struct ModelShape {
     pub params: f64,
     /// Whether the model lives on a device (input rows are copied to it).
     pub device: bool,
+    /// Stored non-zeros per input row when the input layer multiplies the features as sparse
+    /// rows (mostly-zero features on a backend with a sparse path), else `None`.
+    pub input_nnz: Option<f64>,
+}
+
+/// The order an input layer computes in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// The layer picks (aggregate first unless projecting first is fewer multiply-adds).
+    Cheaper,
+    /// Project every source first (SNP's source owners: partial rows are of the output width).
+    ProjectFirst,
 }
 
 /// Predicted seconds per mini-batch of each phase.
@@ -110,9 +125,10 @@ pub fn layer_work(
     (i, o): (f64, f64),
     (nd, ns, e): (f64, f64, f64),
     need_src: bool,
+    order: Order,
 ) -> (f64, f64) {
     let k = if kind == ModelKind::Sage { 2.0 } else { 1.0 };
-    let agg_first = e * i + nd * i * o <= ns * i * o + e * o;
+    let agg_first = order == Order::Cheaper && e * i + nd * i * o <= ns * i * o + e * o;
     let (gemm_f, agg_f) = if agg_first {
         (2.0 * k * nd * i * o, e * i)
     } else {
@@ -125,22 +141,53 @@ pub fn layer_work(
     (gemm_f + gemm_b, agg_f + agg_b)
 }
 
-/// Train-phase seconds of the layers `from..` of `c` (input widths `in_w`).
-fn compute(shape: &ModelShape, cal: &Calibration, c: &Counts, from: usize) -> f64 {
+/// Train-phase seconds of `c`'s layers, the input layer computed in `order`.
+fn compute(shape: &ModelShape, cal: &Calibration, c: &Counts, order: Order) -> f64 {
     let (mut flops, mut cols, mut layers) = (0.0, 0.0, 0.0);
-    for l in from..shape.in_w.len() {
+    let mut seconds = 0.0;
+    for l in 0..shape.in_w.len() {
+        let (i, o) = (shape.in_w[l], shape.out_w[l]);
+        let (nd, ns, e) = (c.dst[l], c.src[l], c.edges[l]);
+        if l == 0 {
+            if let Some(nnz) = shape.input_nnz {
+                seconds += sparse_input_layer(shape.kind, cal, (i, o), (nd, ns, e), nnz);
+                continue;
+            }
+        }
         let (f, a) = layer_work(
             shape.kind,
-            (shape.in_w[l], shape.out_w[l]),
-            (c.dst[l], c.src[l], c.edges[l]),
+            (i, o),
+            (nd, ns, e),
             l > 0,
+            if l == 0 { order } else { Order::Cheaper },
         );
         flops += f;
         cols += a;
         layers += 1.0;
     }
     // About three products and two aggregations per layer and step (forward and backward).
-    cal.op("gemm").seconds(flops, 3.0 * layers) + cal.op("aggregate").seconds(cols, 2.0 * layers)
+    seconds
+        + cal.op("gemm").seconds(flops, 3.0 * layers)
+        + cal.op("aggregate").seconds(cols, 2.0 * layers)
+}
+
+/// An input layer on sparse rows (`nnz` stored per row, `i` columns dense): the scan that
+/// finds the non-zeros (the dense rows read once, priced as the gather's bytes), the products
+/// with the non-zeros only (`spmm`: forward `x·W` of every source, SAGE's root term on the
+/// destinations too, and the weight gradients `xᵀ·d` as many), and the aggregation at the
+/// output width forward and transposed backward (always projected first). No input gradient.
+fn sparse_input_layer(
+    kind: ModelKind,
+    cal: &Calibration,
+    (i, o): (f64, f64),
+    (nd, ns, e): (f64, f64, f64),
+    nnz: f64,
+) -> f64 {
+    let k = if kind == ModelKind::Sage { 2.0 } else { 1.0 };
+    let products = nnz * o * (ns + (k - 1.0) * nd);
+    cal.op("gather").seconds(ns * i * 4.0, 1.0)
+        + cal.op("spmm").seconds(2.0 * products, k)
+        + cal.op("aggregate").seconds(2.0 * e * o, 2.0)
 }
 
 /// The input feature rows' load phase and bytes: local gather, fetch, device copy.
@@ -160,7 +207,7 @@ fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCos
     }
     RankCost {
         phases: Phases {
-            build: c.build_s,
+            build: build(cal, c, a2a),
             load: s,
             ..Phases::default()
         },
@@ -168,10 +215,16 @@ fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCos
     }
 }
 
+/// The build phase: sampling the blocks' edges and the id exchanges while sampling.
+fn build(cal: &Calibration, c: &Counts, a2a: &str) -> f64 {
+    cal.op("sample").seconds(c.sampled_edges, 1.0)
+        + cal.op(a2a).seconds(c.sample_bytes, c.sample_calls)
+}
+
 /// GDP: every rank computes its own seeds' whole tree; remote input rows are fetched.
 pub fn gdp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
     let mut r = load(shape, cal, c, a2a);
-    r.phases.train = compute(shape, cal, c, 0);
+    r.phases.train = compute(shape, cal, c, Order::Cheaper);
     r
 }
 
@@ -186,7 +239,7 @@ pub fn split(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Ra
         calls += 2.0;
     }
     r.phases.shuffle = cal.op(a2a).seconds(bytes, calls);
-    r.phases.train = compute(shape, cal, c, 0);
+    r.phases.train = compute(shape, cal, c, Order::Cheaper);
     r.bytes += bytes;
     r
 }
@@ -197,7 +250,7 @@ pub fn dnp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
     let mut r = load(shape, cal, c, a2a);
     let bytes = 2.0 * c.hidden_rows * shape.out_w[0] * 4.0;
     r.phases.shuffle = cal.op(a2a).seconds(bytes, 2.0);
-    r.phases.train = compute(shape, cal, c, 0);
+    r.phases.train = compute(shape, cal, c, Order::Cheaper);
     r.bytes += bytes;
     r
 }
@@ -209,7 +262,7 @@ pub fn snp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
     let h = shape.out_w[0] * 4.0;
     let bytes = 2.0 * (c.hidden_rows + c.partial_rows) * h + 8.0 * c.remote_edges;
     r.phases.shuffle = cal.op(a2a).seconds(bytes, 5.0);
-    r.phases.train = compute(shape, cal, c, 0);
+    r.phases.train = compute(shape, cal, c, Order::ProjectFirst);
     r.bytes += bytes;
     r
 }
@@ -243,6 +296,8 @@ pub fn nfp(
         in_w: std::iter::once(slice)
             .chain(shape.in_w[1..].iter().copied())
             .collect(),
+        // A column slice holds about its share of a row's non-zeros.
+        input_nnz: shape.input_nnz.map(|z| z / p),
         ..shape.clone()
     };
     let mut load = cal.op("gather").seconds(src * slice * 4.0, 1.0);
@@ -256,10 +311,10 @@ pub fn nfp(
     };
     RankCost {
         phases: Phases {
-            build: mine.build_s,
+            build: build(cal, mine, a2a),
             load,
             shuffle,
-            train: compute(&sliced, cal, &layer1, 0),
+            train: compute(&sliced, cal, &layer1, Order::Cheaper),
             sync: 0.0,
         },
         bytes: if p > 1.0 { blocks + partials } else { 0.0 },
@@ -377,6 +432,8 @@ mod tests {
             "allgatherv" => (1e-3, 1e-9),
             "gemm" => (0.0, 1e-9),
             "aggregate" => (0.0, 1e-8),
+            "spmm" => (0.0, 1e-8),
+            "sample" => (1e-4, 1e-6),
             _ => (0.0, 0.0),
         };
         Calibration {
@@ -411,12 +468,15 @@ mod tests {
             out_w: vec![10.0, 2.0],
             params: 1000.0,
             device: false,
+            input_nnz: None,
         }
     }
 
     fn counts(remote: f64) -> Counts {
         Counts {
-            build_s: 0.01,
+            sampled_edges: 2200.0,
+            sample_bytes: 8000.0,
+            sample_calls: 6.0,
             input_local: 1000.0,
             input_remote: remote,
             requests_to: vec![0.0, remote],
@@ -440,7 +500,10 @@ mod tests {
         // 500 × 408 B at 1 GB/s = 204 µs.
         let load = 1500.0 * 400.0 * 1e-10 + 2e-3 + 500.0 * 408.0 * 1e-9;
         assert!((r.phases.load - load).abs() < 1e-12, "{:?}", r.phases);
-        assert_eq!(r.phases.build, 0.01);
+        // Build: 2200 sampled edges (0.1 ms a call + 1 µs an edge) and 6 id exchanges moving
+        // 8000 bytes.
+        let build = 1e-4 + 2200.0 * 1e-6 + 6.0 * 1e-3 + 8000.0 * 1e-9;
+        assert!((r.phases.build - build).abs() < 1e-15, "{:?}", r.phases);
         assert_eq!(r.phases.shuffle, 0.0);
         // GCN layer 1 (100 → 10; 200 dst, 1500 src, 2000 edges): aggregating first costs
         // 2000·100 + 200·100·10 = 400k ≤ 1500·100·10 + 2000·10: gemm 2·200·100·10 = 400k
@@ -466,7 +529,7 @@ mod tests {
         let mk = |remote: f64| -> [Counts; 4] { std::array::from_fn(|_| counts(remote)) };
         let mut ranks = vec![mk(100.0), mk(900.0)];
         // Rank 0 samples slower, rank 1 fetches more: the step pays both.
-        ranks[0][0].build_s = 0.5;
+        ranks[0][0].sampled_edges = 500_000.0;
         let dry = DryRun {
             batches: 2,
             epoch_batches: 10,
@@ -483,11 +546,16 @@ mod tests {
         let slow_load = gdp(&shape(), &cal, &dry.ranks[1][0], "alltoallv_world")
             .phases
             .load;
-        assert_eq!(g.phases.build, 0.5);
+        let slow_build = 1e-4 + 500_000.0 * 1e-6 + 6.0 * 1e-3 + 8000.0 * 1e-9;
+        assert!(
+            (g.phases.build - slow_build).abs() < 1e-15,
+            "{:?}",
+            g.phases
+        );
         assert_eq!(g.phases.load, slow_load);
         assert!((g.phases.sync - 4000.0 * 5e-10 - 32.0 * 5e-10).abs() < 1e-18);
         assert!((g.epoch_seconds - 10.0 * g.step_seconds).abs() < 1e-12);
-        // GDP samples slowest here (0.5 s), so another strategy wins; NFP is priced but
+        // GDP samples slowest here (0.5 s on rank 0), so another strategy wins; NFP is priced but
         // not pickable where it is not allowed.
         assert_ne!(p.choice, "gdp");
         let best = p
@@ -502,6 +570,43 @@ mod tests {
         // Not allowed: priced, never picked.
         let p2 = predict(&dry, &shape(), &cal, &["gdp"], "alltoallv_world");
         assert_eq!(p2.choice, "gdp");
+    }
+
+    #[test]
+    fn snp_projects_every_source_of_its_input_layer_first() {
+        let cal = machine();
+        let c = counts(500.0);
+        // Layer 1 (100 → 10; 200 dst, 1500 src, 2000 edges) projected first on the owners:
+        // 2·1500·100·10 = 3M flops forward, as many backward; aggregation at width 10,
+        // 20k forward and 20k transposed. Layer 2 as GDP prices it.
+        let train = (6_000_000.0 + 1200.0) * 1e-9 + (40_000.0 + 4000.0) * 1e-8;
+        let s = snp(&shape(), &cal, &c, "alltoallv_world");
+        assert!((s.phases.train - train).abs() < 1e-12, "{:?}", s.phases);
+        // GDP aggregates first there, which is cheaper on these counts.
+        assert!(gdp(&shape(), &cal, &c, "alltoallv_world").phases.train < s.phases.train);
+    }
+
+    #[test]
+    fn sparse_input_rows_cost_their_non_zeros() {
+        let cal = machine();
+        let c = counts(500.0);
+        let sparse = ModelShape {
+            input_nnz: Some(3.0),
+            ..shape()
+        };
+        let r = gdp(&sparse, &cal, &c, "alltoallv_world");
+        // Layer 1: scan 1500 dense rows of 400 B (gather), 3 non-zeros × 10 columns × 1500
+        // sources forward and as many for the weight gradient (spmm), aggregation at width 10
+        // forward and transposed; layer 2 as before.
+        let layer1 = 1500.0 * 400.0 * 1e-10 + 2.0 * 3.0 * 10.0 * 1500.0 * 1e-8 + 40_000.0 * 1e-8;
+        let layer2 = 1200.0 * 1e-9 + 4000.0 * 1e-8;
+        assert!(
+            (r.phases.train - (layer1 + layer2)).abs() < 1e-12,
+            "{:?}",
+            r.phases
+        );
+        // Dense rows of 100 columns would cost more.
+        assert!(gdp(&shape(), &cal, &c, "alltoallv_world").phases.train > r.phases.train);
     }
 
     #[test]

@@ -2,20 +2,22 @@
 //! [`DRY_RUN_BATCHES`] mini-batches of epoch 0 once per strategy exactly as that strategy
 //! samples them, and count per rank what each would move and compute. Nothing is trained and
 //! no feature or hidden row moves; the sampling itself is the strategies' own (collective), and
-//! its time is measured, since it is the build phase the strategy will pay.
+//! what it does is counted, not timed: the edges its blocks hold and the bytes and calls of its
+//! id exchanges, which the cost model prices with the calibration. So a prediction is a
+//! function of the seed, the data and the calibration only: the same inputs, the same choice.
 //!
 //! Every rank's counts are then allgathered, so each rank holds the same table (integer counts
-//! in f64, exact; the build times as rank 0 sent them) and prices it alike.
+//! in f64, exact) and prices it alike.
 
 use super::super::data::TrainData;
 use super::super::split::sample_split;
-use crate::comm::Group;
+use crate::comm::{CommStats, Group, OpStats};
 use crate::exchange::{sample_blocks_distributed, RowExchange};
 use crate::graph::parts::owner_of;
 use crate::graph::NodeId;
 use crate::sample::{build_block, epoch_batches, sample_blocks, sample_neighbors};
 use crate::sample::{BatchKey, Block, LocalGraph};
-use std::time::Instant;
+use std::collections::BTreeMap;
 
 /// Mini-batches the dry run samples (a sample of epoch 0; the first ones, which every
 /// strategy trains first too).
@@ -28,8 +30,11 @@ pub const SAMPLED: [&str; 4] = ["gdp", "split", "dnp", "snp"];
 /// Per-layer vectors are input layer first.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Counts {
-    /// Seconds sampling took (the strategy's build phase, including its id exchanges).
-    pub build_s: f64,
+    /// The build phase: edges in the blocks this rank samples, and the bytes (the larger of
+    /// sent and received) and calls of the strategy's id exchanges while sampling.
+    pub sampled_edges: f64,
+    pub sample_bytes: f64,
+    pub sample_calls: f64,
     /// Input-layer feature rows read from this rank's own store.
     pub input_local: f64,
     /// Input-layer feature rows fetched from other ranks, and how many from each rank.
@@ -65,7 +70,13 @@ impl Counts {
     }
 
     fn flat(&self) -> Vec<f64> {
-        let mut v = vec![self.build_s, self.input_local, self.input_remote];
+        let mut v = vec![
+            self.sampled_edges,
+            self.sample_bytes,
+            self.sample_calls,
+            self.input_local,
+            self.input_remote,
+        ];
         v.extend(&self.requests_to);
         v.extend(&self.rows_in);
         v.extend([self.hidden_rows, self.partial_rows, self.remote_edges]);
@@ -78,14 +89,16 @@ impl Counts {
     fn from_flat(v: &[f64], layers: usize, ranks: usize) -> Counts {
         let mut it = v.iter().copied();
         let mut take = |n: usize| -> Vec<f64> { it.by_ref().take(n).collect() };
-        let head = take(3);
+        let head = take(5);
         let requests_to = take(ranks);
         let rows_in = take(layers);
         let mid = take(3);
         Counts {
-            build_s: head[0],
-            input_local: head[1],
-            input_remote: head[2],
+            sampled_edges: head[0],
+            sample_bytes: head[1],
+            sample_calls: head[2],
+            input_local: head[3],
+            input_remote: head[4],
             requests_to,
             input_served: 0.0,
             rows_in,
@@ -99,7 +112,9 @@ impl Counts {
     }
 
     fn scale(&mut self, k: f64) {
-        self.build_s *= k;
+        self.sampled_edges *= k;
+        self.sample_bytes *= k;
+        self.sample_calls *= k;
         self.input_local *= k;
         self.input_remote *= k;
         self.hidden_rows *= k;
@@ -125,6 +140,14 @@ impl Counts {
                 self.input_remote += 1.0;
                 self.requests_to[owner_of(&data.offsets, v as u64)] += 1.0;
             }
+        }
+    }
+
+    /// The id exchanges of a sampling pass: what `stats` recorded since `before`.
+    fn sampling_traffic(&mut self, stats: &CommStats, before: &BTreeMap<&'static str, OpStats>) {
+        for op in stats.since(before).values() {
+            self.sample_bytes += op.bytes_sent.max(op.bytes_received) as f64;
+            self.sample_calls += op.calls as f64;
         }
     }
 
@@ -172,17 +195,6 @@ pub fn dry_run(
     let batches = epoch_batches(&data.train_all, |v| data.orig_of(v), seed, 0, batch_size);
     let take = DRY_RUN_BATCHES.min(batches.len());
     let mut counts: [Counts; 4] = std::array::from_fn(|_| Counts::new(layers, ranks));
-    // One untimed pass over the first batch first: whichever strategy were sampled first would
-    // otherwise pay the cold caches and first allocations in its build time.
-    if let Some(batch) = batches.first() {
-        let mut scratch: [Counts; 4] = std::array::from_fn(|_| Counts::new(layers, ranks));
-        let key = BatchKey {
-            seed,
-            epoch: 0,
-            batch: 0,
-        };
-        sample_batch(group, data, batch, fanouts, key, self_loops, &mut scratch);
-    }
     for (b, batch) in batches[..take].iter().enumerate() {
         let key = BatchKey {
             seed,
@@ -217,7 +229,12 @@ pub fn dry_run(
     }
 }
 
-/// Sample one mini-batch as GDP, split, DNP and SNP would, timing each one's sampling.
+/// Edges in `blocks`, what a sampling pass built.
+fn edges_of(blocks: &[Block]) -> f64 {
+    blocks.iter().map(|b| b.num_edges() as f64).sum()
+}
+
+/// Sample one mini-batch as GDP, split, DNP and SNP would, counting each one's sampling.
 /// Collective.
 fn sample_batch(
     group: &Group,
@@ -232,37 +249,55 @@ fn sample_batch(
     let graph = LocalGraph::new(&data.part, data.orig_ids.as_deref());
     let remote = |ids: &[NodeId]| ids.iter().filter(|&&v| !data.owns(v)).count() as f64;
     let [gdp, split, dnp, snp] = counts;
+    let stats = group.stats();
 
     // GDP: owner-computes sampling of this rank's seeds; remote input rows are fetched.
-    let t = Instant::now();
+    let before = stats.snapshot();
     let seeds: Vec<NodeId> = batch.iter().copied().filter(|&v| data.owns(v)).collect();
     let blocks = if group.size() == 1 {
         sample_blocks(&graph, &seeds, fanouts, key)
     } else {
         sample_blocks_distributed(group, &graph, &data.offsets, &seeds, fanouts, key)
     };
-    let gdp_s = t.elapsed().as_secs_f64();
-    gdp.build_s += gdp_s;
+    gdp.sampling_traffic(stats, &before);
+    gdp.sampled_edges += edges_of(&blocks);
     gdp.input_rows(data, &blocks[0].src_nodes);
     for (l, b) in blocks.iter().enumerate() {
         gdp.block(l, b, self_loops);
     }
 
-    // DNP: GDP's upper layers; the input layer's destinations go to their owners, which
-    // sample their input hop, fetch its remote features and send back hidden rows.
-    let t = Instant::now();
-    let frontier = &blocks[0].src_nodes[..blocks[0].num_dst];
-    let (_, mine) = RowExchange::to_owners(group, &data.offsets, frontier);
+    // DNP and SNP (`OwnerBatch::sample`): the hops above the input layer as GDP samples them
+    // (the same blocks: the keys are per hop), then the input layer's destinations go to their
+    // owners, which sample the input hop (DNP also fetches its remote features and sends back
+    // hidden rows).
+    let before = stats.snapshot();
+    let upper = if layers == 1 {
+        vec![]
+    } else if group.size() == 1 {
+        sample_blocks(&graph, &seeds, &fanouts[..layers - 1], key)
+    } else {
+        sample_blocks_distributed(
+            group,
+            &graph,
+            &data.offsets,
+            &seeds,
+            &fanouts[..layers - 1],
+            key,
+        )
+    };
+    let frontier = upper.first().map_or(seeds.clone(), |b| b.src_nodes.clone());
+    let (_, mine) = RowExchange::to_owners(group, &data.offsets, &frontier);
     let input_hop = (layers - 1) as u32;
     let sampled = sample_neighbors(&graph, &mine, fanouts[layers - 1], key.layer(input_hop));
     let input_block = build_block(&mine, &sampled);
-    let owner_s = gdp_s + t.elapsed().as_secs_f64();
+    let owner_edges = edges_of(&upper) + input_block.num_edges() as f64;
     for c in [&mut *dnp, &mut *snp] {
-        c.build_s += owner_s;
-        c.hidden_rows += remote(frontier);
+        c.sampling_traffic(stats, &before);
+        c.sampled_edges += owner_edges;
+        c.hidden_rows += remote(&frontier);
         c.block(0, &input_block, self_loops);
-        for (l, b) in blocks.iter().enumerate().skip(1) {
-            c.block(l, b, self_loops);
+        for (l, b) in upper.iter().enumerate() {
+            c.block(l + 1, b, self_loops);
         }
     }
     dnp.input_rows(data, &input_block.src_nodes);
@@ -286,9 +321,14 @@ fn sample_batch(
     }
 
     // Split: cooperative sampling; every (layer, vertex) once, cross-rank rows shuffled.
-    let t = Instant::now();
+    let before = stats.snapshot();
     let sb = sample_split(group, data, batch, fanouts, key);
-    split.build_s += t.elapsed().as_secs_f64();
+    split.sampling_traffic(stats, &before);
+    split.sampled_edges += sb
+        .layers
+        .iter()
+        .map(|l| l.block.num_edges() as f64)
+        .sum::<f64>();
     split.input_rows(data, &sb.layers[0].block.src_nodes);
     for (l, (layer, rows)) in sb.layers.iter().zip(sb.remote_rows()).enumerate() {
         split.rows_in[l] += rows as f64;
@@ -303,7 +343,8 @@ mod tests {
     #[test]
     fn counts_survive_flattening() {
         let mut c = Counts::new(3, 2);
-        c.build_s = 0.5;
+        c.sampled_edges = 0.5;
+        c.sample_bytes = 64.0;
         c.input_remote = 7.0;
         c.requests_to = vec![0.0, 7.0];
         c.rows_in = vec![1.0, 2.0, 3.0];

@@ -116,23 +116,74 @@ pub fn obtain<B: Backend>(
     }))
 }
 
-/// The cost model's view of `model` under `cfg`.
-pub fn shape_of(cfg: &TrainConfig, model: &Model, device: bool) -> ModelShape {
+/// The cost model's view of `model` (built on the host, before it moves) under `cfg`, to be
+/// trained on `be`. Collective over `group` (the input features' density is agreed on by
+/// every rank).
+pub fn shape_of<B: Backend, M: Backend>(
+    cfg: &TrainConfig,
+    model: &Model<M>,
+    be: &B,
+    data: &TrainData,
+    group: &Group,
+) -> ModelShape {
+    let in_w: Vec<f64> = model
+        .layers
+        .iter()
+        .map(|l| l.conv.in_dim() as f64)
+        .collect();
+    let input_nnz = sparse_input_density(model, be, data, group).map(|d| d * in_w[0]);
     ModelShape {
         kind: cfg.model,
-        in_w: model
-            .layers
-            .iter()
-            .map(|l| l.conv.in_dim() as f64)
-            .collect(),
+        in_w,
         out_w: model
             .layers
             .iter()
             .map(|l| l.conv.out_dim() as f64)
             .collect(),
         params: model.params.len() as f64,
-        device,
+        device: !B::IS_HOST,
+        input_nnz,
     }
+}
+
+/// Rows of each rank's own features looked at to estimate their density.
+const DENSITY_SAMPLE_ROWS: usize = 1024;
+
+/// The input features' density when the input layer will multiply them as sparse rows (the
+/// backend's own test, [`Backend::sparse_from_dense`], on a spread of each rank's rows, and a
+/// first layer with a sparse path: no GAT, normalisation, residual or input projection), else
+/// `None`. Collective over `group`; rank 0's numbers everywhere.
+fn sparse_input_density<B: Backend, M: Backend>(
+    model: &Model<M>,
+    be: &B,
+    data: &TrainData,
+    group: &Group,
+) -> Option<f64> {
+    let first = model.layers.first()?;
+    let layer_takes_sparse = first.conv.supports_sparse()
+        && first.norm.is_none()
+        && !first.residual
+        && first.input.is_none();
+    let rows = data.store.own_rows();
+    let take = rows.nrows().min(DENSITY_SAMPLE_ROWS);
+    let picked: Vec<usize> = (0..take).map(|t| t * rows.nrows() / take.max(1)).collect();
+    let sample = rows.select(ndarray::Axis(0), &picked);
+    let sparse = take > 0 && {
+        let m = be.upload(sample.view());
+        be.sparse_from_dense(be.view(&m)).is_some()
+    };
+    let nonzeros = sample.iter().filter(|&&v| v != 0.0).count();
+    // [ranks whose rows look sparse, ranks with rows, non-zeros, entries]
+    let mut agg = [
+        sparse as u8 as f64,
+        (take > 0) as u8 as f64,
+        nonzeros as f64,
+        sample.len() as f64,
+    ];
+    group.allreduce_sum_f64(&mut agg);
+    group.broadcast_f64_from_root(&mut agg);
+    (layer_takes_sparse && agg[1] > 0.0 && agg[0] == agg[1] && agg[3] > 0.0)
+        .then(|| agg[2] / agg[3])
 }
 
 /// The candidates `cfg` allows `auto` to pick. NFP is priced (the table shows it) but not
