@@ -93,6 +93,42 @@ fn calibrate_writes_a_file_that_plan_then_uses() {
 }
 
 #[test]
+fn the_feature_cache_is_priced_per_strategy() {
+    if !have_mpirun() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cal = dir.path().join("cal.json");
+    let cal_s = cal.to_str().unwrap();
+    mpirun_ok(2, &["calibrate", "--calibration", cal_s]);
+    let plan = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec!["--calibration", cal_s];
+        args.extend(extra);
+        let (stdout, _) = mpirun_ok(2, &with(&["plan"], &args));
+        serde_json::from_str::<serde_json::Value>(stdout.lines().last().unwrap()).unwrap()["plan"]
+            .clone()
+    };
+    let (without, with_cache) = (plan(&[]), plan(&["--cache-mb", "64"]));
+    let bytes =
+        |p: &serde_json::Value, s: &str| p["strategies"][s]["bytes_per_step"].as_f64().unwrap();
+    // A cache of every remote row: gdp, split and dnp fetch fewer rows (the cache is chosen
+    // from half the dry run and read by the other half, so not necessarily none)...
+    for s in ["gdp", "split", "dnp"] {
+        assert!(
+            bytes(&with_cache, s) < bytes(&without, s),
+            "{s}: {} bytes with a cache, {} without",
+            bytes(&with_cache, s),
+            bytes(&without, s)
+        );
+    }
+    // ... and SNP, which reads only its own rows, is priced as before.
+    assert_eq!(
+        with_cache["strategies"]["snp"],
+        without["strategies"]["snp"]
+    );
+}
+
+#[test]
 fn a_calibration_of_another_host_or_version_is_ignored_with_a_log_line() {
     if !have_mpirun() {
         return;

@@ -338,6 +338,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
             &batches[..take],
             &self.cfg.fanouts,
             self.cfg.seed,
+            self.cfg.strategy,
         );
         let budget = (self.cfg.cache_mb * 1024.0 * 1024.0) as usize;
         self.data.store.fill_cache(group, &hot, budget);

@@ -6,7 +6,7 @@
 //! - build: the strategy's sampling (`sample`, edges in its blocks) and its id exchanges
 //!   (`alltoallv`, the bytes and calls the dry run counted);
 //! - load: input feature rows — the local gather (`gather`, bytes of the rows this rank reads
-//!   for itself and serves to others), the fetch of remote rows (`alltoallv`, 8-byte ids out
+//!   for itself, from the feature cache, and serves to others), the fetch of remote rows (`alltoallv`, 8-byte ids out
 //!   and the rows back) and, on a device backend, the copy of the input rows to it (`h2d`);
 //! - shuffle: hidden rows between ranks (`alltoallv`, forward and their gradients back, or an
 //!   `allgatherv`);
@@ -194,16 +194,17 @@ fn sparse_input_layer(
 fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
     let row = shape.in_w[0] * 4.0;
     let fetched = c.input_remote * (row + 8.0);
+    // Rows the feature cache serves are read locally like own rows.
     let mut s = cal
         .op("gather")
-        .seconds((c.input_local + c.input_served) * row, 2.0);
+        .seconds((c.input_local + c.input_cached + c.input_served) * row, 2.0);
     if c.input_remote + c.input_served > 0.0 {
         s += cal.op(a2a).seconds(fetched, 2.0);
     }
     if shape.device {
         s += cal
             .op("h2d")
-            .seconds((c.input_local + c.input_remote) * row, 1.0);
+            .seconds((c.input_local + c.input_cached + c.input_remote) * row, 1.0);
     }
     RankCost {
         phases: Phases {
@@ -481,6 +482,7 @@ mod tests {
             input_remote: remote,
             requests_to: vec![0.0, remote],
             input_served: remote,
+            input_cached: 0.0,
             rows_in: vec![remote, 50.0],
             hidden_rows: 20.0,
             partial_rows: 30.0,
@@ -607,6 +609,17 @@ mod tests {
         );
         // Dense rows of 100 columns would cost more.
         assert!(gdp(&shape(), &cal, &c, "alltoallv_world").phases.train > r.phases.train);
+    }
+
+    #[test]
+    fn cached_rows_are_read_locally_not_fetched() {
+        let cal = machine();
+        let mut c = counts(500.0);
+        (c.input_remote, c.input_cached) = (300.0, 200.0);
+        let r = gdp(&shape(), &cal, &c, "alltoallv_world");
+        let load = (1000.0 + 200.0 + 500.0) * 400.0 * 1e-10 + 2e-3 + 300.0 * 408.0 * 1e-9;
+        assert!((r.phases.load - load).abs() < 1e-15, "{:?}", r.phases);
+        assert_eq!(r.bytes, 300.0 * 408.0);
     }
 
     #[test]

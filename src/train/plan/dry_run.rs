@@ -17,7 +17,7 @@ use crate::graph::parts::owner_of;
 use crate::graph::NodeId;
 use crate::sample::{build_block, epoch_batches, sample_blocks, sample_neighbors};
 use crate::sample::{BatchKey, Block, LocalGraph};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Mini-batches the dry run samples (a sample of epoch 0; the first ones, which every
 /// strategy trains first too).
@@ -42,6 +42,9 @@ pub struct Counts {
     pub requests_to: Vec<f64>,
     /// Input-layer feature rows this rank reads for other ranks (their `requests_to` of it).
     pub input_served: f64,
+    /// Remote input rows the feature cache (`--cache-mb`) would serve (a local read; no
+    /// longer in `input_remote` or `requests_to`).
+    pub input_cached: f64,
     /// Rows received from other ranks per layer at the layer's input width (split above the
     /// input layer; their gradients go back).
     pub rows_in: Vec<f64>,
@@ -76,6 +79,7 @@ impl Counts {
             self.sample_calls,
             self.input_local,
             self.input_remote,
+            self.input_cached,
         ];
         v.extend(&self.requests_to);
         v.extend(&self.rows_in);
@@ -89,7 +93,7 @@ impl Counts {
     fn from_flat(v: &[f64], layers: usize, ranks: usize) -> Counts {
         let mut it = v.iter().copied();
         let mut take = |n: usize| -> Vec<f64> { it.by_ref().take(n).collect() };
-        let head = take(5);
+        let head = take(6);
         let requests_to = take(ranks);
         let rows_in = take(layers);
         let mid = take(3);
@@ -99,6 +103,7 @@ impl Counts {
             sample_calls: head[2],
             input_local: head[3],
             input_remote: head[4],
+            input_cached: head[5],
             requests_to,
             input_served: 0.0,
             rows_in,
@@ -117,6 +122,7 @@ impl Counts {
         self.sample_calls *= k;
         self.input_local *= k;
         self.input_remote *= k;
+        self.input_cached *= k;
         self.hidden_rows *= k;
         self.partial_rows *= k;
         self.remote_edges *= k;
@@ -180,8 +186,19 @@ impl DryRun {
     }
 }
 
-/// Sample the dry-run batches as every strategy would and gather the counts. Collective over
-/// `group` (the ranks the graph is partitioned over).
+/// Remote input rows each strategy reads ([`SAMPLED`] order), with how often: the rows a
+/// feature cache would hold. SNP reads none.
+pub type Reads = [HashMap<NodeId, u32>; 4];
+
+/// The strategies whose input rows pass through the feature store, hence its cache (SNP and
+/// NFP read only their own rows).
+pub const CACHED: [&str; 3] = ["gdp", "split", "dnp"];
+
+/// Sample the dry-run batches as every strategy would and gather the counts. With a feature
+/// cache of `cache_rows` rows, each strategy's cache holds the remote rows it reads most in the
+/// first half of the dry-run batches (APT's rule: the most accessed, per strategy), and the
+/// second half's reads of them count as cached. Collective over `group` (the ranks the graph
+/// is partitioned over).
 pub fn dry_run(
     group: &Group,
     data: &TrainData,
@@ -189,22 +206,63 @@ pub fn dry_run(
     seed: u64,
     batch_size: usize,
     self_loops: bool,
+    cache_rows: usize,
 ) -> DryRun {
     let layers = fanouts.len();
     let ranks = group.size();
     let batches = epoch_batches(&data.train_all, |v| data.orig_of(v), seed, 0, batch_size);
     let take = DRY_RUN_BATCHES.min(batches.len());
+    let chosen_from = take.div_ceil(2);
     let mut counts: [Counts; 4] = std::array::from_fn(|_| Counts::new(layers, ranks));
+    let mut first: Reads = Default::default();
+    let mut second: Reads = Default::default();
     for (b, batch) in batches[..take].iter().enumerate() {
         let key = BatchKey {
             seed,
             epoch: 0,
             batch: b as u64,
         };
-        sample_batch(group, data, batch, fanouts, key, self_loops, &mut counts);
+        let reads = if b < chosen_from {
+            &mut first
+        } else {
+            &mut second
+        };
+        sample_batch(
+            group,
+            data,
+            batch,
+            fanouts,
+            key,
+            self_loops,
+            &mut counts,
+            reads,
+        );
     }
     for c in &mut counts {
         c.scale(1.0 / take.max(1) as f64);
+    }
+    if cache_rows > 0 {
+        // With one dry-run batch, it both fills the cache and is read through it.
+        let (evaluated, on) = if take > chosen_from {
+            (&second, (take - chosen_from) as f64)
+        } else {
+            (&first, take.max(1) as f64)
+        };
+        for s in 0..CACHED.len() {
+            let hot = ranked(&first[s]);
+            let c = &mut counts[s];
+            for &v in hot.iter().take(cache_rows) {
+                let Some(&n) = evaluated[s].get(&v) else {
+                    continue;
+                };
+                let hits = n as f64 / on;
+                let owner = owner_of(&data.offsets, v as u64);
+                let moved = hits.min(c.requests_to[owner]);
+                c.requests_to[owner] -= moved;
+                c.input_remote -= moved;
+                c.input_cached += moved;
+            }
+        }
     }
     let mine: Vec<f64> = counts.iter().flat_map(Counts::flat).collect();
     let per = mine.len() / counts.len();
@@ -229,13 +287,53 @@ pub fn dry_run(
     }
 }
 
+/// `reads`' rows, most read first (ties by id, so every run ranks alike).
+pub fn ranked(reads: &HashMap<NodeId, u32>) -> Vec<NodeId> {
+    let mut r: Vec<(NodeId, u32)> = reads.iter().map(|(&v, &n)| (v, n)).collect();
+    r.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    r.into_iter().map(|(v, _)| v).collect()
+}
+
+/// Sample `batches` (with `key`'s seed and epoch) as every strategy would and return the
+/// remote input rows each reads. Collective over `group`.
+pub fn remote_reads(
+    group: &Group,
+    data: &TrainData,
+    batches: &[Vec<NodeId>],
+    fanouts: &[i32],
+    seed: u64,
+    epoch: u64,
+) -> Reads {
+    let mut counts: [Counts; 4] = std::array::from_fn(|_| Counts::new(fanouts.len(), group.size()));
+    let mut reads: Reads = Default::default();
+    for (b, batch) in batches.iter().enumerate() {
+        let key = BatchKey {
+            seed,
+            epoch,
+            batch: b as u64,
+        };
+        sample_batch(
+            group,
+            data,
+            batch,
+            fanouts,
+            key,
+            false,
+            &mut counts,
+            &mut reads,
+        );
+    }
+    reads
+}
+
 /// Edges in `blocks`, what a sampling pass built.
 fn edges_of(blocks: &[Block]) -> f64 {
     blocks.iter().map(|b| b.num_edges() as f64).sum()
 }
 
-/// Sample one mini-batch as GDP, split, DNP and SNP would, counting each one's sampling.
-/// Collective.
+/// Sample one mini-batch as GDP, split, DNP and SNP would, counting each one's sampling and
+/// adding the remote input rows each reads to `reads`. Collective.
+#[allow(clippy::too_many_arguments)]
 fn sample_batch(
     group: &Group,
     data: &TrainData,
@@ -244,10 +342,16 @@ fn sample_batch(
     key: BatchKey,
     self_loops: bool,
     counts: &mut [Counts; 4],
+    reads: &mut Reads,
 ) {
     let layers = fanouts.len();
     let graph = LocalGraph::new(&data.part, data.orig_ids.as_deref());
     let remote = |ids: &[NodeId]| ids.iter().filter(|&&v| !data.owns(v)).count() as f64;
+    let mut read = |s: usize, ids: &[NodeId]| {
+        for &v in ids.iter().filter(|&&v| !data.owns(v)) {
+            *reads[s].entry(v).or_default() += 1;
+        }
+    };
     let [gdp, split, dnp, snp] = counts;
     let stats = group.stats();
 
@@ -262,6 +366,7 @@ fn sample_batch(
     gdp.sampling_traffic(stats, &before);
     gdp.sampled_edges += edges_of(&blocks);
     gdp.input_rows(data, &blocks[0].src_nodes);
+    read(0, &blocks[0].src_nodes);
     for (l, b) in blocks.iter().enumerate() {
         gdp.block(l, b, self_loops);
     }
@@ -301,6 +406,7 @@ fn sample_batch(
         }
     }
     dnp.input_rows(data, &input_block.src_nodes);
+    read(2, &input_block.src_nodes);
 
     // SNP: the input layer's neighbour sums are formed by the sources' owners, which read
     // only their own rows: one partial row per (destination, remote owner) pair.
@@ -330,6 +436,7 @@ fn sample_batch(
         .map(|l| l.block.num_edges() as f64)
         .sum::<f64>();
     split.input_rows(data, &sb.layers[0].block.src_nodes);
+    read(1, &sb.layers[0].block.src_nodes);
     for (l, (layer, rows)) in sb.layers.iter().zip(sb.remote_rows()).enumerate() {
         split.rows_in[l] += rows as f64;
         split.block(l, &layer.block, self_loops);

@@ -209,6 +209,12 @@ pub fn predict(
     group: &Group,
     cal: &Calibration,
 ) -> Prediction {
+    let row_bytes = (data.feature_dim() * 4).max(1);
+    let cache_rows = if group.size() > 1 {
+        (cfg.cache_mb * 1024.0 * 1024.0) as usize / row_bytes
+    } else {
+        0
+    };
     let dry = dry_run::dry_run(
         group,
         data,
@@ -216,6 +222,7 @@ pub fn predict(
         cfg.seed,
         cfg.batch_size,
         cfg.uses_self_loops(),
+        cache_rows,
     );
     let prediction = cost::predict(&dry, shape, cal, &allowed(cfg), "alltoallv_world");
     if group.rank() == 0 {
