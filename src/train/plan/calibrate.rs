@@ -147,10 +147,14 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
         put("h2d", up);
         put("d2h", down);
     }
-    put("gemm", gemm_points(be, world));
+    let (gemm, gemm_bytes) = gemm_points(be, world);
     put("aggregate", aggregate_points(be, world));
     put("spmm", spmm_points(be, world));
     put("sample", sample_points(world));
+    ops.insert(
+        "gemm".into(),
+        Fit::least_squares_with_bytes("flop", gemm, gemm_bytes),
+    );
     let mut cal = Calibration {
         format: FORMAT,
         key,
@@ -209,28 +213,37 @@ fn copy_points<B: Backend>(be: &B, world: &World) -> (Vec<[f64; 2]>, Vec<[f64; 2
     (up, down)
 }
 
-/// Dense products `m×k · k×n` of the shapes layers use (flops = 2·m·k·n).
-fn gemm_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
-    let m = 1024;
-    [
-        (32, 32),
-        (64, 64),
-        (128, 128),
-        (256, 256),
-        (512, 256),
-        (1024, 256),
-    ]
-    .iter()
-    .map(|&(k, n)| {
+/// Dense products `m×k · k×n` of the shapes layers use, each into a newly allocated output as a
+/// layer's are: square-ish ones, bound by their flops (2·m·k·n), and skinny ones (a layer into
+/// 2 classes, out of 10 features, and their gradients), bound by the bytes they touch
+/// (4·(m·k + k·n + m·n), the first touch of the output's fresh pages included). Both terms
+/// are fitted together.
+fn gemm_points<B: Backend>(be: &B, world: &World) -> (Vec<[f64; 2]>, Vec<f64>) {
+    let shapes = [
+        (1024, 32, 32),
+        (1024, 64, 64),
+        (1024, 128, 128),
+        (1024, 256, 256),
+        (1024, 512, 256),
+        (1024, 1024, 256),
+        (8192, 1024, 2),
+        (8192, 2, 1024),
+        (8192, 10, 512),
+        (8192, 512, 16),
+    ];
+    let mut points = Vec::new();
+    let mut bytes = Vec::new();
+    for &(m, k, n) in &shapes {
         let a = be.upload(Array2::from_shape_fn((m, k), |(i, j)| ((i + j) % 7) as f32).view());
         let b = be.upload(Array2::from_shape_fn((k, n), |(i, j)| ((i * j) % 5) as f32).view());
         let s = time_point(world, || {
             let c = be.matmul(be.view(&a), be.view(&b));
             let _ = be.download(be.rows(be.view(&c), 0..1));
         });
-        [(2 * m * k * n) as f64, s]
-    })
-    .collect()
+        points.push([(2 * m * k * n) as f64, s]);
+        bytes.push((4 * (m * k + k * n + m * n)) as f64);
+    }
+    (points, bytes)
 }
 
 /// Mean aggregation over a sampled-looking block (4096 destinations, 10 random sources each

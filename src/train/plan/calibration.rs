@@ -81,17 +81,33 @@ fn sanitize(s: &str) -> String {
         .collect()
 }
 
-/// One operator's line: `seconds = latency_s + x · per_unit_s` for `x` units of work per call.
+/// Coefficients per operator in [`Calibration::coefficients`]: latency, per unit, per byte.
+pub const COEFFICIENTS_PER_OPERATOR: usize = 3;
+
+/// One operator's line: `seconds = latency_s + x · per_unit_s` for `x` units of work per call,
+/// `+ bytes · per_byte_s` for an operator whose time also follows the bytes it touches (dense
+/// products: a skinny one is bound by its matrices' bytes, not its flops — a fresh 8192 × 1024
+/// output of `dy·Wᵀ` into 2 classes took 20–30 ms here, most of it the first touch of the
+/// newly allocated pages, against 1 ms into a reused buffer).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Fit {
     pub latency_s: f64,
     pub per_unit_s: f64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub per_byte_s: f64,
     /// What `x` counts: bytes, flops, edges × columns (aggregation), stored non-zeros × output
     /// columns (products with sparse input rows), or sampled edges (block building).
     pub unit: String,
     /// The measured `(x, seconds)` points the line was fitted to (slowest rank per point).
     #[serde(default)]
     pub points: Vec<[f64; 2]>,
+    /// The bytes of each point, for a fit with `per_byte_s`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub point_bytes: Vec<f64>,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl Fit {
@@ -100,8 +116,59 @@ impl Fit {
         Fit {
             latency_s: 0.0,
             per_unit_s: 0.0,
+            per_byte_s: 0.0,
             unit: unit.into(),
             points: Vec::new(),
+            point_bytes: Vec::new(),
+        }
+    }
+
+    /// Seconds for `calls` calls doing `units` of work and touching `bytes` in all.
+    pub fn seconds_touching(&self, units: f64, bytes: f64, calls: f64) -> f64 {
+        self.seconds(units, calls) + bytes * self.per_byte_s
+    }
+
+    /// Least squares of `seconds = latency + x · per_unit + bytes · per_byte` over `points`
+    /// (`x`, seconds) with `bytes[i]` per point, each point weighted by 1/√seconds (between
+    /// absolute errors, which only the largest points would steer, and relative ones, which
+    /// would let the small products outvote the large ones a step's time is made of).
+    /// Coefficients are kept non-negative: of every subset
+    /// of the three terms whose fit has no negative coefficient, the one with the smallest
+    /// error wins (the full fit when it is non-negative).
+    pub fn least_squares_with_bytes(unit: &str, points: Vec<[f64; 2]>, bytes: Vec<f64>) -> Fit {
+        assert_eq!(points.len(), bytes.len(), "one byte count per point");
+        let weight = |p: &[f64; 2]| if p[1] > 0.0 { 1.0 / p[1].sqrt() } else { 0.0 };
+        let rows: Vec<[f64; 3]> = points
+            .iter()
+            .zip(&bytes)
+            .map(|(p, &b)| [weight(p), p[0] * weight(p), b * weight(p)])
+            .collect();
+        let y: Vec<f64> = points.iter().map(|p| p[1] * weight(p)).collect();
+        let mut best: Option<([f64; 3], f64)> = None;
+        for mask in 1u8..8 {
+            let Some(c) = solve_subset(&rows, &y, mask) else {
+                continue;
+            };
+            if c.iter().any(|&v| v < 0.0 || !v.is_finite()) {
+                continue;
+            }
+            let sse: f64 = rows
+                .iter()
+                .zip(&y)
+                .map(|(r, &t)| (r[0] * c[0] + r[1] * c[1] + r[2] * c[2] - t).powi(2))
+                .sum();
+            if best.is_none_or(|(_, e)| sse < e * (1.0 - 1e-12)) {
+                best = Some((c, sse));
+            }
+        }
+        let c = best.map_or([0.0; 3], |(c, _)| c);
+        Fit {
+            latency_s: c[0],
+            per_unit_s: c[1],
+            per_byte_s: c[2],
+            unit: unit.into(),
+            points,
+            point_bytes: bytes,
         }
     }
 
@@ -144,10 +211,59 @@ impl Fit {
         Fit {
             latency_s: a,
             per_unit_s: b,
+            per_byte_s: 0.0,
             unit: unit.into(),
             points,
+            point_bytes: Vec::new(),
         }
     }
+}
+
+/// Least squares over the columns of `rows` selected by `mask` (bit j: column j), by the
+/// normal equations (at most 3 × 3, solved by Gaussian elimination with scaling); the other
+/// coefficients are 0. `None` when the system is singular.
+fn solve_subset(rows: &[[f64; 3]], y: &[f64], mask: u8) -> Option<[f64; 3]> {
+    let cols: Vec<usize> = (0..3).filter(|j| mask & (1 << j) != 0).collect();
+    let n = cols.len();
+    // Scale every column to unit maximum so flops (1e9) and bytes (1e7) condition alike.
+    let scale: Vec<f64> = cols
+        .iter()
+        .map(|&j| rows.iter().map(|r| r[j].abs()).fold(0.0, f64::max))
+        .collect();
+    if scale.contains(&0.0) {
+        return None;
+    }
+    let mut a = vec![vec![0.0; n + 1]; n];
+    for (r, &t) in rows.iter().zip(y) {
+        for p in 0..n {
+            let xp = r[cols[p]] / scale[p];
+            for q in 0..n {
+                a[p][q] += xp * r[cols[q]] / scale[q];
+            }
+            a[p][n] += xp * t;
+        }
+    }
+    for p in 0..n {
+        let pivot = (p..n).max_by(|&i, &j| a[i][p].abs().total_cmp(&a[j][p].abs()))?;
+        a.swap(p, pivot);
+        if a[p][p].abs() < 1e-12 {
+            return None;
+        }
+        let pivot_row = a[p].clone();
+        for (i, row) in a.iter_mut().enumerate() {
+            if i != p {
+                let f = row[p] / pivot_row[p];
+                for (x, &y) in row.iter_mut().zip(&pivot_row).skip(p) {
+                    *x -= f * y;
+                }
+            }
+        }
+    }
+    let mut c = [0.0; 3];
+    for p in 0..n {
+        c[cols[p]] = a[p][n] / a[p][p] / scale[p];
+    }
+    Some(c)
 }
 
 /// A calibration file's contents.
@@ -177,7 +293,11 @@ impl Calibration {
             let Some(f) = self.operators.get(*op) else {
                 bail!("calibration {origin}: field `operators.{op}` is missing");
             };
-            for (name, v) in [("latency_s", f.latency_s), ("per_unit_s", f.per_unit_s)] {
+            for (name, v) in [
+                ("latency_s", f.latency_s),
+                ("per_unit_s", f.per_unit_s),
+                ("per_byte_s", f.per_byte_s),
+            ] {
                 if !v.is_finite() || v < 0.0 {
                     bail!(
                         "calibration {origin}: field `operators.{op}.{name}` is {v}; it must \
@@ -201,7 +321,7 @@ impl Calibration {
             .iter()
             .flat_map(|(op, _)| {
                 let f = self.op(op);
-                [f.latency_s, f.per_unit_s]
+                [f.latency_s, f.per_unit_s, f.per_byte_s]
             })
             .collect()
     }
@@ -214,8 +334,8 @@ impl Calibration {
                 .operators
                 .entry(op.to_string())
                 .or_insert_with(|| Fit::free(unit));
-            f.latency_s = c[2 * i];
-            f.per_unit_s = c[2 * i + 1];
+            let k = COEFFICIENTS_PER_OPERATOR * i;
+            (f.latency_s, f.per_unit_s, f.per_byte_s) = (c[k], c[k + 1], c[k + 2]);
         }
     }
 
@@ -349,6 +469,36 @@ mod tests {
         let f = Fit::least_squares("byte", vec![[1.0, 0.5], [2.0, 2.0], [3.0, 3.5]]);
         assert_eq!(f.latency_s, 0.0);
         assert!(f.per_unit_s > 0.0);
+    }
+
+    #[test]
+    fn the_two_term_fit_recovers_flops_and_bytes_and_stays_non_negative() {
+        // 1 µs a call, 10 GFLOP/s, 5 GB/s, on shapes where flops and bytes vary apart.
+        let shapes = [
+            (1e6, 1e5),
+            (1e8, 1e6),
+            (1e7, 4e7),
+            (5e8, 2e6),
+            (2e7, 1e7),
+            (1e9, 3e7),
+        ];
+        let pts: Vec<[f64; 2]> = shapes
+            .iter()
+            .map(|&(f, b)| [f, 1e-6 + f * 1e-10 + b * 2e-10])
+            .collect();
+        let bytes = shapes.iter().map(|s| s.1).collect();
+        let f = Fit::least_squares_with_bytes("flop", pts, bytes);
+        assert!((f.latency_s - 1e-6).abs() < 1e-9, "{f:?}");
+        assert!((f.per_unit_s / 1e-10 - 1.0).abs() < 1e-6, "{f:?}");
+        assert!((f.per_byte_s / 2e-10 - 1.0).abs() < 1e-6, "{f:?}");
+        assert!((f.seconds_touching(1e8, 1e6, 1.0) - (1e-6 + 1e-2 + 2e-4)).abs() < 1e-12);
+        // Time falling with bytes (noise): the bytes term is dropped, not made negative.
+        let pts = vec![[1e6, 3e-3], [2e6, 2e-3], [3e6, 4e-3], [4e6, 3e-3]];
+        let f = Fit::least_squares_with_bytes("flop", pts, vec![1e6, 9e6, 2e6, 8e6]);
+        assert!(
+            f.latency_s >= 0.0 && f.per_unit_s >= 0.0 && f.per_byte_s >= 0.0,
+            "{f:?}"
+        );
     }
 
     #[test]

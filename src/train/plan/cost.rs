@@ -117,33 +117,54 @@ pub struct Prediction {
     pub choice: String,
 }
 
-/// `(gemm flops, aggregation edge-columns)` of one layer's forward and backward, in the order
-/// the layer picks (aggregate first unless projecting first is fewer multiply-adds). SAGE has
-/// two weights (self and neighbour), GCN and GAT one. The input layer needs no input gradient.
+/// The work of one layer's forward and backward, in the order the layer picks (aggregate
+/// first unless projecting first is fewer multiply-adds): dense products' flops and the
+/// bytes they touch, and aggregation edge-columns. SAGE has two weights (self and
+/// neighbour), GCN and GAT one. The input layer needs no input gradient.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LayerWork {
+    pub flops: f64,
+    pub bytes: f64,
+    pub edge_cols: f64,
+}
+
 pub fn layer_work(
     kind: ModelKind,
     (i, o): (f64, f64),
     (nd, ns, e): (f64, f64, f64),
     need_src: bool,
     order: Order,
-) -> (f64, f64) {
+) -> LayerWork {
     let k = if kind == ModelKind::Sage { 2.0 } else { 1.0 };
     let agg_first = order == Order::Cheaper && e * i + nd * i * o <= ns * i * o + e * o;
-    let (gemm_f, agg_f) = if agg_first {
-        (2.0 * k * nd * i * o, e * i)
+    // A product of `m` rows by the `i × o` weight: its flops and the bytes of its three
+    // matrices (the weight and input gradients touch as many).
+    let product = |m: f64| (2.0 * m * i * o, 4.0 * (m * i + i * o + m * o));
+    let ((f_self, b_self), (f_neigh, b_neigh)) = (product(nd), product(ns));
+    let (flops, bytes, agg) = if agg_first {
+        (k * f_self, k * b_self, e * i)
     } else {
-        (2.0 * (ns * i * o + (k - 1.0) * nd * i * o), e * o)
+        (
+            f_neigh + (k - 1.0) * f_self,
+            b_neigh + (k - 1.0) * b_self,
+            e * o,
+        )
     };
-    // Backward: the weight gradients (as many flops as forward), the input gradients when
-    // needed (as many again), and the transposed aggregation when a gradient has to pass it.
-    let gemm_b = gemm_f * if need_src { 2.0 } else { 1.0 };
-    let agg_b = if need_src || !agg_first { agg_f } else { 0.0 };
-    (gemm_f + gemm_b, agg_f + agg_b)
+    // Backward: the weight gradients (as many flops and bytes as forward), the input
+    // gradients when needed (as many again), and the transposed aggregation when a gradient
+    // has to pass it.
+    let products = if need_src { 3.0 } else { 2.0 };
+    let agg_b = if need_src || !agg_first { agg } else { 0.0 };
+    LayerWork {
+        flops: products * flops,
+        bytes: products * bytes,
+        edge_cols: agg + agg_b,
+    }
 }
 
 /// Train-phase seconds of `c`'s layers, the input layer computed in `order`.
 fn compute(shape: &ModelShape, cal: &Calibration, c: &Counts, order: Order) -> f64 {
-    let (mut flops, mut cols, mut layers) = (0.0, 0.0, 0.0);
+    let (mut flops, mut bytes, mut cols, mut layers) = (0.0, 0.0, 0.0, 0.0);
     let mut seconds = 0.0;
     for l in 0..shape.in_w.len() {
         let (i, o) = (shape.in_w[l], shape.out_w[l]);
@@ -154,20 +175,21 @@ fn compute(shape: &ModelShape, cal: &Calibration, c: &Counts, order: Order) -> f
                 continue;
             }
         }
-        let (f, a) = layer_work(
+        let w = layer_work(
             shape.kind,
             (i, o),
             (nd, ns, e),
             l > 0,
             if l == 0 { order } else { Order::Cheaper },
         );
-        flops += f;
-        cols += a;
+        flops += w.flops;
+        bytes += w.bytes;
+        cols += w.edge_cols;
         layers += 1.0;
     }
     // About three products and two aggregations per layer and step (forward and backward).
     seconds
-        + cal.op("gemm").seconds(flops, 3.0 * layers)
+        + cal.op("gemm").seconds_touching(flops, bytes, 3.0 * layers)
         + cal.op("aggregate").seconds(cols, 2.0 * layers)
 }
 
@@ -609,6 +631,32 @@ mod tests {
         );
         // Dense rows of 100 columns would cost more.
         assert!(gdp(&shape(), &cal, &c, "alltoallv_world").phases.train > r.phases.train);
+    }
+
+    #[test]
+    fn products_are_priced_by_their_bytes_too() {
+        let mut cal = machine();
+        cal.operators.get_mut("gemm").unwrap().per_byte_s = 1e-9;
+        let c = counts(500.0);
+        let with_bytes = gdp(&shape(), &cal, &c, "alltoallv_world").phases.train;
+        let flops_only = gdp(&shape(), &machine(), &c, "alltoallv_world")
+            .phases
+            .train;
+        // Layer 1 aggregates first (200 rows × 100 → 10): 4·(200·100 + 100·10 + 200·10) B per
+        // product, forward and weight gradient; layer 2 (10 rows × 10 → 2), three products.
+        let bytes = 2.0 * 4.0 * (20_000.0 + 1000.0 + 2000.0) + 3.0 * 4.0 * (100.0 + 20.0 + 20.0);
+        assert!((with_bytes - flops_only - bytes * 1e-9).abs() < 1e-12);
+        let w = layer_work(
+            ModelKind::Sage,
+            (100.0, 10.0),
+            (200.0, 1500.0, 2000.0),
+            true,
+            Order::ProjectFirst,
+        );
+        // SAGE projected first: the neighbour product on 1500 rows, the root one on 200.
+        let per = |m: f64| 4.0 * (m * 100.0 + 1000.0 + m * 10.0);
+        assert_eq!(w.bytes, 3.0 * (per(1500.0) + per(200.0)));
+        assert_eq!(w.flops, 3.0 * 2.0 * (1500.0 + 200.0) * 1000.0);
     }
 
     #[test]

@@ -85,7 +85,7 @@ pub fn obtain<B: Backend>(
         let mut c = if world.rank() == 0 {
             cal.coefficients()
         } else {
-            vec![0.0; 2 * calibration::OPERATORS.len()]
+            vec![0.0; calibration::COEFFICIENTS_PER_OPERATOR * calibration::OPERATORS.len()]
         };
         world.broadcast_f64_from_root(&mut c);
         cal.set_coefficients(&c);
