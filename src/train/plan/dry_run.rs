@@ -409,8 +409,11 @@ fn sample_batch(
     read(2, &input_block.src_nodes);
 
     // SNP: the input layer's neighbour sums are formed by the sources' owners, which read
-    // only their own rows: one partial row per (destination, remote owner) pair.
-    snp.input_local += input_block.num_src() as f64;
+    // only their own rows and project each distinct source once, whichever ranks asked for
+    // it: one partial row per (destination, remote owner) pair.
+    let (_, projected) = RowExchange::to_owners(group, &data.offsets, &input_block.src_nodes);
+    snp.src[0] += projected.len() as f64 - input_block.num_src() as f64;
+    snp.input_local += projected.len() as f64;
     let mut owners = Vec::new();
     for v in 0..input_block.num_dst {
         owners.clear();
