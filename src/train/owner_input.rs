@@ -50,6 +50,19 @@ impl OwnerBatch {
             self_loops,
             ..
         } = *args;
+        OwnerBatch::sample_with(group, data, batch, fanouts, key, self_loops)
+    }
+
+    /// [`OwnerBatch::sample`] from its pieces (the planner's dry run samples this way too, so
+    /// what it counts is what DNP and SNP train on). Collective.
+    pub fn sample_with(
+        group: &Group,
+        data: &TrainData,
+        batch: &[NodeId],
+        fanouts: &[i32],
+        key: BatchKey,
+        self_loops: bool,
+    ) -> OwnerBatch {
         let layers = fanouts.len();
         let seeds: Vec<NodeId> = batch.iter().copied().filter(|&v| data.owns(v)).collect();
         let graph = LocalGraph::new(&data.part, data.orig_ids.as_deref());
@@ -61,8 +74,8 @@ impl OwnerBatch {
             &fanouts[..layers - 1],
             key,
         );
-        let frontier: Vec<NodeId> = upper.first().map_or(seeds.clone(), |b| b.src_nodes.clone());
-        let (plan, mine) = RowExchange::to_owners(group, &data.offsets, &frontier);
+        let (plan, mine) =
+            RowExchange::to_owners(group, &data.offsets, Self::frontier_of(&seeds, &upper));
         let input_hop = (layers - 1) as u32;
         let sampled = sample_neighbors(&graph, &mine, fanouts[layers - 1], key.layer(input_hop));
         let mut input_block = build_block(&mine, &sampled);
@@ -81,6 +94,16 @@ impl OwnerBatch {
             input_block,
             counts,
         }
+    }
+
+    /// The input frontier of the upper layers: the sources of the lowest upper block, or the
+    /// seeds themselves for a one-layer model.
+    pub fn frontier(&self) -> &[NodeId] {
+        Self::frontier_of(&self.seeds, &self.upper)
+    }
+
+    fn frontier_of<'a>(seeds: &'a [NodeId], upper: &'a [Block]) -> &'a [NodeId] {
+        upper.first().map_or(seeds, |b| &b.src_nodes)
     }
 
     /// The upper blocks, moved to backend `be` (the CPU keeps the blocks themselves).

@@ -10,12 +10,13 @@
 //! in f64, exact) and prices it alike.
 
 use super::super::data::TrainData;
+use super::super::owner_input::OwnerBatch;
 use super::super::split::sample_split;
 use crate::comm::{CommStats, Group, OpStats};
 use crate::exchange::{sample_blocks_distributed, RowExchange};
 use crate::graph::parts::owner_of;
 use crate::graph::NodeId;
-use crate::sample::{build_block, epoch_batches, sample_blocks, sample_neighbors};
+use crate::sample::{epoch_batches, sample_blocks};
 use crate::sample::{BatchKey, Block, LocalGraph};
 use std::collections::{BTreeMap, HashMap};
 
@@ -344,7 +345,6 @@ fn sample_batch(
     counts: &mut [Counts; 4],
     reads: &mut Reads,
 ) {
-    let layers = fanouts.len();
     let graph = LocalGraph::new(&data.part, data.orig_ids.as_deref());
     let remote = |ids: &[NodeId]| ids.iter().filter(|&&v| !data.owns(v)).count() as f64;
     let mut read = |s: usize, ids: &[NodeId]| {
@@ -376,31 +376,14 @@ fn sample_batch(
     // owners, which sample the input hop (DNP also fetches its remote features and sends back
     // hidden rows).
     let before = stats.snapshot();
-    let upper = if layers == 1 {
-        vec![]
-    } else if group.size() == 1 {
-        sample_blocks(&graph, &seeds, &fanouts[..layers - 1], key)
-    } else {
-        sample_blocks_distributed(
-            group,
-            &graph,
-            &data.offsets,
-            &seeds,
-            &fanouts[..layers - 1],
-            key,
-        )
-    };
-    let frontier = upper.first().map_or(seeds.clone(), |b| b.src_nodes.clone());
-    let (_, mine) = RowExchange::to_owners(group, &data.offsets, &frontier);
-    let input_hop = (layers - 1) as u32;
-    let sampled = sample_neighbors(&graph, &mine, fanouts[layers - 1], key.layer(input_hop));
-    let input_block = build_block(&mine, &sampled);
-    let owner_edges = edges_of(&upper) + input_block.num_edges() as f64;
+    let ob = OwnerBatch::sample_with(group, data, batch, fanouts, key, false);
+    let (upper, input_block, frontier) = (&ob.upper, &ob.input_block, ob.frontier());
+    let owner_edges = edges_of(upper) + input_block.num_edges() as f64;
     for c in [&mut *dnp, &mut *snp] {
         c.sampling_traffic(stats, &before);
         c.sampled_edges += owner_edges;
-        c.hidden_rows += remote(&frontier);
-        c.block(0, &input_block, self_loops);
+        c.hidden_rows += remote(frontier);
+        c.block(0, input_block, self_loops);
         for (l, b) in upper.iter().enumerate() {
             c.block(l + 1, b, self_loops);
         }
