@@ -108,6 +108,92 @@ pub struct DeviceTransfers {
     pub to_host: f64,
 }
 
+/// The model `cfg` describes, from `in_dim` input columns to `out_dim` outputs.
+pub(crate) fn model_config(cfg: &TrainConfig, in_dim: usize, out_dim: usize) -> ModelConfig {
+    ModelConfig {
+        kind: cfg.model,
+        in_dim,
+        hidden: cfg.hidden,
+        out_dim,
+        layers: cfg.layers,
+        heads: cfg.heads,
+        dropout: cfg.dropout,
+        input_dropout: cfg.first_layer_dropout(),
+        gat_concat: true,
+        residual: cfg.residual,
+        norm: cfg.norm,
+        input_proj: cfg.input_proj,
+        linear_output: cfg.linear_output,
+    }
+}
+
+/// How a run's loop ended, whichever trainer ran it: what its summary is made of besides the
+/// configuration, the data, the backend and the position.
+pub(crate) struct RunEnd<'a> {
+    pub started: Instant,
+    pub epoch_times: &'a [f64],
+    pub final_loss: f64,
+    pub seconds: PhaseTimes,
+}
+
+impl RunSummary {
+    /// The summary of a run of `cfg` on `data` on backend `be`, at `pos`. The prediction fields
+    /// are empty (the trainer that planned fills them). Collective over `world` (the memory
+    /// report is gathered).
+    pub(crate) fn assemble<B: Backend>(
+        cfg: &TrainConfig,
+        data: &TrainData,
+        world: &World,
+        be: &B,
+        pos: &Position,
+        end: RunEnd,
+    ) -> RunSummary {
+        let mut sorted = end.epoch_times.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        const MIB: f64 = 1048576.0;
+        RunSummary {
+            dataset: data.part.name.clone(),
+            model: cfg.model,
+            strategy: cfg.strategy,
+            ranks: world.size(),
+            threads: rayon::current_num_threads(),
+            metric: data.metric,
+            device: be.describe(),
+            epochs_run: end.epoch_times.len(),
+            steps: pos.step,
+            best_epoch: pos.best_epoch,
+            val: pos.best_val,
+            test: pos.best_test,
+            final_loss: end.final_loss,
+            epoch_time_mean: end.epoch_times.iter().sum::<f64>()
+                / end.epoch_times.len().max(1) as f64,
+            epoch_time_median: sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
+            total_seconds: end.started.elapsed().as_secs_f64(),
+            peak_rss_mb: crate::util::rss::peak_rss_mb().unwrap_or(f64::NAN),
+            memory: memory::gather(world, be),
+            peak_device_mb: be.peak_memory().map(|b| b as f64 / MIB),
+            device_transfer_mb: be.transfers().map(|(up, down)| DeviceTransfers {
+                to_device: up as f64 / MIB,
+                to_host: down as f64 / MIB,
+            }),
+            seconds: end.seconds,
+            prediction: None,
+            prediction_skipped: None,
+        }
+    }
+
+    /// Write the summary to `path` (atomically) on rank 0 of `world`.
+    pub(crate) fn write(&self, world: &World, path: Option<&std::path::Path>) -> Result<()> {
+        if let (Some(p), 0) = (path, world.rank()) {
+            let out = crate::util::atomic::AtomicOutput::new(p)?;
+            std::fs::write(out.tmp_path(), serde_json::to_string_pretty(self)?)
+                .with_context(|| format!("cannot write summary `{}`", p.display()))?;
+            out.commit()?;
+        }
+        Ok(())
+    }
+}
+
 /// What one (possibly partial) epoch produced.
 struct EpochOutcome {
     /// Mean loss over the seeds trained.
@@ -250,21 +336,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
             data.build_gcn_degrees(group, cfg.uses_self_loops())?;
         }
         let host_model = Model::new(
-            ModelConfig {
-                kind,
-                in_dim: data.feature_dim(),
-                hidden: cfg.hidden,
-                out_dim: data.num_classes,
-                layers: cfg.layers,
-                heads: cfg.heads,
-                dropout: cfg.dropout,
-                input_dropout: cfg.first_layer_dropout(),
-                gat_concat: true,
-                residual: cfg.residual,
-                norm: cfg.norm,
-                input_proj: cfg.input_proj,
-                linear_output: cfg.linear_output,
-            },
+            model_config(&cfg, data.feature_dim(), data.num_classes),
             cfg.seed,
         )?;
         let (planned, unplanned) =
@@ -544,52 +616,21 @@ impl<'w, B: Backend> Trainer<'w, B> {
             }
             None => (None, self.unplanned.clone()),
         };
-        let mut sorted = epoch_times.clone();
-        sorted.sort_by(f64::total_cmp);
-        let memory = memory::gather(self.world, self.model.params.backend());
-        let summary = RunSummary {
-            dataset: self.data.part.name.clone(),
-            model: self.cfg.model,
-            strategy: self.cfg.strategy,
-            ranks: self.world.size(),
-            threads: rayon::current_num_threads(),
-            metric: self.data.metric,
-            device: self.model.params.backend().describe(),
-            epochs_run: epoch_times.len(),
-            steps: self.pos.step,
-            best_epoch: self.pos.best_epoch,
-            val: self.pos.best_val,
-            test: self.pos.best_test,
-            final_loss,
-            epoch_time_mean: epoch_times.iter().sum::<f64>() / epoch_times.len().max(1) as f64,
-            epoch_time_median: sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
-            total_seconds: started.elapsed().as_secs_f64(),
-            peak_rss_mb: crate::util::rss::peak_rss_mb().unwrap_or(f64::NAN),
-            memory,
-            peak_device_mb: self
-                .model
-                .params
-                .backend()
-                .peak_memory()
-                .map(|b| b as f64 / 1048576.0),
-            device_transfer_mb: self.model.params.backend().transfers().map(|(up, down)| {
-                DeviceTransfers {
-                    to_device: up as f64 / 1048576.0,
-                    to_host: down as f64 / 1048576.0,
-                }
-            }),
-            seconds: total,
-            prediction,
-            prediction_skipped,
-        };
-        if self.world.rank() == 0 {
-            if let Some(p) = &self.files.summary {
-                let out = crate::util::atomic::AtomicOutput::new(p)?;
-                std::fs::write(out.tmp_path(), serde_json::to_string_pretty(&summary)?)
-                    .with_context(|| format!("cannot write summary `{}`", p.display()))?;
-                out.commit()?;
-            }
-        }
+        let mut summary = RunSummary::assemble(
+            &self.cfg,
+            &self.data,
+            self.world,
+            self.model.params.backend(),
+            &self.pos,
+            RunEnd {
+                started,
+                epoch_times: &epoch_times,
+                final_loss,
+                seconds: total,
+            },
+        );
+        (summary.prediction, summary.prediction_skipped) = (prediction, prediction_skipped);
+        summary.write(self.world, self.files.summary.as_deref())?;
         Ok(summary)
     }
 

@@ -61,20 +61,12 @@ impl SliceModel<Cpu> {
         classes: usize,
         seed: u64,
     ) -> Result<SliceModel<Cpu>> {
+        // This rank's GCN: the run's shape at the slice's width.
         let gcn_cfg = ModelConfig {
             kind: ModelKind::Gcn,
-            in_dim: layout.gcn_in,
             hidden: layout.width,
-            out_dim: layout.width,
-            layers: cfg.layers,
             heads: 1,
-            dropout: cfg.dropout,
-            input_dropout: cfg.first_layer_dropout(),
-            gat_concat: true,
-            residual: cfg.residual,
-            norm: cfg.norm,
-            input_proj: cfg.input_proj,
-            linear_output: cfg.linear_output,
+            ..crate::train::model_config(cfg, layout.gcn_in, layout.width)
         };
         let gcn = Model::new(gcn_cfg, derive_stream(seed, layout.rank as u64))?;
         let shared_seed = derive_stream(seed, SHARED_SEED_TAG);

@@ -16,8 +16,8 @@ use crate::train::checkpoint::{self, Checkpoint, Position};
 use crate::train::data::TrainData;
 use crate::train::metrics::{EpochRecord, MetricsWriter, PhaseTimes};
 use crate::train::strategy::dropout_stream;
-use crate::train::{memory, RunFiles, RunSummary};
-use anyhow::{bail, Context, Result};
+use crate::train::{RunEnd, RunFiles, RunSummary};
+use anyhow::{bail, Result};
 use std::time::Instant;
 
 /// One rank's SliceGCN run.
@@ -272,50 +272,22 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
         if self.files.checkpoint.is_some() {
             self.save_checkpoint()?;
         }
-        let mut sorted = epoch_times.clone();
-        sorted.sort_by(f64::total_cmp);
-        let be = self.model.shared.backend().clone();
-        let memory = memory::gather(self.world, &be);
-        let summary = RunSummary {
-            prediction: None,
-            prediction_skipped: Some(
-                "slicegcn trains another model than the strategies the planner prices".into(),
-            ),
-            dataset: self.data.part.name.clone(),
-            model: self.cfg.model,
-            strategy: self.cfg.strategy,
-            ranks: self.world.size(),
-            threads: rayon::current_num_threads(),
-            metric: self.data.metric,
-            device: be.describe(),
-            epochs_run: epoch_times.len(),
-            steps: self.pos.step,
-            best_epoch: self.pos.best_epoch,
-            val: self.pos.best_val,
-            test: self.pos.best_test,
-            final_loss,
-            epoch_time_mean: epoch_times.iter().sum::<f64>() / epoch_times.len().max(1) as f64,
-            epoch_time_median: sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
-            total_seconds: started.elapsed().as_secs_f64(),
-            peak_rss_mb: crate::util::rss::peak_rss_mb().unwrap_or(f64::NAN),
-            memory,
-            peak_device_mb: be.peak_memory().map(|b| b as f64 / 1048576.0),
-            device_transfer_mb: be
-                .transfers()
-                .map(|(up, down)| crate::train::DeviceTransfers {
-                    to_device: up as f64 / 1048576.0,
-                    to_host: down as f64 / 1048576.0,
-                }),
-            seconds: total,
-        };
-        if rank0 {
-            if let Some(p) = &self.files.summary {
-                let out = crate::util::atomic::AtomicOutput::new(p)?;
-                std::fs::write(out.tmp_path(), serde_json::to_string_pretty(&summary)?)
-                    .with_context(|| format!("cannot write summary `{}`", p.display()))?;
-                out.commit()?;
-            }
-        }
+        let mut summary = RunSummary::assemble(
+            &self.cfg,
+            &self.data,
+            self.world,
+            self.model.shared.backend(),
+            &self.pos,
+            RunEnd {
+                started,
+                epoch_times: &epoch_times,
+                final_loss,
+                seconds: total,
+            },
+        );
+        summary.prediction_skipped =
+            Some("slicegcn trains another model than the strategies the planner prices".into());
+        summary.write(self.world, self.files.summary.as_deref())?;
         Ok(summary)
     }
 
