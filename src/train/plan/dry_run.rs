@@ -217,21 +217,16 @@ pub fn dry_run(
     let mut counts: [Counts; 4] = std::array::from_fn(|_| Counts::new(layers, ranks));
     let mut first: Reads = Default::default();
     let mut second: Reads = Default::default();
-    for (b, batch) in batches[..take].iter().enumerate() {
-        let key = BatchKey {
-            seed,
-            epoch: 0,
-            batch: b as u64,
-        };
-        let reads = if b < chosen_from {
-            &mut first
-        } else {
-            &mut second
-        };
-        sample_batch(
+    for (range, reads) in [
+        (0..chosen_from, &mut first),
+        (chosen_from..take, &mut second),
+    ] {
+        let key = (seed, 0);
+        sample_range(
             group,
             data,
-            batch,
+            &batches,
+            range,
             fanouts,
             key,
             self_loops,
@@ -307,7 +302,36 @@ pub fn remote_reads(
 ) -> Reads {
     let mut counts: [Counts; 4] = std::array::from_fn(|_| Counts::new(fanouts.len(), group.size()));
     let mut reads: Reads = Default::default();
-    for (b, batch) in batches.iter().enumerate() {
+    let (all, key) = (0..batches.len(), (seed, epoch));
+    sample_range(
+        group,
+        data,
+        batches,
+        all,
+        fanouts,
+        key,
+        false,
+        &mut counts,
+        &mut reads,
+    );
+    reads
+}
+
+/// Sample `batches[range]` (numbered as in their epoch; `(seed, epoch)` key them) into
+/// `counts` and `reads`. Collective.
+#[allow(clippy::too_many_arguments)]
+fn sample_range(
+    group: &Group,
+    data: &TrainData,
+    batches: &[Vec<NodeId>],
+    range: std::ops::Range<usize>,
+    fanouts: &[i32],
+    (seed, epoch): (u64, u64),
+    self_loops: bool,
+    counts: &mut [Counts; 4],
+    reads: &mut Reads,
+) {
+    for b in range {
         let key = BatchKey {
             seed,
             epoch,
@@ -316,15 +340,14 @@ pub fn remote_reads(
         sample_batch(
             group,
             data,
-            batch,
+            &batches[b],
             fanouts,
             key,
-            false,
-            &mut counts,
-            &mut reads,
+            self_loops,
+            counts,
+            reads,
         );
     }
-    reads
 }
 
 /// Edges in `blocks`, what a sampling pass built.
