@@ -20,28 +20,14 @@ use std::time::Duration;
 
 /// A small SBM (800 vertices, 8,000 edges, 12 features, 3 classes).
 fn small_sbm(dir: &Path) -> PathBuf {
-    let out = dir.join("sbm.h5");
-    gnnpar(
-        &[
-            "generate",
-            "sbm",
-            "--nodes",
-            "800",
-            "--edges",
-            "8000",
-            "--features",
-            "12",
-            "--classes",
-            "3",
-            "--seed",
-            "5",
-            "-o",
-            s(&out),
-        ],
-        Duration::from_secs(120),
-    )
-    .expect_ok("gnnpar generate sbm");
-    out
+    let sbm = common::Sbm {
+        nodes: 800,
+        edges: 8000,
+        features: 12,
+        classes: 3,
+        seed: 5,
+    };
+    common::generate_sbm(dir, "sbm.h5", sbm)
 }
 
 /// Where the CUDA ranks compute.

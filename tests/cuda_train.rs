@@ -22,28 +22,14 @@ use std::time::Duration;
 /// A small SBM (800 vertices, 8,000 edges, 12 features, 3 classes) written by
 /// `gnnpar generate`.
 fn small_sbm(dir: &Path) -> PathBuf {
-    let out = dir.join("sbm.h5");
-    gnnpar(
-        &[
-            "generate",
-            "sbm",
-            "--nodes",
-            "800",
-            "--edges",
-            "8000",
-            "--features",
-            "12",
-            "--classes",
-            "3",
-            "--seed",
-            "5",
-            "-o",
-            s(&out),
-        ],
-        Duration::from_secs(120),
-    )
-    .expect_ok("gnnpar generate sbm");
-    out
+    let sbm = common::Sbm {
+        nodes: 800,
+        edges: 8000,
+        features: 12,
+        classes: 3,
+        seed: 5,
+    };
+    common::generate_sbm(dir, "sbm.h5", sbm)
 }
 
 /// 5 steps of `cfg` on `backend`: the parameters on the host and the run's summary.

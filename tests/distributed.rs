@@ -67,20 +67,7 @@ fn gnnpar(args: &[&str]) -> Output {
 }
 
 fn mpirun(np: usize, args: &[&str]) -> Output {
-    let mut cmd = Command::new("mpirun");
-    cmd.args([
-        "-np",
-        &np.to_string(),
-        "--oversubscribe",
-        "--bind-to",
-        "none",
-    ])
-    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
-    .arg(BIN)
-    .args(args);
-    run_with_timeout(cmd)
+    run_with_timeout(common::mpirun_command(np, args))
 }
 
 fn mpirun_ok(np: usize, args: &[&str]) -> Output {

@@ -30,23 +30,6 @@ const OPTIONS: [&str; 10] = [
     "1",
 ];
 
-fn mpirun(np: usize, args: &[&str]) -> Command {
-    let mut cmd = Command::new("mpirun");
-    cmd.args([
-        "-np",
-        &np.to_string(),
-        "--oversubscribe",
-        "--bind-to",
-        "none",
-    ])
-    .arg(common::GNNPAR)
-    .args(args)
-    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    .env("RUST_LOG", "info");
-    cmd
-}
-
 /// `gnnpar train` options with the checkpoint at `ck` and `epochs` epochs.
 fn train_args<'a>(ck: &'a Path, epochs: &'a str) -> Vec<&'a str> {
     let mut args = vec!["train", "--epochs", epochs, "--checkpoint", s(ck)];
@@ -92,7 +75,7 @@ fn a_rank_killed_mid_epoch_ends_the_job_and_its_checkpoint_resumes_exactly() {
     let tmp = common::tempdir();
     let ck = tmp.path().join("ck.h5");
     // Far more epochs than will run: the job is killed once two checkpoints are written.
-    let mut cmd = mpirun(2, &train_args(&ck, "500"));
+    let mut cmd = common::mpirun_command(2, &train_args(&ck, "500"));
     let mut job = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -151,14 +134,17 @@ fn a_rank_killed_mid_epoch_ends_the_job_and_its_checkpoint_resumes_exactly() {
     let target = (epoch + 1).to_string();
     let mut resume = train_args(&ck, &target);
     resume.push("--resume");
-    let out = common::run_with_timeout(mpirun(2, &resume), RUN_TIMEOUT)
+    let out = common::run_with_timeout(common::mpirun_command(2, &resume), RUN_TIMEOUT)
         .expect_ok("resume from the checkpoint of the killed job");
     assert!(out
         .stderr
         .contains(&format!("resumed from `{}` at epoch {epoch}", ck.display())));
     let fresh = tmp.path().join("fresh.h5");
-    common::run_with_timeout(mpirun(2, &train_args(&fresh, &target)), RUN_TIMEOUT)
-        .expect_ok("uninterrupted run");
+    common::run_with_timeout(
+        common::mpirun_command(2, &train_args(&fresh, &target)),
+        RUN_TIMEOUT,
+    )
+    .expect_ok("uninterrupted run");
     assert!(
         bits(&read_f32s(&ck, "params")) == bits(&read_f32s(&fresh, "params")),
         "the resumed run differs from the uninterrupted one"

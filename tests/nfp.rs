@@ -15,29 +15,14 @@ const TIMEOUT: Duration = Duration::from_secs(240);
 
 /// An SBM of 3,000 vertices with `features` feature columns.
 fn sbm(dir: &Path, features: usize) -> PathBuf {
-    let out = dir.join(format!("sbm{features}.h5"));
-    let f = features.to_string();
-    gnnpar(
-        &[
-            "generate",
-            "sbm",
-            "--nodes",
-            "3000",
-            "--edges",
-            "60000",
-            "--features",
-            &f,
-            "--classes",
-            "4",
-            "--seed",
-            "3",
-            "-o",
-            s(&out),
-        ],
-        TIMEOUT,
-    )
-    .expect_ok("gnnpar generate sbm");
-    out
+    let sbm = common::Sbm {
+        nodes: 3000,
+        edges: 60000,
+        features,
+        classes: 4,
+        seed: 3,
+    };
+    common::generate_sbm(dir, &format!("sbm{features}.h5"), sbm)
 }
 
 /// `mpirun -np <np> gnnpar <args>` with extra environment.

@@ -2,7 +2,7 @@
 //! so, and twice gives the same prediction), a calibration of another host or version is ignored
 //! with a log line, and `auto` picks the same strategy on every rank. Every `mpirun` runs with `--oversubscribe` and a timeout.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 mod common;
@@ -32,6 +32,14 @@ const MODEL: &[&str] = &[
     "128",
 ];
 
+/// A temporary directory holding `cal.json`, calibrated by `np` ranks, and its stdout.
+fn calibrated(np: usize) -> (tempfile::TempDir, PathBuf, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let cal = dir.path().join("cal.json");
+    let (stdout, _) = mpirun_ok(np, &["calibrate", "--calibration", cal.to_str().unwrap()]);
+    (dir, cal, stdout)
+}
+
 fn with<'a>(head: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
     head.iter().chain(MODEL).chain(extra).copied().collect()
 }
@@ -41,10 +49,8 @@ fn calibrate_writes_a_file_that_plan_then_uses() {
     if !have_mpirun() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let cal = dir.path().join("cal.json");
+    let (_dir, cal, stdout) = calibrated(2);
     let cal_s = cal.to_str().unwrap();
-    let (stdout, _) = mpirun_ok(2, &["calibrate", "--calibration", cal_s]);
     assert!(stdout.contains("alltoallv_world"), "{stdout}");
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&cal).unwrap()).unwrap();
@@ -97,10 +103,8 @@ fn the_feature_cache_is_priced_per_strategy() {
     if !have_mpirun() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let cal = dir.path().join("cal.json");
+    let (_dir, cal, _) = calibrated(2);
     let cal_s = cal.to_str().unwrap();
-    mpirun_ok(2, &["calibrate", "--calibration", cal_s]);
     let plan = |extra: &[&str]| -> serde_json::Value {
         let mut args = vec!["--calibration", cal_s];
         args.extend(extra);
@@ -133,10 +137,8 @@ fn a_calibration_of_another_host_or_version_is_ignored_with_a_log_line() {
     if !have_mpirun() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let cal = dir.path().join("cal.json");
+    let (_dir, cal, _) = calibrated(2);
     let cal_s = cal.to_str().unwrap();
-    mpirun_ok(2, &["calibrate", "--calibration", cal_s]);
     let good: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&cal).unwrap()).unwrap();
     for (field, value) in [("host", "another-host"), ("version", "0.0.0-other")] {
@@ -176,10 +178,8 @@ fn auto_picks_the_same_strategy_on_every_rank_with_a_given_calibration() {
     if !have_mpirun() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let cal = dir.path().join("cal.json");
+    let (dir, cal, _) = calibrated(4);
     let cal_s = cal.to_str().unwrap();
-    mpirun_ok(4, &["calibrate", "--calibration", cal_s]);
     let summary = dir.path().join("summary.json");
     let (_, stderr) = mpirun_ok(
         4,

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{gnnpar, max_rel_diff, run_with_timeout, s};
+use common::{max_rel_diff, run_with_timeout, s};
 use gnnpar::backend::cpu::aggregate::LazyTranspose;
 use gnnpar::backend::cpu::dropout::{derive_stream, mix64};
 use gnnpar::backend::{Backend, Cpu, Cuda};
@@ -291,28 +291,14 @@ fn resume_at_the_same_rank_count_only() {
 
 /// A small SBM written by `gnnpar generate`.
 fn small_sbm(dir: &Path) -> PathBuf {
-    let out = dir.join("sbm.h5");
-    gnnpar(
-        &[
-            "generate",
-            "sbm",
-            "--nodes",
-            "600",
-            "--edges",
-            "6000",
-            "--features",
-            "12",
-            "--classes",
-            "3",
-            "--seed",
-            "5",
-            "-o",
-            s(&out),
-        ],
-        Duration::from_secs(120),
-    )
-    .expect_ok("gnnpar generate sbm");
-    out
+    let sbm = common::Sbm {
+        nodes: 600,
+        edges: 6000,
+        features: 12,
+        classes: 3,
+        seed: 5,
+    };
+    common::generate_sbm(dir, "sbm.h5", sbm)
 }
 
 fn train_on<B: Backend>(backend: B, cfg: &TrainConfig, data: &Path) -> (Vec<f32>, f64) {

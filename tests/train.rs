@@ -20,28 +20,14 @@ const MPI_TIMEOUT: Duration = Duration::from_secs(300);
 /// A small SBM (2,000 vertices, 20,000 edges, 16 features, 4 classes, 50/25/25 split) written
 /// by `gnnpar generate` into `dir`.
 fn small_sbm(dir: &Path) -> PathBuf {
-    let out = dir.join("sbm.h5");
-    gnnpar(
-        &[
-            "generate",
-            "sbm",
-            "--nodes",
-            "2000",
-            "--edges",
-            "20000",
-            "--features",
-            "16",
-            "--classes",
-            "4",
-            "--seed",
-            "7",
-            "-o",
-            s(&out),
-        ],
-        RUN_TIMEOUT,
-    )
-    .expect_ok("gnnpar generate sbm");
-    out
+    let sbm = common::Sbm {
+        nodes: 2000,
+        edges: 20000,
+        features: 16,
+        classes: 4,
+        seed: 7,
+    };
+    common::generate_sbm(dir, "sbm.h5", sbm)
 }
 
 /// Mini-batch GraphSAGE with dropout on the small SBM: 1,000 training vertices in batches of

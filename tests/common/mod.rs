@@ -169,6 +169,41 @@ pub fn s(p: &Path) -> &str {
     p.to_str().expect("UTF-8 path")
 }
 
+/// The shape of a small stochastic block model for a test.
+#[derive(Clone, Copy, Debug)]
+pub struct Sbm {
+    pub nodes: u64,
+    pub edges: u64,
+    pub features: usize,
+    pub classes: usize,
+    pub seed: u64,
+}
+
+/// `gnnpar generate sbm` of `sbm` into `<dir>/<name>`; returns the dataset path. Fails the
+/// test when generation fails.
+pub fn generate_sbm(dir: &Path, name: &str, sbm: Sbm) -> PathBuf {
+    let out = dir.join(name);
+    let n = |v: u64| v.to_string();
+    let args = [
+        "generate".to_string(),
+        "sbm".into(),
+        "--nodes".into(),
+        n(sbm.nodes),
+        "--edges".into(),
+        n(sbm.edges),
+        "--features".into(),
+        n(sbm.features as u64),
+        "--classes".into(),
+        n(sbm.classes as u64),
+        "--seed".into(),
+        n(sbm.seed),
+        "-o".into(),
+        s(&out).to_string(),
+    ];
+    gnnpar(&args, Duration::from_secs(300)).expect_ok("gnnpar generate sbm");
+    out
+}
+
 /// `gnnpar prepare <input> -o <dir>/<name>.h5`; returns the dataset path.
 pub fn prepare(input: &Path, dir: &Path, name: &str) -> PathBuf {
     let out = dir.join(format!("{name}.h5"));
