@@ -1,11 +1,11 @@
 //! Which remote feature rows are worth caching, by the rule of the strategy that runs (APT's):
-//! a presampling pass over the first mini-batches, sampled as that strategy samples them,
+//! a presampling pass over the first mini-batches, sampled as that strategy (only) samples them,
 //! counts how often each remote vertex is read as an input row; the most read come first.
 //! The planner's dry run prices the cache with the same counting
 //! ([`crate::train::plan::dry_run`]).
 
 use super::data::TrainData;
-use super::plan::dry_run::{ranked, remote_reads, SAMPLED};
+use super::plan::dry_run::{ranked, remote_reads};
 use crate::comm::Group;
 use crate::graph::NodeId;
 use crate::kinds::Strategy;
@@ -31,7 +31,6 @@ pub fn hottest_remote_rows(
         Strategy::Dnp => "dnp",
         _ => "gdp",
     };
-    let s = SAMPLED.iter().position(|&n| n == name).expect("sampled");
-    let reads = remote_reads(group, data, batches, fanouts, seed, PRESAMPLE_EPOCH);
-    ranked(&reads[s])
+    let reads = remote_reads(group, data, batches, fanouts, (seed, PRESAMPLE_EPOCH), name);
+    ranked(&reads)
 }

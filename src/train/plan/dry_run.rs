@@ -229,7 +229,7 @@ pub fn dry_run(
             range,
             fanouts,
             key,
-            self_loops,
+            (self_loops, [true; 4]),
             &mut counts,
             reads,
         );
@@ -290,35 +290,42 @@ pub fn ranked(reads: &HashMap<NodeId, u32>) -> Vec<NodeId> {
     r.into_iter().map(|(v, _)| v).collect()
 }
 
-/// Sample `batches` (with `key`'s seed and epoch) as every strategy would and return the
-/// remote input rows each reads. Collective over `group`.
+/// Sample `batches` (of `epoch`, under `seed`) as `strategy` (one of [`CACHED`]) would and
+/// return the remote input rows it reads. Collective over `group`.
 pub fn remote_reads(
     group: &Group,
     data: &TrainData,
     batches: &[Vec<NodeId>],
     fanouts: &[i32],
-    seed: u64,
-    epoch: u64,
-) -> Reads {
+    (seed, epoch): (u64, u64),
+    strategy: &str,
+) -> HashMap<NodeId, u32> {
+    let s = SAMPLED
+        .iter()
+        .position(|&n| n == strategy)
+        .expect("a sampled strategy");
+    let mut wanted = [false; 4];
+    wanted[s] = true;
     let mut counts: [Counts; 4] = std::array::from_fn(|_| Counts::new(fanouts.len(), group.size()));
     let mut reads: Reads = Default::default();
-    let (all, key) = (0..batches.len(), (seed, epoch));
+    let all = 0..batches.len();
+    let pass = (false, wanted);
     sample_range(
         group,
         data,
         batches,
         all,
         fanouts,
-        key,
-        false,
+        (seed, epoch),
+        pass,
         &mut counts,
         &mut reads,
     );
-    reads
+    std::mem::take(&mut reads[s])
 }
 
 /// Sample `batches[range]` (numbered as in their epoch; `(seed, epoch)` key them) into
-/// `counts` and `reads`. Collective.
+/// `counts` and `reads`; `pass` is [`sample_batch`]'s self-loops and strategies. Collective.
 #[allow(clippy::too_many_arguments)]
 fn sample_range(
     group: &Group,
@@ -327,7 +334,7 @@ fn sample_range(
     range: std::ops::Range<usize>,
     fanouts: &[i32],
     (seed, epoch): (u64, u64),
-    self_loops: bool,
+    pass: (bool, [bool; 4]),
     counts: &mut [Counts; 4],
     reads: &mut Reads,
 ) {
@@ -337,16 +344,7 @@ fn sample_range(
             epoch,
             batch: b as u64,
         };
-        sample_batch(
-            group,
-            data,
-            &batches[b],
-            fanouts,
-            key,
-            self_loops,
-            counts,
-            reads,
-        );
+        sample_batch(group, data, &batches[b], fanouts, key, pass, counts, reads);
     }
 }
 
@@ -355,8 +353,9 @@ fn edges_of(blocks: &[Block]) -> f64 {
     blocks.iter().map(|b| b.num_edges() as f64).sum()
 }
 
-/// Sample one mini-batch as GDP, split, DNP and SNP would, counting each one's sampling and
-/// adding the remote input rows each reads to `reads`. Collective.
+/// Sample one mini-batch as each `wanted` strategy of GDP, split, DNP and SNP would
+/// ([`SAMPLED`] order), counting its sampling and adding the remote input rows it reads to
+/// `reads`. Collective: every rank wants the same strategies.
 #[allow(clippy::too_many_arguments)]
 fn sample_batch(
     group: &Group,
@@ -364,7 +363,7 @@ fn sample_batch(
     batch: &[NodeId],
     fanouts: &[i32],
     key: BatchKey,
-    self_loops: bool,
+    (self_loops, wanted): (bool, [bool; 4]),
     counts: &mut [Counts; 4],
     reads: &mut Reads,
 ) {
@@ -379,76 +378,82 @@ fn sample_batch(
     let stats = group.stats();
 
     // GDP: owner-computes sampling of this rank's seeds; remote input rows are fetched.
-    let before = stats.snapshot();
-    let seeds: Vec<NodeId> = batch.iter().copied().filter(|&v| data.owns(v)).collect();
-    let blocks = if group.size() == 1 {
-        sample_blocks(&graph, &seeds, fanouts, key)
-    } else {
-        sample_blocks_distributed(group, &graph, &data.offsets, &seeds, fanouts, key)
-    };
-    gdp.sampling_traffic(stats, &before);
-    gdp.sampled_edges += edges_of(&blocks);
-    gdp.input_rows(data, &blocks[0].src_nodes);
-    read(0, &blocks[0].src_nodes);
-    for (l, b) in blocks.iter().enumerate() {
-        gdp.block(l, b, self_loops);
-    }
-
-    // DNP and SNP (`OwnerBatch::sample`): the hops above the input layer as GDP samples them
-    // (the same blocks: the keys are per hop), then the input layer's destinations go to their
-    // owners, which sample the input hop (DNP also fetches its remote features and sends back
-    // hidden rows).
-    let before = stats.snapshot();
-    let ob = OwnerBatch::sample_with(group, data, batch, fanouts, key, false);
-    let (upper, input_block, frontier) = (&ob.upper, &ob.input_block, ob.frontier());
-    let owner_edges = edges_of(upper) + input_block.num_edges() as f64;
-    for c in [&mut *dnp, &mut *snp] {
-        c.sampling_traffic(stats, &before);
-        c.sampled_edges += owner_edges;
-        c.hidden_rows += remote(frontier);
-        c.block(0, input_block, self_loops);
-        for (l, b) in upper.iter().enumerate() {
-            c.block(l + 1, b, self_loops);
+    if wanted[0] {
+        let before = stats.snapshot();
+        let seeds: Vec<NodeId> = batch.iter().copied().filter(|&v| data.owns(v)).collect();
+        let blocks = if group.size() == 1 {
+            sample_blocks(&graph, &seeds, fanouts, key)
+        } else {
+            sample_blocks_distributed(group, &graph, &data.offsets, &seeds, fanouts, key)
+        };
+        gdp.sampling_traffic(stats, &before);
+        gdp.sampled_edges += edges_of(&blocks);
+        gdp.input_rows(data, &blocks[0].src_nodes);
+        read(0, &blocks[0].src_nodes);
+        for (l, b) in blocks.iter().enumerate() {
+            gdp.block(l, b, self_loops);
         }
     }
-    dnp.input_rows(data, &input_block.src_nodes);
-    read(2, &input_block.src_nodes);
 
-    // SNP: the input layer's neighbour sums are formed by the sources' owners, which read
-    // only their own rows and project each distinct source once, whichever ranks asked for
-    // it: one partial row per (destination, remote owner) pair.
-    let (_, projected) = RowExchange::to_owners(group, &data.offsets, &input_block.src_nodes);
-    snp.src[0] += projected.len() as f64 - input_block.num_src() as f64;
-    snp.input_local += projected.len() as f64;
-    let mut owners = Vec::new();
-    for v in 0..input_block.num_dst {
-        owners.clear();
-        for &u in &input_block.indices[input_block.indptr[v]..input_block.indptr[v + 1]] {
-            let u = input_block.src_nodes[u as usize];
-            if !data.owns(u) {
-                snp.remote_edges += 1.0;
-                owners.push(owner_of(&data.offsets, u as u64));
+    if wanted[2] || wanted[3] {
+        // DNP and SNP (`OwnerBatch::sample`): the hops above the input layer as GDP samples them
+        // (the same blocks: the keys are per hop), then the input layer's destinations go to their
+        // owners, which sample the input hop (DNP also fetches its remote features and sends back
+        // hidden rows).
+        let before = stats.snapshot();
+        let ob = OwnerBatch::sample_with(group, data, batch, fanouts, key, false);
+        let (upper, input_block, frontier) = (&ob.upper, &ob.input_block, ob.frontier());
+        let owner_edges = edges_of(upper) + input_block.num_edges() as f64;
+        for c in [&mut *dnp, &mut *snp] {
+            c.sampling_traffic(stats, &before);
+            c.sampled_edges += owner_edges;
+            c.hidden_rows += remote(frontier);
+            c.block(0, input_block, self_loops);
+            for (l, b) in upper.iter().enumerate() {
+                c.block(l + 1, b, self_loops);
             }
         }
-        owners.sort_unstable();
-        owners.dedup();
-        snp.partial_rows += owners.len() as f64;
+        dnp.input_rows(data, &input_block.src_nodes);
+        read(2, &input_block.src_nodes);
+
+        // SNP: the input layer's neighbour sums are formed by the sources' owners, which read
+        // only their own rows and project each distinct source once, whichever ranks asked for
+        // it: one partial row per (destination, remote owner) pair.
+        let (_, projected) = RowExchange::to_owners(group, &data.offsets, &input_block.src_nodes);
+        snp.src[0] += projected.len() as f64 - input_block.num_src() as f64;
+        snp.input_local += projected.len() as f64;
+        let mut owners = Vec::new();
+        for v in 0..input_block.num_dst {
+            owners.clear();
+            for &u in &input_block.indices[input_block.indptr[v]..input_block.indptr[v + 1]] {
+                let u = input_block.src_nodes[u as usize];
+                if !data.owns(u) {
+                    snp.remote_edges += 1.0;
+                    owners.push(owner_of(&data.offsets, u as u64));
+                }
+            }
+            owners.sort_unstable();
+            owners.dedup();
+            snp.partial_rows += owners.len() as f64;
+        }
     }
 
-    // Split: cooperative sampling; every (layer, vertex) once, cross-rank rows shuffled.
-    let before = stats.snapshot();
-    let sb = sample_split(group, data, batch, fanouts, key);
-    split.sampling_traffic(stats, &before);
-    split.sampled_edges += sb
-        .layers
-        .iter()
-        .map(|l| l.block.num_edges() as f64)
-        .sum::<f64>();
-    split.input_rows(data, &sb.layers[0].block.src_nodes);
-    read(1, &sb.layers[0].block.src_nodes);
-    for (l, (layer, rows)) in sb.layers.iter().zip(sb.remote_rows()).enumerate() {
-        split.rows_in[l] += rows as f64;
-        split.block(l, &layer.block, self_loops);
+    if wanted[1] {
+        // Split: cooperative sampling; every (layer, vertex) once, cross-rank rows shuffled.
+        let before = stats.snapshot();
+        let sb = sample_split(group, data, batch, fanouts, key);
+        split.sampling_traffic(stats, &before);
+        split.sampled_edges += sb
+            .layers
+            .iter()
+            .map(|l| l.block.num_edges() as f64)
+            .sum::<f64>();
+        split.input_rows(data, &sb.layers[0].block.src_nodes);
+        read(1, &sb.layers[0].block.src_nodes);
+        for (l, (layer, rows)) in sb.layers.iter().zip(sb.remote_rows()).enumerate() {
+            split.rows_in[l] += rows as f64;
+            split.block(l, &layer.block, self_loops);
+        }
     }
 }
 
