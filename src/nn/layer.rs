@@ -541,6 +541,13 @@ impl Layer {
         )
     }
 
+    /// Whether this layer multiplies sparse input rows as such: a convolution with a sparse
+    /// path, and no normalisation, residual or input projection (those work on dense rows).
+    /// The planner prices the input layer by the same test.
+    pub fn takes_sparse_input(&self) -> bool {
+        self.conv.supports_sparse() && self.norm.is_none() && !self.residual && self.input.is_none()
+    }
+
     /// [`Layer::forward`] on a model's input features: mostly-zero rows (bag-of-words, on a
     /// backend with a sparse path: a function of the data only) take
     /// [`Layer::forward_sparse`]'s path, whose products skip the zeros; other input, or a
@@ -568,7 +575,7 @@ impl Layer {
         then: Option<&NextDropout>,
     ) -> LayerForward<B> {
         let be = params.backend();
-        if self.conv.supports_sparse() {
+        if self.takes_sparse_input() {
             if let Some(sparse) = be.sparse_from_dense(x) {
                 let (out, cache) = self.forward_sparse(params, g, &sparse, ctx);
                 return (out, cache, None);
@@ -581,12 +588,11 @@ impl Layer {
     /// features): dropout masks only the stored entries, and the convolution multiplies only
     /// the non-zeros. Same result as the dense path up to rounding.
     ///
-    /// A layer with a normalisation or a residual works on dense rows: it takes the dense
-    /// path (such layers read hidden rows, never the sparse input features of a model).
+    /// A layer that does not [`Layer::takes_sparse_input`] (a normalisation, a residual, an
+    /// input projection, or a convolution without a sparse path) takes the dense path.
     ///
     /// # Panics
-    /// If the shapes do not match, or the convolution has no sparse path
-    /// ([`Conv::supports_sparse`]).
+    /// If the shapes do not match.
     pub fn forward_sparse<B: Backend>(
         &self,
         params: &ParamStore<B>,
@@ -595,7 +601,7 @@ impl Layer {
         ctx: &DropoutCtx,
     ) -> (B::Mat, LayerCache<B>) {
         let be = params.backend();
-        if self.norm.is_some() || self.residual || self.input.is_some() {
+        if !self.takes_sparse_input() {
             let dense = be.sparse_to_dense(x);
             return self.forward(params, g, be.view(&dense), ctx);
         }

@@ -160,10 +160,7 @@ fn sparse_input_density<B: Backend, M: Backend>(
     group: &Group,
 ) -> Option<f64> {
     let first = model.layers.first()?;
-    let layer_takes_sparse = first.conv.supports_sparse()
-        && first.norm.is_none()
-        && !first.residual
-        && first.input.is_none();
+    let layer_takes_sparse = first.takes_sparse_input();
     let rows = data.store.own_rows();
     let take = rows.nrows().min(DENSITY_SAMPLE_ROWS);
     let picked: Vec<usize> = (0..take).map(|t| t * rows.nrows() / take.max(1)).collect();
