@@ -2,8 +2,9 @@
 //! the tails — columns that are not multiples of 32 / 64 / 128, empty rows, destinations
 //! without edges, degrees above a warp), the CPU kernel and the device op on the same inputs,
 //! results compared: bitwise where the CPU is bitwise given the same inputs (masks, bits,
-//! aggregations, epilogues, column sums, Adam), within 1e-5 relative elsewhere (products:
-//! cuBLAS's order; softmax, ELU, losses: the device's `exp` / `log`; layer norm: warp sums).
+//! aggregations, epilogues, column sums, Adam); products within the rounding bound of a
+//! length-k dot product in any order (cuBLAS sums in its own); within 1e-5 relative elsewhere
+//! (softmax, ELU, losses: the device's `exp` / `log`; layer norm: warp sums).
 //!
 //! Every case runs on the emulator (the same `cuda/*.cu` compiled for the CPU), always, and
 //! on a real GPU where one answers; without one the GPU side prints `SKIPPED`.
@@ -170,6 +171,37 @@ fn assert_close(what: &str, got: ArrayView2<f32>, expect: ArrayView2<f32>) {
     }
 }
 
+/// `|A|·|B|`: the magnitude a product's rounding scales with (an element that cancels to
+/// nearly zero keeps the absolute error of its largest terms, not a relative one).
+fn abs_product(a: ArrayView2<f32>, b: ArrayView2<f32>) -> Array2<f32> {
+    a.mapv(f32::abs).dot(&b.mapv(f32::abs))
+}
+
+/// Within the worst-case rounding of two length-`k` dot products summed in different orders:
+/// each is within `γ_k · bound` of the exact value (`γ_k ≈ k·ε/2`, Higham's bound), so they
+/// differ by at most `k·ε · bound`; `bound` is `|A|·|B|` plus the magnitudes of whatever the
+/// op adds (an accumulator, a bias), and the `+ 3` covers those few extra roundings. A wrong
+/// index, transpose or accumulation misses by the order of `bound` itself.
+#[track_caller]
+fn assert_product_close(
+    what: &str,
+    got: ArrayView2<f32>,
+    expect: ArrayView2<f32>,
+    bound: ArrayView2<f32>,
+    k: usize,
+) {
+    assert_eq!(got.dim(), expect.dim(), "{what}: shape");
+    assert_eq!(bound.dim(), expect.dim(), "{what}: bound's shape");
+    let per_unit = (k + 3) as f32 * f32::EPSILON;
+    for (((idx, g), e), b) in got.indexed_iter().zip(expect.iter()).zip(bound.iter()) {
+        let tol = per_unit * b;
+        assert!(
+            (g - e).abs() <= tol || g.to_bits() == e.to_bits(),
+            "{what}: at {idx:?} got {g:e}, CPU {e:e} (tolerance {tol:e}, |A|·|B| bound {b:e})"
+        );
+    }
+}
+
 fn row(v: &[f32]) -> Array2<f32> {
     Array2::from_shape_vec((1, v.len()), v.to_vec()).unwrap()
 }
@@ -199,43 +231,58 @@ fn products_match_the_cpu_within_tolerance() {
         cpu::gemm::add_matmul_tn(at.view(), b.view(), cpu_acc.view_mut());
         let mut cpu_ab_scaled = c0.clone();
         cpu::gemm::gemm_into(0.5, a.view(), b.view(), -2.0, cpu_ab_scaled.view_mut());
+        let ab = abs_product(a.view(), b.view());
+        let acc_bound = &ab + &c0.mapv(f32::abs);
+        let scaled_bound = &ab * 0.5 + &c0.mapv(|v| 2.0 * v.abs());
         for (name, d) in devices("products") {
             let (da, db, dat, dbt) = (up(&d, &a), up(&d, &b), up(&d, &at), up(&d, &bt));
             let what = |op: &str| format!("{name}: {op} {m}×{k}·{k}×{n}");
-            assert_close(
-                &what("matmul"),
-                down(&blas::matmul(da.view(), db.view()).unwrap()).view(),
-                cpu_ab.view(),
+            let close = |op: &str, got: &DevMat, expect: &Array2<f32>, bound: &Array2<f32>| {
+                assert_product_close(&what(op), down(got).view(), expect.view(), bound.view(), k)
+            };
+            close(
+                "matmul",
+                &blas::matmul(da.view(), db.view()).unwrap(),
+                &cpu_ab,
+                &ab,
             );
-            assert_close(
-                &what("matmul_nt"),
-                down(&blas::matmul_nt(da.view(), dbt.view()).unwrap()).view(),
-                cpu_nt.view(),
+            close(
+                "matmul_nt",
+                &blas::matmul_nt(da.view(), dbt.view()).unwrap(),
+                &cpu_nt,
+                &ab,
             );
-            assert_close(
-                &what("matmul_tn"),
-                down(&blas::matmul_tn(dat.view(), db.view()).unwrap()).view(),
-                cpu_tn.view(),
+            close(
+                "matmul_tn",
+                &blas::matmul_tn(dat.view(), db.view()).unwrap(),
+                &cpu_tn,
+                &ab,
             );
             let mut dacc = up(&d, &c0);
             blas::add_matmul_tn(dat.view(), db.view(), dacc.view_mut()).unwrap();
-            assert_close(&what("add_matmul_tn"), down(&dacc).view(), cpu_acc.view());
+            close("add_matmul_tn", &dacc, &cpu_acc, &acc_bound);
             let mut dsc = up(&d, &c0);
             blas::gemm_into(0.5, da.view(), db.view(), -2.0, dsc.view_mut()).unwrap();
-            assert_close(&what("gemm_into"), down(&dsc).view(), cpu_ab_scaled.view());
+            close("gemm_into", &dsc, &cpu_ab_scaled, &scaled_bound);
         }
     }
     // c[..rows] += a·bᵀ.
     let (a, b, c) = (rng.matrix(5, 33), rng.matrix(7, 33), rng.matrix(9, 7));
     let mut expect = c.clone();
     cpu::gemm::add_matmul_nt_rows(a.view(), b.view(), expect.view_mut());
+    let mut bound = c.mapv(f32::abs);
+    bound
+        .slice_mut(ndarray::s![..5, ..])
+        .scaled_add(1.0, &abs_product(a.view(), b.t()));
     for (name, d) in devices("products_rows") {
         let mut dc = up(&d, &c);
         blas::add_matmul_nt_rows(up(&d, &a).view(), up(&d, &b).view(), dc.view_mut()).unwrap();
-        assert_close(
+        assert_product_close(
             &format!("{name}: add_matmul_nt_rows"),
             down(&dc).view(),
             expect.view(),
+            bound.view(),
+            33,
         );
     }
 }
@@ -702,10 +749,14 @@ fn epilogues_are_bitwise_the_cpus_given_the_same_product() {
                 None,
             )
             .unwrap();
-            assert_close(
+            let bound =
+                abs_product(a.view(), b.view()) + onto.mapv(f32::abs) + row(&bias).mapv(f32::abs);
+            assert_product_close(
                 &format!("{name}: onto + product"),
                 down(&c).view(),
                 cpu_onto.view(),
+                bound.view(),
+                k,
             );
             // The bias alone (`add_to_rows`).
             let mut z = product.clone();

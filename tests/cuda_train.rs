@@ -1,7 +1,16 @@
 //! The CUDA backend trains the model the CPU trains: 5 optimizer steps of every model (SAGE,
 //! GCN, GAT, MLP) and option (dropout and input dropout, weight decay, residual, layer norm,
 //! input projection, linear output; mini-batch and full batch) on the CUDA backend give the
-//! CPU's parameters within 1e-4 (relative, floor 1e-3), and the same validation metric.
+//! CPU's parameters within 1e-4 (relative, floor 1e-3) — on a real GPU, within 4× the CPU's own
+//! one-ulp drift where a configuration is worse conditioned than that — and the same validation
+//! metric.
+//!
+//! Why the drift: a device rounds every sum in its own order, and 5 Adam steps amplify ulp-level
+//! differences (Adam divides a gradient by its own magnitude, so a gradient that cancels to
+//! near zero keeps little relative precision). The CPU started one ulp away from itself measures
+//! how far this configuration carries such a difference; on an H100 the deep GAT with layer
+//! norm moved 2.2e-4 against the CPU's one-ulp drift of 1.4e-4, while a wrong kernel moves
+//! parameters by 1e-2 or more.
 //!
 //! The CUDA side runs on the emulator of the device (`Cuda::emulated`: the `cuda/*.cu` kernels
 //! compiled for the CPU, the backend's memory handling, cuBLAS's column-major products, the
@@ -34,12 +43,35 @@ fn small_sbm(dir: &Path) -> PathBuf {
 
 /// 5 steps of `cfg` on `backend`: the parameters on the host and the run's summary.
 fn train<B: Backend>(backend: B, cfg: &TrainConfig, data: &Path) -> (Vec<f32>, RunSummary) {
+    train_from(backend, cfg, data, false)
+}
+
+/// As `train`; with `nudge`, every initial parameter first moves by one ulp (up or down, by a
+/// hash of its index), which measures how far the 5 steps carry a rounding difference.
+fn train_from<B: Backend>(
+    backend: B,
+    cfg: &TrainConfig,
+    data: &Path,
+    nudge: bool,
+) -> (Vec<f32>, RunSummary) {
     let world = World::solo();
     let files = RunFiles {
         data: Some(data.to_path_buf()),
         ..Default::default()
     };
     let mut trainer = Trainer::on(backend, cfg.clone(), files, &world).expect("trainer");
+    if nudge {
+        let mut values = trainer.model.params.values_on_host();
+        for (i, v) in values.iter_mut().enumerate() {
+            let up = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 63 == 1;
+            *v *= if up {
+                1.0 + f32::EPSILON
+            } else {
+                1.0 - f32::EPSILON
+            };
+        }
+        trainer.model.params.set_values(&values);
+    }
     let summary = trainer.run().expect("training");
     (trainer.model.params.values_on_host(), summary)
 }
@@ -111,8 +143,11 @@ fn configurations() -> Vec<(String, TrainConfig)> {
     out
 }
 
-/// Train every configuration on the CPU and on `cuda`; the parameters agree within 1e-4.
-fn compare_with_cpu(cuda: impl Fn() -> Cuda, device: &str) {
+/// Train every configuration on the CPU and on `cuda`; the parameters agree within 1e-4, or 4×
+/// the CPU's one-ulp drift where that is larger (see the module's comment).
+/// The emulator rounds as the CPU does but for cuBLAS's order, so it is held to 1e-4 throughout
+/// (`rounds_its_own_way` false); a real GPU gets the drift allowance.
+fn compare_with_cpu(cuda: impl Fn() -> Cuda, device: &str, rounds_its_own_way: bool) {
     let tmp = common::tempdir();
     let data = small_sbm(tmp.path());
     for (what, cfg) in configurations() {
@@ -140,10 +175,20 @@ fn compare_with_cpu(cuda: impl Fn() -> Cuda, device: &str) {
         );
         assert!(cpu_summary.device_transfer_mb.is_none(), "{what}");
         let d = max_rel_diff(&cpu, &gpu, 1e-3);
-        eprintln!("{device}: {what}: max relative parameter difference {d:.2e}");
+        let drift = if rounds_its_own_way {
+            let (nudged, _) = train_from(Cpu, &cfg, &data, true);
+            max_rel_diff(&cpu, &nudged, 1e-3)
+        } else {
+            0.0
+        };
+        let tolerance = (4.0 * drift).max(1e-4);
+        eprintln!(
+            "{device}: {what}: max relative parameter difference {d:.2e} \
+             (the CPU's one-ulp drift {drift:.2e})"
+        );
         assert!(
-            d <= 1e-4,
-            "{device}: {what}: parameters differ by {d:.2e} (> 1e-4)"
+            d <= tolerance,
+            "{device}: {what}: parameters differ by {d:.2e} (> {tolerance:.2e})"
         );
         assert!(
             (cpu_summary.final_loss - gpu_summary.final_loss).abs()
@@ -171,6 +216,7 @@ fn five_steps_of_every_model_and_option_match_the_cpu_on_the_emulated_device() {
     compare_with_cpu(
         || Cuda::emulated().expect("the emulator builds"),
         "emulated CUDA",
+        false,
     );
 }
 
@@ -181,7 +227,11 @@ fn five_steps_of_every_model_and_option_match_the_cpu_on_a_gpu() {
         common::skipped(common::SkipKind::Gpu, test, &missing.to_string());
         return;
     }
-    compare_with_cpu(|| Cuda::on_gpu(0, false).expect("GPU 0 starts"), "GPU");
+    compare_with_cpu(
+        || Cuda::on_gpu(0, false).expect("GPU 0 starts"),
+        "GPU",
+        true,
+    );
 }
 
 /// `mpirun -np <np> gnnpar train <args>` with the CUDA device emulated on every rank.
