@@ -38,7 +38,8 @@
 #   RUN_TIMEOUT   seconds before one run is killed and recorded as failed (default 600)
 #   FACEBOOK_STEPS, SBM_STEPS   optimizer steps measured on these graphs (default 5 and 8;
 #                 their full epochs take minutes on 2 cores). Tolokers runs two full epochs
-#                 and the second (warm) one is measured.
+#                 and the second (warm) one is measured; so does every graph when DEVICE is
+#                 not cpu (the first epoch there compiles the kernels).
 #
 # This file is also sourced by strategies.sh for its helper functions; `main` runs only when
 # the file is executed.
@@ -152,6 +153,12 @@ steps_per_epoch() {
 
 # The step limit of dataset $1: "--epochs 2" (two full epochs) or "--epochs 1 --max-steps N".
 step_args() {
+    # On a device the first epoch compiles the kernels and starts the libraries: two whole
+    # epochs everywhere, the second measured (as Tolokers on the CPU).
+    if [[ "$DEVICE" != cpu ]]; then
+        echo "--epochs 2"
+        return
+    fi
     case "$1" in
     facebook) echo "--epochs 1 --max-steps $FACEBOOK_STEPS" ;;
     sbm200k) echo "--epochs 1 --max-steps $SBM_STEPS" ;;

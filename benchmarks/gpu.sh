@@ -23,7 +23,7 @@
 #
 # Environment: GNNPAR (binary, default target/release/gnnpar), GNNPAR_DATA (default
 # ../shared/datasets), PYTHON (python3 with torch + torch_geometric for the peer), FULL_EPOCHS
-# (20), MB_EPOCHS (2), CPU_THREADS (nproc), RUN_TIMEOUT (seconds per run, 300), BENCH_WORK
+# (20), MB_EPOCHS (4), CPU_THREADS (nproc), RUN_TIMEOUT (seconds per run, 300), BENCH_WORK
 # (scratch, default benchmarks/work/gpu), RESULTS (default benchmarks/results).
 set -euo pipefail
 
@@ -33,7 +33,7 @@ GNNPAR="${GNNPAR:-$root/target/release/gnnpar}"
 GNNPAR_DATA="${GNNPAR_DATA:-$root/../shared/datasets}"
 PYTHON="${PYTHON:-python3}"
 FULL_EPOCHS="${FULL_EPOCHS:-20}"
-MB_EPOCHS="${MB_EPOCHS:-2}"
+MB_EPOCHS="${MB_EPOCHS:-4}"
 CPU_THREADS="${CPU_THREADS:-$(nproc)}"
 RUN_TIMEOUT="${RUN_TIMEOUT:-300}"
 SMOKE="${GPU_BENCH_SMOKE:-0}"
