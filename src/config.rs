@@ -83,6 +83,10 @@ pub struct TrainConfig {
     /// device backend, off on the CPU), `on` or `off`. Changes no number: the batch key fixes
     /// every sample.
     pub prefetch: Prefetch,
+    /// Threads that prepare prefetched batches at once, each a whole batch (default: a
+    /// quarter of the rank's threads, at most 8, when the device gathers the input rows; one
+    /// when the host gathers them, as every batch in flight holds its rows). Changes no number.
+    pub prefetch_workers: Option<usize>,
     /// Group consecutive ranks into pretend nodes of this many ranks (tests of `hybrid` on
     /// one machine); default: the real nodes (MPI shared-memory domains).
     pub ranks_per_node: Option<usize>,
@@ -134,6 +138,7 @@ impl Default for TrainConfig {
             cuda_aware_mpi: CudaAwareMpi::Auto,
             threads: None,
             prefetch: Prefetch::Auto,
+            prefetch_workers: None,
             ranks_per_node: None,
             cache_mb: 0.0,
             cache_presample_batches: 8,
@@ -245,6 +250,9 @@ impl TrainConfig {
         }
         if self.threads == Some(0) {
             bail!("config: `threads` must be positive");
+        }
+        if self.prefetch_workers == Some(0) {
+            bail!("config: `prefetch_workers` (--prefetch-workers) must be at least 1");
         }
         if self.ranks_per_node == Some(0) {
             bail!("config: `ranks_per_node` (--ranks-per-node) must be at least 1");

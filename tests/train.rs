@@ -242,7 +242,7 @@ fn prefetching_changes_no_parameter_at_one_or_two_threads() {
     // shares rayon's pool with training (at one thread, the training thread runs it while it
     // waits). Whatever the thread count, the parameters must be those of `--prefetch off`,
     // also when `--max-steps` stops inside an epoch (4 steps per epoch, 6 steps). `auto` is
-    // off on the CPU backend.
+    // off on the CPU backend (named: `--device auto` would pick a GPU where one answers).
     let tmp = common::tempdir();
     let data = small_sbm(tmp.path());
     for (toml, tag) in [(MINIBATCH, "sage"), (MINIBATCH_GCN, "gcn")] {
@@ -256,7 +256,8 @@ fn prefetching_changes_no_parameter_at_one_or_two_threads() {
                 let ck = tmp
                     .path()
                     .join(format!("{tag}-{}-t{threads}-{prefetch}.h5", stop.len()));
-                let mut args = vec!["--threads", threads, "--prefetch", prefetch];
+                let mut args = vec!["--device", "cpu", "--threads", threads];
+                args.extend_from_slice(&["--prefetch", prefetch]);
                 args.extend_from_slice(&["--checkpoint", s(&ck)]);
                 args.extend_from_slice(stop);
                 let out = train(&data, config, &args);
@@ -286,16 +287,19 @@ fn prefetching_changes_no_parameter_at_one_or_two_threads() {
 fn prefetching_on_a_device_changes_no_parameter() {
     // With the model on a device (here the CUDA backend on its CPU emulator), `auto` turns the
     // prefetch thread on, and the input rows are gathered on the device from its resident
-    // copy of the features: the thread only samples. Bitwise the parameters of `off`.
+    // copy of the features: the thread only samples. Bitwise the parameters of `off`, with
+    // one worker and with three preparing batches at once (taken in order from each in turn).
     let tmp = common::tempdir();
     let data = small_sbm(tmp.path());
     let config = &config_file(tmp.path(), "gcn", MINIBATCH_GCN);
     let run = |prefetch: &str| {
-        let ck = tmp.path().join(format!("device-{prefetch}.h5"));
+        let (prefetch, workers) = prefetch.split_once(':').unwrap_or((prefetch, "1"));
+        let ck = tmp.path().join(format!("device-{prefetch}-{workers}.h5"));
         let mut cmd = Command::new(common::GNNPAR);
         cmd.args(["train", "--data", s(&data), "--config", s(config)])
             .args(["--device", "cuda", "--threads", "2", "--epochs", "2"])
             .args(["--prefetch", prefetch, "--checkpoint", s(&ck)])
+            .args(["--prefetch-workers", workers])
             .env("GNNPAR_CUDA_EMULATOR", "1")
             .env("RUST_LOG", "info");
         let out = common::run_with_timeout(cmd, RUN_TIMEOUT).expect_ok("emulated --device cuda");
@@ -309,6 +313,12 @@ fn prefetching_on_a_device_changes_no_parameter() {
     };
     let (off, waited_off) = run("off");
     let (auto, waited_auto) = run("auto");
+    let (three, waited_three) = run("on:3");
+    assert!(waited_three > 0.0, "--prefetch on did not prefetch");
+    assert!(
+        off == three,
+        "three prefetch workers trained other parameters than --prefetch off"
+    );
     assert_eq!(
         waited_off, 0.0,
         "--prefetch off waited for a prefetch thread"

@@ -104,6 +104,11 @@ pub struct TrainArgs {
     /// Same numbers either way.
     #[arg(long, value_enum)]
     pub prefetch: Option<Prefetch>,
+    /// Prefetched batches prepared at once, each by its own thread (default: threads / 4, at
+    /// most 8, when the device gathers the input rows; 1 when the host gathers them). Same
+    /// numbers either way.
+    #[arg(long, value_name = "N")]
+    pub prefetch_workers: Option<usize>,
     /// Group consecutive ranks into pretend nodes of K ranks (tests of hybrid on one
     /// machine; default: the real nodes). K must divide the number of ranks.
     #[arg(long, value_name = "K")]
@@ -196,6 +201,9 @@ impl TrainArgs {
         }
         if self.max_steps.is_some() {
             cfg.max_steps = self.max_steps;
+        }
+        if self.prefetch_workers.is_some() {
+            cfg.prefetch_workers = self.prefetch_workers;
         }
         if self.threads.is_some() {
             cfg.threads = self.threads;

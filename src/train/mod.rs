@@ -689,8 +689,8 @@ impl<'w, B: Backend> Trainer<'w, B> {
     /// Run the rest of the current epoch (or until `max_steps`).
     fn train_epoch(&mut self) -> Result<EpochOutcome> {
         let batches = self.batches();
-        if let Some(depth) = self.prefetch_depth() {
-            return self.train_epoch_prefetched(&batches, depth);
+        if let Some(workers) = self.prefetch_workers() {
+            return self.train_epoch_prefetched(&batches, workers);
         }
         let mut times = PhaseTimes::default();
         let mut totals = EpochTotals::default();

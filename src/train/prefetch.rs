@@ -7,6 +7,14 @@
 //! calls stay on the main thread. The prefetch thread only reads the training data; the
 //! backend (the model, uploads, device gathers) and every collective stay on the main thread.
 //!
+//! One batch's sampling does not keep 16 cores busy (its hops are short parallel loops with
+//! serial joins between them), so several threads prepare whole batches at once: worker `w`
+//! of `W` prepares batches `start + w`, `start + w + W`, …, and the loop takes them in order
+//! from worker `b mod W`. Each worker holds at most the batch it is preparing and the one it
+//! finished, so at most `2W` batches are in memory; that is why the default is one worker
+//! when the host gathers the input rows (they are the bulk of a batch) and a quarter of the
+//! rank's threads, at most 8, when the device gathers them (`prefetch_workers`).
+//!
 //! It changes no number: a batch's sample is a pure function of its key
 //! ([`gdp_host_batch`]), whichever thread computes it and whenever, and the step on the main
 //! thread is the same code as without prefetch ([`gdp_train_step`]).
@@ -24,17 +32,34 @@ use anyhow::{anyhow, Result};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
-/// Batches prepared ahead of the one training. One is enough when preparing a batch takes
-/// less time than training one, and each costs a batch's input rows in memory (347 MB on
-/// Facebook with `inputs/sage-bench.toml`).
-pub const DEPTH: usize = 1;
+/// The most workers `auto` starts: beyond this the batches in flight cost memory and the
+/// workers only compete for the same cores.
+pub const MAX_AUTO_WORKERS: usize = 8;
+
+/// Rank threads per worker under `auto`. Measured on the 16-core GPU host (200k-vertex SBM,
+/// `inputs/sage-bench.toml`, H100), s/epoch: 1 worker 0.98-1.43, 2 workers 0.80-0.91,
+/// 4 workers 0.69-0.80, 8 workers 0.66 in one run and 0.90 in another (Tolokers 0.014 s with
+/// 4, 0.024 with 8): past 4 the workers compete with the batch's own parallel sampling.
+const THREADS_PER_AUTO_WORKER: usize = 4;
+
+/// How many workers prepare batches at once: `configured` when set, else one when the host
+/// gathers the input rows (each batch in flight holds them: 347 MB on Facebook with
+/// `inputs/sage-bench.toml`), else a quarter of `threads`, between 1 and
+/// [`MAX_AUTO_WORKERS`].
+pub fn worker_count(configured: Option<usize>, gather_on_host: bool, threads: usize) -> usize {
+    match configured {
+        Some(n) => n.max(1),
+        None if gather_on_host => 1,
+        None => (threads / THREADS_PER_AUTO_WORKER).clamp(1, MAX_AUTO_WORKERS),
+    }
+}
 
 impl<B: Backend> Trainer<'_, B> {
-    /// How many batches the prefetch thread prepares ahead, or `None` when this run prepares
-    /// every batch in its step: `--prefetch off` (or `auto` on the CPU backend), full-batch
-    /// training, another strategy than GDP, or GDP over several ranks (whose sampling
-    /// communicates).
-    pub(super) fn prefetch_depth(&self) -> Option<usize> {
+    /// How many prefetch workers prepare batches ahead ([`worker_count`]), or `None` when this
+    /// run prepares every batch in its step: `--prefetch off` (or `auto` on the CPU backend),
+    /// full-batch training, another strategy than GDP, or GDP over several ranks (whose
+    /// sampling communicates).
+    pub(super) fn prefetch_workers(&self) -> Option<usize> {
         let wanted = match self.cfg.prefetch {
             Prefetch::On => true,
             Prefetch::Off => false,
@@ -46,14 +71,16 @@ impl<B: Backend> Trainer<'_, B> {
             && !self.cfg.full_batch
             && self.cfg.strategy == Strategy::Gdp
             && self.data_group().size() == 1;
-        applies.then_some(DEPTH)
+        let gather_on_host = self.resident.is_none();
+        let threads = rayon::current_num_threads();
+        applies.then(|| worker_count(self.cfg.prefetch_workers, gather_on_host, threads))
     }
 
-    /// [`Trainer::train_epoch`] with a prefetch thread preparing the batches `depth` ahead.
+    /// [`Trainer::train_epoch`] with `workers` threads preparing the batches ahead.
     pub(super) fn train_epoch_prefetched(
         &mut self,
         batches: &[Vec<NodeId>],
-        depth: usize,
+        workers: usize,
     ) -> Result<EpochOutcome> {
         let start = self.pos.batch.min(batches.len());
         // The batches this call trains: the rest of the epoch, or fewer under `max_steps`
@@ -96,36 +123,48 @@ impl<B: Backend> Trainer<'_, B> {
         // On a device holding the features, input rows are gathered there, not on the host.
         let gather = resident.is_none();
         let keep_sampled = dump.is_some();
+        if pos.epoch == 0 && start == 0 {
+            log::info!(
+                "prefetch: {workers} worker(s) prepare batches ahead (input rows gathered on the {})",
+                if gather { "host" } else { "device" }
+            );
+        }
 
         let result = std::thread::scope(|s| -> Result<()> {
-            // A rendezvous channel holds no batch: the thread keeps the one it finished
-            // until the loop takes it, so `depth` batches are ready ahead at most.
-            let (tx, rx) = sync_channel::<HostBatch>(depth - 1);
             let keys = &keys;
-            let producer = s.spawn(move || {
-                for b in start..end {
-                    let host = gdp_host_batch(
-                        data,
-                        &batches[b],
-                        fanouts,
-                        keys[b],
-                        self_loops,
-                        gather,
-                        keep_sampled,
-                    );
-                    if tx.send(host).is_err() {
-                        break; // the loop stopped early (an error): nothing more is needed
+            // One rendezvous channel per worker: it holds no batch, so a worker keeps the one
+            // it finished until the loop takes it, and starts the next only then.
+            let mut receivers = Vec::with_capacity(workers);
+            let mut producers = Vec::with_capacity(workers);
+            for w in 0..workers {
+                let (tx, rx) = sync_channel::<HostBatch>(0);
+                receivers.push(rx);
+                producers.push(s.spawn(move || {
+                    for b in (start + w..end).step_by(workers) {
+                        let host = gdp_host_batch(
+                            data,
+                            &batches[b],
+                            fanouts,
+                            keys[b],
+                            self_loops,
+                            gather,
+                            keep_sampled,
+                        );
+                        if tx.send(host).is_err() {
+                            break; // the loop stopped early (an error): nothing more is needed
+                        }
                     }
-                }
-            });
+                }));
+            }
             for b in start..end {
                 let t = Instant::now();
-                let Some(host) = receive(&rx) else {
-                    // The thread ended without sending: it panicked. Pass its panic on.
-                    if let Err(panic) = producer.join() {
+                let worker = (b - start) % workers;
+                let Some(host) = receive(&receivers[worker]) else {
+                    // The worker ended without sending: it panicked. Pass its panic on.
+                    if let Err(panic) = producers.swap_remove(worker).join() {
                         std::panic::resume_unwind(panic);
                     }
-                    return Err(anyhow!("the prefetch thread stopped before batch {b}"));
+                    return Err(anyhow!("prefetch worker {worker} stopped before batch {b}"));
                 };
                 times.prefetch_wait += t.elapsed().as_secs_f64();
                 store.local_rows += host.store.local_rows;
@@ -202,5 +241,21 @@ fn receive<T>(rx: &Receiver<T>) -> Option<T> {
                 Err(RecvTimeoutError::Timeout) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workers_are_as_configured_else_one_for_host_rows_else_a_quarter_of_the_threads() {
+        assert_eq!(worker_count(Some(3), true, 16), 3);
+        assert_eq!(worker_count(Some(3), false, 2), 3);
+        assert_eq!(worker_count(None, true, 16), 1);
+        assert_eq!(worker_count(None, false, 2), 1);
+        assert_eq!(worker_count(None, false, 16), 4);
+        assert_eq!(worker_count(None, false, 12), 3);
+        assert_eq!(worker_count(None, false, 128), MAX_AUTO_WORKERS);
     }
 }
