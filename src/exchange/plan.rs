@@ -8,6 +8,8 @@
 //! device pointers when the MPI library is CUDA-aware — and land on the receiver's backend,
 //! where they are put in order. The host methods are the CPU backend's case.
 
+use super::packed_rows;
+use crate::backend::cpu::gather::gather_rows;
 use crate::backend::{Backend, Cpu};
 use crate::comm::Group;
 use crate::graph::parts::owner_of;
@@ -200,6 +202,26 @@ impl RowExchange {
         local: ArrayView2<f32>,
     ) -> Array2<f32> {
         self.forward_on(group, &Cpu, kind, local)
+    }
+
+    /// [`RowExchange::forward`] of host rows sent without their zeros where that is shorter
+    /// (rows with fewer than half their columns set, when `look_for_zeros`; see
+    /// [`packed_rows`]): bitwise the rows of `forward`, in fewer bytes when the rows are
+    /// sparse, one header word a row more when they are not. Collective.
+    pub fn forward_packed(
+        &self,
+        group: &Group,
+        kind: &'static str,
+        local: ArrayView2<f32>,
+        look_for_zeros: bool,
+    ) -> Array2<f32> {
+        let send = gather_rows(local, &self.send_rows);
+        let (words, word_counts) =
+            packed_rows::encode(send.view(), &self.send_counts, look_for_zeros);
+        let (recv, _) = group.alltoallv(kind, &words, &word_counts);
+        let total: usize = self.recv_counts.iter().sum();
+        let rows = packed_rows::decode(&recv, total, local.ncols());
+        gather_rows(rows.view(), &self.recv_pos)
     }
 
     /// [`RowExchange::forward`] of rows on backend `be` (see the module doc). Collective.

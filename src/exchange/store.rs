@@ -51,6 +51,28 @@ pub struct FeatureStore {
     pub stats: StoreStats,
     /// Buffers of earlier gathers given back with [`FeatureStore::recycle`].
     spare: Mutex<Vec<Vec<f32>>>,
+    /// Whether rows this rank sends are scanned for zeros and sent without them when that is
+    /// shorter ([`RowExchange::forward_packed`]): when most values of its own rows are zero.
+    /// A rank's own choice: receivers read either form.
+    send_packed: bool,
+}
+
+/// Rows read to decide [`FeatureStore`]'s `send_packed`, spread over the shard.
+const DENSITY_PROBE_ROWS: usize = 1024;
+
+/// Whether most values of `own` are zero, judged on at most [`DENSITY_PROBE_ROWS`] rows.
+fn mostly_zeros(own: &Array2<f32>) -> bool {
+    let n = own.nrows();
+    if n == 0 || own.ncols() == 0 {
+        return false;
+    }
+    let step = n.div_ceil(DENSITY_PROBE_ROWS);
+    let (mut zeros, mut values) = (0usize, 0usize);
+    for row in own.outer_iter().step_by(step) {
+        zeros += row.iter().filter(|v| v.to_bits() == 0).count();
+        values += row.len();
+    }
+    2 * zeros > values
 }
 
 impl FeatureStore {
@@ -58,6 +80,7 @@ impl FeatureStore {
     pub fn new(offsets: Vec<u64>, rank: usize, own: Array2<f32>) -> FeatureStore {
         let d = own.ncols();
         FeatureStore {
+            send_packed: mostly_zeros(&own),
             first: offsets[rank],
             offsets,
             own,
@@ -118,7 +141,8 @@ impl FeatureStore {
             .take(capacity)
             .collect();
         let plan = RowExchange::new(group, &self.offsets, &chosen);
-        self.cache = plan.forward(group, "store_cache_fill", self.own.view());
+        self.cache =
+            plan.forward_packed(group, "store_cache_fill", self.own.view(), self.send_packed);
         self.cache_slot = chosen
             .iter()
             .enumerate()
@@ -132,7 +156,7 @@ impl FeatureStore {
     pub fn gather(&mut self, group: &Group, ids: &[NodeId]) -> Array2<f32> {
         let (rows, stats) = self.gather_with(ids, |missing| {
             let plan = RowExchange::new(group, &self.offsets, missing);
-            plan.forward(group, "store_rows", self.own.view())
+            plan.forward_packed(group, "store_rows", self.own.view(), self.send_packed)
         });
         self.add_stats(&stats);
         rows
