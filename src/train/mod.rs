@@ -814,7 +814,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 full,
                 self.cfg.uses_self_loops(),
             )?,
-            None => full.infer(group, &self.model, &self.data),
+            None => full.infer(group, &self.model, &self.data, self.resident.as_ref()),
         };
         let logits = self.model.params.backend().download_owned(logits);
         let first = self.data.part.first_node;

@@ -323,22 +323,46 @@ impl<B: Backend> FullGraph<B> {
         be.graph_of(&self.plan.block, &self.graph)
     }
 
-    /// This rank's own features on backend `be` (copied there once; free on the host... the
-    /// CPU backend copies them once too, as the evaluation always did).
-    pub fn own_features(&self, be: &B, data: &TrainData) -> &B::Mat {
-        self.features
-            .get_or_init(|| be.upload(data.store.own_rows().view()))
+    /// This rank's own features on backend `be`, without a second copy where one is already
+    /// there: the first rows of full-batch training's dense input (own rows, then the halo's),
+    /// else `resident` (a device's copy of the whole graph's features, one rank), else a copy
+    /// made once. On Facebook (424 MB of features) the second copy was a quarter of a
+    /// full-batch GCN's device memory.
+    pub fn own_features<'a>(
+        &'a self,
+        be: &B,
+        data: &TrainData,
+        resident: Option<&'a B::Mat>,
+    ) -> B::View<'a> {
+        let own = data.store.own_rows().nrows();
+        if let Some(FullInput::Dense(x)) = self.input.get() {
+            return be.rows(be.view(x), 0..own);
+        }
+        if let Some(r) = resident {
+            return be.view(r);
+        }
+        let copy = self
+            .features
+            .get_or_init(|| be.upload(data.store.own_rows().view()));
+        be.view(copy)
     }
 
-    /// Logits of the owned vertices by exact full-graph inference. Collective.
-    pub fn infer(&self, group: &Group, model: &Model<B>, data: &TrainData) -> B::Mat {
+    /// Logits of the owned vertices by exact full-graph inference (`resident`: see
+    /// [`FullGraph::own_features`]). Collective.
+    pub fn infer(
+        &self,
+        group: &Group,
+        model: &Model<B>,
+        data: &TrainData,
+        resident: Option<&B::Mat>,
+    ) -> B::Mat {
         let be = model.params.backend();
-        let features = self.own_features(be, data);
+        let features = self.own_features(be, data, resident);
         self.plan.infer(
             group,
             model,
             self.graph(be),
-            be.view(features),
+            features,
             data.gcn_degrees.as_deref(),
         )
     }
