@@ -95,14 +95,19 @@ impl HaloPlan {
             gcn_degrees,
             ..DropoutCtx::eval()
         };
-        let mut h = be.to_owned(own_features);
+        // The first layer reads the features where they are: no copy of them (424 MB on
+        // Facebook) beside the model's activations.
+        let mut h: Option<B::Mat> = None;
         for layer in &model.layers {
-            let out = {
-                let h_src = self.with_halo(group, be, be.view(&h), "eval_halo_rows");
+            let apply = |input: B::View<'_>| {
+                let h_src = self.with_halo(group, be, input, "eval_halo_rows");
                 layer.forward(&model.params, graph, h_src.view(be), &ctx).0
             };
-            h = out;
+            h = Some(match &h {
+                None => apply(own_features),
+                Some(m) => apply(be.view(m)),
+            });
         }
-        h
+        h.unwrap_or_else(|| be.to_owned(own_features))
     }
 }
