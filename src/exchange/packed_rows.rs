@@ -41,22 +41,28 @@ fn sparse_count(row: &[f32], look_for_zeros: bool) -> Option<usize> {
     (2 * n < row.len()).then_some(n)
 }
 
-/// `rows` as words, and the words of each consecutive group of `group_rows[g]` rows (the rows
-/// bound for each rank). `look_for_zeros` false sends every row dense without scanning it.
+/// Rows `rows` of `local` (in that order) as words, and the words of each consecutive group
+/// of `group_rows[g]` of them (the rows bound for each rank): read from `local` directly, with
+/// no gathered copy in between. `look_for_zeros` false sends every row dense without scanning.
 pub fn encode(
-    rows: ArrayView2<f32>,
+    local: ArrayView2<f32>,
+    rows: &[u32],
     group_rows: &[usize],
     look_for_zeros: bool,
 ) -> (Vec<u32>, Vec<usize>) {
-    let rows = rows.as_standard_layout();
-    let dim = rows.ncols();
-    let n = rows.nrows();
+    let local = local.as_standard_layout();
+    let dim = local.ncols();
+    let n = rows.len();
     assert_eq!(
         group_rows.iter().sum::<usize>(),
         n,
         "group sizes add up to the rows"
     );
-    let row = |i: usize| &rows.as_slice().expect("standard layout")[i * dim..(i + 1) * dim];
+    let all = local.as_slice().expect("standard layout");
+    let row = |i: usize| {
+        let r = rows[i] as usize;
+        &all[r * dim..(r + 1) * dim]
+    };
     let lens: Vec<usize> = (0..n)
         .into_par_iter()
         .with_min_len(ROWS_PER_TASK)
@@ -115,12 +121,14 @@ fn write_row(row: &[f32], out: &mut [u32]) {
     debug_assert_eq!(k, n, "the count and the row agree");
 }
 
-/// The rows of `words` (as [`encode`] wrote them), `rows` of width `dim`.
+/// The rows of `words` (as [`encode`] wrote them: `rows` rows of width `dim`), put in the
+/// caller's order: output row `i` is the words' row `order[i]` (rows may repeat). Decoding
+/// straight into that order saves a dense copy of everything received.
 ///
 /// # Panics
 /// When the words are not `rows` rows of width `dim` (a peer running another version, or a
 /// bug): a header or column out of range, or words left over or missing.
-pub fn decode(words: &[u32], rows: usize, dim: usize) -> Array2<f32> {
+pub fn decode(words: &[u32], rows: usize, dim: usize, order: &[u32]) -> Array2<f32> {
     // Row starts: one serial pass over the headers only.
     let mut starts = Vec::with_capacity(rows);
     let mut at = 0usize;
@@ -145,7 +153,7 @@ pub fn decode(words: &[u32], rows: usize, dim: usize) -> Array2<f32> {
         "packed rows: {} words for {rows} rows",
         words.len()
     );
-    let mut out = Array2::<f32>::zeros((rows, dim));
+    let mut out = Array2::<f32>::zeros((order.len(), dim));
     if dim == 0 {
         return out;
     }
@@ -153,8 +161,9 @@ pub fn decode(words: &[u32], rows: usize, dim: usize) -> Array2<f32> {
         .expect("fresh matrix")
         .par_chunks_mut(dim)
         .with_min_len(ROWS_PER_TASK)
-        .zip(starts.par_iter())
-        .for_each(|(dst, &s)| {
+        .zip(order.par_iter())
+        .for_each(|(dst, &r)| {
+            let s = starts[r as usize];
             let header = words[s];
             if header == DENSE {
                 for (d, w) in dst.iter_mut().zip(&words[s + 1..s + 1 + dim]) {
@@ -183,6 +192,11 @@ mod tests {
         m.iter().map(|v| v.to_bits()).collect()
     }
 
+    /// Rows `0..n` in order.
+    fn all(n: usize) -> Vec<u32> {
+        (0..n as u32).collect()
+    }
+
     #[test]
     fn sparse_and_dense_rows_come_back_bitwise() {
         // Row 0 sparse (1 of 6 set), row 1 dense, row 2 empty, row 3 with a -0.0 and a NaN,
@@ -196,18 +210,18 @@ mod tests {
             [1.0, 0.0, 1.0, 0.0, 1.0, 0.0],
         ];
         for look in [true, false] {
-            let (words, groups) = encode(rows.view(), &[2, 0, 3], look);
+            let (words, groups) = encode(rows.view(), &all(5), &[2, 0, 3], look);
             assert_eq!(groups.iter().sum::<usize>(), words.len());
-            let back = decode(&words, 5, 6);
+            let back = decode(&words, 5, 6, &all(5));
             assert_eq!(bits(&back), bits(&rows), "look_for_zeros {look}");
         }
-        let (words, groups) = encode(rows.view(), &[2, 0, 3], true);
+        let (words, groups) = encode(rows.view(), &all(5), &[2, 0, 3], true);
         // 1+2 (sparse) + 1+6 (dense) | nothing | 1 (empty) + 1+4 (two set) + 1+6 (dense).
         assert_eq!(groups, vec![10, 0, 13]);
         assert_eq!(words[0], 1);
         assert_eq!(&words[1..3], &[2, 2.5f32.to_bits()]);
         assert_eq!(words[3], DENSE);
-        let (dense, groups) = encode(rows.view(), &[5], false);
+        let (dense, groups) = encode(rows.view(), &all(5), &[5], false);
         assert_eq!(groups, vec![5 * 7]);
         assert_eq!(dense.len(), 35);
     }
@@ -218,17 +232,17 @@ mod tests {
         for (i, c) in [(0, 7), (0, 4000), (1, 13), (2, 4713)] {
             rows[[i, c]] = 1.0 + c as f32;
         }
-        let (words, groups) = encode(rows.view(), &[3], true);
+        let (words, groups) = encode(rows.view(), &all(3), &[3], true);
         assert_eq!(words.len(), (1 + 4) + (1 + 2) + (1 + 2));
         assert_eq!(groups, vec![words.len()]);
-        assert_eq!(bits(&decode(&words, 3, 4714)), bits(&rows));
+        assert_eq!(bits(&decode(&words, 3, 4714, &all(3))), bits(&rows));
     }
 
     #[test]
     #[should_panic(expected = "packed rows")]
     fn words_of_another_shape_are_refused() {
         let rows = array![[0.0f32, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]];
-        let (words, _) = encode(rows.view(), &[2], true);
-        decode(&words, 3, 4);
+        let (words, _) = encode(rows.view(), &all(2), &[2], true);
+        decode(&words, 3, 4, &all(3));
     }
 }

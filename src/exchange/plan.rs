@@ -9,7 +9,6 @@
 //! where they are put in order. The host methods are the CPU backend's case.
 
 use super::packed_rows;
-use crate::backend::cpu::gather::gather_rows;
 use crate::backend::{Backend, Cpu};
 use crate::comm::Group;
 use crate::graph::parts::owner_of;
@@ -215,13 +214,11 @@ impl RowExchange {
         local: ArrayView2<f32>,
         look_for_zeros: bool,
     ) -> Array2<f32> {
-        let send = gather_rows(local, &self.send_rows);
         let (words, word_counts) =
-            packed_rows::encode(send.view(), &self.send_counts, look_for_zeros);
+            packed_rows::encode(local, &self.send_rows, &self.send_counts, look_for_zeros);
         let (recv, _) = group.alltoallv(kind, &words, &word_counts);
         let total: usize = self.recv_counts.iter().sum();
-        let rows = packed_rows::decode(&recv, total, local.ncols());
-        gather_rows(rows.view(), &self.recv_pos)
+        packed_rows::decode(&recv, total, local.ncols(), &self.recv_pos)
     }
 
     /// [`RowExchange::forward`] of rows on backend `be` (see the module doc). Collective.
