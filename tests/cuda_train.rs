@@ -28,17 +28,9 @@ use gnnpar::train::{RunFiles, RunSummary, Trainer};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// A small SBM (800 vertices, 8,000 edges, 12 features, 3 classes) written by
-/// `gnnpar generate`.
+/// The small SBM of the device checks ([`common::Sbm::DEVICE_CHECKS`]).
 fn small_sbm(dir: &Path) -> PathBuf {
-    let sbm = common::Sbm {
-        nodes: 800,
-        edges: 8000,
-        features: 12,
-        classes: 3,
-        seed: 5,
-    };
-    common::generate_sbm(dir, "sbm.h5", sbm)
+    common::generate_sbm(dir, "sbm.h5", common::Sbm::DEVICE_CHECKS)
 }
 
 /// 5 steps of `cfg` on `backend`: the parameters on the host and the run's summary.

@@ -179,6 +179,18 @@ pub struct Sbm {
     pub seed: u64,
 }
 
+impl Sbm {
+    /// The graph of the device checks (800 vertices, 8,000 edges, 12 features, 3 classes):
+    /// small enough for the CPU emulator of the device, large enough for several batches.
+    pub const DEVICE_CHECKS: Sbm = Sbm {
+        nodes: 800,
+        edges: 8000,
+        features: 12,
+        classes: 3,
+        seed: 5,
+    };
+}
+
 /// `gnnpar generate sbm` of `sbm` into `<dir>/<name>`; returns the dataset path. Fails the
 /// test when generation fails.
 pub fn generate_sbm(dir: &Path, name: &str, sbm: Sbm) -> PathBuf {
