@@ -23,6 +23,7 @@ use gnnpar::backend::cuda::mat::{DevMat, DevVec, DevView};
 use gnnpar::backend::cuda::ops::activation::{self as dact, DevSaved};
 use gnnpar::backend::cuda::ops::dropout::{self as ddrop, DevDropout, DevRowSeeds, RowMask};
 use gnnpar::backend::cuda::ops::graph::{DevGraph, DevTranspose, DevWeights};
+use gnnpar::backend::cuda::ops::sparse::DevSparse;
 use gnnpar::backend::cuda::ops::{
     adam as dadam, aggregate as dagg, elementwise as delt, epilogue as depi, gat as dgat,
     gather as dgather, loss as dloss, norm as dnorm, reduce as dred,
@@ -284,6 +285,141 @@ fn products_match_the_cpu_within_tolerance() {
             bound.view(),
             33,
         );
+    }
+}
+
+// ---- sparse input rows -----------------------------------------------------------------------
+
+/// A `rows × cols` matrix with about `density` of its entries non-zero, every seventh row
+/// empty and row 1 holding more entries than a warp has lanes.
+fn sparse_matrix(rng: &mut Rng, rows: usize, cols: usize, density: f64) -> Array2<f32> {
+    let per_mille = (density * 1000.0) as u64;
+    Array2::from_shape_fn((rows, cols), |(i, j)| {
+        let dense_row = i == 1 && j % 3 == 0;
+        let keep = dense_row || (rng.next() % 1000 < per_mille && i % 7 != 3);
+        if keep {
+            rng.f32()
+        } else {
+            0.0
+        }
+    })
+}
+
+#[test]
+fn sparse_rows_and_their_products_are_bitwise_the_cpus() {
+    let mut rng = Rng(7);
+    for &(rows, cols, n) in &[(70, 300, 45), (9, 64, 130), (40, 129, 1)] {
+        let x = sparse_matrix(&mut rng, rows, cols, 0.03);
+        let csr = cpu::sparse::CsrMatrix::from_dense(x.view());
+        assert!(
+            cpu::sparse::prefers_sparse(x.view()),
+            "test input is sparse"
+        );
+        let w = rng.matrix(cols, n);
+        let d = rng.matrix(rows, n);
+        let c0 = rng.matrix(cols, n);
+        let part = rows / 2;
+        let keys: Vec<u64> = (0..part as u64).map(|k| 1000 + 3 * k).collect();
+        let mask = DropoutMask::new(0x5eed, 0.4);
+        let mut masked = csr.first_rows(part);
+        mask.apply_sparse_in_place(&mut masked, &keys);
+        let transpose = cpu::sparse::CsrTranspose::new(&csr);
+        let masked_transpose = cpu::sparse::CsrTranspose::new(&masked);
+        for (name, dev) in devices("sparse_rows") {
+            let what = |op: &str| format!("{name}: {op} ({rows}×{cols}, {n} columns)");
+            let built = DevSparse::from_dense(up(&dev, &x).view()).unwrap();
+            let from_host = DevSparse::from_host(&dev, x.view()).unwrap();
+            for (how, sx) in [("from_dense", built), ("from_host", from_host)] {
+                let sx = sx.unwrap_or_else(|| panic!("{}: rows not taken as sparse", what(how)));
+                assert_eq!(sx.dim(), (rows, cols), "{}", what(how));
+                assert_eq!(sx.nnz(), csr.nnz(), "{}", what(how));
+                assert_bitwise(&what(how), down(&sx.to_dense().unwrap()).view(), x.view());
+                // x·w over all rows and a prefix, written and accumulated.
+                for r in [rows, part] {
+                    let expect = cpu::sparse::spmm(&csr, r, w.view());
+                    let got = sx.times(r, up(&dev, &w).view()).unwrap();
+                    assert_bitwise(
+                        &what(&format!("spmm of {r} rows")),
+                        down(&got).view(),
+                        expect.view(),
+                    );
+                    let mut expect = c0.slice(ndarray::s![..r, ..n]).to_owned();
+                    let mut got = up(&dev, &expect);
+                    cpu::sparse::spmm_into(&csr, r, w.view(), expect.view_mut(), true);
+                    sx.times_into(r, up(&dev, &w).view(), got.view_mut(), true)
+                        .unwrap();
+                    assert_bitwise(
+                        &what("spmm_into, accumulating"),
+                        down(&got).view(),
+                        expect.view(),
+                    );
+                    // c += x[..r]ᵀ·d[..r].
+                    let dr = d.slice(ndarray::s![..r, ..]).to_owned();
+                    let mut expect = c0.clone();
+                    cpu::sparse::add_spmm_tn(&transpose, r, dr.view(), expect.view_mut());
+                    let mut got = up(&dev, &c0);
+                    sx.add_transposed_times(r, up(&dev, &dr).view(), got.view_mut())
+                        .unwrap();
+                    assert_bitwise(
+                        &what(&format!("spmm_tn of {r} rows")),
+                        down(&got).view(),
+                        expect.view(),
+                    );
+                }
+                // A prefix copy, masked: the dense mask's bits on the stored entries, the
+                // structure (and its transpose, built above) shared, the original untouched.
+                let mut first = sx.first_rows(part).unwrap();
+                assert!(first.shares_structure(&sx) && first.transpose_built());
+                let seeds = DevRowSeeds::from_mask(&dev, &mask, &keys).unwrap();
+                first.dropout_in_place(RowMask::Seeds(&seeds)).unwrap();
+                assert_bitwise(
+                    &what("masked prefix"),
+                    down(&first.to_dense().unwrap()).view(),
+                    masked.to_dense().view(),
+                );
+                assert_bitwise(
+                    &what("original after masking a copy"),
+                    down(&sx.to_dense().unwrap()).view(),
+                    x.view(),
+                );
+                let dr = d.slice(ndarray::s![..part, ..]).to_owned();
+                let mut expect = c0.clone();
+                cpu::sparse::add_spmm_tn(&masked_transpose, part, dr.view(), expect.view_mut());
+                let mut got = up(&dev, &c0);
+                first
+                    .add_transposed_times(part, up(&dev, &dr).view(), got.view_mut())
+                    .unwrap();
+                assert_bitwise(
+                    &what("spmm_tn of the masked prefix"),
+                    down(&got).view(),
+                    expect.view(),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn dense_or_narrow_rows_are_not_made_sparse() {
+    let mut rng = Rng(8);
+    let dense = rng.matrix(50, 100);
+    let narrow = sparse_matrix(&mut rng, 50, 63, 0.02);
+    let empty = Array2::<f32>::zeros((0, 100));
+    for (name, dev) in devices("sparse_refusals") {
+        for (what, x) in [("dense", &dense), ("narrow", &narrow), ("empty", &empty)] {
+            assert!(
+                DevSparse::from_dense(up(&dev, x).view()).unwrap().is_none(),
+                "{name}: {what} rows made sparse on the device"
+            );
+            assert!(
+                DevSparse::from_host(&dev, x.view()).unwrap().is_none(),
+                "{name}: {what} rows made sparse from the host"
+            );
+            assert!(
+                !cpu::sparse::prefers_sparse(x.view()),
+                "the CPU agrees: {what}"
+            );
+        }
     }
 }
 

@@ -18,10 +18,10 @@ impl<B: Backend> InputRows<B> {
     /// ([`Backend::sparse_from_dense`]: a function of the data, so every run and rank takes the
     /// same path), with `mask` applied (row `r` keyed by `keys[r]`; the same bits either way).
     pub fn new(be: &B, x: Array2<f32>, mask: Option<&DropoutMask>, keys: &[u64]) -> InputRows<B> {
-        let mut dense = be.upload_owned(x);
-        let (rows, cols) = be.mat_dim(&dense);
+        let (rows, cols) = x.dim();
+        // Decided on the host, so sparse rows never take their dense form on a device.
         let sparse = (rows > 0 && cols > 0)
-            .then(|| be.sparse_from_dense(be.view(&dense)))
+            .then(|| be.sparse_from_host(x.view()))
             .flatten();
         match sparse {
             Some(mut s) => {
@@ -31,6 +31,7 @@ impl<B: Backend> InputRows<B> {
                 InputRows::Sparse(s)
             }
             None => {
+                let mut dense = be.upload_owned(x);
                 if let Some(m) = mask {
                     be.dropout_in_place(m, be.view_mut(&mut dense), keys);
                 }

@@ -90,6 +90,21 @@ impl HaloPlan {
         own_features: B::View<'_>,
         gcn_degrees: Option<&[u32]>,
     ) -> B::Mat {
+        self.infer_from(group, model, graph, 0, own_features, gcn_degrees)
+    }
+
+    /// [`HaloPlan::infer`] from layer `first` on: `input` holds the owned rows of that layer's
+    /// input (the features when `first` is 0, else the output of the layer below, computed by
+    /// the caller). Collective.
+    pub fn infer_from<B: Backend>(
+        &self,
+        group: &Group,
+        model: &Model<B>,
+        graph: &B::Graph,
+        first: usize,
+        input: B::View<'_>,
+        gcn_degrees: Option<&[u32]>,
+    ) -> B::Mat {
         let be = model.params.backend();
         let ctx = DropoutCtx {
             gcn_degrees,
@@ -98,16 +113,16 @@ impl HaloPlan {
         // The first layer reads the features where they are: no copy of them (424 MB on
         // Facebook) beside the model's activations.
         let mut h: Option<B::Mat> = None;
-        for layer in &model.layers {
-            let apply = |input: B::View<'_>| {
-                let h_src = self.with_halo(group, be, input, "eval_halo_rows");
+        for layer in &model.layers[first..] {
+            let apply = |rows: B::View<'_>| {
+                let h_src = self.with_halo(group, be, rows, "eval_halo_rows");
                 layer.forward(&model.params, graph, h_src.view(be), &ctx).0
             };
             h = Some(match &h {
-                None => apply(own_features),
+                None => apply(input),
                 Some(m) => apply(be.view(m)),
             });
         }
-        h.unwrap_or_else(|| be.to_owned(own_features))
+        h.unwrap_or_else(|| be.to_owned(input))
     }
 }

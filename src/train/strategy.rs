@@ -357,6 +357,24 @@ impl<B: Backend> FullGraph<B> {
         resident: Option<&B::Mat>,
     ) -> B::Mat {
         let be = model.params.backend();
+        if let Some(FullInput::Sparse(x)) = self.input.get() {
+            // The training input (own rows, then the halo's) is the first layer's input here
+            // too: no dense copy of the features, no halo exchange for it.
+            let ctx = DropoutCtx {
+                gcn_degrees: data.gcn_degrees.as_deref(),
+                ..DropoutCtx::eval()
+            };
+            let g = self.graph(be);
+            let (h, _) = model.layers[0].forward_sparse(&model.params, g, x, &ctx);
+            return self.plan.infer_from(
+                group,
+                model,
+                g,
+                1,
+                be.view(&h),
+                data.gcn_degrees.as_deref(),
+            );
+        }
         let features = self.own_features(be, data, resident);
         self.plan.infer(
             group,
@@ -398,11 +416,21 @@ pub fn full_batch_step<B: Backend>(
         // the first layer's input goes to the backend once.
         let own = data.store.own_rows();
         let remote = plan.halo.forward(group, "halo_rows", own.view());
-        let x = be.upload_owned(with_halo(own, &remote).into_owned());
-        let sparse = model.layers[0].conv.supports_sparse();
-        match be.sparse_from_dense(be.view(&x)).filter(|_| sparse) {
+        let rows = with_halo(own, &remote);
+        // Sparse rows are made on the host: their dense form never reaches the device.
+        let sparse = model.layers[0]
+            .takes_sparse_input()
+            .then(|| be.sparse_from_host(rows.view()))
+            .flatten();
+        // Sparse only where every rank's rows are: evaluation's first layer then skips the
+        // halo exchange on all ranks or on none.
+        let everywhere = group
+            .allgather_u64(sparse.is_some() as u64)
+            .iter()
+            .all(|&s| s == 1);
+        match sparse.filter(|_| everywhere) {
             Some(sparse) => FullInput::Sparse(sparse),
-            None => FullInput::Dense(x),
+            None => FullInput::Dense(be.upload_owned(rows.into_owned())),
         }
     });
     let (mut h, first) = match input {

@@ -43,33 +43,48 @@ pub struct BlockTranspose {
 impl BlockTranspose {
     /// Build by a counting sort of the edges by source (O(edges + sources)).
     pub fn new(block: &Block) -> BlockTranspose {
+        BlockTranspose::of_csr(block.num_src(), &block.indptr, &block.indices)
+    }
+
+    /// The transpose of any CSR (`indptr` over its rows, `indices` its columns, `num_src`
+    /// columns): entries grouped by column, those of a column in increasing entry order —
+    /// hence increasing row, so the entries of the first `r` rows are a prefix of each group.
+    ///
+    /// # Panics
+    /// If there are `2^32` entries or rows or more.
+    pub fn of_csr(num_src: usize, indptr: &[usize], indices: &[u32]) -> BlockTranspose {
+        let num_dst = indptr.len().saturating_sub(1);
         assert!(
-            block.num_edges() <= u32::MAX as usize,
+            indices.len() <= u32::MAX as usize && num_dst <= u32::MAX as usize,
             "block has more than 2^32 edges"
         );
-        let ns = block.num_src();
-        let mut indptr = vec![0usize; ns + 1];
-        for &u in &block.indices {
-            indptr[u as usize + 1] += 1;
+        let ns = num_src;
+        let mut indptr_t = vec![0usize; ns + 1];
+        for &u in indices {
+            indptr_t[u as usize + 1] += 1;
         }
         for u in 0..ns {
-            indptr[u + 1] += indptr[u];
+            indptr_t[u + 1] += indptr_t[u];
         }
         // One pass over the CSR places every edge and its destination (edges of a source in
         // increasing edge order).
-        let mut fill = indptr[..ns].to_vec();
-        let mut dst = vec![0u32; block.num_edges()];
-        let mut edge = vec![0u32; block.num_edges()];
-        for i in 0..block.num_dst {
-            for e in block.indptr[i]..block.indptr[i + 1] {
-                let u = block.indices[e] as usize;
-                let at = fill[u];
-                fill[u] += 1;
+        let mut fill = indptr_t[..ns].to_vec();
+        let mut dst = vec![0u32; indices.len()];
+        let mut edge = vec![0u32; indices.len()];
+        for i in 0..num_dst {
+            let span = indptr[i]..indptr[i + 1];
+            for (e, &u) in span.clone().zip(&indices[span]) {
+                let at = fill[u as usize];
+                fill[u as usize] += 1;
                 dst[at] = i as u32;
                 edge[at] = e as u32;
             }
         }
-        BlockTranspose { indptr, dst, edge }
+        BlockTranspose {
+            indptr: indptr_t,
+            dst,
+            edge,
+        }
     }
 
     /// Out-degree of source `u` inside the block.

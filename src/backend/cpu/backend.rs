@@ -512,6 +512,10 @@ impl Backend for Cpu {
         sparse::prefers_sparse(x).then(|| SparseRows::new(CsrMatrix::from_dense(x)))
     }
 
+    fn sparse_from_host(&self, x: ArrayView2<f32>) -> Option<SparseRows> {
+        self.sparse_from_dense(x)
+    }
+
     fn sparse_dim(&self, x: &SparseRows) -> (usize, usize) {
         (x.csr.nrows(), x.csr.ncols)
     }

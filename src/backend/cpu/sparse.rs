@@ -230,6 +230,19 @@ simd_kernel! {
     }
 }
 
+/// Fewest columns for which sparse rows are worth it.
+pub const MIN_SPARSE_COLS: usize = 64;
+/// Most non-zeros (a fraction) for which sparse rows are worth it.
+const MAX_SPARSE_DENSITY: f64 = 0.1;
+/// Rows sampled by the density estimate.
+const DENSITY_SAMPLES: usize = 64;
+
+/// The rows the density estimate reads: up to 64 evenly spaced ones.
+fn sampled_rows(rows: usize) -> impl Iterator<Item = usize> {
+    let picks = rows.min(DENSITY_SAMPLES);
+    (0..picks).map(move |t| t * rows / picks)
+}
+
 /// Fraction of non-zeros in up to 64 evenly spaced rows of `x`: a cheap test of whether
 /// [`CsrMatrix::from_dense`] is worth it.
 pub fn sampled_density(x: ArrayView2<f32>) -> f64 {
@@ -237,21 +250,28 @@ pub fn sampled_density(x: ArrayView2<f32>) -> f64 {
     if rows == 0 || cols == 0 {
         return 1.0;
     }
-    let picks = rows.min(64);
-    let nz: usize = (0..picks)
-        .map(|t| {
-            let r = t * rows / picks;
-            x.row(r).iter().filter(|&&v| v != 0.0).count()
-        })
+    let nz: usize = sampled_rows(rows)
+        .map(|r| x.row(r).iter().filter(|&&v| v != 0.0).count())
         .sum();
-    nz as f64 / (picks * cols) as f64
+    nz as f64 / (rows.min(DENSITY_SAMPLES) * cols) as f64
 }
 
 /// Whether a first layer should take `x` as sparse rows: wide enough that the dense product
 /// matters, and at most 10 % non-zeros (estimated on a sample of rows). A function of the
 /// data only, so every run on the same data takes the same path.
 pub fn prefers_sparse(x: ArrayView2<f32>) -> bool {
-    x.ncols() >= 64 && sampled_density(x) <= 0.1
+    x.ncols() >= MIN_SPARSE_COLS && sampled_density(x) <= MAX_SPARSE_DENSITY
+}
+
+/// [`prefers_sparse`] from each row's non-zero count (`counts`, one per row, of `cols`
+/// columns): the same rows sampled, the same answer (a device counts, the host decides).
+pub fn prefers_sparse_counts(counts: &[u32], cols: usize) -> bool {
+    let rows = counts.len();
+    if rows == 0 || cols < MIN_SPARSE_COLS {
+        return false;
+    }
+    let nz: usize = sampled_rows(rows).map(|r| counts[r] as usize).sum();
+    nz as f64 / (rows.min(DENSITY_SAMPLES) * cols) as f64 <= MAX_SPARSE_DENSITY
 }
 
 /// `out[i] (+)= Σ_j x[i, j]·w[j]` for the first `rows` rows of `x` (`out` has `rows` rows);
@@ -415,6 +435,44 @@ mod tests {
                 0.0
             }
         })
+    }
+
+    /// A device decides from per-row counts: the same answer as the host's test, either way.
+    #[test]
+    fn deciding_from_row_counts_agrees_with_the_rows() {
+        let half = |mut x: Array2<f32>| {
+            let half = x.ncols() / 2;
+            x.slice_mut(ndarray::s![.., ..half]).fill(0.0);
+            x
+        };
+        let mut dense_rows = half(sparse_dense(200, 100, 5));
+        dense_rows.row_mut(0).fill(1.0);
+        let cases = [
+            half(sparse_dense(200, 100, 1)),   // 5 %: sparse
+            half(sparse_dense(1000, 80, 2)),   // more rows than the sample
+            sparse_dense(200, 100, 4),         // about 10 %: either side of the limit
+            sparse_dense(30, 63, 3),           // too narrow
+            Array2::from_elem((40, 100), 1.0), // dense
+            Array2::zeros((0, 100)),           // empty
+            dense_rows,                        // a sampled row is dense
+        ];
+        let mut seen = [false; 2];
+        for x in &cases {
+            let counts: Vec<u32> = x
+                .rows()
+                .into_iter()
+                .map(|r| r.iter().filter(|&&v| v != 0.0).count() as u32)
+                .collect();
+            let host = prefers_sparse(x.view());
+            assert_eq!(
+                prefers_sparse_counts(&counts, x.ncols()),
+                host,
+                "{:?}",
+                x.dim()
+            );
+            seen[host as usize] = true;
+        }
+        assert_eq!(seen, [true, true], "both answers covered");
     }
 
     fn close(a: &Array2<f32>, b: &Array2<f32>) {

@@ -19,6 +19,7 @@ use super::mat::{DevMat, DevVec, DevView, DevViewMut};
 use super::ops::activation::DevSaved;
 use super::ops::dropout::{DevKept, DevRowSeeds, RowMask};
 use super::ops::graph::{DevGraph, DevTranspose, DevWeights};
+use super::ops::sparse::DevSparse;
 use super::ops::{
     activation, adam, aggregate, dropout, elementwise, epilogue, gat, gather, loss, norm, reduce,
 };
@@ -28,11 +29,6 @@ use crate::backend::{
     EdgeWeights, RowDropout,
 };
 use crate::sample::Block;
-
-/// Sparse input rows: the CUDA backend multiplies dense rows (a GPU product over the zeros of
-/// bag-of-words features costs less than a sparse one), so it never makes any.
-#[derive(Debug)]
-pub enum NoSparse {}
 
 /// The CUDA backend on one device.
 #[derive(Clone, Debug)]
@@ -115,7 +111,7 @@ impl Backend for Cuda {
     type Transpose = DevTranspose;
     type Saved = DevSaved;
     type Kept = DevKept;
-    type Sparse = NoSparse;
+    type Sparse = DevSparse;
 
     const IS_HOST: bool = false;
 
@@ -628,42 +624,50 @@ impl Backend for Cuda {
         self.ok("Adam", adam::adam_step(values, grads, m, v, step))
     }
 
-    fn sparse_from_dense(&self, _x: DevView<'_>) -> Option<NoSparse> {
-        None
+    fn sparse_from_dense(&self, x: DevView<'_>) -> Option<DevSparse> {
+        self.ok("sparse rows", DevSparse::from_dense(x))
     }
 
-    fn sparse_dim(&self, x: &NoSparse) -> (usize, usize) {
-        match *x {}
+    fn sparse_from_host(&self, x: ArrayView2<f32>) -> Option<DevSparse> {
+        self.ok("sparse rows", DevSparse::from_host(&self.device, x))
     }
 
-    fn sparse_to_dense(&self, x: &NoSparse) -> DevMat {
-        match *x {}
+    fn sparse_dim(&self, x: &DevSparse) -> (usize, usize) {
+        x.dim()
     }
 
-    fn sparse_first_rows(&self, x: &NoSparse, _rows: usize) -> NoSparse {
-        match *x {}
+    fn sparse_to_dense(&self, x: &DevSparse) -> DevMat {
+        self.ok("sparse to dense", x.to_dense())
     }
 
-    fn sparse_dropout_in_place(&self, _mask: &DropoutMask, x: &mut NoSparse, _keys: &[u64]) {
-        match *x {}
+    fn sparse_first_rows(&self, x: &DevSparse, rows: usize) -> DevSparse {
+        self.ok("sparse rows", x.first_rows(rows))
     }
 
-    fn spmm(&self, x: &NoSparse, _rows: usize, _w: DevView<'_>) -> DevMat {
-        match *x {}
+    fn sparse_dropout_in_place(&self, mask: &DropoutMask, x: &mut DevSparse, keys: &[u64]) {
+        let seeds = self.seeds(mask, keys);
+        self.ok("sparse dropout", x.dropout_in_place(RowMask::Seeds(&seeds)))
+    }
+
+    fn spmm(&self, x: &DevSparse, rows: usize, w: DevView<'_>) -> DevMat {
+        self.ok("sparse product", x.times(rows, w))
     }
 
     fn spmm_into(
         &self,
-        x: &NoSparse,
-        _rows: usize,
-        _w: DevView<'_>,
-        _out: DevViewMut<'_>,
-        _accumulate: bool,
+        x: &DevSparse,
+        rows: usize,
+        w: DevView<'_>,
+        out: DevViewMut<'_>,
+        accumulate: bool,
     ) {
-        match *x {}
+        self.ok("sparse product", x.times_into(rows, w, out, accumulate))
     }
 
-    fn add_spmm_tn(&self, x: &NoSparse, _rows: usize, _d: DevView<'_>, _c: DevViewMut<'_>) {
-        match *x {}
+    fn add_spmm_tn(&self, x: &DevSparse, rows: usize, d: DevView<'_>, c: DevViewMut<'_>) {
+        self.ok(
+            "transposed sparse product",
+            x.add_transposed_times(rows, d, c),
+        )
     }
 }

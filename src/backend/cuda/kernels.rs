@@ -4,14 +4,15 @@
 //! wrappers in [`super::ops`] use.
 //!
 //! Every kernel is `extern "C" __global__ void gnn_…(…)` with plain pointer, integer and float
-//! parameters; each `.cu` file includes `common.cuh` (listed first, so a compiler that takes
-//! headers by name finds it). Kernel names are unique across files.
+//! parameters; each `.cu` file includes `common.cuh` (headers are listed first, so a compiler that
+//! takes headers by name finds them). Kernel names are unique across files.
 
 use super::gpu::Launch;
 
 /// `(file name, text)` of every source in `cuda/`: the header first, then the kernels.
 pub const SOURCES: &[(&str, &str)] = &[
     ("common.cuh", include_str!("../../../cuda/common.cuh")),
+    ("edge_sum.cuh", include_str!("../../../cuda/edge_sum.cuh")),
     ("activation.cu", include_str!("../../../cuda/activation.cu")),
     ("adam.cu", include_str!("../../../cuda/adam.cu")),
     ("aggregate.cu", include_str!("../../../cuda/aggregate.cu")),
@@ -26,6 +27,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("layernorm.cu", include_str!("../../../cuda/layernorm.cu")),
     ("loss.cu", include_str!("../../../cuda/loss.cu")),
     ("reduce.cu", include_str!("../../../cuda/reduce.cu")),
+    ("sparse.cu", include_str!("../../../cuda/sparse.cu")),
 ];
 
 /// The headers among [`SOURCES`] (included by name, not compiled on their own).
@@ -94,7 +96,9 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), count, "kernel names repeat: {names:?}");
         assert!(names.iter().all(|n| n.starts_with("gnn_")), "{names:?}");
-        assert_eq!(headers().count(), 1);
+        let headers_on_disk = on_disk.iter().filter(|n| n.ends_with(".cuh")).count();
+        assert_eq!(headers().count(), headers_on_disk);
+        assert_eq!(SOURCES[0].0, "common.cuh", "the shared header comes first");
     }
 
     #[test]

@@ -16,6 +16,7 @@
 //! * [`aggregate`]: CSR aggregation and its transpose;
 //! * [`gat`]: attention logits, edge softmax, attention aggregation and their backward;
 //! * [`norm`]: layer normalisation and its backward;
+//! * [`sparse`]: mostly-zero input rows as CSR, their products and transposed products;
 //! * [`loss`]: cross-entropy and binary cross-entropy with logits;
 //! * [`adam`]: the Adam / AdamW update over the flat parameter buffer.
 //!
@@ -34,6 +35,7 @@ pub mod graph;
 pub mod loss;
 pub mod norm;
 pub mod reduce;
+pub mod sparse;
 
 #[cfg(test)]
 pub(crate) mod testing;
