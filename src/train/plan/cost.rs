@@ -234,12 +234,10 @@ fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCos
     let row = shape.in_w[0] * 4.0;
     // A fetched row: its 8-byte id out, the row back as the store sends it.
     let fetched = c.input_remote * (shape.wire_row_bytes + 8.0);
-    // Rows the feature cache serves are read locally like own rows; every fetched row is
-    // written out whole at the receiver (a packed row is decoded into its dense form).
-    let mut s = cal.op("gather").seconds(
-        (c.input_local + c.input_cached + c.input_served + c.input_remote) * row,
-        2.0,
-    );
+    // Rows the feature cache serves are read locally like own rows.
+    let mut s = cal
+        .op("gather")
+        .seconds((c.input_local + c.input_cached + c.input_served) * row, 2.0);
     if c.input_remote + c.input_served > 0.0 {
         s += cal.op(a2a).seconds(fetched, 2.0);
     }
