@@ -44,23 +44,6 @@ pub struct ModelShape {
     /// Stored non-zeros per input row when the input layer multiplies the features as sparse
     /// rows (mostly-zero features on a backend with a sparse path), else `None`.
     pub input_nnz: Option<f64>,
-    /// Bytes of one input feature row on the wire: dense (`4·width` and a header word), or,
-    /// when the features are mostly zeros, as the store sends them (`exchange::packed_rows`: a
-    /// count word, then a column and a value per non-zero).
-    pub wire_row_bytes: f64,
-}
-
-impl ModelShape {
-    /// [`ModelShape::wire_row_bytes`] for rows of `width` columns with `density` of their
-    /// values non-zero (the store packs rows when most values are zero).
-    pub fn wire_row_bytes(width: f64, density: f64) -> f64 {
-        let dense = 4.0 * (1.0 + width);
-        if density < 0.5 {
-            (4.0 * (1.0 + 2.0 * density * width)).min(dense)
-        } else {
-            dense
-        }
-    }
 }
 
 /// The order an input layer computes in.
@@ -232,8 +215,7 @@ fn sparse_input_layer(
 /// The input feature rows' load phase and bytes: local gather, fetch, device copy.
 fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
     let row = shape.in_w[0] * 4.0;
-    // A fetched row: its 8-byte id out, the row back as the store sends it.
-    let fetched = c.input_remote * (shape.wire_row_bytes + 8.0);
+    let fetched = c.input_remote * (row + 8.0);
     // Rows the feature cache serves are read locally like own rows.
     let mut s = cal
         .op("gather")
@@ -510,7 +492,6 @@ mod tests {
             params: 1000.0,
             device: false,
             input_nnz: None,
-            wire_row_bytes: 400.0,
         }
     }
 
@@ -627,28 +608,6 @@ mod tests {
         assert!((s.phases.train - train).abs() < 1e-12, "{:?}", s.phases);
         // GDP aggregates first there, which is cheaper on these counts.
         assert!(gdp(&shape(), &cal, &c, "alltoallv_world").phases.train < s.phases.train);
-    }
-
-    #[test]
-    fn rows_of_mostly_zero_features_are_priced_as_the_store_sends_them() {
-        // Facebook: 4,714 columns, 0.3 % non-zero: a count word and 14 (column, value) pairs.
-        let facebook = ModelShape::wire_row_bytes(4714.0, 0.003);
-        assert!((facebook - 4.0 * (1.0 + 2.0 * 0.003 * 4714.0)).abs() < 1e-9);
-        // Dense features keep their width and a header word; half-full rows never grow.
-        assert_eq!(ModelShape::wire_row_bytes(100.0, 0.9), 404.0);
-        assert!(ModelShape::wire_row_bytes(100.0, 0.499) <= 404.0);
-        let cal = machine();
-        let c = counts(500.0);
-        let packed = ModelShape {
-            wire_row_bytes: 40.0,
-            ..shape()
-        };
-        let (dense, sparse) = (
-            load(&shape(), &cal, &c, "alltoallv_world"),
-            load(&packed, &cal, &c, "alltoallv_world"),
-        );
-        assert_eq!(dense.bytes - sparse.bytes, 500.0 * 360.0);
-        assert!(sparse.phases.load < dense.phases.load);
     }
 
     #[test]
