@@ -17,6 +17,8 @@
 use ndarray::{Array2, ArrayView2};
 use rayon::prelude::*;
 
+use crate::backend::cpu::simd::simd_kernel;
+
 /// Header of a row sent with all its values.
 const DENSE: u32 = u32::MAX;
 
@@ -37,8 +39,44 @@ fn sparse_count(row: &[f32], look_for_zeros: bool) -> Option<usize> {
     if !look_for_zeros {
         return None;
     }
-    let n = row.iter().filter(|v| v.to_bits() != 0).count();
+    let mut n = 0;
+    count_nonzeros(row, &mut n);
     (2 * n < row.len()).then_some(n)
+}
+
+/// Values a scan tests at once (one 512-bit compare).
+const SCAN: usize = 16;
+
+simd_kernel! {
+    /// `n` ← how many values of `row` are not `+0.0` (bitwise), counted in vector registers.
+    fn count_nonzeros(row: &[f32], n: &mut usize) {
+        *n = row.iter().filter(|v| v.to_bits() != 0).count();
+    }
+}
+
+simd_kernel! {
+    /// The columns and bits of `row`'s non-zero values, in order, into `cols` and `vals`
+    /// (exactly as long as there are non-zeros). Groups of 16 values are tested at once and
+    /// only the rare group holding a non-zero is looked into (a Facebook row is 14 non-zeros
+    /// in 4,714 columns). Encoding 10,000 such rows on one thread of the 2-core VM took
+    /// 53–74 ms testing one value at a time and 44–58 ms this way; reading the rows is most
+    /// of what is left.
+    fn write_nonzeros(row: &[f32], cols: &mut [u32], vals: &mut [u32]) {
+        let mut k = 0;
+        for (g, group) in row.chunks(SCAN).enumerate() {
+            if group.iter().fold(0u32, |any, v| any | v.to_bits()) == 0 {
+                continue;
+            }
+            for (j, v) in group.iter().enumerate() {
+                if v.to_bits() != 0 {
+                    cols[k] = (g * SCAN + j) as u32;
+                    vals[k] = v.to_bits();
+                    k += 1;
+                }
+            }
+        }
+        debug_assert_eq!(k, cols.len(), "the count and the row agree");
+    }
 }
 
 /// Rows `rows` of `local` (in that order) as words, and the words of each consecutive group
@@ -110,15 +148,7 @@ fn write_row(row: &[f32], out: &mut [u32]) {
     let n = (out.len() - 1) / 2;
     out[0] = n as u32;
     let (cols, vals) = out[1..].split_at_mut(n);
-    let mut k = 0;
-    for (c, v) in row.iter().enumerate() {
-        if v.to_bits() != 0 {
-            cols[k] = c as u32;
-            vals[k] = v.to_bits();
-            k += 1;
-        }
-    }
-    debug_assert_eq!(k, n, "the count and the row agree");
+    write_nonzeros(row, cols, vals);
 }
 
 /// The rows of `words` (as [`encode`] wrote them: `rows` rows of width `dim`), put in the
@@ -228,12 +258,15 @@ mod tests {
 
     #[test]
     fn a_wide_sparse_row_shrinks_by_its_zeros() {
+        // Non-zeros at both edges of a 16-value group, in the short last group, and a -0.0
+        // (a non-zero bit pattern) alone in its group.
         let mut rows = Array2::<f32>::zeros((3, 4714));
-        for (i, c) in [(0, 7), (0, 4000), (1, 13), (2, 4713)] {
+        for (i, c) in [(0, 7), (0, 4000), (1, 13), (1, 15), (1, 16), (2, 4713)] {
             rows[[i, c]] = 1.0 + c as f32;
         }
+        rows[[2, 31]] = -0.0;
         let (words, groups) = encode(rows.view(), &all(3), &[3], true);
-        assert_eq!(words.len(), (1 + 4) + (1 + 2) + (1 + 2));
+        assert_eq!(words.len(), (1 + 4) + (1 + 6) + (1 + 4));
         assert_eq!(groups, vec![words.len()]);
         assert_eq!(bits(&decode(&words, 3, 4714, &all(3))), bits(&rows));
     }
