@@ -159,6 +159,19 @@ fn write_row(row: &[f32], out: &mut [u32]) {
 /// When the words are not `rows` rows of width `dim` (a peer running another version, or a
 /// bug): a header or column out of range, or words left over or missing.
 pub fn decode(words: &[u32], rows: usize, dim: usize, order: &[u32]) -> Array2<f32> {
+    decode_into(words, rows, dim, order, None)
+}
+
+/// [`decode`] into the memory of `buffer` when given (its values are overwritten): a
+/// recycled buffer's pages are mapped already, while a fresh matrix of hundreds of MB (the
+/// rows a Facebook step fetches) is faulted in page by page as it is first written.
+pub fn decode_into(
+    words: &[u32],
+    rows: usize,
+    dim: usize,
+    order: &[u32],
+    buffer: Option<Vec<f32>>,
+) -> Array2<f32> {
     // Row starts: one serial pass over the headers only.
     let mut starts = Vec::with_capacity(rows);
     let mut at = 0usize;
@@ -183,7 +196,15 @@ pub fn decode(words: &[u32], rows: usize, dim: usize, order: &[u32]) -> Array2<f
         "packed rows: {} words for {rows} rows",
         words.len()
     );
-    let mut out = Array2::<f32>::zeros((order.len(), dim));
+    let shape = (order.len(), dim);
+    let mut out = match buffer {
+        Some(mut b) => {
+            b.clear();
+            b.resize(shape.0 * shape.1, 0.0);
+            Array2::from_shape_vec(shape, b).expect("one row per position")
+        }
+        None => Array2::<f32>::zeros(shape),
+    };
     if dim == 0 {
         return out;
     }
@@ -269,6 +290,23 @@ mod tests {
         assert_eq!(words.len(), (1 + 4) + (1 + 6) + (1 + 4));
         assert_eq!(groups, vec![words.len()]);
         assert_eq!(bits(&decode(&words, 3, 4714, &all(3))), bits(&rows));
+    }
+
+    #[test]
+    fn decoding_into_a_used_buffer_overwrites_all_of_it() {
+        let rows = array![
+            [0.0f32, 0.0, 3.0, 0.0],
+            [1.0, 2.0, 3.0, 4.0],
+            [0.0, 0.0, 0.0, 0.0]
+        ];
+        let (words, _) = encode(rows.view(), &all(3), &[3], true);
+        let order = [2u32, 0, 1, 0];
+        let fresh = decode(&words, 3, 4, &order);
+        // Larger than needed and full of values that must not survive.
+        let used = vec![f32::NAN; 40];
+        let reused = decode_into(&words, 3, 4, &order, Some(used));
+        assert_eq!(bits(&reused), bits(&fresh));
+        assert_eq!(reused.dim(), (4, 4));
     }
 
     #[test]

@@ -214,11 +214,24 @@ impl RowExchange {
         local: ArrayView2<f32>,
         look_for_zeros: bool,
     ) -> Array2<f32> {
+        self.forward_packed_into(group, kind, local, look_for_zeros, None)
+    }
+
+    /// [`RowExchange::forward_packed`], the rows received decoded into `buffer`'s memory when
+    /// given ([`packed_rows::decode_into`]). Collective.
+    pub fn forward_packed_into(
+        &self,
+        group: &Group,
+        kind: &'static str,
+        local: ArrayView2<f32>,
+        look_for_zeros: bool,
+        buffer: Option<Vec<f32>>,
+    ) -> Array2<f32> {
         let (words, word_counts) =
             packed_rows::encode(local, &self.send_rows, &self.send_counts, look_for_zeros);
         let (recv, _) = group.alltoallv(kind, &words, &word_counts);
         let total: usize = self.recv_counts.iter().sum();
-        packed_rows::decode(&recv, total, local.ncols(), &self.recv_pos)
+        packed_rows::decode_into(&recv, total, local.ncols(), &self.recv_pos, buffer)
     }
 
     /// [`RowExchange::forward`] of rows on backend `be` (see the module doc). Collective.
