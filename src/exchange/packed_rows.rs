@@ -14,6 +14,8 @@
 //! the exact values back (the zeros are `+0.0`; a `-0.0` is kept as a non-zero): the rows
 //! received are bitwise the rows sent.
 
+use std::mem::MaybeUninit;
+
 use ndarray::{Array2, ArrayView2};
 use rayon::prelude::*;
 
@@ -158,80 +160,121 @@ fn write_row(row: &[f32], out: &mut [u32]) {
 /// # Panics
 /// When the words are not `rows` rows of width `dim` (a peer running another version, or a
 /// bug): a header or column out of range, or words left over or missing.
-pub fn decode(words: &[u32], rows: usize, dim: usize, order: &[u32]) -> Array2<f32> {
-    decode_into(words, rows, dim, order, None)
+pub fn decode(words: Vec<u32>, rows: usize, dim: usize, order: &[u32]) -> Array2<f32> {
+    let packed = PackedRows::new(words, rows, dim, order.to_vec());
+    let len = order.len() * dim;
+    let mut out = Vec::with_capacity(len);
+    if dim > 0 {
+        out.spare_capacity_mut()[..len]
+            .par_chunks_mut(dim)
+            .with_min_len(ROWS_PER_TASK)
+            .enumerate()
+            .for_each(|(i, dst)| packed.write_row(i, dst));
+    }
+    // SAFETY: every row (all `dim` values of each) was written above.
+    unsafe { out.set_len(len) };
+    Array2::from_shape_vec((order.len(), dim), out).expect("one row per position")
 }
 
-/// [`decode`] into the memory of `buffer` when given (its values are overwritten): a
-/// recycled buffer's pages are mapped already, while a fresh matrix of hundreds of MB (the
-/// rows a Facebook step fetches) is faulted in page by page as it is first written.
-pub fn decode_into(
-    words: &[u32],
-    rows: usize,
+/// Received rows still in their words, each written out where its reader wants it
+/// ([`PackedRows::write_row`]): a gather decodes fetched rows straight into its batch, with no
+/// decoded matrix in between (on Facebook that matrix was hundreds of MB a step, written once
+/// and copied once more).
+#[derive(Debug, Default)]
+pub struct PackedRows {
+    words: Vec<u32>,
+    /// Where each of the words' rows starts.
+    starts: Vec<usize>,
     dim: usize,
-    order: &[u32],
-    buffer: Option<Vec<f32>>,
-) -> Array2<f32> {
-    // Row starts: one serial pass over the headers only.
-    let mut starts = Vec::with_capacity(rows);
-    let mut at = 0usize;
-    for r in 0..rows {
-        let header = *words
-            .get(at)
-            .unwrap_or_else(|| panic!("packed rows: {rows} rows expected, words end at row {r}"));
-        starts.push(at);
-        at += 1 + if header == DENSE {
-            dim
-        } else {
-            assert!(
-                (header as usize) * 2 < dim,
-                "packed rows: row {r} claims {header} non-zeros of {dim} columns"
-            );
-            2 * header as usize
-        };
-    }
-    assert_eq!(
-        at,
-        words.len(),
-        "packed rows: {} words for {rows} rows",
-        words.len()
-    );
-    let shape = (order.len(), dim);
-    let mut out = match buffer {
-        Some(mut b) => {
-            b.clear();
-            b.resize(shape.0 * shape.1, 0.0);
-            Array2::from_shape_vec(shape, b).expect("one row per position")
-        }
-        None => Array2::<f32>::zeros(shape),
-    };
-    if dim == 0 {
-        return out;
-    }
-    out.as_slice_mut()
-        .expect("fresh matrix")
-        .par_chunks_mut(dim)
-        .with_min_len(ROWS_PER_TASK)
-        .zip(order.par_iter())
-        .for_each(|(dst, &r)| {
-            let s = starts[r as usize];
-            let header = words[s];
-            if header == DENSE {
-                for (d, w) in dst.iter_mut().zip(&words[s + 1..s + 1 + dim]) {
-                    *d = f32::from_bits(*w);
-                }
+    /// Row `i` of these rows is the words' row `order[i]`.
+    order: Vec<u32>,
+}
+
+impl PackedRows {
+    /// `rows` rows of width `dim` in `words`, read in `order`; the headers are checked here.
+    ///
+    /// # Panics
+    /// As [`decode`].
+    pub fn new(words: Vec<u32>, rows: usize, dim: usize, order: Vec<u32>) -> PackedRows {
+        // Row starts: one serial pass over the headers only.
+        let mut starts = Vec::with_capacity(rows);
+        let mut at = 0usize;
+        for r in 0..rows {
+            let header = *words.get(at).unwrap_or_else(|| {
+                panic!("packed rows: {rows} rows expected, words end at row {r}")
+            });
+            starts.push(at);
+            at += 1 + if header == DENSE {
+                dim
             } else {
-                let n = header as usize;
-                let cols = &words[s + 1..s + 1 + n];
-                let vals = &words[s + 1 + n..s + 1 + 2 * n];
-                for (&c, &v) in cols.iter().zip(vals) {
-                    let c = c as usize;
-                    assert!(c < dim, "packed rows: column {c} of a {dim}-column row");
-                    dst[c] = f32::from_bits(v);
-                }
+                assert!(
+                    (header as usize) * 2 < dim,
+                    "packed rows: row {r} claims {header} non-zeros of {dim} columns"
+                );
+                2 * header as usize
+            };
+        }
+        assert_eq!(
+            at,
+            words.len(),
+            "packed rows: {} words for {rows} rows",
+            words.len()
+        );
+        if let Some(&bad) = order.iter().find(|&&r| r as usize >= rows) {
+            panic!("packed rows: row {bad} of {rows} requested");
+        }
+        PackedRows {
+            words,
+            starts,
+            dim,
+            order,
+        }
+    }
+
+    /// Number of rows (in the reader's order).
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// True when there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// Write row `i` into `dst`: all `dim` values, the zeros too (so `dst` may be
+    /// uninitialised memory, as a gather's fresh batch is).
+    ///
+    /// # Panics
+    /// If `dst` is not `dim` long, or a column is out of range.
+    pub fn write_row(&self, i: usize, dst: &mut [MaybeUninit<f32>]) {
+        assert_eq!(
+            dst.len(),
+            self.dim,
+            "packed rows: a row is {} values",
+            self.dim
+        );
+        let s = self.starts[self.order[i] as usize];
+        let header = self.words[s];
+        if header == DENSE {
+            for (d, w) in dst.iter_mut().zip(&self.words[s + 1..s + 1 + self.dim]) {
+                d.write(f32::from_bits(*w));
             }
-        });
-    out
+        } else {
+            dst.fill(MaybeUninit::new(0.0));
+            let n = header as usize;
+            let cols = &self.words[s + 1..s + 1 + n];
+            let vals = &self.words[s + 1 + n..s + 1 + 2 * n];
+            for (&c, &v) in cols.iter().zip(vals) {
+                let c = c as usize;
+                assert!(
+                    c < self.dim,
+                    "packed rows: column {c} of a {}-column row",
+                    self.dim
+                );
+                dst[c].write(f32::from_bits(v));
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -263,7 +306,7 @@ mod tests {
         for look in [true, false] {
             let (words, groups) = encode(rows.view(), &all(5), &[2, 0, 3], look);
             assert_eq!(groups.iter().sum::<usize>(), words.len());
-            let back = decode(&words, 5, 6, &all(5));
+            let back = decode(words.clone(), 5, 6, &all(5));
             assert_eq!(bits(&back), bits(&rows), "look_for_zeros {look}");
         }
         let (words, groups) = encode(rows.view(), &all(5), &[2, 0, 3], true);
@@ -289,24 +332,28 @@ mod tests {
         let (words, groups) = encode(rows.view(), &all(3), &[3], true);
         assert_eq!(words.len(), (1 + 4) + (1 + 6) + (1 + 4));
         assert_eq!(groups, vec![words.len()]);
-        assert_eq!(bits(&decode(&words, 3, 4714, &all(3))), bits(&rows));
+        assert_eq!(bits(&decode(words.clone(), 3, 4714, &all(3))), bits(&rows));
     }
 
     #[test]
-    fn decoding_into_a_used_buffer_overwrites_all_of_it() {
+    fn rows_are_written_whole_wherever_the_reader_wants_them() {
         let rows = array![
             [0.0f32, 0.0, 3.0, 0.0],
             [1.0, 2.0, 3.0, 4.0],
             [0.0, 0.0, 0.0, 0.0]
         ];
         let (words, _) = encode(rows.view(), &all(3), &[3], true);
-        let order = [2u32, 0, 1, 0];
-        let fresh = decode(&words, 3, 4, &order);
-        // Larger than needed and full of values that must not survive.
-        let used = vec![f32::NAN; 40];
-        let reused = decode_into(&words, 3, 4, &order, Some(used));
-        assert_eq!(bits(&reused), bits(&fresh));
-        assert_eq!(reused.dim(), (4, 4));
+        let packed = PackedRows::new(words, 3, 4, vec![2, 0, 1, 0]);
+        assert_eq!(packed.len(), 4);
+        for (i, expect) in [2usize, 0, 1, 0].into_iter().enumerate() {
+            // Every value of the destination is overwritten, zeros included.
+            let mut dst = [MaybeUninit::new(f32::NAN); 4];
+            packed.write_row(i, &mut dst);
+            // SAFETY: initialised above (and overwritten by `write_row`).
+            let got = dst.map(|v| unsafe { v.assume_init() }.to_bits());
+            let want: Vec<u32> = rows.row(expect).iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got.to_vec(), want, "row {i}");
+        }
     }
 
     #[test]
@@ -314,6 +361,6 @@ mod tests {
     fn words_of_another_shape_are_refused() {
         let rows = array![[0.0f32, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]];
         let (words, _) = encode(rows.view(), &all(2), &[2], true);
-        decode(&words, 3, 4, &all(3));
+        decode(words.clone(), 3, 4, &all(3));
     }
 }

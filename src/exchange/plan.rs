@@ -8,7 +8,7 @@
 //! device pointers when the MPI library is CUDA-aware — and land on the receiver's backend,
 //! where they are put in order. The host methods are the CPU backend's case.
 
-use super::packed_rows;
+use super::packed_rows::{self, PackedRows};
 use crate::backend::{Backend, Cpu};
 use crate::comm::Group;
 use crate::graph::parts::owner_of;
@@ -214,24 +214,36 @@ impl RowExchange {
         local: ArrayView2<f32>,
         look_for_zeros: bool,
     ) -> Array2<f32> {
-        self.forward_packed_into(group, kind, local, look_for_zeros, None)
+        let (recv, total) = self.exchange_packed(group, kind, local, look_for_zeros);
+        packed_rows::decode(recv, total, local.ncols(), &self.recv_pos)
     }
 
-    /// [`RowExchange::forward_packed`], the rows received decoded into `buffer`'s memory when
-    /// given ([`packed_rows::decode_into`]). Collective.
-    pub fn forward_packed_into(
+    /// [`RowExchange::forward_packed`], the rows left in their words for the caller to write
+    /// where it wants them ([`PackedRows::write_row`]; row `i` is requested row `i`).
+    /// Collective.
+    pub fn forward_packed_rows(
         &self,
         group: &Group,
         kind: &'static str,
         local: ArrayView2<f32>,
         look_for_zeros: bool,
-        buffer: Option<Vec<f32>>,
-    ) -> Array2<f32> {
+    ) -> PackedRows {
+        let (recv, total) = self.exchange_packed(group, kind, local, look_for_zeros);
+        PackedRows::new(recv, total, local.ncols(), self.recv_pos.clone())
+    }
+
+    /// The packed words received and how many rows they hold.
+    fn exchange_packed(
+        &self,
+        group: &Group,
+        kind: &'static str,
+        local: ArrayView2<f32>,
+        look_for_zeros: bool,
+    ) -> (Vec<u32>, usize) {
         let (words, word_counts) =
             packed_rows::encode(local, &self.send_rows, &self.send_counts, look_for_zeros);
         let (recv, _) = group.alltoallv(kind, &words, &word_counts);
-        let total: usize = self.recv_counts.iter().sum();
-        packed_rows::decode_into(&recv, total, local.ncols(), &self.recv_pos, buffer)
+        (recv, self.recv_counts.iter().sum())
     }
 
     /// [`RowExchange::forward`] of rows on backend `be` (see the module doc). Collective.
