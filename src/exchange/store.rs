@@ -6,6 +6,7 @@
 use super::packed_rows::PackedRows;
 use super::plan::RowExchange;
 use crate::backend::cpu::gather::gather_rows;
+use crate::backend::cpu::sparse::density_of_rows;
 use crate::comm::Group;
 use crate::graph::NodeId;
 use crate::util::prefetch::prefetch_span;
@@ -63,17 +64,7 @@ const DENSITY_PROBE_ROWS: usize = 1024;
 
 /// Whether most values of `own` are zero, judged on at most [`DENSITY_PROBE_ROWS`] rows.
 fn mostly_zeros(own: &Array2<f32>) -> bool {
-    let n = own.nrows();
-    if n == 0 || own.ncols() == 0 {
-        return false;
-    }
-    let step = n.div_ceil(DENSITY_PROBE_ROWS);
-    let (mut zeros, mut values) = (0usize, 0usize);
-    for row in own.outer_iter().step_by(step) {
-        zeros += row.iter().filter(|v| v.to_bits() == 0).count();
-        values += row.len();
-    }
-    2 * zeros > values
+    !own.is_empty() && density_of_rows(own.view(), DENSITY_PROBE_ROWS) < 0.5
 }
 
 impl FeatureStore {
@@ -309,10 +300,11 @@ impl FeatureStore {
                         }
                         match (r, local(r)) {
                             (RowFrom::Fetched(i), _) => fetched.write_row(i as usize, dst),
-                            (_, Some(row)) => {
-                                dst.write_copy_of_slice(row);
+                            (_, row) => {
+                                dst.write_copy_of_slice(
+                                    row.expect("own and cached rows are local"),
+                                );
                             }
-                            (_, None) => unreachable!("own and cached rows are local"),
                         }
                     }
                 });

@@ -237,23 +237,28 @@ const MAX_SPARSE_DENSITY: f64 = 0.1;
 /// Rows sampled by the density estimate.
 const DENSITY_SAMPLES: usize = 64;
 
-/// The rows the density estimate reads: up to 64 evenly spaced ones.
-fn sampled_rows(rows: usize) -> impl Iterator<Item = usize> {
-    let picks = rows.min(DENSITY_SAMPLES);
+/// Up to `samples` evenly spaced rows of `rows`.
+fn sampled_rows(rows: usize, samples: usize) -> impl Iterator<Item = usize> {
+    let picks = rows.min(samples);
     (0..picks).map(move |t| t * rows / picks)
 }
 
 /// Fraction of non-zeros in up to 64 evenly spaced rows of `x`: a cheap test of whether
 /// [`CsrMatrix::from_dense`] is worth it.
 pub fn sampled_density(x: ArrayView2<f32>) -> f64 {
+    density_of_rows(x, DENSITY_SAMPLES)
+}
+
+/// Fraction of non-zeros in up to `samples` evenly spaced rows of `x` (1 when `x` is empty).
+pub fn density_of_rows(x: ArrayView2<f32>, samples: usize) -> f64 {
     let (rows, cols) = x.dim();
     if rows == 0 || cols == 0 {
         return 1.0;
     }
-    let nz: usize = sampled_rows(rows)
+    let nz: usize = sampled_rows(rows, samples)
         .map(|r| x.row(r).iter().filter(|&&v| v != 0.0).count())
         .sum();
-    nz as f64 / (rows.min(DENSITY_SAMPLES) * cols) as f64
+    nz as f64 / (rows.min(samples) * cols) as f64
 }
 
 /// Whether a first layer should take `x` as sparse rows: wide enough that the dense product
@@ -270,7 +275,9 @@ pub fn prefers_sparse_counts(counts: &[u32], cols: usize) -> bool {
     if rows == 0 || cols < MIN_SPARSE_COLS {
         return false;
     }
-    let nz: usize = sampled_rows(rows).map(|r| counts[r] as usize).sum();
+    let nz: usize = sampled_rows(rows, DENSITY_SAMPLES)
+        .map(|r| counts[r] as usize)
+        .sum();
     nz as f64 / (rows.min(DENSITY_SAMPLES) * cols) as f64 <= MAX_SPARSE_DENSITY
 }
 
