@@ -6,7 +6,7 @@
 #
 # Submit from the project directory. Under sbatch, $0 is Slurm's copy of this script in
 # slurmd's spool directory, so the binary is looked for, first match wins, at
-#   1. $GNNPAR_BIN
+#   1. $GNNPAR_BIN                                (when set, the only place: an error if missing)
 #   2. $SLURM_SUBMIT_DIR/target/release/gnnpar   (cargo build --release in the submit directory)
 #   3. gnnpar on PATH                              (cargo install, or a site module)
 #   4. this script's ../target/release/gnnpar     (bash slurm/train.sh inside salloc)
@@ -39,28 +39,44 @@ data=$1
 config=$2
 shift 2
 
-find_bin() {
-  if [ -n "${GNNPAR_BIN:-}" ]; then
-    echo "$GNNPAR_BIN"
-  elif [ -n "${SLURM_SUBMIT_DIR:-}" ] && [ -x "$SLURM_SUBMIT_DIR/target/release/gnnpar" ]; then
-    echo "$SLURM_SUBMIT_DIR/target/release/gnnpar"
-  elif command -v gnnpar >/dev/null 2>&1; then
-    command -v gnnpar
-  else
-    echo "$(cd "$(dirname "$0")" && pwd)/../target/release/gnnpar"
+# A binary is an executable regular file.
+is_bin() { [ -f "$1" ] && [ -x "$1" ]; }
+if [ -n "${GNNPAR_BIN:-}" ]; then
+  # Named explicitly: used as given, never replaced by a binary found elsewhere.
+  bin=$GNNPAR_BIN
+  if ! is_bin "$bin"; then
+    {
+      echo "gnnpar binary not found: GNNPAR_BIN=$GNNPAR_BIN is not an executable file."
+      echo "Only GNNPAR_BIN was checked: when it is set, no other place is looked at."
+      echo "Point GNNPAR_BIN at the binary, or unset it to search the submit directory's" \
+           "target/release/gnnpar, then PATH."
+    } >&2
+    exit 2
   fi
-}
-bin=$(find_bin)
-if [ ! -x "$bin" ]; then
-  {
-    echo "gnnpar binary not found. Looked at, in order:"
-    echo "  GNNPAR_BIN=${GNNPAR_BIN:-(unset)}"
-    echo "  ${SLURM_SUBMIT_DIR:-<submit directory>}/target/release/gnnpar"
-    echo "  gnnpar on PATH"
-    echo "  $(dirname "$0")/../target/release/gnnpar"
-    echo "Run cargo build --release in the directory you submit from, or set GNNPAR_BIN."
-  } >&2
-  exit 2
+else
+  script_bin="$(cd "$(dirname "$0")" && pwd)/../target/release/gnnpar"
+  if [ -n "${SLURM_SUBMIT_DIR:-}" ] && is_bin "$SLURM_SUBMIT_DIR/target/release/gnnpar"; then
+    bin=$SLURM_SUBMIT_DIR/target/release/gnnpar
+  elif path_bin=$(command -v gnnpar 2>/dev/null) && is_bin "$path_bin"; then
+    bin=$path_bin
+  else
+    bin=$script_bin
+  fi
+  if ! is_bin "$bin"; then
+    {
+      echo "gnnpar binary not found. Looked at, in order:"
+      echo "  GNNPAR_BIN (unset)"
+      if [ -n "${SLURM_SUBMIT_DIR:-}" ]; then
+        echo "  $SLURM_SUBMIT_DIR/target/release/gnnpar"
+      else
+        echo "  \$SLURM_SUBMIT_DIR/target/release/gnnpar (SLURM_SUBMIT_DIR unset)"
+      fi
+      echo "  gnnpar on PATH"
+      echo "  $script_bin"
+      echo "Run cargo build --release in the directory you submit from, or set GNNPAR_BIN."
+    } >&2
+    exit 2
+  fi
 fi
 
 threads=${SLURM_CPUS_PER_TASK:-1}
