@@ -3,7 +3,8 @@
 # a one-node cluster on this machine (munged, slurmctld, slurmd in a private directory, on free
 # ports, stopped by PID on exit), and run what a new cluster user runs:
 #   1. the README's marked Slurm lines, literally (2 tasks → one summary with "ranks":2);
-#   2. GNNPAR_LAUNCHER=mpirun (as root: Open MPI's root override);
+#   2. GNNPAR_LAUNCHER=mpirun, submitted without Open MPI's root override in the environment
+#      (as root it passes only if train.sh sets the override itself);
 #   3. a partition of 3 parts on 2 tasks: refused, suggesting srun, not mpirun;
 #   4. srun with Slurm's default MpiDefault=none (the cluster runs with it): two unconnected
 #      tasks must fail loudly instead of training twice;
@@ -111,6 +112,9 @@ PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscri
 EOF
 export SLURM_CONF=$T/slurm.conf
 
+# The daemons are started without Open MPI's root override (scripts/test.sh exports it), so
+# that no job can inherit it from them: check 2 needs train.sh to set it.
+unset OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
 $SUDO munged --force --socket="$T/munge/socket" --key-file="$T/munge/munge.key" \
   --pid-file="$T/munge/pid" --log-file="$T/munge/log" --seed-file="$T/munge/seed" \
   || { show_logs; skip "munged did not start"; }
@@ -155,13 +159,27 @@ data=$(ls -d "$W"/*-2/ 2>/dev/null | head -n 1)   # the README's 2-part partitio
 dataset=$(ls "$W"/*.h5 | head -n 1)
 
 # --- 2. mpirun inside the allocation, as root ------------------------------------------------
+# This script and scripts/test.sh export Open MPI's root override, and sbatch passes the
+# submitter's environment to the job: submitted with it, the check would pass whether or not
+# train.sh sets the override. So the job is submitted without it (and the daemons were started
+# without it), and a probe job first shows that it does not reach a job from elsewhere.
+no_override() { env -u OMPI_ALLOW_RUN_AS_ROOT -u OMPI_ALLOW_RUN_AS_ROOT_CONFIRM "$@"; }
 mpirun_ok() {
-  local id; id=$(GNNPAR_LAUNCHER=mpirun GNNPAR_OUT=$W/mpirun-out sbatch_wait --ntasks=2 \
-    --cpus-per-task=1 slurm/train.sh "$data" inputs/synthetic.toml --epochs 1) \
-    || { cat "$(job_out "$id")"; return 1; }
+  local probe; probe=$(no_override timeout "$TIMEOUT" sbatch --parsable --wait --ntasks=1 \
+    --output="$W/probe-%j.out" \
+    --wrap 'echo "override=${OMPI_ALLOW_RUN_AS_ROOT:-unset},${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-unset}"')
+  grep -qx 'override=unset,unset' "$W/probe-$probe.out" \
+    || { echo "the override reaches jobs without train.sh:"; cat "$W/probe-$probe.out"; return 1; }
+  local id; id=$(no_override GNNPAR_LAUNCHER=mpirun GNNPAR_OUT=$W/mpirun-out timeout "$TIMEOUT" \
+    sbatch --parsable --wait --ntasks=2 --cpus-per-task=1 slurm/train.sh "$data" \
+    inputs/synthetic.toml --epochs 1) || { cat "$(job_out "$id")"; return 1; }
   grep -q '"ranks": 2' "$W/mpirun-out/summary.json" || { cat "$(job_out "$id")"; return 1; }
 }
-check "GNNPAR_LAUNCHER=mpirun trains with \"ranks\":2" mpirun_ok
+if [ "$(id -u)" -eq 0 ]; then
+  check "GNNPAR_LAUNCHER=mpirun as root, submitted without Open MPI's root override: train.sh sets it, \"ranks\":2" mpirun_ok
+else
+  check "GNNPAR_LAUNCHER=mpirun trains with \"ranks\":2" mpirun_ok
+fi
 
 # --- 3. parts ≠ tasks ------------------------------------------------------------------------
 "$BIN" partition "$dataset" --parts 3 -o "$W/three/" > /dev/null 2>&1
