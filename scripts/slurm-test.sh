@@ -8,7 +8,8 @@
 #   3. a partition of 3 parts on 2 tasks: refused, suggesting srun, not mpirun;
 #   4. srun with Slurm's default MpiDefault=none (the cluster runs with it): two unconnected
 #      tasks must fail loudly instead of training twice;
-#   5. kill -9 of one rank mid-run: the job ends within a bound, its checkpoint resumes.
+#   5. kill -9 of one rank mid-run: the job ends within a bound, its checkpoint resumes;
+#   6. `gnnpar info` of one dataset file under srun: refused, the hint naming srun.
 # Called by scripts/test.sh after cargo's tests; needs target/release/gnnpar. Where Slurm cannot
 # be installed or started, it prints a SKIPPED line (and records it in GNNPAR_SKIP_LOG) and
 # exits 0; any failed check exits 1.
@@ -237,6 +238,17 @@ killed_job_ends() {
   say "  the checkpoint (epoch $ep) resumed and trained epoch $ep"
 }
 check "kill -9 of one rank ends the Slurm job; its checkpoint resumes" killed_job_ends
+
+# --- 6. info on one file under srun names srun ----------------------------------------------
+info_names_srun() {
+  local id; id=$(sbatch_wait --ntasks=2 --cpus-per-task=1 --output="$W/info-%j.out" \
+    --wrap "srun --mpi=pmix $BIN info $dataset")
+  local rc=$? out="$W/info-$id.out"
+  [ "$rc" -ne 0 ] || { echo "the job succeeded"; cat "$out"; return 1; }
+  grep -q 'run `gnnpar info` on it as one process, not under srun' "$out" \
+    && ! grep -q 'under mpirun' "$out" || { cat "$out"; return 1; }
+}
+check "gnnpar info on one dataset file under srun: refused, naming srun" info_names_srun
 
 if [ "$failures" -gt 0 ]; then
   say "$failures check(s) failed; cluster logs:"; show_logs

@@ -1,5 +1,6 @@
 //! `mpirun -np P gnnpar info parts/`: every rank opens only its own part and reports it; a rank
-//! count different from the number of parts is a clear error.
+//! count different from the number of parts is a clear error, and so is a single dataset file
+//! under a launcher (naming the launcher in use).
 
 use gnnpar::graph::parts;
 use gnnpar::graph::{format, Csr, Dataset, NodeId, Splits};
@@ -178,5 +179,25 @@ fn rank_count_must_match_part_count() {
     assert!(
         all.contains("has 2 parts but the job has 3 ranks") && all.contains("-np 2"),
         "unclear error:\n{all}"
+    );
+}
+
+#[test]
+fn a_single_file_under_a_launcher_names_that_launcher() {
+    let _serial = serial();
+    if !have_mpirun() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("ring.h5");
+    format::write_dataset(&small_dataset(60), &input).unwrap();
+    let (ok, stdout, stderr) = mpirun_info(2, &input);
+    assert!(!ok, "mpirun -np 2 info on one file succeeded:\n{stdout}");
+    // Under mpirun the hint says mpirun (under srun it says srun: scripts/slurm-test.sh).
+    assert!(
+        stderr.contains(
+            "is a single dataset file; run `gnnpar info` on it as one process, not under mpirun"
+        ) && stderr.contains("--parts 2"),
+        "unclear error:\n{stderr}"
     );
 }

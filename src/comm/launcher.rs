@@ -42,6 +42,15 @@ impl Launcher {
         }
     }
 
+    /// The launcher's program, for messages that name it ("not under srun").
+    pub fn program(self) -> &'static str {
+        match self {
+            Launcher::Srun => "srun",
+            Launcher::Mpiexec => "mpiexec",
+            Launcher::Mpirun | Launcher::Direct => "mpirun",
+        }
+    }
+
     /// The command that runs `ranks` ranks with this launcher, for hints in messages.
     pub fn command_for(self, ranks: usize) -> String {
         match self {
@@ -141,6 +150,9 @@ mod tests {
         assert_eq!(Launcher::Mpirun.command_for(3), "mpirun -np 3");
         assert_eq!(Launcher::Direct.command_for(2), "mpirun -np 2");
         assert_eq!(Launcher::Mpiexec.command_for(2), "mpiexec -n 2");
+        assert_eq!(Launcher::Srun.program(), "srun");
+        assert_eq!(Launcher::Mpirun.program(), "mpirun");
+        assert_eq!(Launcher::Mpiexec.program(), "mpiexec");
     }
 
     #[test]

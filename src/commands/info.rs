@@ -32,9 +32,10 @@ pub fn run(args: InfoArgs) -> Result<()> {
     }
     if world.size() > 1 {
         bail!(
-            "`{}` is a single dataset file; run `gnnpar info` on it without mpirun, \
-             or partition it first (`gnnpar partition … --parts {}`)",
+            "`{}` is a single dataset file; run `gnnpar info` on it as one process, not \
+             under {}, or partition it first (`gnnpar partition … --parts {}`)",
             args.path.display(),
+            crate::comm::launcher::launcher().program(),
             world.size()
         );
     }
