@@ -575,6 +575,35 @@ fn datasets_missing_what_training_needs_are_refused() {
     );
 }
 
+/// The error line of a run whose loss diverged, `gnnpar: error: … loss is X at epoch E step S
+/// …`, as (X, E, S); panics unless stderr has exactly one error line and it matches
+/// `loss is (NaN|inf|-inf) at epoch <E> step <S>`. (INFO lines name losses, epochs and steps
+/// too: only the error line counts.)
+fn divergence(stderr: &str) -> (String, u64, u64) {
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("gnnpar: error"))
+        .collect();
+    assert_eq!(errors.len(), 1, "expected one error line:\n{stderr}");
+    let line = errors[0];
+    let parsed = (|| {
+        let (_, rest) = line.split_once("loss is ")?;
+        let mut words = rest.split(' ');
+        let value = words.next()?;
+        if !["NaN", "inf", "-inf"].contains(&value) {
+            return None;
+        }
+        (words.next()? == "at" && words.next()? == "epoch").then_some(())?;
+        let epoch = words.next()?.parse().ok()?;
+        (words.next()? == "step").then_some(())?;
+        let step = words.next()?.parse().ok()?;
+        Some((value.to_string(), epoch, step))
+    })();
+    parsed.unwrap_or_else(|| {
+        panic!("the error line does not read `loss is (NaN|inf|-inf) at epoch E step S`: {line}")
+    })
+}
+
 #[test]
 fn a_diverging_loss_stops_naming_epoch_and_step() {
     let tmp = common::tempdir();
@@ -597,11 +626,52 @@ fn a_diverging_loss_stops_naming_epoch_and_step() {
             "--checkpoint",
             s(&ck),
         ],
-        &["loss", "epoch", "step"],
+        &[],
     );
+    let (_, epoch, step) = divergence(&err);
+    // Full batch: one step per epoch, so the steps taken before it equal the epoch; the
+    // epochs before it trained (their log lines are there).
+    assert_eq!(step, epoch, "{err}");
+    for e in 0..epoch {
+        assert!(err.contains(&format!("epoch {e}: loss")), "{err}");
+    }
+    assert!(!ck.exists(), "a diverged run left a checkpoint behind");
+}
+
+#[test]
+fn a_diverging_slicegcn_loss_stops_naming_epoch_and_step() {
+    let tmp = common::tempdir();
+    let data = small_sbm(tmp.path());
+    let ck = tmp.path().join("ck.h5");
+    // Adam moves every weight by about `lr` in its first step: at 3e38 the next forward pass
+    // overflows.
+    let err = expect_failure(
+        &[
+            "train",
+            "--data",
+            s(&data),
+            "--strategy",
+            "slicegcn",
+            "--full-batch",
+            "--model",
+            "gcn",
+            "--dropout",
+            "0",
+            "--epochs",
+            "20",
+            "--lr",
+            "3e38",
+            "--checkpoint",
+            s(&ck),
+        ],
+        &["slicegcn"],
+    );
+    let (_, epoch, step) = divergence(&err);
+    // SliceGCN trains one full-batch step per epoch, named like the other engine's.
+    assert_eq!(step, epoch, "{err}");
     assert!(
-        err.contains("NaN") || err.contains("inf"),
-        "the error does not say the loss was not finite:\n{err}"
+        err.contains(&format!("at epoch {epoch} step {step} (batch 0")),
+        "{err}"
     );
     assert!(!ck.exists(), "a diverged run left a checkpoint behind");
 }

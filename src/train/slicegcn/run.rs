@@ -181,10 +181,13 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
         times.forward += t.elapsed().as_secs_f64();
         let loss = loss_sum / self.train_rows.len() as f64;
         if !loss.is_finite() {
+            // Named as the other engine names it: the epoch, the optimizer step (steps taken
+            // before this one) and the batch, here always 0: the epoch's one full batch.
             bail!(
-                "loss is {loss} at epoch {} (slicegcn); lower `lr` or check the features for \
-                 extreme values",
-                self.pos.epoch
+                "loss is {loss} at epoch {} step {} (batch 0, the full batch; slicegcn); lower \
+                 `lr` or check the features for extreme values",
+                self.pos.epoch,
+                self.pos.step
             );
         }
         let t = Instant::now();
