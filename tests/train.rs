@@ -740,6 +740,55 @@ fn resume_refuses_a_different_model_and_needs_a_checkpoint() {
     );
 }
 
+#[test]
+fn the_checkpoint_records_the_resolved_run_config() {
+    let tmp = common::tempdir();
+    let data = small_sbm(tmp.path());
+    let ck = tmp.path().join("ck.h5");
+    let config = config_file(tmp.path(), "mb", MINIBATCH);
+    // The file's settings, one overridden on the command line.
+    train(
+        &data,
+        &config,
+        &["--hidden", "24", "--epochs", "1", "--checkpoint", s(&ck)],
+    );
+    let file = hdf5::File::open(&ck).unwrap();
+    let text = file
+        .attr("run_config")
+        .and_then(|a| a.read_scalar::<hdf5::types::VarLenUnicode>())
+        .unwrap_or_else(|e| panic!("no `run_config` attribute: {e}"));
+    let json: serde_json::Value = serde_json::from_str(text.as_str())
+        .unwrap_or_else(|e| panic!("`run_config` is not JSON ({e}): {}", text.as_str()));
+    assert_eq!(json["model"], "sage", "{json}");
+    assert_eq!(json["hidden"], 24, "{json}");
+    assert_eq!(json["epochs"], 1, "{json}");
+    assert_eq!(json["layers"], 2, "{json}");
+    assert_eq!(json["fanouts"], serde_json::json!([5, 5]), "{json}");
+    assert_eq!(json["batch_size"], 256, "{json}");
+    assert_eq!(json["seed"], 3, "{json}");
+    assert_eq!(json["strategy"], "gdp", "{json}");
+    assert_eq!(json["lr"].as_f64().map(|x| x as f32), Some(0.01), "{json}");
+    assert_eq!(
+        json["dropout"].as_f64().map(|x| x as f32),
+        Some(0.5),
+        "{json}"
+    );
+    // The whole resolved configuration: it reads back as one, every field present.
+    let cfg: gnnpar::config::TrainConfig = serde_json::from_value(json.clone())
+        .unwrap_or_else(|e| panic!("`run_config` is not a whole configuration ({e}): {json}"));
+    assert_eq!(
+        json.as_object().unwrap().len(),
+        serde_json::to_value(&cfg)
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .len(),
+        "{json}"
+    );
+    assert_eq!(cfg.hidden, 24);
+    assert_eq!(cfg.lr, 0.01);
+}
+
 // ---------------------------------------------------------------------------------------------
 // MPI
 
