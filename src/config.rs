@@ -408,7 +408,7 @@ pub fn differing_settings(stored: &serde_json::Value, current: &serde_json::Valu
     let mut names: Vec<&String> = a.keys().chain(b.keys()).collect();
     names.sort();
     names.dedup();
-    let show = |v: Option<&serde_json::Value>| v.map_or("(absent)".to_string(), |v| v.to_string());
+    let show = |v: Option<&serde_json::Value>| v.map_or("(absent)".to_string(), show_setting);
     names
         .into_iter()
         .filter(|k| a.get(*k) != b.get(*k))
@@ -420,6 +420,20 @@ pub fn differing_settings(stored: &serde_json::Value, current: &serde_json::Valu
             )
         })
         .collect()
+}
+
+/// A setting's value as the user wrote it. The f32 settings (`lr`, `dropout`, …) reach the
+/// JSON widened to f64 (0.003 is stored as 0.003000000026077032, and must stay so: the
+/// checkpoint's hash is of that text); a number that is exactly an f32 is shown as that f32's
+/// shortest form (0.003). An f64 setting shows the same unless its value happens to be an
+/// exact f32 with a longer f64 form, which no setting a person types is.
+fn show_setting(v: &serde_json::Value) -> String {
+    match v.as_f64() {
+        Some(x) if !v.is_i64() && !v.is_u64() && (x as f32) as f64 == x => {
+            format!("{:?}", x as f32)
+        }
+        _ => v.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -620,7 +634,8 @@ mod tests {
         let diff = differing_settings(&a.model_settings(), &b.model_settings());
         // GCN also turns self-loops on by default; epochs do not define the model.
         assert_eq!(diff.len(), 3, "{diff:?}");
-        assert!(diff[0].starts_with("`lr`: checkpoint 0.003"), "{diff:?}");
+        // f32 settings as f32, not widened (0.003000000026077032).
+        assert_eq!(diff[0], "`lr`: checkpoint 0.003, this run 0.01", "{diff:?}");
         assert!(
             diff[1].contains("`model`: checkpoint \"sage\", this run \"gcn\""),
             "{diff:?}"
@@ -628,5 +643,22 @@ mod tests {
         assert!(diff[2].starts_with("`self_loops`"), "{diff:?}");
         assert!(differing_settings(&a.model_settings(), &a.model_settings()).is_empty());
         assert_eq!(settings_hash(&a.model_settings()), a.model_hash());
+    }
+
+    #[test]
+    fn settings_show_as_written() {
+        use serde_json::json;
+        assert_eq!(show_setting(&json!(0.003f32)), "0.003");
+        assert_eq!(show_setting(&json!(0.5f32)), "0.5");
+        assert_eq!(show_setting(&json!(0.0f32)), "0.0");
+        assert_eq!(show_setting(&json!(1e30f32)), "1e30");
+        // f64 values that are not exact f32s, integers, and the rest as JSON.
+        assert_eq!(show_setting(&json!(0.1f64)), "0.1");
+        assert_eq!(show_setting(&json!(1.25f64)), "1.25");
+        assert_eq!(show_setting(&json!(128)), "128");
+        assert_eq!(show_setting(&json!(u64::MAX)), u64::MAX.to_string());
+        assert_eq!(show_setting(&json!("gcn")), "\"gcn\"");
+        assert_eq!(show_setting(&json!([15, 10])), "[15,10]");
+        assert_eq!(show_setting(&json!(true)), "true");
     }
 }

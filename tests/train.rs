@@ -734,6 +734,25 @@ fn resume_refuses_a_different_model_and_needs_a_checkpoint() {
         bits(&before) == bits(&read_f32s(&ck, "params")),
         "a refused resume changed the checkpoint"
     );
+    // f32 settings are shown as written, not widened to f64 (0.009999999776482582).
+    let mut lr: Vec<&str> = vec!["train", "--data", s(&data), "--config", s(&config)];
+    lr.extend_from_slice(&[
+        "--lr",
+        "0.003",
+        "--epochs",
+        "2",
+        "--checkpoint",
+        s(&ck),
+        "--resume",
+    ]);
+    let err = expect_failure(
+        &lr,
+        &["settings that differ: `lr`: checkpoint 0.01, this run 0.003)"],
+    );
+    assert!(
+        !err.contains("0.00999") && !err.contains("0.00300000"),
+        "a setting printed widened to f64:\n{err}"
+    );
     expect_failure(
         &["train", "--data", s(&data), "--epochs", "1", "--resume"],
         &["--resume", "--checkpoint"],
