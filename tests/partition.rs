@@ -735,3 +735,160 @@ fn partition_logs_its_memory_estimate_before_reading() {
         }
     }
 }
+
+/// METIS' limit with the vendored 32-bit METIS: 2^31 - 1.
+const METIS_LIMIT: u64 = (1 << 31) - 1;
+
+/// A dataset header of `num_nodes` vertices and no edges whose `indptr` (num_nodes + 1
+/// entries) is a chunked dataset never written: a few KB on disk whatever its length. Reading
+/// it would take 8 bytes per vertex; only the header may be read before the refusal.
+fn huge_header_only_dataset(path: &Path, num_nodes: u64) {
+    let file = hdf5::File::create(path).unwrap();
+    let attr = |name: &str, v: u64| {
+        file.new_attr::<u64>()
+            .create(name)
+            .and_then(|a| a.write_scalar(&v))
+            .unwrap()
+    };
+    file.new_attr::<u32>()
+        .create("format_version")
+        .and_then(|a| a.write_scalar(&format::FORMAT_VERSION))
+        .unwrap();
+    attr("num_nodes", num_nodes);
+    attr("num_edges", 0);
+    attr("num_classes", 0);
+    file.new_attr::<u8>()
+        .create("directed")
+        .and_then(|a| a.write_scalar(&0u8))
+        .unwrap();
+    file.new_dataset::<u64>()
+        .chunk(1 << 16)
+        .shape(num_nodes as usize + 1)
+        .create("indptr")
+        .unwrap();
+    file.new_dataset::<u32>()
+        .shape(0)
+        .create("indices")
+        .unwrap();
+    file.flush().unwrap();
+}
+
+#[test]
+fn metis_refuses_a_graph_past_its_vertex_limit_before_reading_it() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("huge.h5");
+    huge_header_only_dataset(&input, METIS_LIMIT);
+    assert!(
+        std::fs::metadata(&input).unwrap().len() < 1 << 20,
+        "the test file should stay small"
+    );
+    let out = tmp.path().join("parts");
+    let started = std::time::Instant::now();
+    // Logging at info (the memory estimate is an INFO line), and under a 4 GiB address-space
+    // limit: were the check gone, reading the 16 GiB indptr fails at once instead of filling
+    // this machine's memory.
+    let output = Command::new("bash")
+        .arg("-c")
+        .arg("ulimit -v 4194304 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_gnnpar"))
+        .args(["partition", input.to_str().unwrap(), "--parts", "2", "-o"])
+        .arg(&out)
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let (ok, stderr) = (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    );
+    let seconds = started.elapsed().as_secs_f64();
+    assert!(
+        !ok,
+        "partitioning {METIS_LIMIT} vertices with METIS succeeded"
+    );
+    for want in [
+        format!("the graph has {METIS_LIMIT} vertices"),
+        "2^31 - 1 = 2147483647".to_string(),
+        "--method random|hash".to_string(),
+        "IDXTYPEWIDTH=64".to_string(),
+        "huge.h5".to_string(),
+    ] {
+        assert!(stderr.contains(&want), "lacks `{want}`:\n{stderr}");
+    }
+    // Refused from the header: before the memory estimate, before reading any array (16 GiB
+    // of indptr), so within seconds.
+    assert!(
+        !stderr.contains("memory estimate") && !stderr.contains("read `"),
+        "refused only after reading:\n{stderr}"
+    );
+    assert!(seconds < 30.0, "took {seconds:.1} s to refuse");
+    assert!(!out.exists(), "left `parts/` behind");
+}
+
+#[test]
+fn metis_refuses_an_adjacency_past_its_limit_before_symmetrising() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = random_dataset(50, 200, 9);
+    let input = write(&ds, tmp.path());
+    let input_s = input.to_str().unwrap();
+    // A graph past 2^31 - 1 adjacency entries has over a billion edges to read: the test hook
+    // lowers METIS' limit instead, to this graph's exact symmetrised size.
+    let exact = gnnpar::partition::symmetric::count_symmetric_entries(&ds.graph);
+    assert!(
+        exact > ds.local_nodes() as u64 && 2 * ds.local_edges() > exact,
+        "the test needs vertices < exact count < bound: 50, {exact}, {}",
+        2 * ds.local_edges()
+    );
+    let run = |limit: u64, method: &str, out: &str| {
+        let out = tmp.path().join(out);
+        let output = Command::new(env!("CARGO_BIN_EXE_gnnpar"))
+            .args(["partition", input_s, "--parts", "2", "--method", method])
+            .arg("-o")
+            .arg(&out)
+            .env("GNNPAR_TEST_METIS_LIMIT", limit.to_string())
+            .env("RUST_LOG", "info")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        (output.status.success(), stderr, out)
+    };
+    // At the limit: refused by the check before symmetrising (the vertex count passed): its
+    // bound 2m is over the limit, so it counts exactly and refuses, naming the count.
+    // (`symmetrize` refuses too, as a backstop after allocating: the INFO line of the early
+    // check tells them apart.)
+    let (ok, stderr, out) = run(exact, "metis", "at-limit");
+    assert!(
+        !ok,
+        "METIS ran on {exact} entries at a limit of {exact}:\n{stderr}"
+    );
+    for want in [
+        format!(
+            "the symmetrised adjacency has at most 2 × {} = {} entries, at or past METIS' \
+             limit of {exact}; counting it exactly",
+            ds.local_edges(),
+            2 * ds.local_edges()
+        ),
+        format!("the graph has {exact} adjacency entries once symmetrised"),
+        format!("fewer than {exact}"),
+        "--method random|hash".to_string(),
+        "GNNPAR_TEST_METIS_LIMIT lowers".to_string(),
+    ] {
+        assert!(stderr.contains(&want), "lacks `{want}`:\n{stderr}");
+    }
+    assert!(
+        !stderr.contains("symmetrised adjacency:") && !stderr.contains("METIS k-way"),
+        "refused only after symmetrising:\n{stderr}"
+    );
+    assert!(!out.exists(), "left `at-limit/` behind");
+    // One above: METIS partitions it.
+    let (ok, stderr, out) = run(exact + 1, "metis", "below-limit");
+    assert!(ok, "{stderr}");
+    check_partition(&ds, &out, 2);
+    // The refusal's advice holds: random and hash have no such limit.
+    for method in ["random", "hash"] {
+        let (ok, stderr, out) = run(exact, method, method);
+        assert!(ok, "--method {method}: {stderr}");
+        check_partition(&ds, &out, 2);
+    }
+}

@@ -20,10 +20,29 @@ use rayon::prelude::*;
 /// and METIS allocates `nedges + 1` per coarse level.
 pub const METIS_LIMIT: u64 = Idx::MAX as u64;
 
+/// Test hook: `GNNPAR_TEST_METIS_LIMIT=N` lowers the limit of [`check_metis_limit`] and
+/// [`check_adjacency_limit`] to N (never raises it), so that the integration tests reach the
+/// adjacency refusal through `gnnpar partition` on a small graph: a graph past the real limit
+/// has over a billion edges to read.
+pub const TEST_LIMIT_ENV: &str = "GNNPAR_TEST_METIS_LIMIT";
+
+/// [`METIS_LIMIT`], or the lower limit of the test hook [`TEST_LIMIT_ENV`].
+fn metis_limit() -> Result<u64> {
+    let Some(value) = std::env::var_os(TEST_LIMIT_ENV).filter(|v| !v.is_empty()) else {
+        return Ok(METIS_LIMIT);
+    };
+    let Some(limit) = value.to_str().and_then(|v| v.trim().parse::<u64>().ok()) else {
+        bail!("{TEST_LIMIT_ENV}={value:?} is not a count (a test hook: unset it)");
+    };
+    let limit = limit.min(METIS_LIMIT);
+    log::warn!("{TEST_LIMIT_ENV} lowers METIS' index limit to {limit} (a test hook)");
+    Ok(limit)
+}
+
 /// Refuse `count` `what`s (vertices, adjacency entries) at or past METIS' index range
 /// ([`METIS_LIMIT`]). The message names the limit and the two ways out.
 pub fn check_metis_limit(count: u64, what: &str) -> Result<()> {
-    check_limit(count, what, METIS_LIMIT)
+    check_limit(count, what, metis_limit()?)
 }
 
 fn check_limit(count: u64, what: &str, limit: u64) -> Result<()> {
@@ -66,7 +85,7 @@ pub fn adjacency_bound(num_edges: u64) -> u64 {
 /// edge), half of [`symmetrize`]'s own scratch (8 bytes per entry of the bound), and only
 /// happens for graphs past a billion edges.
 pub fn check_adjacency_limit(graph: &Csr) -> Result<u64> {
-    check_adjacency_within(graph, METIS_LIMIT)
+    check_adjacency_within(graph, metis_limit()?)
 }
 
 fn check_adjacency_within(graph: &Csr, limit: u64) -> Result<u64> {
