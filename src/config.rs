@@ -2,7 +2,7 @@
 //! validated as a whole with errors that name the offending field.
 
 pub use crate::kinds::{
-    CudaAwareMpi, Device, LrSchedule, ModelKind, NormKind, Precision, Prefetch, Strategy,
+    CudaAwareMpi, Device, InitKind, LrSchedule, ModelKind, NormKind, Precision, Prefetch, Strategy,
 };
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -46,6 +46,10 @@ pub struct TrainConfig {
     /// The output layer is a per-row linear layer on each vertex's own hidden row instead of a
     /// convolution (needs `layers` ≥ 2; the first fanout then only picks the seeds).
     pub linear_output: bool,
+    /// How weights and biases start: `glorot` (zero biases; PyG's and DGL's graph layers) or
+    /// `fan-in` (PyTorch's `nn.Linear` default, as in the published heterophilous-benchmark
+    /// and SliceGCN models).
+    pub init: InitKind,
     /// Neighbours sampled per layer, from the seeds outward; -1 = all neighbours.
     pub fanouts: Vec<i32>,
     pub batch_size: usize,
@@ -119,6 +123,7 @@ impl Default for TrainConfig {
             norm: NormKind::None,
             input_proj: false,
             linear_output: false,
+            init: InitKind::Glorot,
             fanouts: vec![10, 10],
             batch_size: 1024,
             epochs: 10,
@@ -372,6 +377,9 @@ impl TrainConfig {
         if self.lr_schedule != LrSchedule::Constant {
             settings["lr_schedule"] = serde_json::json!(self.lr_schedule);
         }
+        if self.init != InitKind::Glorot {
+            settings["init"] = serde_json::json!(self.init);
+        }
         if self.strategy == Strategy::Slicegcn {
             settings["strategy"] = serde_json::json!(self.strategy);
             settings["slice_encoding"] = serde_json::json!(self.slice_encoding);
@@ -486,6 +494,24 @@ mod tests {
             let err = cfg.validate().unwrap_err().to_string();
             assert!(err.contains(field), "{err}");
         }
+    }
+
+    /// `init` parses by its names, is part of the model's hash, and stays out of the hashed
+    /// settings at its default so checkpoints written before it existed keep their hash.
+    #[test]
+    fn init_is_parsed_and_hashed_only_when_not_the_default() {
+        let cfg: TrainConfig = toml::from_str("init = \"fan-in\"").unwrap();
+        assert_eq!(cfg.init, InitKind::FanIn);
+        assert_eq!(cfg.model_settings()["init"], "fan-in");
+        assert_ne!(cfg.model_hash(), TrainConfig::default().model_hash());
+        assert!(TrainConfig::default()
+            .model_settings()
+            .get("init")
+            .is_none());
+        let err = toml::from_str::<TrainConfig>("init = \"kaiming\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("kaiming") && err.contains("fan-in"), "{err}");
     }
 
     #[test]

@@ -73,6 +73,22 @@ pub enum NormKind {
 }
 named!(NormKind, "norm", { None => "none", Layer => "layer" });
 
+/// How weights and biases start.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum InitKind {
+    /// Glorot-uniform weights and zero biases, as PyG's and DGL's graph layers start.
+    #[default]
+    Glorot,
+    /// PyTorch's `nn.Linear` default (Kaiming-uniform with `a = √5`): weights and biases
+    /// uniform in `±1/√fan_in`. The published heterophilous-benchmark models (Platonov et al.)
+    /// and SliceGCN's are built from `nn.Linear`, and they train to higher scores from it.
+    FanIn,
+}
+named!(InitKind, "init", { Glorot => "glorot", FanIn => "fan-in" });
+
 /// How ranks share the work of a mini-batch (see `docs/cli.md`).
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,

@@ -13,6 +13,7 @@ use gnnpar::backend::cpu::attention::{
 use gnnpar::backend::cpu::dropout::{mix64, DropoutMask};
 use gnnpar::nn::gat::GatConv;
 use gnnpar::nn::gcn::GcnConv;
+use gnnpar::nn::init::InitKind;
 use gnnpar::nn::layer::{Conv, DropoutCtx, Layer};
 use gnnpar::nn::linear::Linear;
 use gnnpar::nn::mlp::Mlp;
@@ -255,20 +256,43 @@ fn residual_norm_layer_per_conv() {
             let mut params = ParamStore::new();
             let (conv, block) = match kind {
                 "sage" => (
-                    Conv::Sage(SageConv::new(&mut params, "c", dim, dim, 3)),
+                    Conv::Sage(SageConv::new(
+                        &mut params,
+                        "c",
+                        dim,
+                        dim,
+                        InitKind::Glorot,
+                        3,
+                    )),
                     block.clone(),
                 ),
                 "gcn" => (
-                    Conv::Gcn(GcnConv::new(&mut params, "c", dim, dim, 3)),
+                    Conv::Gcn(GcnConv::new(
+                        &mut params,
+                        "c",
+                        dim,
+                        dim,
+                        InitKind::Glorot,
+                        3,
+                    )),
                     block.with_self_loops(),
                 ),
                 // Two concatenated heads of 3: 6 columns in and out.
                 "gat" => (
-                    Conv::Gat(GatConv::new(&mut params, "c", dim, 3, 2, true, 3)),
+                    Conv::Gat(GatConv::new(
+                        &mut params,
+                        "c",
+                        dim,
+                        3,
+                        2,
+                        true,
+                        InitKind::Glorot,
+                        3,
+                    )),
                     block.clone(),
                 ),
                 _ => (
-                    Conv::Dense(Linear::new(&mut params, "c", dim, dim, 3)),
+                    Conv::Dense(Linear::new(&mut params, "c", dim, dim, InitKind::Glorot, 3)),
                     block.clone(),
                 ),
             };
@@ -295,7 +319,7 @@ fn residual_norm_layer_per_conv() {
             // The same layer behind an input projection (4 feature columns → 6), as the first
             // layer of a model with `input_proj`.
             let mut projected = params.clone();
-            let input = Linear::new(&mut projected, "c.input", 4, dim, 7);
+            let input = Linear::new(&mut projected, "c.input", 4, dim, InitKind::Glorot, 7);
             let off = projected.entries[input.bias].offset;
             for v in &mut projected.values[off..off + dim] {
                 *v = rng.uniform(0.3);
@@ -342,7 +366,7 @@ fn sage_layer_both_evaluation_orders() {
     for &(nd, ns, din, dout) in &[(6usize, 14usize, 5usize, 4usize), (12, 12, 9, 3)] {
         let block = random_block(&mut rng, nd, ns);
         let mut params = ParamStore::new();
-        let conv = SageConv::new(&mut params, "sage", din, dout, 5);
+        let conv = SageConv::new(&mut params, "sage", din, dout, InitKind::Glorot, 5);
         let x = rng.matrix(ns, din, 1.0);
         let l = layer(0, Conv::Sage(conv), 0.0, None);
         check_layer("sage", &l, &params, &block, &x, &DropoutCtx::eval());
@@ -358,7 +382,7 @@ fn gcn_layer_both_evaluation_orders() {
     for &(nd, ns, din, dout) in &[(6usize, 14usize, 5usize, 4usize), (12, 12, 9, 3)] {
         let block = random_block(&mut rng, nd, ns).with_self_loops();
         let mut params = ParamStore::new();
-        let conv = GcnConv::new(&mut params, "gcn", din, dout, 6);
+        let conv = GcnConv::new(&mut params, "gcn", din, dout, InitKind::Glorot, 6);
         // A non-zero bias so its gradient path is exercised with something to move.
         params.values[din * dout..]
             .iter_mut()
@@ -390,7 +414,7 @@ fn gat_layer_concat_and_mean() {
     let block = random_block(&mut rng, 7, 15);
     for &concat in &[true, false] {
         let mut params = ParamStore::new();
-        let conv = GatConv::new(&mut params, "gat", 4, 3, 2, concat, 8);
+        let conv = GatConv::new(&mut params, "gat", 4, 3, 2, concat, InitKind::Glorot, 8);
         let x = rng.matrix(15, 4, 1.0);
         let l = layer(
             0,
@@ -414,7 +438,7 @@ fn dense_layer_reads_destination_rows_only() {
     let mut rng = Rng(4);
     let block = random_block(&mut rng, 5, 11);
     let mut params = ParamStore::new();
-    let lin = Linear::new(&mut params, "lin", 6, 4, 9);
+    let lin = Linear::new(&mut params, "lin", 6, 4, InitKind::Glorot, 9);
     let x = rng.matrix(11, 6, 1.0);
     let l = layer(0, Conv::Dense(lin), 0.3, None);
     check_layer("dense", &l, &params, &block, &x, &training_ctx());
@@ -441,7 +465,7 @@ fn dense_layer_reads_destination_rows_only() {
 fn linear_and_mlp_head() {
     let mut rng = Rng(5);
     let mut params = ParamStore::new();
-    let lin = Linear::new(&mut params, "lin", 7, 3, 1);
+    let lin = Linear::new(&mut params, "lin", 7, 3, InitKind::Glorot, 1);
     let x = rng.matrix(9, 7, 1.0);
     let r = rng.matrix(9, 3, 1.0);
     let mut grads = params.clone();
@@ -465,7 +489,7 @@ fn linear_and_mlp_head() {
 
     // MLP head with dropout keyed by row keys.
     let mut params = ParamStore::new();
-    let mlp = Mlp::new(&mut params, "head", &[6, 8, 3], 0.3, 2);
+    let mlp = Mlp::new(&mut params, "head", &[6, 8, 3], 0.3, InitKind::Glorot, 2);
     let x = rng.matrix(10, 6, 1.0);
     let keys: Vec<u64> = (0..10).map(|i| 1000 + i).collect();
     let ctx = training_ctx();
@@ -877,7 +901,7 @@ fn backward_accumulates_into_grads() {
 #[test]
 fn dropout_masks_follow_original_ids() {
     let mut params = ParamStore::new();
-    let lin = Linear::new(&mut params, "lin", 16, 4, 1);
+    let lin = Linear::new(&mut params, "lin", 16, 4, InitKind::Glorot, 1);
     let l = layer(0, Conv::Dense(lin), 0.5, None);
     let mut rng = Rng(30);
     let x = rng.matrix(6, 16, 1.0);

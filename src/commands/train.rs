@@ -6,6 +6,7 @@ use crate::config::{
     CudaAwareMpi, Device, FeatureNorm, LrSchedule, ModelKind, Precision, Prefetch, Strategy,
     TrainConfig,
 };
+use crate::nn::init::InitKind;
 use crate::nn::NormKind;
 use crate::train::device::{self, Chosen};
 use crate::train::slicegcn::SliceTrainer;
@@ -52,6 +53,9 @@ pub struct TrainArgs {
     /// Per-row linear output layer instead of a convolution: true or false.
     #[arg(long, value_name = "BOOL")]
     pub linear_output: Option<bool>,
+    /// How weights and biases start: glorot (zero biases) or fan-in (PyTorch's nn.Linear).
+    #[arg(long, value_enum)]
+    pub init: Option<InitKind>,
     /// Neighbours per layer from the seeds outward, e.g. `15,10,5`; -1 = all.
     #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
     pub fanouts: Option<Vec<i32>>,
@@ -171,6 +175,7 @@ impl TrainArgs {
             norm,
             input_proj,
             linear_output,
+            init,
             fanouts,
             batch_size,
             epochs,

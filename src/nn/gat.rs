@@ -4,7 +4,7 @@
 //! `out_v[h] = Σ_u α_{uv,h}·Wh_u[h]`, then heads concatenated (`heads·f` columns) or averaged
 //! (`f` columns), plus a bias. Destinations without in-edges get the bias only.
 
-use super::init::glorot_uniform;
+use super::init::{glorot_uniform, init_weight, InitKind};
 use super::linear::{accumulate_bias_grad, add_bias};
 use super::params::ParamStore;
 use crate::backend::{AttentionArgs, Backend, CowMat, Cpu};
@@ -38,8 +38,10 @@ pub struct GatCache<B: Backend = Cpu> {
 }
 
 impl GatConv {
-    /// Register `{prefix}.weight` (`in × heads·f`), `{prefix}.att_src` / `att_dst`
-    /// (`heads × f`, Glorot) and `{prefix}.bias` (`heads·f` or `f`).
+    /// Register `{prefix}.weight` (`in × heads·f`) and `{prefix}.bias` (`heads·f` or `f`),
+    /// started the `init` way, and `{prefix}.att_src` / `att_dst` (`heads × f`, Glorot: they are
+    /// not linear layers).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         params: &mut ParamStore<Cpu>,
         prefix: &str,
@@ -47,16 +49,18 @@ impl GatConv {
         head_dim: usize,
         heads: usize,
         concat: bool,
+        init: InitKind,
         seed: u64,
     ) -> GatConv {
         let weight = params.add(format!("{prefix}.weight"), &[in_dim, heads * head_dim]);
-        glorot_uniform(params, weight, seed);
         let att_src = params.add(format!("{prefix}.att_src"), &[heads, head_dim]);
         glorot_uniform(params, att_src, seed);
         let att_dst = params.add(format!("{prefix}.att_dst"), &[heads, head_dim]);
         glorot_uniform(params, att_dst, seed);
         let out = if concat { heads * head_dim } else { head_dim };
         let bias = params.add(format!("{prefix}.bias"), &[out]);
+        // The bias takes the weight's fan-in, as a linear layer's does.
+        init_weight(params, init, weight, Some(bias), seed);
         GatConv {
             weight,
             att_src,

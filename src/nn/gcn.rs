@@ -8,7 +8,7 @@
 //! Like SAGE, it aggregates first or projects first, whichever costs fewer multiply-adds for
 //! the block's shape.
 
-use super::init::glorot_uniform;
+use super::init::{init_weight, InitKind};
 use super::linear::{accumulate_bias_grad, add_bias};
 use super::params::ParamStore;
 use crate::backend::input_rows::InputRows;
@@ -43,17 +43,18 @@ enum GcnOrder<B: Backend> {
 }
 
 impl GcnConv {
-    /// Register `{prefix}.weight` (`in × out`, Glorot) and `{prefix}.bias`.
+    /// Register `{prefix}.weight` (`in × out`) and `{prefix}.bias`, started the `init` way.
     pub fn new(
         params: &mut ParamStore<Cpu>,
         prefix: &str,
         in_dim: usize,
         out_dim: usize,
+        init: InitKind,
         seed: u64,
     ) -> GcnConv {
         let weight = params.add(format!("{prefix}.weight"), &[in_dim, out_dim]);
-        glorot_uniform(params, weight, seed);
         let bias = params.add(format!("{prefix}.bias"), &[out_dim]);
+        init_weight(params, init, weight, Some(bias), seed);
         GcnConv {
             weight,
             bias,
@@ -227,7 +228,7 @@ mod tests {
         table[12] = 2;
         table[13] = 5;
         let mut params = ParamStore::new();
-        let conv = GcnConv::new(&mut params, "g", 3, 2, 7);
+        let conv = GcnConv::new(&mut params, "g", 3, 2, InitKind::Glorot, 7);
         params.view_mut(conv.bias).fill(0.25);
         let x = Array2::from_shape_fn((4, 3), |(i, j)| (i as f32 - 1.5) * 0.3 + j as f32 * 0.1);
         let (z, cache) = conv.forward(&params, &block, CowMat::Borrowed(x.view()), Some(&table));

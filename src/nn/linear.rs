@@ -1,7 +1,7 @@
 //! A fully connected layer `y = x·W + b` (`W` is `in × out`, so the forward needs no
 //! transpose), and the helpers other layers share: bias add and bias gradient.
 
-use super::init::glorot_uniform;
+use super::init::{init_weight, InitKind};
 use super::params::ParamStore;
 use crate::backend::{Backend, Cpu};
 
@@ -26,17 +26,18 @@ pub struct Linear {
 }
 
 impl Linear {
-    /// Register `{prefix}.weight` (`in × out`, Glorot) and `{prefix}.bias` (zeros).
+    /// Register `{prefix}.weight` (`in × out`) and `{prefix}.bias`, started the `init` way.
     pub fn new(
         params: &mut ParamStore<Cpu>,
         prefix: &str,
         in_dim: usize,
         out_dim: usize,
+        init: InitKind,
         seed: u64,
     ) -> Linear {
         let weight = params.add(format!("{prefix}.weight"), &[in_dim, out_dim]);
-        glorot_uniform(params, weight, seed);
         let bias = params.add(format!("{prefix}.bias"), &[out_dim]);
+        init_weight(params, init, weight, Some(bias), seed);
         Linear {
             weight,
             bias,

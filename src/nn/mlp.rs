@@ -4,6 +4,7 @@
 //! caller's row keys like the graph layers (so a row's mask does not depend on which rank or
 //! which subset of rows computes it).
 
+use super::init::InitKind;
 use super::layer::DropoutCtx;
 use super::linear::Linear;
 use super::params::ParamStore;
@@ -41,6 +42,7 @@ impl Mlp {
         prefix: &str,
         dims: &[usize],
         dropout: f32,
+        init: InitKind,
         seed: u64,
     ) -> Mlp {
         assert!(dims.len() >= 2, "an MLP needs an input and an output size");
@@ -49,7 +51,7 @@ impl Mlp {
             .enumerate()
             .map(|(i, d)| {
                 let seed = derive_stream(seed, i as u64);
-                Linear::new(params, &format!("{prefix}.{i}"), d[0], d[1], seed)
+                Linear::new(params, &format!("{prefix}.{i}"), d[0], d[1], init, seed)
             })
             .collect();
         Mlp {

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::gat::GatConv;
 use super::gcn::GcnConv;
+use super::init::InitKind;
 use super::layer::{Conv, DropoutCtx, Layer, LayerCache, NextDropout};
 use super::linear::Linear;
 use super::norm::{LayerNorm, NormKind};
@@ -54,6 +55,9 @@ pub struct ModelConfig {
     /// convolution (the last block then only supplies its destinations).
     #[serde(default)]
     pub linear_output: bool,
+    /// How the weights and biases start.
+    #[serde(default)]
+    pub init: InitKind,
 }
 
 impl ModelConfig {
@@ -81,6 +85,7 @@ impl ModelConfig {
             norm: NormKind::None,
             input_proj: false,
             linear_output: false,
+            init: InitKind::Glorot,
         }
     }
 
@@ -198,6 +203,7 @@ impl Model<Cpu> {
                     &format!("{prefix}.input"),
                     in_dim,
                     hidden_width,
+                    cfg.init,
                     seed,
                 )
             });
@@ -209,14 +215,38 @@ impl Model<Cpu> {
             debug_assert!(input.is_none() || in_dim == hidden_width);
             let conv = match cfg.kind {
                 // A per-row output layer: the logits read only the destination's own row.
-                _ if last && cfg.linear_output => {
-                    Conv::Dense(Linear::new(&mut params, &prefix, in_dim, out, seed))
-                }
-                ModelKind::Sage => {
-                    Conv::Sage(SageConv::new(&mut params, &prefix, in_dim, out, seed))
-                }
-                ModelKind::Gcn => Conv::Gcn(GcnConv::new(&mut params, &prefix, in_dim, out, seed)),
-                ModelKind::Mlp => Conv::Dense(Linear::new(&mut params, &prefix, in_dim, out, seed)),
+                _ if last && cfg.linear_output => Conv::Dense(Linear::new(
+                    &mut params,
+                    &prefix,
+                    in_dim,
+                    out,
+                    cfg.init,
+                    seed,
+                )),
+                ModelKind::Sage => Conv::Sage(SageConv::new(
+                    &mut params,
+                    &prefix,
+                    in_dim,
+                    out,
+                    cfg.init,
+                    seed,
+                )),
+                ModelKind::Gcn => Conv::Gcn(GcnConv::new(
+                    &mut params,
+                    &prefix,
+                    in_dim,
+                    out,
+                    cfg.init,
+                    seed,
+                )),
+                ModelKind::Mlp => Conv::Dense(Linear::new(
+                    &mut params,
+                    &prefix,
+                    in_dim,
+                    out,
+                    cfg.init,
+                    seed,
+                )),
                 ModelKind::Gat => {
                     let concat = !last && cfg.gat_concat;
                     Conv::Gat(GatConv::new(
@@ -226,6 +256,7 @@ impl Model<Cpu> {
                         out,
                         cfg.heads,
                         concat,
+                        cfg.init,
                         seed,
                     ))
                 }
@@ -425,6 +456,56 @@ mod tests {
     use crate::nn::cross_entropy;
     use crate::sample::Block;
     use ndarray::Array2;
+
+    /// `init` reaches every layer's weights and biases (the input projection and a linear
+    /// output layer included): fan-in starts every bias off zero and keeps weights within
+    /// `1/√fan_in`; Glorot leaves the biases at zero. Norm gains and biases start at 1 and 0
+    /// either way.
+    #[test]
+    fn the_init_kind_reaches_every_layer() {
+        for kind in [
+            ModelKind::Sage,
+            ModelKind::Gcn,
+            ModelKind::Gat,
+            ModelKind::Mlp,
+        ] {
+            let cfg = ModelConfig {
+                input_proj: true,
+                linear_output: kind != ModelKind::Mlp,
+                residual: true,
+                norm: NormKind::Layer,
+                init: InitKind::FanIn,
+                ..ModelConfig::plain(kind, 9, 16, 3, 3, 0.5)
+            };
+            let fan_in = Model::new(cfg.clone(), 4).unwrap();
+            let glorot = Model::new(
+                ModelConfig {
+                    init: InitKind::Glorot,
+                    ..cfg
+                },
+                4,
+            )
+            .unwrap();
+            let p = &fan_in.params;
+            let mut biases = 0;
+            for (i, e) in p.entries.iter().enumerate() {
+                let values = p.view(i);
+                if e.name.contains(".norm.") || e.name.contains(".att_") {
+                    assert_eq!(values, glorot.params.view(i), "{kind} {}", e.name);
+                } else if e.name.ends_with(".bias") {
+                    biases += 1;
+                    assert!(values.iter().all(|&v| v != 0.0), "{kind} {}", e.name);
+                    assert!(glorot.params.view(i).iter().all(|&v| v == 0.0));
+                } else {
+                    let limit = 1.0 / (e.shape[0] as f32).sqrt();
+                    assert!(values.iter().all(|v| v.abs() <= limit), "{kind} {}", e.name);
+                    assert_ne!(values, glorot.params.view(i), "{kind} {}", e.name);
+                }
+            }
+            // Input projection and three layers.
+            assert_eq!(biases, 4, "{kind}");
+        }
+    }
 
     fn hash(salt: u64, i: usize) -> u64 {
         mix64(salt ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))

@@ -7,7 +7,7 @@
 //! * project-then-aggregate: `src·in·out + E·out + dst·in·out` (full-graph blocks with
 //!   `out < in`).
 
-use super::init::glorot_uniform;
+use super::init::{init_weight, InitKind};
 use super::linear::{accumulate_bias_grad, add_bias};
 use super::params::ParamStore;
 use crate::backend::input_rows::InputRows;
@@ -46,19 +46,21 @@ pub type SageForward<B> = (
 );
 
 impl SageConv {
-    /// Register `{prefix}.w_self`, `{prefix}.w_neigh` (`in × out`, Glorot) and `{prefix}.bias`.
+    /// Register `{prefix}.w_self`, `{prefix}.w_neigh` (`in × out`) and `{prefix}.bias`,
+    /// started the `init` way (the bias, where `init` sets one, with the self weight's fan-in).
     pub fn new(
         params: &mut ParamStore<Cpu>,
         prefix: &str,
         in_dim: usize,
         out_dim: usize,
+        init: InitKind,
         seed: u64,
     ) -> SageConv {
         let w_self = params.add(format!("{prefix}.w_self"), &[in_dim, out_dim]);
-        glorot_uniform(params, w_self, seed);
         let w_neigh = params.add(format!("{prefix}.w_neigh"), &[in_dim, out_dim]);
-        glorot_uniform(params, w_neigh, seed);
         let bias = params.add(format!("{prefix}.bias"), &[out_dim]);
+        init_weight(params, init, w_self, Some(bias), seed);
+        init_weight(params, init, w_neigh, None, seed);
         SageConv {
             w_self,
             w_neigh,
@@ -301,7 +303,7 @@ mod tests {
         let block = Block::small_example();
         let (din, dout) = (41, 37);
         let mut params = ParamStore::new();
-        let conv = SageConv::new(&mut params, "s", din, dout, 3);
+        let conv = SageConv::new(&mut params, "s", din, dout, InitKind::Glorot, 3);
         let h = Array2::from_shape_fn((block.num_src(), din), |(i, j)| {
             ((i * 31 + j * 7) % 17) as f32 * 0.1 - 0.8
         });

@@ -124,6 +124,7 @@ pub(crate) fn model_config(cfg: &TrainConfig, in_dim: usize, out_dim: usize) -> 
         norm: cfg.norm,
         input_proj: cfg.input_proj,
         linear_output: cfg.linear_output,
+        init: cfg.init,
     }
 }
 

@@ -83,6 +83,7 @@ impl SliceModel<Cpu> {
                 "fusion",
                 &[layout.features, f, f],
                 0.0,
+                cfg.init,
                 derive_stream(shared_seed, 2),
             );
             m.tag ^= FUSION_TAG;
@@ -94,6 +95,7 @@ impl SliceModel<Cpu> {
             "head",
             &[layout.gathered(), cfg.hidden, classes],
             cfg.dropout,
+            cfg.init,
             derive_stream(shared_seed, 3),
         );
         Ok(SliceModel {
