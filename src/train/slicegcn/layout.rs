@@ -75,7 +75,7 @@ impl SliceLayout {
 ///
 /// GCN: `gcn_in·w + w` for the first layer, `w·w + w` for each other (`w = ⌈hidden/p⌉`), so
 /// the hidden layers shrink as `1/p²`; shared: the classifier `(p·w)·hidden + hidden +
-/// hidden·classes + classes`, the encoding `p·w`, fusion `d'·f + f + f·f + f`.
+/// hidden·classes + classes`, the encoding `p·w`, fusion `d'·hidden + hidden + hidden·f + f`.
 pub fn param_counts(
     layout: &SliceLayout,
     layers: usize,
@@ -89,7 +89,7 @@ pub fn param_counts(
     let enc = if encoding { layout.gathered() } else { 0 };
     let f = layout.gcn_in;
     let fusion = if layout.fusion {
-        layout.features * f + f + f * f + f
+        layout.features * hidden + hidden + hidden * f + f
     } else {
         0
     };

@@ -76,12 +76,14 @@ impl SliceModel<Cpu> {
             glorot_uniform(&mut shared, e, derive_stream(shared_seed, 1));
             e
         });
+        // The fusion is a 2-layer MLP of the run's hidden width: a hidden layer as narrow as
+        // its output (⌈d'/p⌉, 3 columns for Minesweeper at p = 3) loses what ReLU zeroes there,
+        // and one as wide as the features (d' × d') would dwarf the GCNs on wide data.
         let fusion = layout.fusion.then(|| {
-            let f = layout.gcn_in;
             let mut m = Mlp::new(
                 &mut shared,
                 "fusion",
-                &[layout.features, f, f],
+                &[layout.features, cfg.hidden, layout.gcn_in],
                 0.0,
                 cfg.init,
                 derive_stream(shared_seed, 2),
