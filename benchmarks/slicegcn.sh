@@ -59,7 +59,7 @@ run() {
 }
 
 shape=(--model gcn --hidden 128 --dropout 0.5 --lr 0.001 --lr-schedule cosine
-    --input-proj true --residual true --norm layer --linear-output true)
+    --input-proj true --residual true --norm layer --linear-output true --init fan-in)
 
 accuracy() {
     prepare minesweeper minesweeper.npz
@@ -72,15 +72,20 @@ accuracy() {
     local cfg_ms="$WORK/ms.toml" cfg_tk="$WORK/tk.toml"
     printf 'self_loops = false\n' >"$cfg_ms"
     cp "$cfg_ms" "$cfg_tk"
-    run 1 "minesweeper GCN" "${ms[@]}" --config "$cfg_ms" --slice-encoding off
+    # The variants' suffixes name what they add to direct slicing: -SE the slice encoding,
+    # -FF the feature fusion (-FFSE both).
+    local plain=(--slice-encoding off --feature-fusion off)
+    local se=(--slice-encoding on --feature-fusion off)
+    local ff=(--slice-encoding off --feature-fusion on)
+    run 1 "minesweeper GCN" "${ms[@]}" --config "$cfg_ms" "${plain[@]}"
     for p in 2 3; do
-        run "$p" "minesweeper SliceGCN" "${ms[@]}" --config "$cfg_ms"
-        run "$p" "minesweeper SliceGCN-FF" "${ms[@]}" --config "$cfg_ms" --feature-fusion on
+        run "$p" "minesweeper SliceGCN" "${ms[@]}" --config "$cfg_ms" "${plain[@]}"
+        run "$p" "minesweeper SliceGCN-FF" "${ms[@]}" --config "$cfg_ms" "${ff[@]}"
     done
-    run 1 "tolokers GCN" "${tk[@]}" --config "$cfg_tk" --slice-encoding off
+    run 1 "tolokers GCN" "${tk[@]}" --config "$cfg_tk" "${plain[@]}"
     for p in 2 3; do
-        run "$p" "tolokers SliceGCN" "${tk[@]}" --config "$cfg_tk"
-        run "$p" "tolokers SliceGCN-SE" "${tk[@]}" --config "$cfg_tk" --slice-encoding off
+        run "$p" "tolokers SliceGCN" "${tk[@]}" --config "$cfg_tk" "${plain[@]}"
+        run "$p" "tolokers SliceGCN-SE" "${tk[@]}" --config "$cfg_tk" "${se[@]}"
     done
     python3 - "$OUT" "$RESULTS/slicegcn_accuracy.md" <<'PY'
 import json, sys
