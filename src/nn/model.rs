@@ -213,16 +213,12 @@ impl Model<Cpu> {
             };
             in_dim = conv_in;
             debug_assert!(input.is_none() || in_dim == hidden_width);
+            let dense = |params: &mut ParamStore| {
+                Conv::Dense(Linear::new(params, &prefix, in_dim, out, cfg.init, seed))
+            };
             let conv = match cfg.kind {
                 // A per-row output layer: the logits read only the destination's own row.
-                _ if last && cfg.linear_output => Conv::Dense(Linear::new(
-                    &mut params,
-                    &prefix,
-                    in_dim,
-                    out,
-                    cfg.init,
-                    seed,
-                )),
+                _ if last && cfg.linear_output => dense(&mut params),
                 ModelKind::Sage => Conv::Sage(SageConv::new(
                     &mut params,
                     &prefix,
@@ -239,14 +235,7 @@ impl Model<Cpu> {
                     cfg.init,
                     seed,
                 )),
-                ModelKind::Mlp => Conv::Dense(Linear::new(
-                    &mut params,
-                    &prefix,
-                    in_dim,
-                    out,
-                    cfg.init,
-                    seed,
-                )),
+                ModelKind::Mlp => dense(&mut params),
                 ModelKind::Gat => {
                     let concat = !last && cfg.gat_concat;
                     Conv::Gat(GatConv::new(
