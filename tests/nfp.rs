@@ -2,7 +2,8 @@
 //! feature width that the rank count does not divide, and on emulated CUDA ranks, it trains the
 //! model of 1 GDP rank (5 steps, parameters within 1e-4 relative, floor 1e-3, input dropout
 //! on so every rank draws masks over its columns) and evaluates it alike; its checkpoint
-//! resumes exactly; and what does not decompose by feature columns is refused with the reason.
+//! resumes exactly, on any rank count; each rank holds only its rows of the input layer's
+//! weights (the summary's per-rank parameter counts); and what does not decompose by feature columns is refused with the reason.
 //! Every `mpirun` has a timeout, so a deadlock fails instead of hanging.
 
 mod common;
@@ -107,8 +108,9 @@ fn bytes_sent(metrics: &Path, kind: &str) -> u64 {
         .sum()
 }
 
-/// NFP on each rank count of `ranks` against 1 GDP rank; returns the largest difference.
-fn matches_gdp(dir: &Path, data: &Path, model: &str, ranks: &[usize]) -> f32 {
+/// NFP on each rank count of `ranks` against 1 GDP rank (on `data` with `features` feature
+/// columns); returns the largest difference.
+fn matches_gdp(dir: &Path, data: &Path, features: u64, model: &str, ranks: &[usize]) -> f32 {
     let (reference, ref_summary, _) = train(dir, data, model, "gdp", 1, &[], &[]);
     let mut worst = 0.0f32;
     for &np in ranks {
@@ -137,6 +139,24 @@ fn matches_gdp(dir: &Path, data: &Path, model: &str, ranks: &[usize]) -> f32 {
             assert!(bytes_sent(&metrics, kind) > 0, "no {kind} bytes on {np}");
         }
         assert_eq!(bytes_sent(&metrics, "store_rows"), 0);
+        // Each rank holds only its rows of the input layer's weights (SAGE: two matrices of
+        // hidden width 16): what it holds less than GDP's whole model is the other ranks'
+        // rows, and the rows held add up to the feature width.
+        let whole = ref_summary["memory"]["params"][0].as_u64().unwrap();
+        let per_row = 16 * if model == "sage" { 2 } else { 1 };
+        let held: Vec<u64> = summary["memory"]["params"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let missing = whole - p.as_u64().unwrap();
+                assert_eq!(missing % per_row, 0, "{summary}");
+                features - missing / per_row
+            })
+            .collect();
+        assert_eq!(held.len(), np, "{summary}");
+        assert!(held.iter().all(|&w| w > 0), "rows held {held:?}");
+        assert_eq!(held.iter().sum::<u64>(), features, "rows held {held:?}");
     }
     worst
 }
@@ -150,7 +170,7 @@ fn nfp_with_sage_and_gcn_on_2_3_and_4_ranks_trains_the_model_of_1_gdp_rank() {
     let dir = common::tempdir();
     let data = sbm(dir.path(), 16);
     for model in ["sage", "gcn"] {
-        matches_gdp(dir.path(), &data, model, &[2, 3, 4]);
+        matches_gdp(dir.path(), &data, 16, model, &[2, 3, 4]);
     }
 }
 
@@ -162,8 +182,8 @@ fn nfp_with_10_features_on_3_and_4_ranks_slices_unevenly_and_still_matches() {
     }
     let dir = common::tempdir();
     let data = sbm(dir.path(), 10);
-    matches_gdp(dir.path(), &data, "sage", &[3, 4]);
-    matches_gdp(dir.path(), &data, "gcn", &[4]);
+    matches_gdp(dir.path(), &data, 10, "sage", &[3, 4]);
+    matches_gdp(dir.path(), &data, 10, "gcn", &[4]);
 }
 
 #[test]
@@ -237,6 +257,25 @@ fn an_nfp_checkpoint_is_the_whole_model_and_resumes_exactly() {
         d <= 1e-4,
         "gdp resuming an nfp checkpoint differs by {d:.2e}"
     );
+    // And it is no rank count's: 2 NFP ranks cut the 3 ranks' checkpoint into other slices
+    // and train the same model.
+    let two = dir.path().join("two.h5");
+    std::fs::copy(&whole, &two).unwrap();
+    let mut args = vec!["train", "--data", s(&data), "--strategy", "nfp"];
+    args.extend_from_slice(&["--batch-size", "256", "--hidden", "16", "--epochs", "3"]);
+    args.extend_from_slice(&["--fanouts", "5,3", "--checkpoint", s(&two), "--resume"]);
+    args.extend_from_slice(&[
+        "--weight-decay",
+        "0.001",
+        "--eval-every",
+        "1",
+        "--threads",
+        "1",
+    ]);
+    mpirun(2, &args, &[]).expect_ok("2 nfp ranks resume a 3-rank nfp checkpoint");
+    let d = max_rel_diff(&read_f32s(&two, "params"), &read_f32s(&nfp, "params"), 1e-3);
+    eprintln!("2 and 3 nfp ranks resuming an nfp checkpoint: max relative difference {d:.2e}");
+    assert!(d <= 1e-4, "2 nfp ranks resuming differ by {d:.2e}");
 }
 
 #[test]

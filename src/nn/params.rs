@@ -3,6 +3,8 @@
 //! the model's backend; a model is built and initialised on the host ([`ParamStore<Cpu>`]) and
 //! moved to its device with [`ParamStore::to_backend`].
 
+use std::ops::Range;
+
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{Backend, Cpu};
@@ -99,6 +101,29 @@ impl ParamStore<Cpu> {
         self.grads.resize(self.values.len(), 0.0);
         self.entries.push(entry);
         self.entries.len() - 1
+    }
+
+    /// The same parameters with only rows `rows` of the matrices `narrowed` (gradients
+    /// zero): the layout of a rank that holds a row slice of some weights (NFP's input
+    /// layer). Indices are unchanged; offsets follow the narrower shapes.
+    pub fn with_rows(&self, narrowed: &[usize], rows: Range<usize>) -> ParamStore<Cpu> {
+        let mut out = ParamStore::new();
+        for (i, e) in self.entries.iter().enumerate() {
+            let shape = if narrowed.contains(&i) {
+                let (r, c) = e.dims();
+                assert!(
+                    rows.end <= r,
+                    "parameter {}: rows {rows:?} outside its {r} rows",
+                    e.name
+                );
+                vec![rows.len(), c]
+            } else {
+                e.shape.clone()
+            };
+            out.add(e.name.clone(), &shape);
+        }
+        out.values = narrow_rows(&self.entries, narrowed, &rows, &self.values);
+        out
     }
 
     /// The same parameters (and gradients) on `backend`.
@@ -217,6 +242,27 @@ impl<B: Backend> ParamStore<B> {
     }
 }
 
+/// A flat buffer laid out as `entries`, cut to the layout [`ParamStore::with_rows`] makes:
+/// rows `rows` of the matrices `narrowed`, every other parameter whole.
+pub fn narrow_rows(
+    entries: &[ParamEntry],
+    narrowed: &[usize],
+    rows: &Range<usize>,
+    buf: &[f32],
+) -> Vec<f32> {
+    let mut out = Vec::with_capacity(buf.len());
+    for (i, e) in entries.iter().enumerate() {
+        let kept = if narrowed.contains(&i) {
+            let width = e.dims().1;
+            e.offset + rows.start * width..e.offset + rows.end * width
+        } else {
+            e.offset..e.offset + e.len()
+        };
+        out.extend_from_slice(&buf[kept]);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,5 +301,29 @@ mod tests {
             let r = std::panic::catch_unwind(|| p.stacked(a, b).dim());
             assert!(r.is_err(), "stacked({a}, {b}) should panic");
         }
+    }
+
+    #[test]
+    fn with_rows_keeps_a_row_slice_of_the_named_matrices_only() {
+        let mut p = ParamStore::new();
+        let w = p.add("w", &[4, 2]);
+        let b = p.add("b", &[2]);
+        let v = p.add("v", &[3, 2]);
+        for (i, x) in p.values.iter_mut().enumerate() {
+            *x = i as f32;
+        }
+        let q = p.with_rows(&[w], 1..3);
+        assert_eq!(q.entries[w].shape, vec![2, 2]);
+        assert_eq!(q.entries[b].offset, 4);
+        assert_eq!(q.entries[v].shape, vec![3, 2]);
+        assert_eq!(
+            q.values,
+            [2., 3., 4., 5., 8., 9., 10., 11., 12., 13., 14., 15.]
+        );
+        assert_eq!(q.grads.len(), q.values.len());
+        assert_eq!(narrow_rows(&p.entries, &[w], &(1..3), &p.values), q.values);
+        // The same rows of every matrix it names: the whole model at 0..rows.
+        assert_eq!(p.with_rows(&[w], 0..4), p);
+        assert_eq!(p.with_rows(&[w, v], 3..3).len(), 2);
     }
 }

@@ -6,9 +6,8 @@
 //! functions of (seed, epoch, batch), that position is all the "RNG state" there is, and a
 //! resumed run reproduces the uninterrupted one bit for bit.
 
-use crate::backend::Backend;
 use crate::config::{differing_settings, TrainConfig};
-use crate::nn::{ParamEntry, ParamStore};
+use crate::nn::ParamEntry;
 use crate::util::{atomic::AtomicOutput, h5};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
@@ -112,19 +111,14 @@ pub fn save(path: &Path, ck: &Checkpoint, entries: &[ParamEntry]) -> Result<()> 
     out.commit()
 }
 
-/// Read a checkpoint and check it fits `store` and the model `cfg` defines.
-pub fn load<B: Backend>(
-    path: &Path,
-    store: &ParamStore<B>,
-    cfg: &TrainConfig,
-) -> Result<Checkpoint> {
+/// Read a checkpoint and check it holds `n_params` parameters of the model `cfg` defines.
+pub fn load(path: &Path, n_params: usize, cfg: &TrainConfig) -> Result<Checkpoint> {
     let ck = read(path, cfg)?;
-    if ck.params.len() != store.len() {
+    if ck.params.len() != n_params {
         bail!(
-            "checkpoint `{}`: `params` has {} values, the model has {}",
+            "checkpoint `{}`: `params` has {} values, the model has {n_params}",
             path.display(),
             ck.params.len(),
-            store.len()
         );
     }
     Ok(ck)

@@ -19,10 +19,15 @@ pub struct MemoryReport {
     /// Each rank's peak of device allocations, on a device backend.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_peak_mb: Option<Vec<f64>>,
+    /// The model parameters each rank holds, in rank order (its gradients and two Adam
+    /// moments are as many again, each): the whole model under data parallelism, less under
+    /// NFP (a row slice of the input layer's weights) and SliceGCN (its own GCN).
+    pub params: Vec<u64>,
 }
 
-/// Gather this rank's peaks from every rank of `group`. Collective.
-pub fn gather<B: Backend>(group: &Group, backend: &B) -> MemoryReport {
+/// Gather this rank's peaks and its parameter count `params` from every rank of `group`.
+/// Collective.
+pub fn gather<B: Backend>(group: &Group, backend: &B, params: usize) -> MemoryReport {
     let mb = |bytes: usize| bytes as f64 / 1048576.0;
     let host = crate::util::rss::peak_rss_mb().unwrap_or(f64::NAN);
     let host_all: Vec<f64> = group
@@ -43,5 +48,6 @@ pub fn gather<B: Backend>(group: &Group, backend: &B) -> MemoryReport {
         device_peak_mb_max: device.map(|_| max(&device_all)),
         device_peak_mb: device.map(|_| device_all),
         host_peak_mb: host_all,
+        params: group.allgather_u64(params as u64),
     }
 }

@@ -135,6 +135,8 @@ pub(crate) struct RunEnd<'a> {
     pub epoch_times: &'a [f64],
     pub final_loss: f64,
     pub seconds: PhaseTimes,
+    /// The model parameters this rank holds.
+    pub params: usize,
 }
 
 impl RunSummary {
@@ -171,7 +173,7 @@ impl RunSummary {
             epoch_time_median: sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
             total_seconds: end.started.elapsed().as_secs_f64(),
             peak_rss_mb: crate::util::rss::peak_rss_mb().unwrap_or(f64::NAN),
-            memory: memory::gather(world, be),
+            memory: memory::gather(world, be, end.params),
             peak_device_mb: be.peak_memory().map(|b| b as f64 / MIB),
             device_transfer_mb: be.transfers().map(|(up, down)| DeviceTransfers {
                 to_device: up as f64 / MIB,
@@ -342,7 +344,13 @@ impl<'w, B: Backend> Trainer<'w, B> {
         )?;
         let (planned, unplanned) =
             plan_run(&backend, &mut cfg, &files, &data, &host_model, world, group)?;
-        let model = host_model.to_backend(backend.clone());
+        // NFP keeps only this rank's rows of the input layer's weights.
+        let (model, nfp) = if cfg.strategy == Strategy::Nfp {
+            let (model, nfp) = nfp::Nfp::slice_model(host_model, &data, backend.clone())?;
+            (model, Some(nfp))
+        } else {
+            (host_model.to_backend(backend.clone()), None)
+        };
         let adam = Adam::on(
             backend.clone(),
             model.params.len(),
@@ -374,13 +382,10 @@ impl<'w, B: Backend> Trainer<'w, B> {
             full: None,
             resident,
             dump: None,
-            nfp: None,
+            nfp,
             planned,
             unplanned,
         };
-        if t.cfg.strategy == Strategy::Nfp {
-            t.nfp = Some(nfp::Nfp::new(&t.model, &t.data)?);
-        }
         if let Some(dir) = &t.files.dump_blocks {
             t.dump = Some(dump::BlockDump::create(dir, world.rank())?);
         }
@@ -424,9 +429,22 @@ impl<'w, B: Backend> Trainer<'w, B> {
 
     fn restore(&mut self) -> Result<()> {
         let path = self.files.checkpoint.clone().expect("checked in new");
-        let ck = checkpoint::load(&path, &self.model.params, &self.cfg)?;
-        self.model.params.set_values(&ck.params);
-        self.adam.set_state(&ck.adam_m, &ck.adam_v, ck.adam_t)?;
+        // A checkpoint holds the whole model (NFP's too): NFP cuts it to this rank's rows.
+        let whole_len = self
+            .nfp
+            .as_ref()
+            .map_or(self.model.params.len(), |n| n.whole_len());
+        let ck = checkpoint::load(&path, whole_len, &self.cfg)?;
+        let (params, m, v) = match &self.nfp {
+            Some(nfp) => (
+                nfp.narrow(&ck.params)?,
+                nfp.narrow(&ck.adam_m)?,
+                nfp.narrow(&ck.adam_v)?,
+            ),
+            None => (ck.params, ck.adam_m, ck.adam_v),
+        };
+        self.model.params.set_values(&params);
+        self.adam.set_state(&m, &v, ck.adam_t)?;
         self.pos = ck.position;
         log::info!(
             "resumed from `{}` at epoch {} batch {} (step {})",
@@ -575,9 +593,6 @@ impl<'w, B: Backend> Trainer<'w, B> {
         }
         if self.files.checkpoint.is_some() {
             self.save_checkpoint()?;
-        } else {
-            // The model the run leaves in memory is whole (it gathers on checkpoints too).
-            self.gather_sliced()?;
         }
         let direct = self.world.stats().device_pointer_calls();
         if self.world.rank() == 0 && self.world.device_pointers() {
@@ -628,6 +643,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 epoch_times: &epoch_times,
                 final_loss,
                 seconds: total,
+                params: self.model.params.len(),
             },
         );
         (summary.prediction, summary.prediction_skipped) = (prediction, prediction_skipped);
@@ -639,8 +655,11 @@ impl<'w, B: Backend> Trainer<'w, B> {
         if self.files.checkpoint.is_none() {
             return Ok(());
         }
-        // Every rank reaches this point (rank 0 alone writes): the collective runs on all.
-        self.gather_sliced()?;
+        // Every rank reaches this point (rank 0 alone writes): NFP's gather runs on all.
+        let whole = match &self.nfp {
+            Some(nfp) => Some(nfp.whole_state(self.world, &self.model, &self.adam)),
+            None => None,
+        };
         let Some(path) = &self.files.checkpoint else {
             return Ok(());
         };
@@ -648,7 +667,16 @@ impl<'w, B: Backend> Trainer<'w, B> {
         if self.world.rank() != 0 {
             return Ok(());
         }
-        let (m, v, t) = self.adam.state();
+        let whole = whole.unwrap_or_else(|| {
+            let (adam_m, adam_v, adam_t) = self.adam.state();
+            nfp::WholeState {
+                entries: self.model.params.entries.clone(),
+                params: self.model.params.values_on_host(),
+                adam_m,
+                adam_v,
+                adam_t,
+            }
+        });
         checkpoint::save(
             path,
             &Checkpoint {
@@ -656,13 +684,13 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 model_settings: self.cfg.model_settings(),
                 run_config: serde_json::to_string(&self.cfg)?,
                 position: self.pos.clone(),
-                params: self.model.params.values_on_host(),
-                adam_m: m,
-                adam_v: v,
-                adam_t: t,
+                params: whole.params,
+                adam_m: whole.adam_m,
+                adam_v: whole.adam_v,
+                adam_t: whole.adam_t,
                 slice_ranks: None,
             },
-            &self.model.params.entries,
+            &whole.entries,
         )?;
         log::info!("checkpoint written to `{}`", path.display());
         Ok(())
@@ -833,15 +861,6 @@ impl<'w, B: Backend> Trainer<'w, B> {
         self.nfp
             .as_ref()
             .map_or_else(Vec::new, |n| n.unsynced_ranges(&self.model))
-    }
-
-    /// Under NFP, make the sliced weights (and their Adam moments) whole on every rank, so the
-    /// model in memory and in a checkpoint is the whole model. Collective; nothing elsewhere.
-    fn gather_sliced(&mut self) -> Result<()> {
-        match &self.nfp {
-            Some(nfp) => nfp.gather_weights(self.world, &mut self.model, &mut self.adam),
-            None => Ok(()),
-        }
     }
 }
 

@@ -15,10 +15,13 @@
 //! layer's bias included, whose gradient the destination's rank computes) is allreduced as
 //! under GDP.
 //!
-//! The parameter buffer keeps the whole model's layout on every rank, so checkpoints, resume
-//! and the optimizer are GDP's; only the sliced rows are live on each rank. Before a
-//! checkpoint the slices (values and Adam moments) are allgathered ([`Nfp::gather_weights`]),
-//! so an NFP checkpoint is the whole model, the one GDP would write.
+//! A rank holds only its rows of the sliced weights: [`Nfp::slice_model`] cuts them out of
+//! the whole model ([`ParamStore::with_rows`]), so they, their gradients and their Adam
+//! moments take `1/P` of the whole matrices' memory. Every other parameter is whole and
+//! identical on every rank. A checkpoint is the whole model, the one GDP would write: the
+//! slices (values and Adam moments) are allgathered into the whole layout
+//! ([`Nfp::whole_state`]), and a resumed one is cut to this rank's rows again
+//! ([`Nfp::narrow`]); so NFP and GDP resume each other's checkpoints.
 //!
 //! Input dropout is applied on the host while the rows are gathered, with the mask GDP draws
 //! keyed by the **global** column (`c_r + c`), so every element gets GDP's mask bit; the sliced
@@ -30,13 +33,14 @@ use super::metrics::PhaseTimes;
 use super::strategy::{
     dropout_stream, upper_layers_data_parallel, FullGraph, StepArgs, StepOutput,
 };
-use crate::backend::{Backend, DropoutMask};
+use crate::backend::{Backend, Cpu, DropoutMask};
 use crate::comm::Group;
 use crate::exchange::slices::{allgather_blocks, allgather_rows, reduce_scatter_rows, stack_rows};
 use crate::graph::{Dataset, NodeId};
 use crate::nn::gcn::GcnConv;
 use crate::nn::layer::{Conv, LayerCache};
 use crate::nn::linear::{accumulate_bias_grad, Linear};
+use crate::nn::params::{narrow_rows, ParamEntry};
 use crate::nn::sage::SageConv;
 use crate::nn::{Adam, DropoutCtx, Layer, Model, ParamStore};
 use crate::sample::{sample_blocks, Block, LocalGraph};
@@ -54,22 +58,40 @@ pub struct Nfp<B: Backend> {
     /// activation and no dropout, and a bias held at zero (the bias is added once, where the
     /// partial rows meet).
     layer: Layer,
-    /// The sliced layer's parameters: this rank's rows of the model's weights, copied in
-    /// before every use; its gradients are added back into the model's rows.
+    /// The sliced layer's parameters: the model's (sliced) weights, copied in before every
+    /// use next to a bias held at zero; its gradients are added back into the model's.
     params: ParamStore<B>,
     /// Each sliced weight matrix: (index in the model's parameters, index in `params`).
     weights: Vec<(usize, usize)>,
     /// The input layer's bias in the model's parameters.
     bias: usize,
+    /// The whole model's parameter layout (what GDP holds and a checkpoint stores).
+    whole_layout: Vec<ParamEntry>,
     /// Evaluation: the whole graph as one block (destinations = every vertex), and this
     /// rank's columns of every vertex, on the backend (built on first use and kept).
     whole: OnceLock<B::Graph>,
     features: OnceLock<B::Mat>,
 }
 
+/// The whole model's parameters and Adam state in its own layout (an NFP checkpoint).
+pub struct WholeState {
+    pub entries: Vec<ParamEntry>,
+    pub params: Vec<f32>,
+    pub adam_m: Vec<f32>,
+    pub adam_v: Vec<f32>,
+    pub adam_t: u64,
+}
+
 impl<B: Backend> Nfp<B> {
-    /// The sliced input layer of `model` for the columns `data` holds.
-    pub fn new(model: &Model<B>, data: &TrainData) -> Result<Nfp<B>> {
+    /// Cut `model` (the whole model, initialised as GDP's) to this rank's rows of the input
+    /// layer's weights — the columns `data` holds — and move it to `backend`; with the sliced
+    /// input layer that runs on it. The returned model's input layer is usable only through
+    /// the returned [`Nfp`]: its weights have the slice's rows, not `in_dim`.
+    pub fn slice_model(
+        model: Model<Cpu>,
+        data: &TrainData,
+        backend: B,
+    ) -> Result<(Model<B>, Nfp<B>)> {
         let sliced = data
             .sliced
             .as_ref()
@@ -131,19 +153,27 @@ impl<B: Backend> Nfp<B> {
                  function of the whole projected row, not a sum over feature slices"
             ),
         };
-        Ok(Nfp {
+        let narrowed: Vec<usize> = weights.iter().map(|&(m, _)| m).collect();
+        let whole_layout = model.params.entries.clone();
+        let sliced = Model {
+            params: model.params.with_rows(&narrowed, cols.clone()),
+            ..model
+        };
+        let nfp = Nfp {
             cols,
             layer: Layer::plain(0, conv, 0.0, None),
-            params: ps.to_backend(model.params.backend().clone()),
+            params: ps.to_backend(backend.clone()),
             weights,
             bias,
+            whole_layout,
             whole: OnceLock::new(),
             features: OnceLock::new(),
-        })
+        };
+        Ok((sliced.to_backend(backend), nfp))
     }
 
-    /// The flat-buffer ranges of the sliced weight matrices (whole matrices): their gradients
-    /// are not allreduced, and outside this rank's rows their values are stale.
+    /// The flat-buffer ranges of the sliced weight matrices in the (sliced) model: their
+    /// gradients are not allreduced, and their values differ between ranks.
     pub fn unsynced_ranges(&self, model: &Model<B>) -> Vec<Range<usize>> {
         self.weights
             .iter()
@@ -154,23 +184,46 @@ impl<B: Backend> Nfp<B> {
             .collect()
     }
 
-    /// Copy this rank's rows of the model's weights into the sliced layer (bias zero).
+    /// Copy the model's sliced weights into the sliced layer (bias zero).
     fn load_weights(&mut self, model: &ParamStore<B>) {
         let be = model.backend().clone();
         be.buffer_zero(&mut self.params.values);
         for &(m, s) in &self.weights {
-            let rows = be.rows(model.view(m), self.cols.clone());
-            be.add_assign(self.params.view_mut(s), rows);
+            be.add_assign(self.params.view_mut(s), model.view(m));
         }
     }
 
-    /// Add the sliced layer's weight gradients into this rank's rows of the model's.
+    /// Add the sliced layer's weight gradients into the model's.
     fn store_grads(&self, model: &mut ParamStore<B>) {
         let be = model.backend().clone();
         for &(m, s) in &self.weights {
-            let dst = be.rows_mut(model.grad_mut(m), self.cols.clone());
-            be.add_assign(dst, self.params.grad(s));
+            be.add_assign(model.grad_mut(m), self.params.grad(s));
         }
+    }
+
+    /// The model's indices of the sliced weights.
+    fn narrowed(&self) -> Vec<usize> {
+        self.weights.iter().map(|&(m, _)| m).collect()
+    }
+
+    /// Parameters or Adam moments `whole`, in the whole model's layout (a checkpoint's), cut to
+    /// this rank's layout.
+    pub fn narrow(&self, whole: &[f32]) -> Result<Vec<f32>> {
+        let n: usize = self.whole_layout.iter().map(ParamEntry::len).sum();
+        if whole.len() != n {
+            bail!("nfp: {} values for a model of {n} parameters", whole.len());
+        }
+        Ok(narrow_rows(
+            &self.whole_layout,
+            &self.narrowed(),
+            &self.cols,
+            whole,
+        ))
+    }
+
+    /// The number of parameters of the whole model.
+    pub fn whole_len(&self) -> usize {
+        self.whole_layout.iter().map(ParamEntry::len).sum()
     }
 
     /// One NFP step; gradients accumulate in `model` (the sliced weights' only in this rank's
@@ -346,29 +399,33 @@ impl<B: Backend> Nfp<B> {
         Ok(h)
     }
 
-    /// Make the model whole on every rank: allgather every rank's rows of the sliced weights,
-    /// with their Adam moments, so the parameters and optimizer state are the whole model's
-    /// (what a checkpoint stores). Collective.
-    pub fn gather_weights(
-        &self,
-        group: &Group,
-        model: &mut Model<B>,
-        adam: &mut Adam<B>,
-    ) -> Result<()> {
-        let mut values = model.params.values_on_host();
-        let (mut m, mut v, t) = adam.state();
-        for &(w, _) in &self.weights {
-            let e = &model.params.entries[w];
-            let width = e.dims().1;
-            let mine = e.offset + self.cols.start * width..e.offset + self.cols.end * width;
-            for buf in [&mut values, &mut m, &mut v] {
-                // Slices are contiguous rows in rank order: their concatenation is the matrix.
-                let (all, _) = group.allgatherv("nfp_weights", &buf[mine.clone()]);
-                buf[e.offset..e.offset + e.len()].copy_from_slice(&all);
+    /// The whole model and its Adam state on every rank: every rank's rows of the sliced
+    /// weights (values and moments) allgathered into the whole layout, the rest as held.
+    /// Collective.
+    pub fn whole_state(&self, group: &Group, model: &Model<B>, adam: &Adam<B>) -> WholeState {
+        let (m, v, t) = adam.state();
+        let [params, adam_m, adam_v] = [model.params.values_on_host(), m, v].map(|buf| {
+            let mut out = Vec::with_capacity(self.whole_len());
+            for (i, e) in model.params.entries.iter().enumerate() {
+                let mine = &buf[e.offset..e.offset + e.len()];
+                if self.weights.iter().any(|&(w, _)| w == i) {
+                    // Slices are contiguous rows in rank order: their concatenation is the
+                    // matrix.
+                    let (all, _) = group.allgatherv("nfp_weights", mine);
+                    out.extend_from_slice(&all);
+                } else {
+                    out.extend_from_slice(mine);
+                }
             }
+            out
+        });
+        WholeState {
+            entries: self.whole_layout.clone(),
+            params,
+            adam_m,
+            adam_v,
+            adam_t: t,
         }
-        model.params.set_values(&values);
-        adam.set_state(&m, &v, t)
     }
 }
 

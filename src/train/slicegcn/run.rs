@@ -286,6 +286,10 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
                 epoch_times: &epoch_times,
                 final_loss,
                 seconds: total,
+                params: {
+                    let (own, shared) = self.model.num_params();
+                    own + shared
+                },
             },
         );
         summary.prediction_skipped =
