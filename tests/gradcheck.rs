@@ -1098,15 +1098,22 @@ fn slicegcn_encoding_and_fusion() {
     // loss has no derivative in the fusion's output bias (measured: one-sided slopes -0.051 and
     // -0.004 at any step) and the analytic value is a subgradient. Move every shared value off
     // its initial point so that no pre-activation is exactly zero.
-    let jitter = rng.matrix(1, model.reduced, 0.05);
+    // The encoding and the fusion come before the classifier in the shared store.
+    let reduced = model
+        .shared
+        .entries
+        .iter()
+        .find(|e| e.name.starts_with("head"))
+        .expect("the classifier's parameters")
+        .offset;
+    let jitter = rng.matrix(1, reduced, 0.05);
     for (v, j) in model.shared.values.iter_mut().zip(jitter.iter()) {
         *v += j;
     }
     model.train_step(&world, &input, &rows, &labels, stream);
     let analytic = model.shared.grads.clone();
     assert!(model.encoding.is_some() && model.fusion.is_some());
-    // Only the encoding and the fusion: the prefix summed over ranks.
-    let reduced = model.reduced;
+    // Only the encoding and the fusion (the classifier is an MLP, checked on its own).
     assert!(analytic[..reduced].iter().any(|&g| g != 0.0));
     let mut vals = model.shared.values[..reduced].to_vec();
     let base = model.shared.values.clone();

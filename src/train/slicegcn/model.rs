@@ -3,22 +3,29 @@
 //! outputs of all ranks gathered side by side, and a shared MLP classifier on them.
 //!
 //! Parameters live in two stores: the rank's GCN (`gcn`, never summed over ranks) and the
-//! shared parts (`shared`: encoding, fusion, classifier; the same values on every rank). The
-//! classifier runs on every rank over the same gathered rows with the same dropout masks, so
-//! its gradient is already the same everywhere; only the encoding's and the fusion's gradients
-//! differ by rank (rank `i` reaches only row `i` of the encoding, and the fusion feeds every
-//! rank's GCN), so exactly those — the prefix `shared[..reduced]` — are summed by allreduce.
+//! shared parts (`shared`: encoding, fusion, classifier; the same values on every rank, their
+//! gradients summed by allreduce).
+//!
+//! The classifier is data parallel over the rows: the rows are cut into `p` contiguous chunks,
+//! and an all-to-all sends rank `j` every rank's slice output of chunk `j` (`slice_outputs`),
+//! which it places side by side and classifies; the gradient of that input goes back by the
+//! reverse all-to-all (`slice_grads`). So each rank runs the classifier on `1/p` of the rows,
+//! and holds `1/p` of its activations, instead of all of it on every rank; and each receives
+//! `1/p` of what an allgather of the slice outputs would bring. Dropout masks are keyed by row,
+//! so a row gets the same mask on whichever rank classifies it.
 
 use super::layout::SliceLayout;
 use crate::backend::cpu::dropout::derive_stream;
 use crate::backend::{Backend, Cpu};
 use crate::comm::Group;
 use crate::config::TrainConfig;
+use crate::exchange::plan::alltoallv_rows_on;
 use crate::nn::init::glorot_uniform;
 use crate::nn::mlp::{Mlp, MlpCache};
 use crate::nn::{DropoutCtx, Model, ModelConfig, ModelKind, ParamStore};
 use anyhow::Result;
 use ndarray::{s, Array2};
+use std::ops::Range;
 
 /// Mixed into the seed of the shared parts, so they differ from rank 0's GCN.
 const SHARED_SEED_TAG: u64 = 0x5348_4152_4544;
@@ -32,8 +39,6 @@ pub struct SliceModel<B: Backend = Cpu> {
     pub layout: SliceLayout,
     /// Encoding (`p × w`), fusion, then the classifier; the same values on every rank.
     pub shared: ParamStore<B>,
-    /// `shared[..reduced]` (encoding and fusion) is summed over ranks after every backward.
-    pub reduced: usize,
     pub encoding: Option<usize>,
     pub fusion: Option<Mlp>,
     pub head: Mlp,
@@ -91,7 +96,6 @@ impl SliceModel<Cpu> {
             m.tag ^= FUSION_TAG;
             m
         });
-        let reduced = shared.len();
         let head = Mlp::new(
             &mut shared,
             "head",
@@ -103,7 +107,6 @@ impl SliceModel<Cpu> {
         Ok(SliceModel {
             layout,
             shared,
-            reduced,
             encoding,
             fusion,
             head,
@@ -116,7 +119,6 @@ impl SliceModel<Cpu> {
         SliceModel {
             layout: self.layout.clone(),
             shared: self.shared.to_backend(backend.clone()),
-            reduced: self.reduced,
             encoding: self.encoding,
             fusion: self.fusion.clone(),
             head: self.head.clone(),
@@ -133,8 +135,8 @@ struct SliceCache<B: Backend> {
 }
 
 impl<B: Backend> SliceModel<B> {
-    /// Logits of `rows` (row indices of the graph) from the forward pass, and its cache.
-    /// Collective over `group` (the slice outputs are gathered).
+    /// Logits of this rank's chunk of `rows` (row indices of the graph; [`chunk`]) from the
+    /// forward pass, and its cache. Collective over `group` (the slice outputs are exchanged).
     fn forward(
         &self,
         group: &Group,
@@ -184,8 +186,9 @@ impl<B: Backend> SliceModel<B> {
                 be.rows(self.shared.view(e), r..r + 1),
             );
         }
-        let gathered = gather_columns(group, &be, mine, self.layout.width);
-        let keys: Vec<u64> = rows.iter().map(|&r| input.keys[r]).collect();
+        let gathered = to_classifier(group, &be, mine, self.layout.width);
+        let own = chunk(rows.len(), group.size(), group.rank());
+        let keys: Vec<u64> = rows[own].iter().map(|&r| input.keys[r]).collect();
         let (logits, head) = self
             .head
             .forward(&self.shared, be.view(&gathered), &keys, &head_ctx);
@@ -199,15 +202,23 @@ impl<B: Backend> SliceModel<B> {
         )
     }
 
-    /// Logits of `rows` without dropout (evaluation), on the host. Collective.
+    /// Logits of `rows` without dropout (evaluation), on the host of every rank: each rank
+    /// classifies its chunk, and the chunks' logits are allgathered. Collective.
     pub fn logits(&self, group: &Group, input: &SliceInput<B>, rows: &[usize]) -> Array2<f32> {
         let (logits, _) = self.forward(group, input, rows, 0, false);
-        self.shared.backend().download_owned(logits)
+        let mine = self.shared.backend().download_owned(logits);
+        if group.size() == 1 {
+            return mine;
+        }
+        let classes = mine.ncols();
+        let flat: Vec<f32> = mine.iter().copied().collect();
+        let (all, _) = group.allgatherv("slice_logits", &flat);
+        Array2::from_shape_vec((rows.len(), classes), all).expect("every chunk's logits")
     }
 
     /// Zero the gradients, run forward and backward on the training rows `rows` (labels
-    /// `labels`) for the gradient of the mean cross-entropy, and sum the shared gradients that
-    /// differ by rank. Returns the summed loss over `rows`. Collective over `group`.
+    /// `labels`) for the gradient of the mean cross-entropy, and sum the shared gradients over
+    /// ranks. Returns the summed loss over `rows` (on every rank). Collective over `group`.
     pub fn train_step(
         &mut self,
         group: &Group,
@@ -221,7 +232,8 @@ impl<B: Backend> SliceModel<B> {
         self.gcn.params.zero_grads();
         let n = be.dim(be.view(input.x)).0;
         let (logits, cache) = self.forward(group, input, rows, stream, true);
-        let (loss_sum, mut d) = be.cross_entropy(be.view(&logits), labels);
+        let own = chunk(rows.len(), group.size(), group.rank());
+        let (loss_sum, mut d) = be.cross_entropy(be.view(&logits), &labels[own]);
         drop(logits);
         be.scale(be.view_mut(&mut d), 1.0 / rows.len().max(1) as f32);
         let d_gathered = self
@@ -229,7 +241,7 @@ impl<B: Backend> SliceModel<B> {
             .backward(&mut self.shared, cache.head, d, true)
             .expect("asked for the input gradient");
         let (r, w) = (self.layout.rank, self.layout.width);
-        let d_mine = own_columns(&be, d_gathered, r * w..(r + 1) * w);
+        let d_mine = from_classifier(group, &be, d_gathered, w, rows.len());
         if let Some(e) = self.encoding {
             let grad = be.rows_mut(self.shared.grad_mut(e), r..r + 1);
             be.add_column_sums(grad, be.view(&d_mine));
@@ -260,13 +272,13 @@ impl<B: Backend> SliceModel<B> {
         if let (Some(f), Some(c), Some(d_x)) = (&self.fusion, cache.fusion, d_x) {
             f.backward(&mut self.shared, c, d_x, false);
         }
-        if group.size() > 1 && self.reduced > 0 {
-            let reduced = self.reduced;
-            be.with_host_buffer(&mut self.shared.grads, &mut |g| {
-                group.allreduce_sum_f32(&mut g[..reduced])
-            });
+        if group.size() == 1 {
+            return loss_sum;
         }
-        loss_sum
+        be.with_host_buffer(&mut self.shared.grads, &mut |g| group.allreduce_sum_f32(g));
+        let mut total = [loss_sum];
+        group.allreduce_sum_f64(&mut total);
+        total[0]
     }
 
     /// Parameters of this rank: (its GCN, the shared parts).
@@ -275,31 +287,73 @@ impl<B: Backend> SliceModel<B> {
     }
 }
 
-/// Every rank's `mine` (rows × `width`) side by side, rank `i` in columns `i·width..`:
-/// staged through the host around one allgather. Collective.
-fn gather_columns<B: Backend>(group: &Group, be: &B, mine: B::Mat, width: usize) -> B::Mat {
-    if group.size() == 1 {
+/// The chunk of `len` rows that rank `rank` of `ranks` classifies: contiguous, in rank
+/// order, sizes differing by at most one.
+fn chunk(len: usize, ranks: usize, rank: usize) -> Range<usize> {
+    len * rank / ranks..len * (rank + 1) / ranks
+}
+
+/// Rows of each chunk, in rank order.
+fn chunk_sizes(len: usize, ranks: usize) -> Vec<usize> {
+    (0..ranks).map(|j| chunk(len, ranks, j).len()).collect()
+}
+
+/// The classifier's input on this rank: every rank's slice output (`mine`, all rows ×
+/// `width`) of this rank's chunk, rank `i` in columns `i·width..`. One all-to-all (each rank
+/// sends chunk `j` of its rows to rank `j`), staged through the host to place the columns.
+/// Collective.
+fn to_classifier<B: Backend>(group: &Group, be: &B, mine: B::Mat, width: usize) -> B::Mat {
+    let p = group.size();
+    if p == 1 {
         return mine;
     }
-    let host = be.download_owned(mine);
-    let rows = host.nrows();
-    let flat: Vec<f32> = host.iter().copied().collect();
-    let (all, _) = group.allgatherv("slice_outputs", &flat);
-    let p = group.size();
-    let mut out = Array2::<f32>::zeros((rows, p * width));
-    for (i, block) in all.chunks_exact(rows * width).enumerate() {
-        let block = ndarray::ArrayView2::from_shape((rows, width), block).expect("rows × width");
+    let len = be.mat_dim(&mine).0;
+    let own = chunk(len, p, group.rank()).len();
+    let recv = alltoallv_rows_on(
+        group,
+        be,
+        "slice_outputs",
+        mine,
+        &chunk_sizes(len, p),
+        &vec![own; p],
+    );
+    // Block `i` (rows `i·own..`) came from rank `i`: it becomes columns `i·width..`.
+    let recv = be.download_owned(recv);
+    let mut out = Array2::<f32>::zeros((own, p * width));
+    for i in 0..p {
         out.slice_mut(s![.., i * width..(i + 1) * width])
-            .assign(&block);
+            .assign(&recv.slice(s![i * own..(i + 1) * own, ..]));
     }
     be.upload_owned(out)
 }
 
-/// Columns `cols` of `x` (the gradient of this rank's slice output); staged through the host.
-fn own_columns<B: Backend>(be: &B, x: B::Mat, cols: std::ops::Range<usize>) -> B::Mat {
-    if be.mat_dim(&x).1 == cols.len() {
-        return x;
+/// The reverse of [`to_classifier`]: the gradient of this rank's classifier input (its
+/// chunk's rows × `p·width`) goes back by columns, and this rank receives the gradient of its
+/// slice output for all `len` rows (in row order). Collective.
+fn from_classifier<B: Backend>(
+    group: &Group,
+    be: &B,
+    d: B::Mat,
+    width: usize,
+    len: usize,
+) -> B::Mat {
+    let p = group.size();
+    if p == 1 {
+        return d;
     }
-    let host = be.download_owned(x);
-    be.upload_owned(host.slice(s![.., cols]).to_owned())
+    let d = be.download_owned(d);
+    let own = d.nrows();
+    let mut send = Array2::<f32>::zeros((p * own, width));
+    for i in 0..p {
+        send.slice_mut(s![i * own..(i + 1) * own, ..])
+            .assign(&d.slice(s![.., i * width..(i + 1) * width]));
+    }
+    alltoallv_rows_on(
+        group,
+        be,
+        "slice_grads",
+        be.upload_owned(send),
+        &vec![own; p],
+        &chunk_sizes(len, p),
+    )
 }
