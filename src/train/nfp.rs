@@ -209,7 +209,7 @@ impl<B: Backend> Nfp<B> {
     /// Parameters or Adam moments `whole`, in the whole model's layout (a checkpoint's), cut to
     /// this rank's layout.
     pub fn narrow(&self, whole: &[f32]) -> Result<Vec<f32>> {
-        let n: usize = self.whole_layout.iter().map(ParamEntry::len).sum();
+        let n = self.whole_len();
         if whole.len() != n {
             bail!("nfp: {} values for a model of {n} parameters", whole.len());
         }
