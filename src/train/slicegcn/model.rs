@@ -16,15 +16,15 @@
 
 use super::layout::SliceLayout;
 use crate::backend::cpu::dropout::derive_stream;
+use crate::backend::cpu::standard;
 use crate::backend::{Backend, Cpu};
 use crate::comm::Group;
 use crate::config::TrainConfig;
-use crate::exchange::plan::alltoallv_rows_on;
 use crate::nn::init::glorot_uniform;
 use crate::nn::mlp::{Mlp, MlpCache};
 use crate::nn::{DropoutCtx, Model, ModelConfig, ModelKind, ParamStore};
 use anyhow::Result;
-use ndarray::{s, Array2};
+use ndarray::{s, Array2, ArrayView2};
 use std::ops::Range;
 
 /// Mixed into the seed of the shared parts, so they differ from rank 0's GCN.
@@ -300,25 +300,24 @@ fn chunk_sizes(len: usize, ranks: usize) -> Vec<usize> {
 
 /// The classifier's input on this rank: every rank's slice output (`mine`, all rows ×
 /// `width`) of this rank's chunk, rank `i` in columns `i·width..`. One all-to-all (each rank
-/// sends chunk `j` of its rows to rank `j`), staged through the host to place the columns.
-/// Collective.
+/// sends chunk `j` of its rows to rank `j`) on the host, where the columns are placed: one
+/// download and one upload on a device backend. Collective.
 fn to_classifier<B: Backend>(group: &Group, be: &B, mine: B::Mat, width: usize) -> B::Mat {
     let p = group.size();
     if p == 1 {
         return mine;
     }
-    let len = be.mat_dim(&mine).0;
-    let own = chunk(len, p, group.rank()).len();
-    let recv = alltoallv_rows_on(
-        group,
-        be,
+    let mine = be.download_owned(mine);
+    let mine = standard(mine.view());
+    let own = chunk(mine.nrows(), p, group.rank()).len();
+    let (recv, _) = group.alltoallv_rows(
         "slice_outputs",
-        mine,
-        &chunk_sizes(len, p),
-        &vec![own; p],
+        mine.as_slice().expect("standard layout"),
+        width,
+        &chunk_sizes(mine.nrows(), p),
     );
     // Block `i` (rows `i·own..`) came from rank `i`: it becomes columns `i·width..`.
-    let recv = be.download_owned(recv);
+    let recv = ArrayView2::from_shape((p * own, width), &recv).expect("own rows from each rank");
     let mut out = Array2::<f32>::zeros((own, p * width));
     for i in 0..p {
         out.slice_mut(s![.., i * width..(i + 1) * width])
@@ -348,12 +347,7 @@ fn from_classifier<B: Backend>(
         send.slice_mut(s![i * own..(i + 1) * own, ..])
             .assign(&d.slice(s![.., i * width..(i + 1) * width]));
     }
-    alltoallv_rows_on(
-        group,
-        be,
-        "slice_grads",
-        be.upload_owned(send),
-        &vec![own; p],
-        &chunk_sizes(len, p),
-    )
+    let send = send.as_slice().expect("built in standard layout");
+    let (recv, _) = group.alltoallv_rows("slice_grads", send, width, &vec![own; p]);
+    be.upload_owned(Array2::from_shape_vec((len, width), recv).expect("every chunk's rows"))
 }
