@@ -656,10 +656,10 @@ impl<'w, B: Backend> Trainer<'w, B> {
             return Ok(());
         }
         // Every rank reaches this point (rank 0 alone writes): NFP's gather runs on all.
-        let whole = match &self.nfp {
-            Some(nfp) => Some(nfp.whole_state(self.world, &self.model, &self.adam)),
-            None => None,
-        };
+        let whole = self
+            .nfp
+            .as_ref()
+            .map(|nfp| nfp.whole_state(self.world, &self.model, &self.adam));
         let Some(path) = &self.files.checkpoint else {
             return Ok(());
         };
