@@ -234,7 +234,6 @@ impl FeatureStore {
         ids: &[NodeId],
         fetch: impl FnOnce(&[NodeId]) -> PackedRows,
     ) -> (Array2<f32>, StoreStats) {
-        let d = self.dim();
         // Where every row comes from, looked up in parallel; missing rows are numbered in a
         // second (serial) pass only when there are any, which one rank never has.
         let mut from: Vec<RowFrom> = ids
@@ -271,7 +270,60 @@ impl FeatureStore {
             missing.len(),
             "one fetched row per missing id"
         );
+        (self.fill(&from, &fetched), stats)
+    }
 
+    /// The input rows of a layer whose sources were routed when it was sampled (split's input
+    /// layer): `n` rows, row `own_pos[i]` this rank's shard row `own_rows[i]`, row
+    /// `remote_pos[j]` the plan's `j`-th wanted row, brought by `plan` packed as
+    /// [`FeatureStore::gather`] brings them and decoded straight into place. Collective.
+    ///
+    /// # Panics
+    /// If the positions do not cover `0..n` once each (a caller bug).
+    pub fn gather_planned(
+        &mut self,
+        group: &Group,
+        kind: &'static str,
+        plan: &RowExchange,
+        (own_rows, own_pos): (&[u32], &[u32]),
+        remote_pos: &[u32],
+        n: usize,
+    ) -> Array2<f32> {
+        assert_eq!(
+            own_rows.len(),
+            own_pos.len(),
+            "one shard row per own position"
+        );
+        assert_eq!(own_pos.len() + remote_pos.len(), n, "one source per row");
+        let mut from = vec![RowFrom::Fetched(u32::MAX); n];
+        for (&row, &pos) in own_rows.iter().zip(own_pos) {
+            from[pos as usize] = RowFrom::Own(row);
+        }
+        for (j, &pos) in remote_pos.iter().enumerate() {
+            from[pos as usize] = RowFrom::Fetched(j as u32);
+        }
+        assert!(
+            !from.iter().any(|r| matches!(r, RowFrom::Fetched(u32::MAX))),
+            "gather_planned: a row has no source"
+        );
+        let fetched = plan.forward_packed_rows(group, kind, self.own.view(), self.send_packed);
+        assert_eq!(
+            fetched.len(),
+            remote_pos.len(),
+            "one fetched row per remote source"
+        );
+        self.add_stats(&StoreStats {
+            local_rows: own_rows.len() as u64,
+            cache_hits: 0,
+            fetched_rows: remote_pos.len() as u64,
+        });
+        self.fill(&from, &fetched)
+    }
+
+    /// A batch of `from.len()` rows, each copied from the shard or the cache or decoded from
+    /// `fetched`, in parallel into a recycled buffer.
+    fn fill(&self, from: &[RowFrom], fetched: &PackedRows) -> Array2<f32> {
+        let d = self.dim();
         let own = self.own.as_slice().expect("row-major features");
         let cache = self.cache.as_slice().expect("row-major cache");
         // A local row (own or cached) to copy; fetched rows are decoded instead.
@@ -283,12 +335,13 @@ impl FeatureStore {
             };
             Some(&m[i as usize * d..(i as usize + 1) * d])
         };
-        let mut buf = self.buffer(ids.len() * d);
+        let n = from.len();
+        let mut buf = self.buffer(n * d);
         if d > 0 {
             // Rows go straight into uninitialised memory, in parallel: no zero-filling pass
             // first, and tasks of about `BYTES_PER_TASK` each (a row of Facebook is 18 KB).
             let rows_per_task = (BYTES_PER_TASK / (4 * d)).max(1);
-            buf.spare_capacity_mut()[..ids.len() * d]
+            buf.spare_capacity_mut()[..n * d]
                 .par_chunks_mut(rows_per_task * d)
                 .zip(from.par_chunks(rows_per_task))
                 .for_each(|(out, rows)| {
@@ -309,10 +362,9 @@ impl FeatureStore {
                     }
                 });
         }
-        // SAFETY: the loop above wrote all `ids.len() * d` floats (one row per id).
-        unsafe { buf.set_len(ids.len() * d) };
-        let out = Array2::from_shape_vec((ids.len(), d), buf).expect("one row per id");
-        (out, stats)
+        // SAFETY: the loop above wrote all `n * d` floats (one row each).
+        unsafe { buf.set_len(n * d) };
+        Array2::from_shape_vec((n, d), buf).expect("one row each")
     }
 }
 
@@ -380,6 +432,38 @@ mod tests {
             s.recycle(x);
         }
         assert!(s.spare.lock().unwrap().len() <= SPARE_BUFFERS);
+    }
+
+    #[test]
+    fn a_planned_gather_puts_own_and_fetched_rows_where_the_plan_says() {
+        // Mostly-zero rows (one value set in 40), so fetched rows travel packed; a rank of its
+        // own world fetches from itself through the same exchange.
+        let (rows, d) = (50, 40);
+        let own = Array2::from_shape_fn((rows, d), |(r, c)| {
+            if c == r % d {
+                (r + 1) as f32
+            } else {
+                0.0
+            }
+        });
+        let mut s = FeatureStore::new(vec![0, rows as u64], 0, own.clone());
+        assert!(s.send_packed);
+        let world = crate::comm::World::solo();
+        let wanted: [NodeId; 3] = [7, 31, 7];
+        let plan = RowExchange::new(&world, &[0, rows as u64], &wanted);
+        // Rows 0..5: own rows 3 and 9 at 4 and 0, the three wanted rows at 1, 3, 2.
+        let x = s.gather_planned(
+            &world,
+            "test_rows",
+            &plan,
+            (&[3, 9], &[4, 0]),
+            &[1, 3, 2],
+            5,
+        );
+        for (pos, src) in [(4, 3), (0, 9), (1, 7), (3, 31), (2, 7)] {
+            assert_eq!(x.row(pos), own.row(src), "row {pos}");
+        }
+        assert_eq!((s.stats.local_rows, s.stats.fetched_rows), (2, 3));
     }
 
     #[test]

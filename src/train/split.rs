@@ -12,7 +12,7 @@ use super::data::TrainData;
 use super::dump::BlockDump;
 use super::metrics::PhaseTimes;
 use super::strategy::{StepArgs, StepOutput};
-use crate::backend::{Backend, Cpu};
+use crate::backend::Backend;
 use crate::comm::Group;
 use crate::exchange::RowExchange;
 use crate::graph::parts::owner_of;
@@ -232,7 +232,7 @@ fn layer_input_backward<B: Backend>(
 /// in `model`. Collective.
 pub fn split_step<B: Backend>(
     model: &mut Model<B>,
-    data: &TrainData,
+    data: &mut TrainData,
     args: &StepArgs,
     times: &mut PhaseTimes,
     dump: Option<(&mut BlockDump, u64)>,
@@ -283,19 +283,21 @@ pub fn split_step<B: Backend>(
         .map(|l| be.graph(std::mem::take(&mut l.block)))
         .collect();
     let num_src = |l: usize| be.block(&graphs[l]).num_src();
-    let features = data.store.own_rows();
-    let x = layer_input(
+    // The input layer's rows, as GDP's gather reads them: own rows copied and fetched rows
+    // (packed when mostly zeros) decoded straight into place, in a recycled buffer.
+    let first = &sb.layers[0];
+    let x = data.store.gather_planned(
         group,
-        &Cpu,
-        &sb.layers[0],
-        num_src(0),
-        features.view(),
         "split_features",
+        &first.plan,
+        (&first.own_rows, &first.own_pos),
+        &first.remote_pos,
+        num_src(0),
     );
     let mut h_src = be.upload_owned(x);
     times.gather += t.elapsed().as_secs_f64();
     // Rows of each layer's input matrix (the owner-side rows the plans index).
-    let mut input_rows: Vec<usize> = vec![features.nrows()];
+    let mut input_rows: Vec<usize> = vec![data.store.own_rows().nrows()];
     let mut caches = Vec::with_capacity(sb.layers.len());
     let t_fwd = Instant::now();
     let last = model.layers.len() - 1;
@@ -303,7 +305,14 @@ pub fn split_step<B: Backend>(
     for (l, (layer, g)) in model.layers.iter().zip(&graphs).enumerate() {
         let (out, cache) = if l == 0 {
             // Bag-of-words features stay sparse, as on GDP's path.
-            layer.forward_input(&model.params, g, be.view(&h_src), &ctx)
+            let forward = layer.forward_input(&model.params, g, be.view(&h_src), &ctx);
+            // The input rows go back to the store for the next gather (the layer kept what
+            // its backward needs).
+            if B::IS_HOST {
+                let x = std::mem::replace(&mut h_src, be.zeros(0, 0));
+                data.store.recycle(be.download_owned(x));
+            }
+            forward
         } else {
             layer.forward_owned(&model.params, g, h_src, &ctx)
         };
