@@ -208,6 +208,8 @@ struct EpochOutcome {
     finished: bool,
     /// Split strategy only: this rank's edges per layer (input first) and cross-rank edges.
     split: Vec<split::SplitLayerStats>,
+    /// The epoch's first step, when one ran.
+    first_step: Option<FirstStep>,
 }
 
 /// One training run on one rank, the model on backend `B`.
@@ -493,6 +495,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
             self.files.resume,
         )?;
         let mut epoch_times = Vec::new();
+        let mut first_of_run: Option<FirstStep> = None;
         let mut total = PhaseTimes::default();
         let mut final_loss = f64::NAN;
         let mut stopped_early = false;
@@ -513,7 +516,9 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 counts,
                 finished,
                 split,
+                first_step,
             } = self.train_epoch()?;
+            first_of_run = first_of_run.or(first_step);
             final_loss = loss;
             let epoch_seconds = t_epoch.elapsed().as_secs_f64();
             epoch_times.push(epoch_seconds);
@@ -619,6 +624,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
                     &total,
                     epoch_times.iter().sum(),
                     self.pos.step - first_step,
+                    first_of_run.as_ref(),
                 );
                 if let (Some(r), 0) = (&report, self.world.rank()) {
                     log::info!(
@@ -722,7 +728,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
             return self.train_epoch_prefetched(&batches, workers);
         }
         let mut times = PhaseTimes::default();
-        let mut totals = EpochTotals::default();
+        let mut totals = EpochTotals::new();
         let mut split_stats: Vec<split::SplitLayerStats> = Vec::new();
         let mut progress = crate::util::progress::Progress::new(
             &format!("epoch {}", self.pos.epoch),
@@ -737,6 +743,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
                     counts: totals.counts,
                     finished: false,
                     split: split_stats,
+                    first_step: totals.first_step,
                 });
             }
             let b = self.pos.batch;
@@ -826,6 +833,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
             counts: totals.counts,
             finished: true,
             split: split_stats,
+            first_step: totals.first_step,
         })
     }
 
@@ -924,13 +932,40 @@ fn plan_run<B: Backend>(
 }
 
 /// Running totals of an epoch's steps.
-#[derive(Default)]
 struct EpochTotals {
     /// Loss summed over the seeds trained, and their count.
     loss_sum: f64,
     loss_count: usize,
     /// Destination rows, edges and input rows processed, summed over ranks.
     counts: (u64, u64, u64),
+    /// Steps finished; when the epoch's steps began, and the first one once it has finished.
+    steps: usize,
+    started: Instant,
+    first_step: Option<FirstStep>,
+}
+
+impl EpochTotals {
+    fn new() -> EpochTotals {
+        EpochTotals {
+            loss_sum: 0.0,
+            loss_count: 0,
+            counts: (0, 0, 0),
+            steps: 0,
+            started: Instant::now(),
+            first_step: None,
+        }
+    }
+}
+
+/// The wall-clock seconds and phases of a run's first step. It pays one-time costs that the
+/// steps after it do not (Open MPI connects a pair of ranks on their first message, buffers
+/// are first touched, GEMM workspaces first sized): on this 2-core machine about five steady
+/// steps' worth, so a short measurement (`--max-steps 8`) that kept it would be a third slower
+/// than the epoch a prediction is for.
+#[derive(Clone, Debug, Default)]
+pub struct FirstStep {
+    pub seconds: f64,
+    pub phases: PhaseTimes,
 }
 
 /// What every mini-batch step ends with, after its backward pass: sum the gradients and the
@@ -980,6 +1015,13 @@ fn finish_step<B: Backend>(
     let t = Instant::now();
     adam.step(&mut model.params.values, &model.params.grads);
     times.optimizer += t.elapsed().as_secs_f64();
+    totals.steps += 1;
+    if totals.steps == 1 {
+        totals.first_step = Some(FirstStep {
+            seconds: totals.started.elapsed().as_secs_f64(),
+            phases: times.clone(),
+        });
+    }
     #[cfg(debug_assertions)]
     check_identical_params(world, model, pos.step, skip)?;
     pos.step += 1;

@@ -97,7 +97,7 @@ impl<B: Backend> Trainer<'_, B> {
             (batches.len() - start) as u64,
         );
         let mut times = PhaseTimes::default();
-        let mut totals = EpochTotals::default();
+        let mut totals = EpochTotals::new();
         let mut store = StoreStats::default();
         let Trainer {
             cfg,
@@ -214,6 +214,7 @@ impl<B: Backend> Trainer<'_, B> {
             counts: totals.counts,
             finished: self.pos.batch >= batches.len(),
             split: Vec::new(),
+            first_step: totals.first_step,
         })
     }
 }

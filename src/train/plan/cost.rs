@@ -44,6 +44,18 @@ pub struct ModelShape {
     /// Stored non-zeros per input row when the input layer multiplies the features as sparse
     /// rows (mostly-zero features on a backend with a sparse path), else `None`.
     pub input_nnz: Option<f64>,
+    /// Bytes of one fetched feature row on the wire when the store packs rows (features
+    /// mostly zeros, `exchange::packed_rows`: a count word, a column and a value per
+    /// non-zero), else `None` (the row travels dense).
+    pub packed_row_bytes: Option<f64>,
+}
+
+impl ModelShape {
+    /// [`ModelShape::packed_row_bytes`] for rows of `width` columns with `density` of their
+    /// values non-zero: `None` unless most values are zero (the store's own test).
+    pub fn packed_row_bytes(width: f64, density: f64) -> Option<f64> {
+        (density < 0.5).then(|| (4.0 * (1.0 + 2.0 * density * width)).min(4.0 * (1.0 + width)))
+    }
 }
 
 /// The order an input layer computes in.
@@ -215,11 +227,20 @@ fn sparse_input_layer(
 /// The input feature rows' load phase and bytes: local gather, fetch, device copy.
 fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
     let row = shape.in_w[0] * 4.0;
-    let fetched = c.input_remote * (row + 8.0);
-    // Rows the feature cache serves are read locally like own rows.
-    let mut s = cal
-        .op("gather")
-        .seconds((c.input_local + c.input_cached + c.input_served) * row, 2.0);
+    // A fetched row: its 8-byte id out and the row back, dense or as the store packs it.
+    let wire = shape.packed_row_bytes.unwrap_or(row);
+    let fetched = c.input_remote * (wire + 8.0);
+    // Rows the feature cache serves are read locally like own rows; a packed row is also
+    // written out whole at its receiver, straight into the batch.
+    let decoded = if shape.packed_row_bytes.is_some() {
+        c.input_remote
+    } else {
+        0.0
+    };
+    let mut s = cal.op("gather").seconds(
+        (c.input_local + c.input_cached + c.input_served + decoded) * row,
+        2.0,
+    );
     if c.input_remote + c.input_served > 0.0 {
         s += cal.op(a2a).seconds(fetched, 2.0);
     }
@@ -492,6 +513,7 @@ mod tests {
             params: 1000.0,
             device: false,
             input_nnz: None,
+            packed_row_bytes: None,
         }
     }
 
@@ -608,6 +630,46 @@ mod tests {
         assert!((s.phases.train - train).abs() < 1e-12, "{:?}", s.phases);
         // GDP aggregates first there, which is cheaper on these counts.
         assert!(gdp(&shape(), &cal, &c, "alltoallv_world").phases.train < s.phases.train);
+    }
+
+    #[test]
+    fn rows_of_mostly_zero_features_are_priced_as_the_store_sends_them() {
+        // Facebook: 4,714 columns, 0.3 % non-zero: a count word and 14 (column, value) pairs.
+        let facebook = ModelShape::packed_row_bytes(4714.0, 0.003).expect("packed");
+        assert!((facebook - 4.0 * (1.0 + 2.0 * 0.003 * 4714.0)).abs() < 1e-9);
+        // Mostly non-zero features travel dense; a packed row is never longer than dense.
+        assert_eq!(ModelShape::packed_row_bytes(100.0, 0.9), None);
+        assert!(ModelShape::packed_row_bytes(100.0, 0.499).unwrap() <= 404.0);
+        let cal = machine();
+        let c = counts(500.0);
+        let packed = ModelShape {
+            packed_row_bytes: Some(40.0),
+            ..shape()
+        };
+        let (dense, sparse) = (
+            load(&shape(), &cal, &c, "alltoallv_world"),
+            load(&packed, &cal, &c, "alltoallv_world"),
+        );
+        // 360 bytes less per fetched row on the wire, and each one decoded at the receiver
+        // (a gather's bytes of a dense row).
+        assert_eq!(dense.bytes - sparse.bytes, 500.0 * 360.0);
+        let wire = cal.op("alltoallv_world");
+        let gather = cal.op("gather");
+        let expect = dense.phases.load - wire.seconds(500.0 * 408.0, 2.0)
+            + wire.seconds(500.0 * 48.0, 2.0)
+            + gather.seconds(
+                (c.input_local + c.input_cached + c.input_served + 500.0) * 400.0,
+                2.0,
+            )
+            - gather.seconds(
+                (c.input_local + c.input_cached + c.input_served) * 400.0,
+                2.0,
+            );
+        assert!(
+            (sparse.phases.load - expect).abs() < 1e-12,
+            "{:?}",
+            sparse.phases
+        );
     }
 
     #[test]

@@ -131,8 +131,10 @@ pub fn shape_of<B: Backend, M: Backend>(
         .iter()
         .map(|l| l.conv.in_dim() as f64)
         .collect();
-    let input_nnz = sparse_input_density(model, be, data, group).map(|d| d * in_w[0]);
+    let (density, sparse_input) = input_density(model, be, data, group);
+    let input_nnz = sparse_input.then_some(density * in_w[0]);
     ModelShape {
+        packed_row_bytes: ModelShape::packed_row_bytes(in_w[0], density),
         kind: cfg.model,
         in_w,
         out_w: model
@@ -149,18 +151,18 @@ pub fn shape_of<B: Backend, M: Backend>(
 /// Rows of each rank's own features looked at to estimate their density.
 const DENSITY_SAMPLE_ROWS: usize = 1024;
 
-/// The input features' density when the input layer will multiply them as sparse rows (the
-/// backend's own test, [`Backend::sparse_from_dense`], on a spread of each rank's rows, and a
-/// first layer with a sparse path: no GAT, normalisation, residual or input projection), else
-/// `None`. Collective over `group`; rank 0's numbers everywhere.
-fn sparse_input_density<B: Backend, M: Backend>(
+/// The input features' density (non-zeros over values, on a spread of each rank's rows), and
+/// whether the input layer will multiply them as sparse rows (the backend's own test,
+/// [`Backend::sparse_from_dense`], on every rank's rows, and a first layer with a sparse path:
+/// no GAT, normalisation, residual or input projection). Collective over `group`; rank 0's
+/// numbers everywhere.
+fn input_density<B: Backend, M: Backend>(
     model: &Model<M>,
     be: &B,
     data: &TrainData,
     group: &Group,
-) -> Option<f64> {
-    let first = model.layers.first()?;
-    let layer_takes_sparse = first.takes_sparse_input();
+) -> (f64, bool) {
+    let layer_takes_sparse = model.layers.first().is_some_and(|l| l.takes_sparse_input());
     let rows = data.store.own_rows();
     let take = rows.nrows().min(DENSITY_SAMPLE_ROWS);
     let picked: Vec<usize> = (0..take).map(|t| t * rows.nrows() / take.max(1)).collect();
@@ -179,8 +181,9 @@ fn sparse_input_density<B: Backend, M: Backend>(
     ];
     group.allreduce_sum_f64(&mut agg);
     group.broadcast_f64_from_root(&mut agg);
-    (layer_takes_sparse && agg[1] > 0.0 && agg[0] == agg[1] && agg[3] > 0.0)
-        .then(|| agg[2] / agg[3])
+    let density = if agg[3] > 0.0 { agg[2] / agg[3] } else { 1.0 };
+    let sparse = layer_takes_sparse && agg[1] > 0.0 && agg[0] == agg[1] && agg[3] > 0.0;
+    (density, sparse)
 }
 
 /// The candidates `cfg` allows `auto` to pick. NFP is priced (the table shows it) but not

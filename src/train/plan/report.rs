@@ -4,6 +4,7 @@
 use super::cost::{Phases, StrategyPrediction};
 use crate::comm::World;
 use crate::train::metrics::PhaseTimes;
+use crate::train::FirstStep;
 use serde::Serialize;
 use std::path::Path;
 
@@ -17,13 +18,21 @@ pub struct Predicted {
 
 /// The measured side: each training phase's seconds per step (the slowest rank's), the
 /// wall-clock seconds per step (evaluation excluded), and that times the epoch's mini-batches
-/// (an extrapolation when `--max-steps` stopped inside an epoch).
+/// (an extrapolation when `--max-steps` stopped inside an epoch). When more than one step ran,
+/// these are of the steps after the run's first, whose one-time costs an epoch amortises
+/// ([`crate::train::FirstStep`]); that step is reported apart.
 #[derive(Clone, Debug, Serialize)]
 pub struct Measured {
     pub phases: PhaseTimes,
     pub step_seconds: f64,
     pub epoch_seconds: f64,
+    /// Steps measured (the first left out when more than one ran) and run.
     pub steps: u64,
+    pub steps_run: u64,
+    /// The run's first step, wall-clock (the slowest rank's), and the mean over every step
+    /// it included.
+    pub first_step_seconds: f64,
+    pub step_seconds_with_first: f64,
 }
 
 /// Predicted against measured for the strategy that ran.
@@ -40,8 +49,8 @@ pub struct PredictionReport {
 
 impl PredictionReport {
     /// Compare `p` with the run's totals: `total` this rank's phase seconds, `train_seconds`
-    /// the epochs' wall-clock seconds without evaluation, over `steps` steps. Collective (the
-    /// slowest rank's phases); `None` when no step ran.
+    /// the epochs' wall-clock seconds without evaluation, over `steps` steps, of which
+    /// `first` was the first. Collective (the slowest rank's phases); `None` when no step ran.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         world: &World,
@@ -52,22 +61,35 @@ impl PredictionReport {
         total: &PhaseTimes,
         train_seconds: f64,
         steps: u64,
+        first: Option<&FirstStep>,
     ) -> Option<PredictionReport> {
-        let n = steps.max(1) as f64;
-        let fields = [
-            total.sample,
-            total.gather,
-            total.prefetch_wait,
-            total.forward,
-            total.backward,
-            total.allreduce,
-            total.optimizer,
-        ];
-        let m: Vec<f64> = fields
+        let first = first.cloned().unwrap_or_default();
+        // Leave the first step out when there are steps after it.
+        let (skip, after) = if steps >= 2 {
+            (&first, steps - 1)
+        } else {
+            (&FirstStep::default(), steps)
+        };
+        let fields = |t: &PhaseTimes| {
+            [
+                t.sample,
+                t.gather,
+                t.prefetch_wait,
+                t.forward,
+                t.backward,
+                t.allreduce,
+                t.optimizer,
+            ]
+        };
+        let n = after.max(1) as f64;
+        let m: Vec<f64> = fields(total)
             .iter()
-            .map(|&v| world.allreduce_max_f64(v) / n)
+            .zip(fields(&skip.phases))
+            .map(|(&v, w)| world.allreduce_max_f64(v - w) / n)
             .collect();
-        let step = world.allreduce_max_f64(train_seconds) / n;
+        let step = world.allreduce_max_f64(train_seconds - skip.seconds) / n;
+        let first_seconds = world.allreduce_max_f64(first.seconds);
+        let with_first = world.allreduce_max_f64(train_seconds) / steps.max(1) as f64;
         if steps == 0 {
             return None;
         }
@@ -92,7 +114,10 @@ impl PredictionReport {
                 },
                 step_seconds: step,
                 epoch_seconds: step * epoch_batches as f64,
-                steps,
+                steps: after,
+                steps_run: steps,
+                first_step_seconds: first_seconds,
+                step_seconds_with_first: with_first,
             },
             relative_error: (p.step_seconds - step) / step,
         })
