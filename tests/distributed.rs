@@ -303,8 +303,9 @@ fn a_cache_cuts_fetched_bytes_and_changes_no_parameter() {
         return;
     }
     // GDP's cache holds the rows its samples read; DNP's those its owner-sampled input layer
-    // reads (another set: a GDP-chosen cache would serve DNP much less).
-    for strategy in ["gdp", "dnp"] {
+    // reads (another set: a GDP-chosen cache would serve DNP much less); split's those of its
+    // cooperative input layer.
+    for strategy in ["gdp", "dnp", "split"] {
         cache_cuts_fetched_bytes(strategy);
     }
 }
@@ -337,7 +338,13 @@ fn cache_cuts_fetched_bytes(strategy: &str) {
         for line in text.lines() {
             let v: serde_json::Value = serde_json::from_str(line).unwrap();
             let mean = &v["ranks"]["mean"];
-            bytes += mean["comm.store_rows.bytes_received"]
+            // Split fetches its input rows along the plan its sampling routed.
+            let kind = if strategy == "split" {
+                "split_features"
+            } else {
+                "store_rows"
+            };
+            bytes += mean[format!("comm.{kind}.bytes_received")]
                 .as_f64()
                 .unwrap_or(0.0);
             hit_rate = v["ranks"]["mean"]["cache_hit_rate"].as_f64().unwrap_or(0.0);

@@ -273,8 +273,14 @@ impl FeatureStore {
         (self.fill(&from, &fetched), stats)
     }
 
+    /// The cache slot of remote vertex `v`, when the cache holds its row.
+    pub fn cache_slot(&self, v: NodeId) -> Option<u32> {
+        self.cache_slot.get(&v).copied()
+    }
+
     /// The input rows of a layer whose sources were routed when it was sampled (split's input
     /// layer): `n` rows, row `own_pos[i]` this rank's shard row `own_rows[i]`, row
+    /// `cached_pos[i]` cache slot `cached_slots[i]` ([`FeatureStore::cache_slot`]), row
     /// `remote_pos[j]` the plan's `j`-th wanted row, brought by `plan` packed as
     /// [`FeatureStore::gather`] brings them and decoded straight into place. Collective.
     ///
@@ -285,19 +291,27 @@ impl FeatureStore {
         group: &Group,
         kind: &'static str,
         plan: &RowExchange,
-        (own_rows, own_pos): (&[u32], &[u32]),
+        [(own_rows, own_pos), (cached_slots, cached_pos)]: [(&[u32], &[u32]); 2],
         remote_pos: &[u32],
         n: usize,
     ) -> Array2<f32> {
+        assert_eq!(own_rows.len(), own_pos.len(), "one row per own position");
         assert_eq!(
-            own_rows.len(),
-            own_pos.len(),
-            "one shard row per own position"
+            cached_slots.len(),
+            cached_pos.len(),
+            "one slot per cached position"
         );
-        assert_eq!(own_pos.len() + remote_pos.len(), n, "one source per row");
+        assert_eq!(
+            own_pos.len() + cached_pos.len() + remote_pos.len(),
+            n,
+            "one source per row"
+        );
         let mut from = vec![RowFrom::Fetched(u32::MAX); n];
         for (&row, &pos) in own_rows.iter().zip(own_pos) {
             from[pos as usize] = RowFrom::Own(row);
+        }
+        for (&slot, &pos) in cached_slots.iter().zip(cached_pos) {
+            from[pos as usize] = RowFrom::Cache(slot);
         }
         for (j, &pos) in remote_pos.iter().enumerate() {
             from[pos as usize] = RowFrom::Fetched(j as u32);
@@ -314,7 +328,7 @@ impl FeatureStore {
         );
         self.add_stats(&StoreStats {
             local_rows: own_rows.len() as u64,
-            cache_hits: 0,
+            cache_hits: cached_pos.len() as u64,
             fetched_rows: remote_pos.len() as u64,
         });
         self.fill(&from, &fetched)
@@ -439,13 +453,16 @@ mod tests {
         // Mostly-zero rows (one value set in 40), so fetched rows travel packed; a rank of its
         // own world fetches from itself through the same exchange.
         let (rows, d) = (50, 40);
-        let own = Array2::from_shape_fn((rows, d), |(r, c)| {
-            if c == r % d {
-                (r + 1) as f32
-            } else {
-                0.0
-            }
-        });
+        let own = Array2::from_shape_fn(
+            (rows, d),
+            |(r, c)| {
+                if c == r % d {
+                    (r + 1) as f32
+                } else {
+                    0.0
+                }
+            },
+        );
         let mut s = FeatureStore::new(vec![0, rows as u64], 0, own.clone());
         assert!(s.send_packed);
         let world = crate::comm::World::solo();
@@ -456,7 +473,7 @@ mod tests {
             &world,
             "test_rows",
             &plan,
-            (&[3, 9], &[4, 0]),
+            [(&[3, 9], &[4, 0]), (&[], &[])],
             &[1, 3, 2],
             5,
         );

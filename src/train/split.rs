@@ -34,6 +34,10 @@ pub struct SplitLayer {
     own_rows: Vec<u32>,
     /// Source positions of remote sources, in the plan's order.
     remote_pos: Vec<u32>,
+    /// Input layer only: source positions of remote sources the feature cache holds (read
+    /// here, not fetched), and their cache slots.
+    cached_pos: Vec<u32>,
+    cached_slots: Vec<u32>,
     /// Brings the remote sources' input rows from their owners.
     plan: RowExchange,
 }
@@ -66,7 +70,7 @@ impl SplitBatch {
             .iter()
             .map(|l| {
                 let mut is_remote = vec![false; l.block.num_src()];
-                for &p in &l.remote_pos {
+                for &p in l.remote_pos.iter().chain(&l.cached_pos) {
                     is_remote[p as usize] = true;
                 }
                 SplitLayerStats {
@@ -124,12 +128,15 @@ pub fn sample_split(
             .collect();
         by_owner.sort_by_key(|&(o, _)| o);
         let send: Vec<NodeId> = by_owner.iter().map(|&(_, v)| v).collect();
-        let (received, _) = group.alltoallv("split_frontier_ids", &send, &counts);
         let mut seen = position_map(&next);
-        for v in received {
-            if let std::collections::hash_map::Entry::Vacant(e) = seen.entry(v) {
-                e.insert(next.len() as u32);
-                next.push(v);
+        // The owners' next frontier: none after the last hop, whose sources are feature rows.
+        if hop + 1 < fanouts.len() {
+            let (received, _) = group.alltoallv("split_frontier_ids", &send, &counts);
+            for v in received {
+                if let std::collections::hash_map::Entry::Vacant(e) = seen.entry(v) {
+                    e.insert(next.len() as u32);
+                    next.push(v);
+                }
             }
         }
         hops.push((block, remote_pos));
@@ -149,11 +156,6 @@ pub fn sample_split(
                 frontier_pos[hop + 1][&v]
             }
         };
-        let remote_ids: Vec<NodeId> = remote_pos
-            .iter()
-            .map(|&p| block.src_nodes[p as usize])
-            .collect();
-        let plan = RowExchange::with_rows(group, &data.offsets, &remote_ids, row_of);
         let mut own_pos = Vec::new();
         let mut own_rows = Vec::new();
         let mut r = 0;
@@ -165,11 +167,37 @@ pub fn sample_split(
             own_pos.push(p as u32);
             own_rows.push(row_of(v));
         }
+        // Remote feature rows in the cache are read here; the rest are fetched.
+        let (mut cached_pos, mut cached_slots) = (Vec::new(), Vec::new());
+        let remote_pos: Vec<u32> = if input_is_features {
+            remote_pos
+                .into_iter()
+                .filter(
+                    |&p| match data.store.cache_slot(block.src_nodes[p as usize]) {
+                        Some(slot) => {
+                            cached_pos.push(p);
+                            cached_slots.push(slot);
+                            false
+                        }
+                        None => true,
+                    },
+                )
+                .collect()
+        } else {
+            remote_pos
+        };
+        let remote_ids: Vec<NodeId> = remote_pos
+            .iter()
+            .map(|&p| block.src_nodes[p as usize])
+            .collect();
+        let plan = RowExchange::with_rows(group, &data.offsets, &remote_ids, row_of);
         layers.push(SplitLayer {
             block,
             own_pos,
             own_rows,
             remote_pos,
+            cached_pos,
+            cached_slots,
             plan,
         });
     }
@@ -283,14 +311,18 @@ pub fn split_step<B: Backend>(
         .map(|l| be.graph(std::mem::take(&mut l.block)))
         .collect();
     let num_src = |l: usize| be.block(&graphs[l]).num_src();
-    // The input layer's rows, as GDP's gather reads them: own rows copied and fetched rows
-    // (packed when mostly zeros) decoded straight into place, in a recycled buffer.
+    // The input layer's rows, as GDP's gather reads them: own and cached rows copied and
+    // fetched rows (packed when mostly zeros) decoded straight into place, in a recycled
+    // buffer.
     let first = &sb.layers[0];
     let x = data.store.gather_planned(
         group,
         "split_features",
         &first.plan,
-        (&first.own_rows, &first.own_pos),
+        [
+            (&first.own_rows, &first.own_pos),
+            (&first.cached_slots, &first.cached_pos),
+        ],
         &first.remote_pos,
         num_src(0),
     );
