@@ -450,3 +450,126 @@ fn sparse_input_rows_train_the_cpus_model_without_their_dense_form() {
         }
     }
 }
+
+/// One GDP step of `batch` on `backend` from `host` (a prepared batch): the summed loss and
+/// the gradients on the host.
+fn one_step<B: Backend>(
+    backend: B,
+    cfg: &TrainConfig,
+    data: &gnnpar::train::data::TrainData,
+    resident: Option<&B::Mat>,
+    host: gnnpar::train::strategy::HostBatch,
+    args: &gnnpar::train::strategy::StepArgs,
+) -> (f64, Vec<f32>) {
+    use gnnpar::nn::Model;
+    let model = Model::new(
+        gnnpar::train::model_config(cfg, data.feature_dim(), data.num_classes),
+        cfg.seed,
+    )
+    .expect("model");
+    let mut model = model.to_backend(backend);
+    let mut times = gnnpar::train::metrics::PhaseTimes::default();
+    let out = gnnpar::train::strategy::gdp_train_step(
+        &mut model, data, resident, host, args, &mut times, None,
+    )
+    .expect("step");
+    (out.loss_sum, model.params.grads_on_host())
+}
+
+/// Mostly-zero features are kept as CSR beside the dense rows, and a one-rank mini-batch whose
+/// first layer takes sparse rows is gathered from that copy: the same loss and gradients, bit
+/// for bit, as the dense gather that the layer then converts (CPU), and as the device path that
+/// gathers the resident dense rows and compacts them with its count kernel (CUDA, emulated).
+/// Dense features (128 columns) are decided dense on the host, from counts kept at load.
+#[test]
+fn a_stores_sparse_copy_gives_the_numbers_of_the_dense_gather() {
+    use gnnpar::sample::BatchKey;
+    use gnnpar::train::data::TrainData;
+    use gnnpar::train::strategy::{gdp_host_batch, BatchInput, InputSource, StepArgs};
+    let tmp = common::tempdir();
+    let world = World::solo();
+    let cuda = Cuda::emulated().expect("the emulator builds");
+    let cfg = TrainConfig {
+        model: ModelKind::Sage,
+        layers: 2,
+        hidden: 16,
+        fanouts: vec![5, 5],
+        batch_size: 200,
+        dropout: 0.5,
+        input_dropout: Some(0.2),
+        seed: 4,
+        ..Default::default()
+    };
+    let key = BatchKey {
+        seed: 4,
+        epoch: 0,
+        batch: 1,
+    };
+    let sparse_data = bag_of_words_sbm(tmp.path());
+    let dense_data = small_sbm(tmp.path());
+    for (path, sparse) in [(&sparse_data, true), (&dense_data, false)] {
+        let data = TrainData::load(Some(path), &cfg, &world).expect("load");
+        assert_eq!(data.store.has_sparse_copy(), sparse, "{path:?}");
+        let batch: Vec<u32> = data.train_all[..cfg.batch_size].to_vec();
+        let args = StepArgs {
+            group: &world,
+            batch: &batch,
+            fanouts: &cfg.fanouts,
+            key,
+            self_loops: false,
+            scale: 1.0 / batch.len() as f32,
+        };
+        let prepare = |resident: bool| {
+            let input = InputSource {
+                resident,
+                sparse_first_layer: true,
+            };
+            gdp_host_batch(&data, &batch, &cfg.fanouts, key, false, input, false)
+        };
+        // CPU: the store's CSR rows against the dense gather.
+        let host = prepare(false);
+        let src = host.blocks[0].src_nodes.clone();
+        let mut dense = prepare(false);
+        dense.input = BatchInput::Dense(data.store.gather_local(&src).0);
+        match &host.input {
+            BatchInput::Sparse(csr) if sparse => {
+                assert_eq!(csr.nrows(), src.len());
+                assert!(csr.nnz() < src.len() * 10, "{} entries", csr.nnz());
+            }
+            BatchInput::Dense(_) if !sparse => {}
+            other => panic!("{path:?}: input {other:?}"),
+        }
+        let a = one_step(Cpu, &cfg, &data, None, host, &args);
+        let b = one_step(Cpu, &cfg, &data, None, dense, &args);
+        assert_eq!(a.0.to_bits(), b.0.to_bits(), "{path:?}: CPU loss");
+        assert_eq!(
+            common::bits(&a.1),
+            common::bits(&b.1),
+            "{path:?}: CPU grads"
+        );
+        // The emulated device: with resident features, the host's choice (CSR rows, or dense
+        // rows decided dense) against the layer's own test on the gathered rows.
+        let resident = cuda.upload(data.store.own_rows().view());
+        let host = prepare(true);
+        match &host.input {
+            BatchInput::Sparse(_) if sparse => {}
+            BatchInput::Resident { dense: true } if !sparse => {}
+            other => panic!("{path:?}: device input {other:?}"),
+        }
+        let mut tested = prepare(true);
+        tested.input = BatchInput::Resident { dense: false };
+        let c = one_step(cuda.clone(), &cfg, &data, Some(&resident), host, &args);
+        let d = one_step(cuda.clone(), &cfg, &data, Some(&resident), tested, &args);
+        assert_eq!(c.0.to_bits(), d.0.to_bits(), "{path:?}: device loss");
+        assert_eq!(
+            common::bits(&c.1),
+            common::bits(&d.1),
+            "{path:?}: device grads"
+        );
+        let rel = max_rel_diff(&a.1, &c.1, 1e-3);
+        assert!(
+            rel <= 1e-5,
+            "{path:?}: device grads {rel:.2e} from the CPU's"
+        );
+    }
+}

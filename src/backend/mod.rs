@@ -36,6 +36,7 @@ pub use cpu::activation::Activation;
 pub use cpu::aggregate::{EdgeWeights, GcnNorm};
 pub use cpu::dropout::DropoutMask;
 pub use cpu::gemm::RowDropout;
+pub use cpu::sparse::CsrMatrix;
 pub use cpu::Cpu;
 pub use cuda::Cuda;
 
@@ -482,6 +483,10 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
     /// [`Backend::sparse_from_dense`] of host rows, made without their dense form on the
     /// backend (a full-batch input: 424 MB dense on Facebook, under 1 MB sparse).
     fn sparse_from_host(&self, x: ArrayView2<f32>) -> Option<Self::Sparse>;
+    /// Rows the host already holds as CSR (a mini-batch gathered from a store's sparse copy,
+    /// whose caller made [`Backend::sparse_from_dense`]'s test from the rows' counts), as this
+    /// backend's sparse rows: moved where the backend is the host, uploaded as CSR otherwise.
+    fn sparse_from_csr(&self, x: CsrMatrix) -> Self::Sparse;
     fn sparse_dim(&self, x: &Self::Sparse) -> (usize, usize);
     fn sparse_to_dense(&self, x: &Self::Sparse) -> Self::Mat;
     /// The first `rows` rows.

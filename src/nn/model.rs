@@ -388,6 +388,22 @@ impl<B: Backend> Model<B> {
         self.forward_rest(blocks, first, cache, kept, ctx)
     }
 
+    /// [`Model::forward`] on input rows that the caller knows take the dense path (it made
+    /// [`Backend::sparse_from_dense`]'s test from the rows' non-zero counts, without the rows):
+    /// the same result, without the test, which on a device is a count kernel and a wait.
+    pub fn forward_dense(
+        &self,
+        blocks: &[&B::Graph],
+        x: B::View<'_>,
+        ctx: &DropoutCtx,
+    ) -> (B::Mat, ForwardCache<B>) {
+        self.check_blocks(blocks);
+        let then = self.dropout_above(0, blocks, ctx);
+        let (first, cache, kept) =
+            self.layers[0].forward_then(&self.params, blocks[0], x, ctx, then.as_ref());
+        self.forward_rest(blocks, first, cache, kept, ctx)
+    }
+
     /// Accumulate the gradient of the loss into `params.grads`, given `d_out` = d loss / d
     /// logits. Transposed CSRs are built once per distinct block.
     pub fn backward(&mut self, blocks: &[&B::Graph], cache: ForwardCache<B>, d_out: B::Mat) {

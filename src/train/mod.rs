@@ -109,7 +109,7 @@ pub struct DeviceTransfers {
 }
 
 /// The model `cfg` describes, from `in_dim` input columns to `out_dim` outputs.
-pub(crate) fn model_config(cfg: &TrainConfig, in_dim: usize, out_dim: usize) -> ModelConfig {
+pub fn model_config(cfg: &TrainConfig, in_dim: usize, out_dim: usize) -> ModelConfig {
     ModelConfig {
         kind: cfg.model,
         in_dim,

@@ -21,7 +21,7 @@
 
 use super::data::TrainData;
 use super::metrics::PhaseTimes;
-use super::strategy::{gdp_host_batch, gdp_train_step, HostBatch, StepArgs};
+use super::strategy::{gdp_host_batch, gdp_train_step, HostBatch, InputSource, StepArgs};
 use super::{finish_step, EpochOutcome, EpochTotals, Trainer};
 use crate::backend::Backend;
 use crate::exchange::store::StoreStats;
@@ -71,7 +71,10 @@ impl<B: Backend> Trainer<'_, B> {
             && !self.cfg.full_batch
             && self.cfg.strategy == Strategy::Gdp
             && self.data_group().size() == 1;
-        let gather_on_host = self.resident.is_none();
+        // A batch in flight holds its dense input rows only where the host gathers them.
+        let sparse_rows =
+            self.data.store.has_sparse_copy() && self.model.layers[0].takes_sparse_input();
+        let gather_on_host = self.resident.is_none() && !sparse_rows;
         let threads = rayon::current_num_threads();
         applies.then(|| worker_count(self.cfg.prefetch_workers, gather_on_host, threads))
     }
@@ -120,13 +123,17 @@ impl<B: Backend> Trainer<'_, B> {
             batch: b as u64,
         };
         let keys: Vec<BatchKey> = (0..batches.len()).map(key).collect();
-        // On a device holding the features, input rows are gathered there, not on the host.
-        let gather = resident.is_none();
+        // On a device holding the features, dense input rows are gathered there, not on the
+        // host; mostly-zero rows come as CSR from the store's sparse copy either way.
+        let input = InputSource {
+            resident: resident.is_some(),
+            sparse_first_layer: model.layers[0].takes_sparse_input(),
+        };
         let keep_sampled = dump.is_some();
         if pos.epoch == 0 && start == 0 {
             log::info!(
-                "prefetch: {workers} worker(s) prepare batches ahead (input rows gathered on the {})",
-                if gather { "host" } else { "device" }
+                "prefetch: {workers} worker(s) prepare batches ahead (input rows {})",
+                input_rows_where(input, data)
             );
         }
 
@@ -147,7 +154,7 @@ impl<B: Backend> Trainer<'_, B> {
                             fanouts,
                             keys[b],
                             self_loops,
-                            gather,
+                            input,
                             keep_sampled,
                         );
                         if tx.send(host).is_err() {
@@ -216,6 +223,18 @@ impl<B: Backend> Trainer<'_, B> {
             split: Vec::new(),
             first_step: totals.first_step,
         })
+    }
+}
+
+/// Where a prefetched batch's input rows are made, for the log.
+fn input_rows_where(input: InputSource, data: &TrainData) -> &'static str {
+    match (
+        input.sparse_first_layer && data.store.has_sparse_copy(),
+        input.resident,
+    ) {
+        (true, _) => "as CSR on the host, from the store's sparse copy",
+        (false, true) => "gathered on the device",
+        (false, false) => "gathered on the host",
     }
 }
 

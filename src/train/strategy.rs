@@ -8,7 +8,7 @@
 use super::data::TrainData;
 use super::dump::BlockDump;
 use super::metrics::PhaseTimes;
-use crate::backend::Backend;
+use crate::backend::{Backend, CsrMatrix};
 use crate::comm::Group;
 use crate::exchange::inference::HaloPlan;
 use crate::exchange::sample_blocks_distributed;
@@ -69,20 +69,68 @@ pub struct HostBatch {
     /// The blocks as sampled, before self-loops were added: kept only for `--dump-blocks`
     /// when self-loops changed them (otherwise `blocks` are the sampled blocks).
     pub sampled: Option<Vec<Block>>,
-    /// `blocks[0]`'s source rows; `None` when the backend gathers them from its resident copy
-    /// of the features.
-    pub x: Option<Array2<f32>>,
+    /// `blocks[0]`'s source rows.
+    pub input: BatchInput,
     /// Seconds spent sampling and gathering, and the feature store's counters of the gather.
     pub sample_seconds: f64,
     pub gather_seconds: f64,
     pub store: StoreStats,
 }
 
+/// A mini-batch's input rows (`blocks[0]`'s sources) as the host prepared them.
+#[derive(Debug)]
+pub enum BatchInput {
+    /// Dense rows gathered on the host; the first layer tests them for sparsity itself.
+    Dense(Array2<f32>),
+    /// Mostly-zero rows gathered as CSR from the store's sparse copy, for a first layer that
+    /// takes sparse rows: the path its test would choose on their dense form (decided from the
+    /// rows' counts), without that form.
+    Sparse(CsrMatrix),
+    /// Rows the backend gathers from its resident copy of the features. `dense`: the host
+    /// decided from the rows' counts that the first layer takes them densely, so the layer
+    /// skips its own test (on a device a count kernel and a wait); else the layer tests them.
+    Resident { dense: bool },
+}
+
+/// Where a one-rank GDP batch's input rows come from.
+#[derive(Clone, Copy, Debug)]
+pub struct InputSource {
+    /// The backend holds the whole graph's features and gathers rows there.
+    pub resident: bool,
+    /// The model's first layer multiplies sparse input rows as such
+    /// ([`crate::nn::Layer::takes_sparse_input`]).
+    pub sparse_first_layer: bool,
+}
+
+impl InputSource {
+    /// The input rows of `src` (own rows of `data`), and the store's counters for them: as CSR
+    /// where the first layer takes them sparse and the store keeps a sparse copy, else from
+    /// the resident copy, else gathered densely on the host.
+    fn rows(&self, data: &TrainData, src: &[NodeId]) -> (BatchInput, StoreStats) {
+        let sparse = if self.sparse_first_layer {
+            data.store.prefers_sparse_rows(src)
+        } else {
+            Some(false)
+        };
+        if sparse == Some(true) {
+            if let Some((csr, stats)) = data.store.gather_local_sparse(src) {
+                return (BatchInput::Sparse(csr), stats);
+            }
+        }
+        if self.resident {
+            let dense = sparse == Some(false);
+            return (BatchInput::Resident { dense }, StoreStats::default());
+        }
+        let (x, stats) = data.store.gather_local(src);
+        (BatchInput::Dense(x), stats)
+    }
+}
+
 /// The host side of a GDP mini-batch on a rank that holds the whole graph (a group of one
-/// rank): sample, add self-loops, gather the input rows (unless `gather` is false) and the
-/// labels. It communicates nothing, reads `data` only and is a pure function of its
-/// arguments, so the trainer's prefetch thread runs it ahead of time with the same result
-/// as the step itself (`keep_sampled`: also keep the blocks as sampled, for `--dump-blocks`).
+/// rank): sample, add self-loops, prepare the input rows (`input`) and the labels. It
+/// communicates nothing, reads `data` only and is a pure function of its arguments, so the
+/// trainer's prefetch thread runs it ahead of time with the same result as the step itself
+/// (`keep_sampled`: also keep the blocks as sampled, for `--dump-blocks`).
 ///
 /// # Panics
 /// If `data` does not own every vertex the batch reaches.
@@ -92,7 +140,7 @@ pub fn gdp_host_batch(
     fanouts: &[i32],
     key: BatchKey,
     self_loops: bool,
-    gather: bool,
+    input: InputSource,
     keep_sampled: bool,
 ) -> HostBatch {
     let t = Instant::now();
@@ -108,19 +156,14 @@ pub fn gdp_host_batch(
     let sample_seconds = t.elapsed().as_secs_f64();
 
     let t = Instant::now();
-    let (x, store) = if gather {
-        let (x, stats) = data.store.gather_local(&blocks[0].src_nodes);
-        (Some(x), stats)
-    } else {
-        (None, StoreStats::default())
-    };
+    let (input, store) = input.rows(data, &blocks[0].src_nodes);
     let labels = seeds.iter().map(|&s| data.label(s)).collect();
     HostBatch {
         seeds,
         labels,
         blocks,
         sampled,
-        x,
+        input,
         sample_seconds,
         gather_seconds: t.elapsed().as_secs_f64(),
         store,
@@ -149,18 +192,13 @@ pub fn gdp_minibatch_step<B: Backend>(
         self_loops,
         ..
     } = *args;
-    let on_device = resident.is_some() && group.size() == 1;
     let host = if group.size() == 1 {
         // Exactly what the prefetch thread would have prepared.
-        let host = gdp_host_batch(
-            data,
-            batch,
-            fanouts,
-            key,
-            self_loops,
-            !on_device,
-            dump.is_some(),
-        );
+        let input = InputSource {
+            resident: resident.is_some(),
+            sparse_first_layer: model.layers[0].takes_sparse_input(),
+        };
+        let host = gdp_host_batch(data, batch, fanouts, key, self_loops, input, dump.is_some());
         data.store.add_stats(&host.store);
         host
     } else {
@@ -183,7 +221,7 @@ pub fn gdp_minibatch_step<B: Backend>(
             labels,
             blocks,
             sampled,
-            x: Some(x),
+            input: BatchInput::Dense(x),
             sample_seconds,
             gather_seconds: t.elapsed().as_secs_f64(),
             store: StoreStats::default(),
@@ -211,7 +249,7 @@ pub fn gdp_train_step<B: Backend>(
         labels,
         blocks,
         sampled,
-        x,
+        input,
         sample_seconds,
         gather_seconds,
         ..
@@ -226,15 +264,21 @@ pub fn gdp_train_step<B: Backend>(
     let src = &blocks[0].src_nodes;
     // On the host backend the gathered rows are the model's input as they are, and go back to
     // the store once the forward pass is done with them; a device backend copies them.
-    let (x, host_rows) = match (x, resident) {
-        (Some(x), _) if B::IS_HOST => (be.upload_owned(x), None),
-        (Some(x), _) => (be.upload(x.view()), Some(x)),
-        (None, Some(features)) => (be.gather_rows(be.view(features), src), None),
-        (None, None) => panic!("a host batch without input rows needs resident features"),
+    let x = match (input, resident) {
+        (BatchInput::Dense(x), _) if B::IS_HOST => Input::Dense(be.upload_owned(x), false),
+        (BatchInput::Dense(x), _) => {
+            let up = be.upload(x.view());
+            data.store.recycle(x);
+            Input::Dense(up, false)
+        }
+        (BatchInput::Sparse(x), _) => Input::Sparse(be.sparse_from_csr(x)),
+        (BatchInput::Resident { dense }, Some(features)) => {
+            Input::Dense(be.gather_rows(be.view(features), src), dense)
+        }
+        (BatchInput::Resident { .. }, None) => {
+            panic!("a host batch without input rows needs resident features")
+        }
     };
-    if let Some(rows) = host_rows {
-        data.store.recycle(rows);
-    }
     let mut out = StepOutput {
         loss_sum: 0.0,
         seeds: seeds.len() as u64,
@@ -245,9 +289,7 @@ pub fn gdp_train_step<B: Backend>(
     let graphs: Vec<B::Graph> = blocks.into_iter().map(|b| be.graph(b)).collect();
     times.gather += t.elapsed().as_secs_f64();
     if seeds.is_empty() {
-        if B::IS_HOST {
-            data.store.recycle(be.download_owned(x));
-        }
+        x.recycle(&be, data);
         return Ok(out);
     }
     let refs: Vec<&B::Graph> = graphs.iter().collect();
@@ -258,12 +300,12 @@ pub fn gdp_train_step<B: Backend>(
         orig_ids: data.orig_ids.as_deref(),
         gcn_degrees: data.gcn_degrees.as_deref(),
     };
-    let (logits, cache) = model.forward(&refs, be.view(&x), &ctx);
-    if B::IS_HOST {
-        data.store.recycle(be.download_owned(x));
-    } else {
-        drop(x);
-    }
+    let (logits, cache) = match &x {
+        Input::Dense(x, true) => model.forward_dense(&refs, be.view(x), &ctx),
+        Input::Dense(x, false) => model.forward(&refs, be.view(x), &ctx),
+        Input::Sparse(x) => model.forward_sparse(&refs, x, &ctx),
+    };
+    x.recycle(&be, data);
     let (loss_sum, mut d_logits) = be.cross_entropy(be.view(&logits), &labels);
     times.forward += t.elapsed().as_secs_f64();
 
@@ -273,6 +315,24 @@ pub fn gdp_train_step<B: Backend>(
     times.backward += t.elapsed().as_secs_f64();
     out.loss_sum = loss_sum;
     Ok(out)
+}
+
+/// A GDP step's input rows on the backend.
+enum Input<B: Backend> {
+    /// Dense rows; `true` when the host decided they take the first layer's dense path.
+    Dense(B::Mat, bool),
+    Sparse(B::Sparse),
+}
+
+impl<B: Backend> Input<B> {
+    /// Done with: dense rows on the host go back to the store for the next gather.
+    fn recycle(self, be: &B, data: &TrainData) {
+        if let Input::Dense(x, _) = self {
+            if B::IS_HOST {
+                data.store.recycle(be.download_owned(x));
+            }
+        }
+    }
 }
 
 /// The source rows of a full-graph layer: owned rows then halo rows, without a copy when

@@ -516,6 +516,10 @@ impl Backend for Cpu {
         self.sparse_from_dense(x)
     }
 
+    fn sparse_from_csr(&self, x: CsrMatrix) -> SparseRows {
+        SparseRows::new(x)
+    }
+
     fn sparse_dim(&self, x: &SparseRows) -> (usize, usize) {
         (x.csr.nrows(), x.csr.ncols)
     }

@@ -42,6 +42,12 @@ impl CsrMatrix {
         self.indices.len()
     }
 
+    /// The number of stored entries of row `i`.
+    #[inline]
+    pub fn row_len(&self, i: usize) -> usize {
+        self.indptr[i + 1] - self.indptr[i]
+    }
+
     /// The stored entries of row `i`: (columns, values).
     #[inline]
     pub fn row(&self, i: usize) -> (&[u32], &[f32]) {
@@ -145,6 +151,41 @@ impl CsrMatrix {
         }
     }
 
+    /// A `counts.len() × ncols` matrix whose row `i` holds `counts[i]` entries, written by
+    /// `fill(i, columns, values)` into slices exactly that long (increasing columns), rows in
+    /// parallel: rows assembled from several sources (own, cached, fetched) without a dense
+    /// form.
+    pub fn from_row_fill(
+        ncols: usize,
+        counts: &[usize],
+        fill: impl Fn(usize, &mut [u32], &mut [f32]) + Sync,
+    ) -> CsrMatrix {
+        let rows = counts.len();
+        let mut indptr = Vec::with_capacity(rows + 1);
+        indptr.push(0);
+        for &c in counts {
+            indptr.push(indptr.last().expect("starts with 0") + c);
+        }
+        let nnz = indptr[rows];
+        let mut indices = vec![0u32; nnz];
+        let mut values = vec![0f32; nnz];
+        let parts = split_by_rows(&indptr, &mut indices, &mut values, rows);
+        parts.into_par_iter().for_each(|(range, idx, val)| {
+            let mut at = 0;
+            for i in range {
+                let n = counts[i];
+                fill(i, &mut idx[at..at + n], &mut val[at..at + n]);
+                at += n;
+            }
+        });
+        CsrMatrix {
+            ncols,
+            indptr,
+            indices,
+            values,
+        }
+    }
+
     /// The first `rows` rows (a copy).
     pub fn first_rows(&self, rows: usize) -> CsrMatrix {
         let end = self.indptr[rows];
@@ -230,10 +271,29 @@ simd_kernel! {
     }
 }
 
+/// How many values of `row` a CSR stores: those `!= 0.0` (`-0.0` is a zero, NaN is not).
+pub fn row_nonzeros(row: &[f32]) -> usize {
+    row.iter().filter(|&&v| v != 0.0).count()
+}
+
+/// The stored entries of dense `row` ([`row_nonzeros`] of them) into `idx` and `val`, which are
+/// exactly that long, in column order.
+pub fn write_row_nonzeros(row: &[f32], idx: &mut [u32], val: &mut [f32]) {
+    let mut k = 0;
+    for (j, &v) in row.iter().enumerate() {
+        if v != 0.0 {
+            idx[k] = j as u32;
+            val[k] = v;
+            k += 1;
+        }
+    }
+    assert_eq!(k, idx.len(), "a row's entries and its count agree");
+}
+
 /// Fewest columns for which sparse rows are worth it.
 pub const MIN_SPARSE_COLS: usize = 64;
 /// Most non-zeros (a fraction) for which sparse rows are worth it.
-const MAX_SPARSE_DENSITY: f64 = 0.1;
+pub const MAX_SPARSE_DENSITY: f64 = 0.1;
 /// Rows sampled by the density estimate.
 const DENSITY_SAMPLES: usize = 64;
 
@@ -271,13 +331,17 @@ pub fn prefers_sparse(x: ArrayView2<f32>) -> bool {
 /// [`prefers_sparse`] from each row's non-zero count (`counts`, one per row, of `cols`
 /// columns): the same rows sampled, the same answer (a device counts, the host decides).
 pub fn prefers_sparse_counts(counts: &[u32], cols: usize) -> bool {
-    let rows = counts.len();
+    prefers_sparse_by(counts.len(), cols, |r| counts[r] as usize)
+}
+
+/// [`prefers_sparse`] of `rows × cols` rows whose row `r` has `nonzeros(r)` non-zeros: asks
+/// only for the rows the test samples (a host that knows every row's count decides for rows
+/// it never gathers densely).
+pub fn prefers_sparse_by(rows: usize, cols: usize, nonzeros: impl FnMut(usize) -> usize) -> bool {
     if rows == 0 || cols < MIN_SPARSE_COLS {
         return false;
     }
-    let nz: usize = sampled_rows(rows, DENSITY_SAMPLES)
-        .map(|r| counts[r] as usize)
-        .sum();
+    let nz: usize = sampled_rows(rows, DENSITY_SAMPLES).map(nonzeros).sum();
     nz as f64 / (rows.min(DENSITY_SAMPLES) * cols) as f64 <= MAX_SPARSE_DENSITY
 }
 

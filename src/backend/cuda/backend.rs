@@ -25,8 +25,8 @@ use super::ops::{
 };
 use super::{blas, kernels};
 use crate::backend::{
-    Activation, AdamStep, AttentionArgs, AttentionGrads, Backend, DeviceSpan, DropoutMask,
-    EdgeWeights, RowDropout,
+    Activation, AdamStep, AttentionArgs, AttentionGrads, Backend, CsrMatrix, DeviceSpan,
+    DropoutMask, EdgeWeights, RowDropout,
 };
 use crate::sample::Block;
 
@@ -630,6 +630,10 @@ impl Backend for Cuda {
 
     fn sparse_from_host(&self, x: ArrayView2<f32>) -> Option<DevSparse> {
         self.ok("sparse rows", DevSparse::from_host(&self.device, x))
+    }
+
+    fn sparse_from_csr(&self, x: CsrMatrix) -> DevSparse {
+        self.ok("sparse rows", DevSparse::from_csr(&self.device, x))
     }
 
     fn sparse_dim(&self, x: &DevSparse) -> (usize, usize) {

@@ -87,7 +87,12 @@ impl DevSparse {
         if !crate::backend::cpu::sparse::prefers_sparse(x) {
             return Ok(None);
         }
-        let csr = CsrMatrix::from_dense(x);
+        DevSparse::from_csr(device, CsrMatrix::from_dense(x)).map(Some)
+    }
+
+    /// Host CSR rows, uploaded; the host keeps their columns, so the transpose a backward
+    /// pass needs is built without a download (and without waiting for the device).
+    pub fn from_csr(device: &Device, csr: CsrMatrix) -> Result<DevSparse> {
         let indptr: Vec<u64> = csr.indptr.iter().map(|&e| e as u64).collect();
         let structure = Structure {
             cols: csr.ncols,
@@ -97,11 +102,11 @@ impl DevSparse {
             indices_host: OnceLock::from(csr.indices),
             transpose: OnceLock::new(),
         };
-        Ok(Some(DevSparse {
+        Ok(DevSparse {
             rows: structure.rows(),
             values: DevVec::upload(device, &csr.values)?,
             structure: Arc::new(structure),
-        }))
+        })
     }
 
     /// `x` (device rows) as sparse rows when it is mostly zeros: the device counts each row's
