@@ -20,6 +20,7 @@ use ndarray::{Array2, ArrayView2};
 use rayon::prelude::*;
 
 use crate::backend::cpu::simd::simd_kernel;
+use crate::backend::cpu::sparse::CsrMatrix;
 
 /// Header of a row sent with all its values.
 const DENSE: u32 = u32::MAX;
@@ -81,6 +82,27 @@ simd_kernel! {
     }
 }
 
+/// The rows a sender encodes.
+#[derive(Clone, Copy, Debug)]
+pub enum RowSource<'a> {
+    /// Dense rows, scanned for zeros when the flag says so (else every row goes dense).
+    Dense(ArrayView2<'a, f32>, bool),
+    /// The same rows kept as CSR, whose entries are exactly the rows' non-zeros: no scan.
+    /// Only for rows without a `-0.0` (a CSR drops it; the wire keeps its bits), which the
+    /// caller checks.
+    Csr(&'a CsrMatrix),
+}
+
+impl RowSource<'_> {
+    /// Row width.
+    pub fn ncols(&self) -> usize {
+        match self {
+            RowSource::Dense(x, _) => x.ncols(),
+            RowSource::Csr(c) => c.ncols,
+        }
+    }
+}
+
 /// Rows `rows` of `local` (in that order) as words, and the words of each consecutive group
 /// of `group_rows[g]` of them (the rows bound for each rank): read from `local` directly, with
 /// no gathered copy in between. `look_for_zeros` false sends every row dense without scanning.
@@ -90,23 +112,81 @@ pub fn encode(
     group_rows: &[usize],
     look_for_zeros: bool,
 ) -> (Vec<u32>, Vec<usize>) {
-    let local = local.as_standard_layout();
-    let dim = local.ncols();
+    encode_from(RowSource::Dense(local, look_for_zeros), rows, group_rows)
+}
+
+/// [`encode`] from either kind of [`RowSource`]: the same words for the same rows (a row of
+/// `n` non-zeros goes sparse when `2n < dim`).
+pub fn encode_from(
+    source: RowSource,
+    rows: &[u32],
+    group_rows: &[usize],
+) -> (Vec<u32>, Vec<usize>) {
     let n = rows.len();
     assert_eq!(
         group_rows.iter().sum::<usize>(),
         n,
         "group sizes add up to the rows"
     );
-    let all = local.as_slice().expect("standard layout");
-    let row = |i: usize| {
-        let r = rows[i] as usize;
-        &all[r * dim..(r + 1) * dim]
-    };
+    match source {
+        RowSource::Dense(local, look_for_zeros) => {
+            let local = local.as_standard_layout();
+            let dim = local.ncols();
+            let all = local.as_slice().expect("standard layout");
+            let row = |i: usize| {
+                let r = rows[i] as usize;
+                &all[r * dim..(r + 1) * dim]
+            };
+            encode_rows(
+                n,
+                group_rows,
+                |i| packed_len(row(i), look_for_zeros),
+                |i, out| write_row(row(i), out),
+            )
+        }
+        RowSource::Csr(csr) => {
+            let dim = csr.ncols;
+            let len = |i: usize| {
+                let k = csr.row_len(rows[i] as usize);
+                if 2 * k < dim {
+                    1 + 2 * k
+                } else {
+                    1 + dim
+                }
+            };
+            encode_rows(n, group_rows, len, |i, out| {
+                let (cols, vals) = csr.row(rows[i] as usize);
+                if 2 * cols.len() >= dim {
+                    out[0] = DENSE;
+                    out[1..].fill(0);
+                    for (&c, v) in cols.iter().zip(vals) {
+                        out[1 + c as usize] = v.to_bits();
+                    }
+                } else {
+                    let k = cols.len();
+                    out[0] = k as u32;
+                    out[1..1 + k].copy_from_slice(cols);
+                    for (w, v) in out[1 + k..].iter_mut().zip(vals) {
+                        *w = v.to_bits();
+                    }
+                }
+            })
+        }
+    }
+}
+
+/// The words of `n` rows whose row `i` takes `len(i)` words, written by `write(i, words)`, and
+/// the words of each group of `group_rows` rows.
+fn encode_rows(
+    n: usize,
+    group_rows: &[usize],
+    len: impl Fn(usize) -> usize + Sync,
+    write: impl Fn(usize, &mut [u32]) + Sync,
+) -> (Vec<u32>, Vec<usize>) {
     let lens: Vec<usize> = (0..n)
         .into_par_iter()
         .with_min_len(ROWS_PER_TASK)
-        .map(|i| packed_len(row(i), look_for_zeros))
+        .map(&len)
         .collect();
     let mut starts = Vec::with_capacity(n + 1);
     starts.push(0usize);
@@ -126,7 +206,7 @@ pub fn encode(
         .into_par_iter()
         .enumerate()
         .with_min_len(ROWS_PER_TASK)
-        .for_each(|(i, out)| write_row(row(i), out));
+        .for_each(|(i, out)| write(i, out));
     let mut group_words = Vec::with_capacity(group_rows.len());
     let mut first = 0;
     for &g in group_rows {
@@ -241,6 +321,72 @@ impl PackedRows {
         self.order.is_empty()
     }
 
+    /// The words of row `i`: `Ok(values)` of a row sent dense, `Err((columns, values))` of
+    /// one sent without its zeros.
+    fn row_words(&self, i: usize) -> Result<&[u32], (&[u32], &[u32])> {
+        let s = self.starts[self.order[i] as usize];
+        let header = self.words[s];
+        if header == DENSE {
+            Ok(&self.words[s + 1..s + 1 + self.dim])
+        } else {
+            let n = header as usize;
+            Err((
+                &self.words[s + 1..s + 1 + n],
+                &self.words[s + 1 + n..s + 1 + 2 * n],
+            ))
+        }
+    }
+
+    /// How many of row `i`'s values a CSR stores (`!= 0.0`, as `CsrMatrix::from_dense`
+    /// counts them: a `-0.0`, which travels as a non-zero, is a zero here).
+    pub fn nonzeros(&self, i: usize) -> usize {
+        let stored = |w: &[u32]| w.iter().filter(|&&b| f32::from_bits(b) != 0.0).count();
+        match self.row_words(i) {
+            Ok(values) => stored(values),
+            Err((_, values)) => stored(values),
+        }
+    }
+
+    /// Row `i`'s CSR entries ([`PackedRows::nonzeros`] of them, in column order) into `idx`
+    /// and `val`, which are exactly that long: the entries `CsrMatrix::from_dense` keeps of
+    /// the decoded row.
+    ///
+    /// # Panics
+    /// If the slices' length is not the row's count, or a column is out of range.
+    pub fn write_row_entries(&self, i: usize, idx: &mut [u32], val: &mut [f32]) {
+        let mut k = 0;
+        let mut put = |c: u32, bits: u32| {
+            let v = f32::from_bits(bits);
+            if v != 0.0 {
+                idx[k] = c;
+                val[k] = v;
+                k += 1;
+            }
+        };
+        match self.row_words(i) {
+            Ok(values) => {
+                for (c, &b) in values.iter().enumerate() {
+                    put(c as u32, b);
+                }
+            }
+            Err((cols, values)) => {
+                for (&c, &b) in cols.iter().zip(values) {
+                    assert!(
+                        (c as usize) < self.dim,
+                        "packed rows: column {c} of a {}-column row",
+                        self.dim
+                    );
+                    put(c, b);
+                }
+            }
+        }
+        assert_eq!(
+            k,
+            idx.len(),
+            "packed rows: a row's entries and its count agree"
+        );
+    }
+
     /// Write row `i` into `dst`: all `dim` values, the zeros too (so `dst` may be
     /// uninitialised memory, as a gather's fresh batch is).
     ///
@@ -318,6 +464,38 @@ mod tests {
         let (dense, groups) = encode(rows.view(), &all(5), &[5], false);
         assert_eq!(groups, vec![5 * 7]);
         assert_eq!(dense.len(), 35);
+    }
+
+    #[test]
+    fn rows_sent_from_a_csr_copy_are_the_words_of_the_dense_rows() {
+        // Sparse, dense, empty, NaN-holding and exactly-half-set rows (no -0.0: a CSR copy is
+        // used only without one), sent in another order and grouped.
+        let nan = f32::from_bits(0x7fc0_0123);
+        let rows = array![
+            [0.0, 0.0, 2.5, 0.0, 0.0, 0.0],
+            [1.0, 2.0, 3.0, 4.0, 5.0, 0.0],
+            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [0.0, 0.0, 0.0, nan, 0.0, 7.0],
+            [1.0, 0.0, 1.0, 0.0, 1.0, 0.0],
+        ];
+        let csr = CsrMatrix::from_dense(rows.view());
+        let order = [4, 0, 3, 3, 1, 2];
+        let want = encode(rows.view(), &order, &[2, 0, 4], true);
+        let got = encode_from(RowSource::Csr(&csr), &order, &[2, 0, 4]);
+        assert_eq!(got, want);
+        // Received, their counts and entries are the CSR's rows.
+        let packed = PackedRows::new(want.0, 6, 6, (0..6).collect());
+        for (i, &r) in order.iter().enumerate() {
+            let (c, v) = csr.row(r as usize);
+            assert_eq!(packed.nonzeros(i), c.len(), "row {i}");
+            let (mut ci, mut vi) = (vec![0; c.len()], vec![0.0; c.len()]);
+            packed.write_row_entries(i, &mut ci, &mut vi);
+            assert_eq!(ci, c);
+            assert_eq!(
+                bits(&Array2::from_shape_vec((1, vi.len()), vi).unwrap()),
+                v.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+            );
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! device pointers when the MPI library is CUDA-aware — and land on the receiver's backend,
 //! where they are put in order. The host methods are the CPU backend's case.
 
-use super::packed_rows::{self, PackedRows};
+use super::packed_rows::{self, PackedRows, RowSource};
 use crate::backend::{Backend, Cpu};
 use crate::comm::Group;
 use crate::graph::parts::owner_of;
@@ -211,10 +211,9 @@ impl RowExchange {
         &self,
         group: &Group,
         kind: &'static str,
-        local: ArrayView2<f32>,
-        look_for_zeros: bool,
+        local: RowSource,
     ) -> Array2<f32> {
-        let (recv, total) = self.exchange_packed(group, kind, local, look_for_zeros);
+        let (recv, total) = self.exchange_packed(group, kind, local);
         packed_rows::decode(recv, total, local.ncols(), &self.recv_pos)
     }
 
@@ -225,10 +224,9 @@ impl RowExchange {
         &self,
         group: &Group,
         kind: &'static str,
-        local: ArrayView2<f32>,
-        look_for_zeros: bool,
+        local: RowSource,
     ) -> PackedRows {
-        let (recv, total) = self.exchange_packed(group, kind, local, look_for_zeros);
+        let (recv, total) = self.exchange_packed(group, kind, local);
         PackedRows::new(recv, total, local.ncols(), self.recv_pos.clone())
     }
 
@@ -237,11 +235,10 @@ impl RowExchange {
         &self,
         group: &Group,
         kind: &'static str,
-        local: ArrayView2<f32>,
-        look_for_zeros: bool,
+        local: RowSource,
     ) -> (Vec<u32>, usize) {
         let (words, word_counts) =
-            packed_rows::encode(local, &self.send_rows, &self.send_counts, look_for_zeros);
+            packed_rows::encode_from(local, &self.send_rows, &self.send_counts);
         let (recv, _) = group.alltoallv(kind, &words, &word_counts);
         (recv, self.recv_counts.iter().sum())
     }

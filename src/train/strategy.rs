@@ -12,7 +12,7 @@ use crate::backend::{Backend, CsrMatrix};
 use crate::comm::Group;
 use crate::exchange::inference::HaloPlan;
 use crate::exchange::sample_blocks_distributed;
-use crate::exchange::store::StoreStats;
+use crate::exchange::store::{InputRows, StoreStats};
 use crate::graph::NodeId;
 use crate::nn::{DropoutCtx, Model};
 use crate::sample::rng::hash_key;
@@ -214,14 +214,21 @@ pub fn gdp_minibatch_step<B: Backend>(
         };
         let sample_seconds = t.elapsed().as_secs_f64();
         let t = Instant::now();
-        let x = data.store.gather(group, &blocks[0].src_nodes);
+        let sparse_first_layer = model.layers[0].takes_sparse_input();
+        let input = match data
+            .store
+            .gather_input(group, &blocks[0].src_nodes, sparse_first_layer)
+        {
+            InputRows::Dense(x) => BatchInput::Dense(x),
+            InputRows::Sparse(x) => BatchInput::Sparse(x),
+        };
         let labels = seeds.iter().map(|&s| data.label(s)).collect();
         HostBatch {
             seeds,
             labels,
             blocks,
             sampled,
-            input: BatchInput::Dense(x),
+            input,
             sample_seconds,
             gather_seconds: t.elapsed().as_secs_f64(),
             store: StoreStats::default(),
