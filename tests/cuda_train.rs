@@ -200,6 +200,15 @@ fn compare_with_cpu(cuda: impl Fn() -> Cuda, device: &str, rounds_its_own_way: b
             gpu_summary.peak_device_mb.is_some_and(|m| m > 0.0),
             "{what}"
         );
+        // Every step downloads its loss, so a GPU's host waits some time for it; the CPU and
+        // the emulator (which runs work as it is queued) never wait.
+        let blocked = gpu_summary.seconds.device_blocked;
+        if rounds_its_own_way {
+            assert!(blocked > 0.0, "{what}: blocked {blocked}");
+        } else {
+            assert_eq!(blocked, 0.0, "{what}");
+        }
+        assert_eq!(cpu_summary.seconds.device_blocked, 0.0, "{what}");
     }
 }
 

@@ -128,10 +128,12 @@ def table(path: str) -> str:
     out += ["", "## Mini-batch (`inputs/sage-bench.toml`): gnnpar on the GPU vs the host's CPU "
             "cores (s/epoch, median of the epochs after the first; GPU phases s/epoch; sampling runs "
             "on the prefetch workers, summed over them, so it can exceed the epoch; `wait` is the "
-            "time the GPU's step waited for them)", "",
+            "time the GPU's step waited for them; `blocked` is the part of gather, forward, "
+            "backward and optimizer that the host spent waiting for the GPU: near their sum the "
+            "GPU bounds the step, near 0 the host does; — where the run predates it)", "",
             "| dataset | CPU s/epoch (threads) | GPU s/epoch | speedup | sample | wait | gather | "
-            "forward | backward | optimizer | MB to GPU / epoch | GPU peak MB |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "forward | backward | optimizer | blocked | MB to GPU / epoch | GPU peak MB |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for w in sorted({r["workload"] for r in rows if r.get("mode") == "mini-batch"}):
         c = latest.get((w, "gnnpar-cpu"), {})
         g = latest.get((w, "gnnpar"), {})
@@ -141,7 +143,7 @@ def table(path: str) -> str:
                    f"({c.get('threads', '—')}) | {fmt(gt, 1, 3)} | {ratio(ct, gt)} | "
                    + " | ".join(fmt(ph.get(k), 1, 3) for k in
                                 ("sample", "prefetch_wait", "gather", "forward", "backward",
-                                          "optimizer"))
+                                          "optimizer", "device_blocked"))
                    + f" | {fmt((g.get('device_transfer_mb_per_epoch') or {}).get('to_device'))}"
                    + f" | {fmt(g.get('peak_device_mb'), 1, 0)} |")
     failed = [r for r in rows if r.get("status") not in ("ok", None)]

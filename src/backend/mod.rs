@@ -160,6 +160,11 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
     /// Bytes copied host → device and device → host so far (`None` on the host, which copies
     /// nothing).
     fn transfers(&self) -> Option<(u64, u64)>;
+    /// Seconds the host has spent blocked on the device so far (`None` on the host): what
+    /// tells a device-bound step (most of its host time is this) from a host-bound one.
+    fn blocked_seconds(&self) -> Option<f64> {
+        None
+    }
 
     // ---- graphs ---------------------------------------------------------------------------
 

@@ -110,6 +110,11 @@ pub struct PhaseTimes {
     pub allreduce: f64,
     pub optimizer: f64,
     pub eval: f64,
+    /// On a device backend: of the training phases above (not `eval`), the seconds the host
+    /// was blocked waiting for the device (a download, a staging copy, a synchronize). Near
+    /// the phases' sum, the device bounds the step; near 0, the host keeps the device waiting.
+    /// 0 on the CPU and on the emulator.
+    pub device_blocked: f64,
 }
 
 impl PhaseTimes {
@@ -123,6 +128,7 @@ impl PhaseTimes {
         self.allreduce += o.allreduce;
         self.optimizer += o.optimizer;
         self.eval += o.eval;
+        self.device_blocked += o.device_blocked;
     }
 }
 

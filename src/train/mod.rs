@@ -510,6 +510,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 epoch,
                 self.cfg.epochs,
             );
+            let blocked_before = self.model.params.backend().blocked_seconds();
             let EpochOutcome {
                 loss,
                 times,
@@ -518,11 +519,15 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 split,
                 first_step,
             } = self.train_epoch()?;
+            let blocked = self.model.params.backend().blocked_seconds();
             first_of_run = first_of_run.or(first_step);
             final_loss = loss;
             let epoch_seconds = t_epoch.elapsed().as_secs_f64();
             epoch_times.push(epoch_seconds);
             let mut times = times;
+            if let (Some(after), Some(before)) = (blocked, blocked_before) {
+                times.device_blocked = after - before;
+            }
             let last = !finished || epoch + 1 == self.cfg.epochs || self.steps_exhausted();
             let due = self.cfg.eval_every > 0 && (epoch + 1).is_multiple_of(self.cfg.eval_every);
             let (train_m, val, test) = if due || last {

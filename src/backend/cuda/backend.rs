@@ -131,6 +131,10 @@ impl Backend for Cuda {
         Some(self.device.memory.peak())
     }
 
+    fn blocked_seconds(&self) -> Option<f64> {
+        Some(self.device.gpu.blocked_seconds())
+    }
+
     fn transfers(&self) -> Option<(u64, u64)> {
         let t = &self.device.transfers;
         Some((t.to_device(), t.to_host()))

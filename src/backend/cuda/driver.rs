@@ -34,8 +34,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use cudarc::driver::{result, sys};
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
 
 /// Bytes of one pinned staging buffer.
 const SLOT: usize = 8 << 20;
@@ -94,6 +95,8 @@ pub struct DriverGpu {
     blas_handle: Mutex<cublas::Handle>,
     nvrtc: Arc<Nvrtc>,
     image_kind: String,
+    /// Nanoseconds threads spent blocked on the device ([`Gpu::blocked_seconds`]).
+    blocked_ns: AtomicU64,
 }
 
 // SAFETY: the driver's handles (context, stream, modules, functions, events, pinned memory)
@@ -161,6 +164,7 @@ impl DriverGpu {
             blas_handle: Mutex::new(std::ptr::null_mut()),
             nvrtc,
             image_kind: String::new(),
+            blocked_ns: AtomicU64::new(0),
         };
         gpu.bind()?;
         gpu.stream = result::stream::create(result::stream::StreamKind::NonBlocking)
@@ -401,12 +405,20 @@ impl DriverGpu {
     /// Wait until `slot`'s copies are done.
     fn wait_slot(&self, slot: &mut Slot) -> Result<()> {
         if slot.busy {
+            let t = Instant::now();
             // SAFETY: a live event.
-            unsafe { result::event::synchronize(slot.event) }
-                .map_err(|e| self.async_error("waiting for a staging buffer", e))?;
+            let waited = unsafe { result::event::synchronize(slot.event) };
+            self.count_blocked(t);
+            waited.map_err(|e| self.async_error("waiting for a staging buffer", e))?;
             slot.busy = false;
         }
         Ok(())
+    }
+
+    /// Add the time since `t` to [`Gpu::blocked_seconds`].
+    fn count_blocked(&self, t: Instant) {
+        let ns = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.blocked_ns.fetch_add(ns, Ordering::Relaxed);
     }
 }
 
@@ -482,6 +494,10 @@ fn arg_cell(a: &KernelArg) -> u64 {
 impl Gpu for DriverGpu {
     fn total_memory(&self) -> Option<usize> {
         Some(self.info.total_memory)
+    }
+
+    fn blocked_seconds(&self) -> f64 {
+        self.blocked_ns.load(Ordering::Relaxed) as f64 * 1e-9
     }
 
     fn describe(&self) -> String {
@@ -742,9 +758,11 @@ impl Gpu for DriverGpu {
 
     fn synchronize(&self) -> Result<()> {
         self.bind()?;
+        let t = Instant::now();
         // SAFETY: our stream.
-        unsafe { result::stream::synchronize(self.stream) }
-            .map_err(|e| self.async_error("synchronizing", e))?;
+        let waited = unsafe { result::stream::synchronize(self.stream) };
+        self.count_blocked(t);
+        waited.map_err(|e| self.async_error("synchronizing", e))?;
         // Every staged copy has finished.
         if let Some(st) = self
             .staging

@@ -125,6 +125,15 @@ pub trait Gpu: Send + Sync + 'static {
     fn total_memory(&self) -> Option<usize> {
         None
     }
+
+    /// Seconds the calling threads have spent blocked on the device so far: waiting for a
+    /// download, for a staging buffer's copy to finish, or in a synchronize. Host time spent
+    /// queueing work is not in it, so a step whose host time is mostly this waits for the GPU
+    /// (kernels or copies), and one with little of it keeps the GPU waiting instead. 0 where
+    /// work runs as it is queued (the emulator).
+    fn blocked_seconds(&self) -> f64 {
+        0.0
+    }
 }
 
 /// Bytes in use and the most ever in use through [`DevBuf`]s of one device.

@@ -111,6 +111,7 @@ impl PredictionReport {
                     allreduce: m[5],
                     optimizer: m[6],
                     eval: 0.0,
+                    device_blocked: 0.0,
                 },
                 step_seconds: step,
                 epoch_seconds: step * epoch_batches as f64,

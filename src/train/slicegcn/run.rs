@@ -223,7 +223,14 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
             self.adam_gcn.lr = lr;
             let t_epoch = Instant::now();
             let mut times = PhaseTimes::default();
+            let blocked_before = self.model.gcn.params.backend().blocked_seconds();
             let loss = self.step(&mut times)?;
+            if let (Some(after), Some(before)) = (
+                self.model.gcn.params.backend().blocked_seconds(),
+                blocked_before,
+            ) {
+                times.device_blocked = after - before;
+            }
             final_loss = loss;
             let epoch_seconds = t_epoch.elapsed().as_secs_f64();
             epoch_times.push(epoch_seconds);
