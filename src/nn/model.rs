@@ -381,11 +381,7 @@ impl<B: Backend> Model<B> {
         x: B::View<'_>,
         ctx: &DropoutCtx,
     ) -> (B::Mat, ForwardCache<B>) {
-        self.check_blocks(blocks);
-        let then = self.dropout_above(0, blocks, ctx);
-        let (first, cache, kept) =
-            self.layers[0].forward_input_then(&self.params, blocks[0], x, ctx, then.as_ref());
-        self.forward_rest(blocks, first, cache, kept, ctx)
+        self.forward_from(blocks, x, ctx, true)
     }
 
     /// [`Model::forward`] on input rows that the caller knows take the dense path (it made
@@ -397,11 +393,26 @@ impl<B: Backend> Model<B> {
         x: B::View<'_>,
         ctx: &DropoutCtx,
     ) -> (B::Mat, ForwardCache<B>) {
+        self.forward_from(blocks, x, ctx, false)
+    }
+
+    /// [`Model::forward`]; `test_sparse`: the first layer tests `x` for its sparse path.
+    fn forward_from(
+        &self,
+        blocks: &[&B::Graph],
+        x: B::View<'_>,
+        ctx: &DropoutCtx,
+        test_sparse: bool,
+    ) -> (B::Mat, ForwardCache<B>) {
         self.check_blocks(blocks);
         let then = self.dropout_above(0, blocks, ctx);
-        let (first, cache, kept) =
-            self.layers[0].forward_then(&self.params, blocks[0], x, ctx, then.as_ref());
-        self.forward_rest(blocks, first, cache, kept, ctx)
+        let (params, g, first) = (&self.params, blocks[0], &self.layers[0]);
+        let (h, cache, kept) = if test_sparse {
+            first.forward_input_then(params, g, x, ctx, then.as_ref())
+        } else {
+            first.forward_then(params, g, x, ctx, then.as_ref())
+        };
+        self.forward_rest(blocks, h, cache, kept, ctx)
     }
 
     /// Accumulate the gradient of the loss into `params.grads`, given `d_out` = d loss / d
