@@ -48,6 +48,10 @@ pub struct ModelShape {
     /// mostly zeros, `exchange::packed_rows`: a count word, a column and a value per
     /// non-zero), else `None` (the row travels dense).
     pub packed_row_bytes: Option<f64>,
+    /// GDP's sparse batches come as CSR (every rank's store keeps a CSR copy of its rows, and
+    /// the input layer multiplies sparse rows): its load reads, moves and copies up the
+    /// entries, not dense rows, and its input layer scans no dense rows for them.
+    pub csr_batches: bool,
 }
 
 impl ModelShape {
@@ -174,8 +178,9 @@ pub fn layer_work(
     }
 }
 
-/// Train-phase seconds of `c`'s layers, the input layer computed in `order`.
-fn compute(shape: &ModelShape, cal: &Calibration, c: &Counts, order: Order) -> f64 {
+/// Train-phase seconds of `c`'s layers, the input layer computed in `order`; `scanned`: a
+/// sparse input layer first finds the non-zeros of dense rows (else its rows came as CSR).
+fn compute(shape: &ModelShape, cal: &Calibration, c: &Counts, order: Order, scanned: bool) -> f64 {
     let (mut flops, mut bytes, mut cols, mut layers) = (0.0, 0.0, 0.0, 0.0);
     let mut seconds = 0.0;
     for l in 0..shape.in_w.len() {
@@ -183,7 +188,7 @@ fn compute(shape: &ModelShape, cal: &Calibration, c: &Counts, order: Order) -> f
         let (nd, ns, e) = (c.dst[l], c.src[l], c.edges[l]);
         if l == 0 {
             if let Some(nnz) = shape.input_nnz {
-                seconds += sparse_input_layer(shape.kind, cal, (i, o), (nd, ns, e), nnz);
+                seconds += sparse_input_layer(shape.kind, cal, (i, o), (nd, ns, e), nnz, scanned);
                 continue;
             }
         }
@@ -206,7 +211,8 @@ fn compute(shape: &ModelShape, cal: &Calibration, c: &Counts, order: Order) -> f
 }
 
 /// An input layer on sparse rows (`nnz` stored per row, `i` columns dense): the scan that
-/// finds the non-zeros (the dense rows read once, priced as the gather's bytes), the products
+/// finds the non-zeros when they came dense (`scanned`: the dense rows read once, priced as
+/// the gather's bytes), the products
 /// with the non-zeros only (`spmm`: forward `x·W` of every source, SAGE's root term on the
 /// destinations too, and the weight gradients `xᵀ·d` as many), and the aggregation at the
 /// output width forward and transposed backward (always projected first). No input gradient.
@@ -216,12 +222,16 @@ fn sparse_input_layer(
     (i, o): (f64, f64),
     (nd, ns, e): (f64, f64, f64),
     nnz: f64,
+    scanned: bool,
 ) -> f64 {
     let k = if kind == ModelKind::Sage { 2.0 } else { 1.0 };
     let products = nnz * o * (ns + (k - 1.0) * nd);
-    cal.op("gather").seconds(ns * i * 4.0, 1.0)
-        + cal.op("spmm").seconds(2.0 * products, k)
-        + cal.op("aggregate").seconds(2.0 * e * o, 2.0)
+    let scan = if scanned {
+        cal.op("gather").seconds(ns * i * 4.0, 1.0)
+    } else {
+        0.0
+    };
+    scan + cal.op("spmm").seconds(2.0 * products, k) + cal.op("aggregate").seconds(2.0 * e * o, 2.0)
 }
 
 /// The input feature rows' load phase and bytes: local gather, fetch, device copy.
@@ -265,11 +275,47 @@ fn build(cal: &Calibration, c: &Counts, a2a: &str) -> f64 {
         + cal.op(a2a).seconds(c.sample_bytes, c.sample_calls)
 }
 
-/// GDP: every rank computes its own seeds' whole tree; remote input rows are fetched.
+/// GDP: every rank computes its own seeds' whole tree; remote input rows are fetched (as
+/// CSR entries where its batches come as CSR).
 pub fn gdp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
-    let mut r = load(shape, cal, c, a2a);
-    r.phases.train = compute(shape, cal, c, Order::Cheaper);
+    let csr = shape.csr_batches && shape.input_nnz.is_some();
+    let mut r = if csr {
+        load_csr(shape, cal, c, a2a)
+    } else {
+        load(shape, cal, c, a2a)
+    };
+    r.phases.train = compute(shape, cal, c, Order::Cheaper, !csr);
     r
+}
+
+/// [`load`] of a batch assembled as CSR (`FeatureStore::gather_input`): own rows' entries
+/// copied from the CSR copy, served rows encoded from it, fetched rows' entries written
+/// straight from their packed words, cached rows (dense) scanned; on a device the CSR goes up,
+/// not dense rows. An entry is a column and a value (8 bytes).
+fn load_csr(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
+    let nnz = shape.input_nnz.unwrap_or(shape.in_w[0]);
+    let (entries, row) = (nnz * 8.0, shape.in_w[0] * 4.0);
+    let wire = shape.packed_row_bytes.unwrap_or(row);
+    let fetched = c.input_remote * (wire + 8.0);
+    let mut s = cal.op("gather").seconds(
+        (c.input_local + c.input_served + c.input_remote) * entries + c.input_cached * row,
+        2.0,
+    );
+    if c.input_remote + c.input_served > 0.0 {
+        s += cal.op(a2a).seconds(fetched, 2.0);
+    }
+    if shape.device {
+        let rows = c.input_local + c.input_cached + c.input_remote;
+        s += cal.op("h2d").seconds(rows * (entries + 8.0), 1.0);
+    }
+    RankCost {
+        phases: Phases {
+            build: build(cal, c, a2a),
+            load: s,
+            ..Phases::default()
+        },
+        bytes: fetched,
+    }
 }
 
 /// Split: each (layer, vertex) on its owner; cross-rank rows of every layer above the input
@@ -283,7 +329,7 @@ pub fn split(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Ra
         calls += 2.0;
     }
     r.phases.shuffle = cal.op(a2a).seconds(bytes, calls);
-    r.phases.train = compute(shape, cal, c, Order::Cheaper);
+    r.phases.train = compute(shape, cal, c, Order::Cheaper, true);
     r.bytes += bytes;
     r
 }
@@ -294,7 +340,7 @@ pub fn dnp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
     let mut r = load(shape, cal, c, a2a);
     let bytes = 2.0 * c.hidden_rows * shape.out_w[0] * 4.0;
     r.phases.shuffle = cal.op(a2a).seconds(bytes, 2.0);
-    r.phases.train = compute(shape, cal, c, Order::Cheaper);
+    r.phases.train = compute(shape, cal, c, Order::Cheaper, true);
     r.bytes += bytes;
     r
 }
@@ -306,7 +352,7 @@ pub fn snp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
     let h = shape.out_w[0] * 4.0;
     let bytes = 2.0 * (c.hidden_rows + c.partial_rows) * h + 8.0 * c.remote_edges;
     r.phases.shuffle = cal.op(a2a).seconds(bytes, 5.0);
-    r.phases.train = compute(shape, cal, c, Order::ProjectFirst);
+    r.phases.train = compute(shape, cal, c, Order::ProjectFirst, true);
     r.bytes += bytes;
     r
 }
@@ -342,6 +388,7 @@ pub fn nfp(
             .collect(),
         // A column slice holds about its share of a row's non-zeros.
         input_nnz: shape.input_nnz.map(|z| z / p),
+        csr_batches: false,
         ..shape.clone()
     };
     let mut load = cal.op("gather").seconds(src * slice * 4.0, 1.0);
@@ -358,7 +405,7 @@ pub fn nfp(
             build: build(cal, mine, a2a),
             load,
             shuffle,
-            train: compute(&sliced, cal, &layer1, Order::Cheaper),
+            train: compute(&sliced, cal, &layer1, Order::Cheaper, true),
             sync: 0.0,
         },
         bytes: if p > 1.0 { blocks + partials } else { 0.0 },
@@ -514,6 +561,7 @@ mod tests {
             device: false,
             input_nnz: None,
             packed_row_bytes: None,
+            csr_batches: false,
         }
     }
 
@@ -693,6 +741,44 @@ mod tests {
         );
         // Dense rows of 100 columns would cost more.
         assert!(gdp(&shape(), &cal, &c, "alltoallv_world").phases.train > r.phases.train);
+    }
+
+    #[test]
+    fn gdp_batches_that_come_as_csr_cost_their_entries_and_no_scan() {
+        let cal = machine();
+        let c = counts(500.0);
+        let sparse = ModelShape {
+            input_nnz: Some(3.0),
+            packed_row_bytes: Some(28.0),
+            device: true,
+            ..shape()
+        };
+        let csr = ModelShape {
+            csr_batches: true,
+            ..sparse.clone()
+        };
+        let (dense, r) = (
+            gdp(&sparse, &cal, &c, "alltoallv_world"),
+            gdp(&csr, &cal, &c, "alltoallv_world"),
+        );
+        // The same words on the wire; 24-byte entries (3 columns and values) gathered for
+        // the 1000 own, 500 served and 500 fetched rows instead of 400-byte rows, and 32 bytes
+        // a row to the device (entries and an offset).
+        assert_eq!(r.bytes, dense.bytes);
+        let gather = cal.op("gather");
+        let (wire, h2d) = (cal.op("alltoallv_world"), cal.op("h2d"));
+        let load = gather.seconds(2000.0 * 24.0, 2.0)
+            + wire.seconds(500.0 * 36.0, 2.0)
+            + h2d.seconds(1500.0 * 32.0, 1.0);
+        assert!((r.phases.load - load).abs() < 1e-12, "{:?}", r.phases);
+        // The input layer no longer scans 1500 dense rows of 400 B.
+        let scan = gather.seconds(1500.0 * 400.0, 1.0);
+        assert!((dense.phases.train - r.phases.train - scan).abs() < 1e-12);
+        // Other strategies' input rows stay dense.
+        assert_eq!(
+            split(&csr, &cal, &c, "alltoallv_world").phases,
+            split(&sparse, &cal, &c, "alltoallv_world").phases
+        );
     }
 
     #[test]

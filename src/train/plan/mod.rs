@@ -131,7 +131,7 @@ pub fn shape_of<B: Backend, M: Backend>(
         .iter()
         .map(|l| l.conv.in_dim() as f64)
         .collect();
-    let (density, sparse_input) = input_density(model, be, data, group);
+    let (density, sparse_input, csr_everywhere) = input_density(model, be, data, group);
     let input_nnz = sparse_input.then_some(density * in_w[0]);
     ModelShape {
         packed_row_bytes: ModelShape::packed_row_bytes(in_w[0], density),
@@ -145,6 +145,7 @@ pub fn shape_of<B: Backend, M: Backend>(
         params: model.params.len() as f64,
         device: !B::IS_HOST,
         input_nnz,
+        csr_batches: sparse_input && csr_everywhere,
     }
 }
 
@@ -154,14 +155,15 @@ const DENSITY_SAMPLE_ROWS: usize = 1024;
 /// The input features' density (non-zeros over values, on a spread of each rank's rows), and
 /// whether the input layer will multiply them as sparse rows (the backend's own test,
 /// [`Backend::sparse_from_dense`], on every rank's rows, and a first layer with a sparse path:
-/// no GAT, normalisation, residual or input projection). Collective over `group`; rank 0's
+/// no GAT, normalisation, residual or input projection), and whether every rank's store keeps
+/// a CSR copy of its rows (GDP's batches then come as CSR). Collective over `group`; rank 0's
 /// numbers everywhere.
 fn input_density<B: Backend, M: Backend>(
     model: &Model<M>,
     be: &B,
     data: &TrainData,
     group: &Group,
-) -> (f64, bool) {
+) -> (f64, bool, bool) {
     let layer_takes_sparse = model.layers.first().is_some_and(|l| l.takes_sparse_input());
     let rows = data.store.own_rows();
     let take = rows.nrows().min(DENSITY_SAMPLE_ROWS);
@@ -172,18 +174,21 @@ fn input_density<B: Backend, M: Backend>(
         be.sparse_from_dense(be.view(&m)).is_some()
     };
     let nonzeros = sample.iter().filter(|&&v| v != 0.0).count();
-    // [ranks whose rows look sparse, ranks with rows, non-zeros, entries]
+    // [ranks whose rows look sparse, ranks with rows, non-zeros, entries, ranks with a CSR
+    // copy]
     let mut agg = [
         sparse as u8 as f64,
         (take > 0) as u8 as f64,
         nonzeros as f64,
         sample.len() as f64,
+        data.store.has_sparse_copy() as u8 as f64,
     ];
     group.allreduce_sum_f64(&mut agg);
     group.broadcast_f64_from_root(&mut agg);
     let density = if agg[3] > 0.0 { agg[2] / agg[3] } else { 1.0 };
     let sparse = layer_takes_sparse && agg[1] > 0.0 && agg[0] == agg[1] && agg[3] > 0.0;
-    (density, sparse)
+    let csr_everywhere = agg[4] == group.size() as f64;
+    (density, sparse, csr_everywhere)
 }
 
 /// The candidates `cfg` allows `auto` to pick. NFP is priced (the table shows it) but not
