@@ -234,30 +234,41 @@ fn sparse_input_layer(
     scan + cal.op("spmm").seconds(2.0 * products, k) + cal.op("aggregate").seconds(2.0 * e * o, 2.0)
 }
 
-/// The input feature rows' load phase and bytes: local gather, fetch, device copy.
-fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
+/// The input feature rows' load phase and bytes: local gather, fetch, device copy. `csr`: the
+/// batch is assembled as CSR (`FeatureStore::gather_input`): own rows' entries copied from the
+/// store's CSR copy, served rows encoded from it, fetched rows' entries written straight from
+/// their packed words, cached rows (dense) scanned, and on a device the CSR goes up, not dense
+/// rows. An entry is a column and a value (8 bytes).
+fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str, csr: bool) -> RankCost {
     let row = shape.in_w[0] * 4.0;
     // A fetched row: its 8-byte id out and the row back, dense or as the store packs it.
     let wire = shape.packed_row_bytes.unwrap_or(row);
     let fetched = c.input_remote * (wire + 8.0);
-    // Rows the feature cache serves are read locally like own rows; a packed row is also
-    // written out whole at its receiver, straight into the batch.
-    let decoded = if shape.packed_row_bytes.is_some() {
-        c.input_remote
+    let (gathered, copied_up) = if csr {
+        let entries = shape.input_nnz.unwrap_or(shape.in_w[0]) * 8.0;
+        (
+            (c.input_local + c.input_served + c.input_remote) * entries + c.input_cached * row,
+            (c.input_local + c.input_cached + c.input_remote) * (entries + 8.0),
+        )
     } else {
-        0.0
+        // Rows the feature cache serves are read locally like own rows; a packed row is also
+        // written out whole at its receiver, straight into the batch.
+        let decoded = if shape.packed_row_bytes.is_some() {
+            c.input_remote
+        } else {
+            0.0
+        };
+        (
+            (c.input_local + c.input_cached + c.input_served + decoded) * row,
+            (c.input_local + c.input_cached + c.input_remote) * row,
+        )
     };
-    let mut s = cal.op("gather").seconds(
-        (c.input_local + c.input_cached + c.input_served + decoded) * row,
-        2.0,
-    );
+    let mut s = cal.op("gather").seconds(gathered, 2.0);
     if c.input_remote + c.input_served > 0.0 {
         s += cal.op(a2a).seconds(fetched, 2.0);
     }
     if shape.device {
-        s += cal
-            .op("h2d")
-            .seconds((c.input_local + c.input_cached + c.input_remote) * row, 1.0);
+        s += cal.op("h2d").seconds(copied_up, 1.0);
     }
     RankCost {
         phases: Phases {
@@ -279,49 +290,15 @@ fn build(cal: &Calibration, c: &Counts, a2a: &str) -> f64 {
 /// CSR entries where its batches come as CSR).
 pub fn gdp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
     let csr = shape.csr_batches && shape.input_nnz.is_some();
-    let mut r = if csr {
-        load_csr(shape, cal, c, a2a)
-    } else {
-        load(shape, cal, c, a2a)
-    };
+    let mut r = load(shape, cal, c, a2a, csr);
     r.phases.train = compute(shape, cal, c, Order::Cheaper, !csr);
     r
-}
-
-/// [`load`] of a batch assembled as CSR (`FeatureStore::gather_input`): own rows' entries
-/// copied from the CSR copy, served rows encoded from it, fetched rows' entries written
-/// straight from their packed words, cached rows (dense) scanned; on a device the CSR goes up,
-/// not dense rows. An entry is a column and a value (8 bytes).
-fn load_csr(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
-    let nnz = shape.input_nnz.unwrap_or(shape.in_w[0]);
-    let (entries, row) = (nnz * 8.0, shape.in_w[0] * 4.0);
-    let wire = shape.packed_row_bytes.unwrap_or(row);
-    let fetched = c.input_remote * (wire + 8.0);
-    let mut s = cal.op("gather").seconds(
-        (c.input_local + c.input_served + c.input_remote) * entries + c.input_cached * row,
-        2.0,
-    );
-    if c.input_remote + c.input_served > 0.0 {
-        s += cal.op(a2a).seconds(fetched, 2.0);
-    }
-    if shape.device {
-        let rows = c.input_local + c.input_cached + c.input_remote;
-        s += cal.op("h2d").seconds(rows * (entries + 8.0), 1.0);
-    }
-    RankCost {
-        phases: Phases {
-            build: build(cal, c, a2a),
-            load: s,
-            ..Phases::default()
-        },
-        bytes: fetched,
-    }
 }
 
 /// Split: each (layer, vertex) on its owner; cross-rank rows of every layer above the input
 /// shuffled forward and their gradients backward.
 pub fn split(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
-    let mut r = load(shape, cal, c, a2a);
+    let mut r = load(shape, cal, c, a2a, false);
     let mut bytes = 0.0;
     let mut calls = 0.0;
     for l in 1..shape.in_w.len() {
@@ -337,7 +314,7 @@ pub fn split(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Ra
 /// DNP: the input layer on the destinations' owners (their remote feature rows fetched), its
 /// hidden rows sent to the requesters and their gradients back; GDP above.
 pub fn dnp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
-    let mut r = load(shape, cal, c, a2a);
+    let mut r = load(shape, cal, c, a2a, false);
     let bytes = 2.0 * c.hidden_rows * shape.out_w[0] * 4.0;
     r.phases.shuffle = cal.op(a2a).seconds(bytes, 2.0);
     r.phases.train = compute(shape, cal, c, Order::Cheaper, true);
@@ -348,7 +325,7 @@ pub fn dnp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
 /// SNP: DNP's exchange of hidden rows, no feature fetch, and partial sums of layer-1 width
 /// from the sources' owners (gradients back) plus the remote edges routed to them.
 pub fn snp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
-    let mut r = load(shape, cal, c, a2a);
+    let mut r = load(shape, cal, c, a2a, false);
     let h = shape.out_w[0] * 4.0;
     let bytes = 2.0 * (c.hidden_rows + c.partial_rows) * h + 8.0 * c.remote_edges;
     r.phases.shuffle = cal.op(a2a).seconds(bytes, 5.0);
@@ -695,8 +672,8 @@ mod tests {
             ..shape()
         };
         let (dense, sparse) = (
-            load(&shape(), &cal, &c, "alltoallv_world"),
-            load(&packed, &cal, &c, "alltoallv_world"),
+            load(&shape(), &cal, &c, "alltoallv_world", false),
+            load(&packed, &cal, &c, "alltoallv_world", false),
         );
         // 360 bytes less per fetched row on the wire, and each one decoded at the receiver
         // (a gather's bytes of a dense row).
