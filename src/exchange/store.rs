@@ -17,7 +17,7 @@ use ndarray::Array2;
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 /// Counters of one rank's store, for the epoch JSON.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -65,9 +65,10 @@ pub struct FeatureStore {
     /// (its non-zeros only) instead of as dense rows that the layer then converts. On
     /// Facebook (4,714 columns, ~13 set) a batch is ~3 MB of CSR against 347 MB dense.
     own_csr: Option<CsrMatrix>,
-    /// Each own row's non-zero count, for rows wide enough for the first layer's sparse test
-    /// and no CSR copy to count them: the host then decides that test without the rows.
-    own_nonzeros: Option<Vec<u32>>,
+    /// Each own row's non-zero count, for wide rows without a CSR copy to count them, made on
+    /// the first [`FeatureStore::prefers_sparse_rows`]: the host then decides the first layer's
+    /// sparse test without the rows (only a device gathering them asks).
+    own_nonzeros: OnceLock<Vec<u32>>,
     /// Whether an own row holds a `-0.0` (checked only where there is a CSR copy).
     own_negative_zeros: bool,
 }
@@ -75,30 +76,16 @@ pub struct FeatureStore {
 /// Rows read to decide [`FeatureStore`]'s `send_packed`, spread over the shard.
 const DENSITY_PROBE_ROWS: usize = 1024;
 
-/// Whether most values of `own` are zero, judged on at most [`DENSITY_PROBE_ROWS`] rows.
-fn mostly_zeros(own: &Array2<f32>) -> bool {
-    !own.is_empty() && density_of_rows(own.view(), DENSITY_PROBE_ROWS) < 0.5
-}
-
-/// Each row's count of non-zeros (values `!= 0.0`, as the sparse test counts them).
-fn count_nonzeros(own: &Array2<f32>) -> Vec<u32> {
-    own.axis_iter(ndarray::Axis(0))
-        .into_par_iter()
-        .with_min_len(LOOKUPS_PER_TASK / 4)
-        .map(|row| row.iter().filter(|&&v| v != 0.0).count() as u32)
-        .collect()
-}
-
 impl FeatureStore {
     /// A store over this rank's rows `own` (global ids `offsets[rank]..offsets[rank+1]`).
     pub fn new(offsets: Vec<u64>, rank: usize, own: Array2<f32>) -> FeatureStore {
         let d = own.ncols();
-        let wide = d >= MIN_SPARSE_COLS && !own.is_empty();
-        // Judged as the first layer judges a batch, on more rows: a copy of at most a fifth of
-        // the dense rows' bytes (8 bytes an entry at 10 % non-zeros).
-        let sparse = wide && density_of_rows(own.view(), DENSITY_PROBE_ROWS) <= MAX_SPARSE_DENSITY;
+        // The fraction of non-zeros, on at most DENSITY_PROBE_ROWS rows (1 when empty).
+        let density = density_of_rows(own.view(), DENSITY_PROBE_ROWS);
+        // Kept as CSR too when judged as the first layer judges a batch, on more rows: a copy
+        // of at most a fifth of the dense rows' bytes (8 bytes an entry at 10 % non-zeros).
+        let sparse = d >= MIN_SPARSE_COLS && density <= MAX_SPARSE_DENSITY;
         let own_csr = sparse.then(|| CsrMatrix::from_dense(own.view()));
-        let own_nonzeros = (wide && !sparse).then(|| count_nonzeros(&own));
         let own_negative_zeros = sparse
             && own
                 .as_slice()
@@ -106,8 +93,9 @@ impl FeatureStore {
         FeatureStore {
             own_negative_zeros,
             own_csr,
-            own_nonzeros,
-            send_packed: mostly_zeros(&own),
+            own_nonzeros: OnceLock::new(),
+            // Most values zero: rows sent are scanned for them.
+            send_packed: density < 0.5,
             first: offsets[rank],
             offsets,
             own,
@@ -159,15 +147,19 @@ impl FeatureStore {
             let v = ids[i];
             self.is_own(v).then(|| (v as u64 - self.first) as usize)
         };
-        let nonzeros = |r: usize| -> Option<usize> {
-            match (&self.own_csr, &self.own_nonzeros) {
-                (Some(csr), _) => Some(csr.row_len(r)),
-                (None, Some(counts)) => Some(counts[r] as usize),
-                (None, None) => None,
-            }
+        let nonzeros = |r: usize| match &self.own_csr {
+            Some(csr) => csr.row_len(r),
+            None => self.own_nonzeros.get_or_init(|| {
+                self.own
+                    .axis_iter(ndarray::Axis(0))
+                    .into_par_iter()
+                    .with_min_len(LOOKUPS_PER_TASK / 4)
+                    .map(|row| row_nonzeros(row.as_slice().expect("row-major")) as u32)
+                    .collect()
+            })[r] as usize,
         };
         let mut missing = false;
-        let sparse = prefers_sparse_by(ids.len(), d, |i| match local(i).and_then(nonzeros) {
+        let sparse = prefers_sparse_by(ids.len(), d, |i| match local(i).map(nonzeros) {
             Some(n) => n,
             None => {
                 missing = true;
@@ -357,31 +349,29 @@ impl FeatureStore {
         ids: &[NodeId],
         sparse_first_layer: bool,
     ) -> InputRows {
-        if !sparse_first_layer || self.own_csr.is_none() {
+        let Some(own) = self.own_csr.as_ref().filter(|_| sparse_first_layer) else {
             return InputRows::Dense(self.gather(group, ids));
-        }
+        };
         let (from, fetched, stats) = self.locate_and_fetch(ids, |missing| {
             let plan = RowExchange::new(group, &self.offsets, missing);
             plan.forward_packed_rows(group, "store_rows", self.row_source())
         });
-        self.add_stats(&stats);
         let sparse = prefers_sparse_by(ids.len(), self.dim(), |i| {
-            self.row_nonzeros(from[i], &fetched)
+            self.row_nonzeros(own, from[i], &fetched)
         });
-        if sparse {
-            InputRows::Sparse(self.fill_sparse(&from, &fetched))
+        let rows = if sparse {
+            InputRows::Sparse(self.fill_sparse(own, &from, &fetched))
         } else {
             InputRows::Dense(self.fill(&from, &fetched))
-        }
+        };
+        self.add_stats(&stats);
+        rows
     }
 
-    /// The stored entries (`!= 0.0`) of the row `r` reads.
-    fn row_nonzeros(&self, r: RowFrom, fetched: &PackedRows) -> usize {
+    /// The stored entries (`!= 0.0`) of the row `r` reads, own rows from their CSR copy `own`.
+    fn row_nonzeros(&self, own: &CsrMatrix, r: RowFrom, fetched: &PackedRows) -> usize {
         match r {
-            RowFrom::Own(i) => match &self.own_csr {
-                Some(csr) => csr.row_len(i as usize),
-                None => row_nonzeros(self.own.row(i as usize).as_slice().expect("row-major")),
-            },
+            RowFrom::Own(i) => own.row_len(i as usize),
             RowFrom::Cache(i) => {
                 row_nonzeros(self.cache.row(i as usize).as_slice().expect("row-major"))
             }
@@ -390,26 +380,19 @@ impl FeatureStore {
     }
 
     /// [`FeatureStore::fill`] as CSR: the entries `CsrMatrix::from_dense` keeps of the dense
-    /// batch, read from the own rows' CSR copy, the cache and the fetched rows.
-    fn fill_sparse(&self, from: &[RowFrom], fetched: &PackedRows) -> CsrMatrix {
+    /// batch, read from the own rows' CSR copy `own`, the cache and the fetched rows.
+    fn fill_sparse(&self, own: &CsrMatrix, from: &[RowFrom], fetched: &PackedRows) -> CsrMatrix {
         let counts: Vec<usize> = from
             .par_iter()
             .with_min_len(LOOKUPS_PER_TASK)
-            .map(|&r| self.row_nonzeros(r, fetched))
+            .map(|&r| self.row_nonzeros(own, r, fetched))
             .collect();
         CsrMatrix::from_row_fill(self.dim(), &counts, |i, idx, val| match from[i] {
-            RowFrom::Own(r) => match &self.own_csr {
-                Some(csr) => {
-                    let (c, v) = csr.row(r as usize);
-                    idx.copy_from_slice(c);
-                    val.copy_from_slice(v);
-                }
-                None => write_row_nonzeros(
-                    self.own.row(r as usize).as_slice().expect("row-major"),
-                    idx,
-                    val,
-                ),
-            },
+            RowFrom::Own(r) => {
+                let (c, v) = own.row(r as usize);
+                idx.copy_from_slice(c);
+                val.copy_from_slice(v);
+            }
             RowFrom::Cache(r) => write_row_nonzeros(
                 self.cache.row(r as usize).as_slice().expect("row-major"),
                 idx,
@@ -766,14 +749,19 @@ mod tests {
             RowFrom::Fetched(3),
         ];
         let dense = s.fill(&from, &fetched);
-        let sparse = s.fill_sparse(&from, &fetched);
+        let own_csr = s.own_csr.as_ref().expect("a sparse copy");
+        let sparse = s.fill_sparse(own_csr, &from, &fetched);
         let want = CsrMatrix::from_dense(dense.view());
         assert_eq!(sparse.indptr, want.indptr);
         assert_eq!(sparse.indices, want.indices);
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&sparse.values), bits(&want.values));
         for (i, &r) in from.iter().enumerate() {
-            assert_eq!(s.row_nonzeros(r, &fetched), want.row_len(i), "row {i}");
+            assert_eq!(
+                s.row_nonzeros(own_csr, r, &fetched),
+                want.row_len(i),
+                "row {i}"
+            );
         }
     }
 
