@@ -492,6 +492,7 @@ fn one_step<B: Backend>(
 /// Dense features (128 columns) are decided dense on the host, from counts kept at load.
 #[test]
 fn a_stores_sparse_copy_gives_the_numbers_of_the_dense_gather() {
+    use gnnpar::exchange::store::InputRows;
     use gnnpar::sample::BatchKey;
     use gnnpar::train::data::TrainData;
     use gnnpar::train::strategy::{gdp_host_batch, BatchInput, InputSource, StepArgs};
@@ -539,13 +540,13 @@ fn a_stores_sparse_copy_gives_the_numbers_of_the_dense_gather() {
         let host = prepare(false);
         let src = host.blocks[0].src_nodes.clone();
         let mut dense = prepare(false);
-        dense.input = BatchInput::Dense(data.store.gather_local(&src).0);
+        dense.input = BatchInput::Host(InputRows::Dense(data.store.gather_local(&src).0));
         match &host.input {
-            BatchInput::Sparse(csr) if sparse => {
+            BatchInput::Host(InputRows::Sparse(csr)) if sparse => {
                 assert_eq!(csr.nrows(), src.len());
                 assert!(csr.nnz() < src.len() * 10, "{} entries", csr.nnz());
             }
-            BatchInput::Dense(_) if !sparse => {}
+            BatchInput::Host(InputRows::Dense(_)) if !sparse => {}
             other => panic!("{path:?}: input {other:?}"),
         }
         let a = one_step(Cpu, &cfg, &data, None, host, &args);
@@ -561,7 +562,7 @@ fn a_stores_sparse_copy_gives_the_numbers_of_the_dense_gather() {
         let resident = cuda.upload(data.store.own_rows().view());
         let host = prepare(true);
         match &host.input {
-            BatchInput::Sparse(_) if sparse => {}
+            BatchInput::Host(InputRows::Sparse(_)) if sparse => {}
             BatchInput::Resident { dense: true } if !sparse => {}
             other => panic!("{path:?}: device input {other:?}"),
         }

@@ -72,9 +72,8 @@ impl<B: Backend> Trainer<'_, B> {
             && self.cfg.strategy == Strategy::Gdp
             && self.data_group().size() == 1;
         // A batch in flight holds its dense input rows only where the host gathers them.
-        let sparse_rows =
-            self.data.store.has_sparse_copy() && self.model.layers[0].takes_sparse_input();
-        let gather_on_host = self.resident.is_none() && !sparse_rows;
+        let input = InputSource::of(&self.model, self.resident.is_some());
+        let gather_on_host = !input.resident && !input.csr_rows(&self.data);
         let threads = rayon::current_num_threads();
         applies.then(|| worker_count(self.cfg.prefetch_workers, gather_on_host, threads))
     }
@@ -125,10 +124,7 @@ impl<B: Backend> Trainer<'_, B> {
         let keys: Vec<BatchKey> = (0..batches.len()).map(key).collect();
         // On a device holding the features, dense input rows are gathered there, not on the
         // host; mostly-zero rows come as CSR from the store's sparse copy either way.
-        let input = InputSource {
-            resident: resident.is_some(),
-            sparse_first_layer: model.layers[0].takes_sparse_input(),
-        };
+        let input = InputSource::of(model, resident.is_some());
         let keep_sampled = dump.is_some();
         if pos.epoch == 0 && start == 0 {
             log::info!(
@@ -228,10 +224,7 @@ impl<B: Backend> Trainer<'_, B> {
 
 /// Where a prefetched batch's input rows are made, for the log.
 fn input_rows_where(input: InputSource, data: &TrainData) -> &'static str {
-    match (
-        input.sparse_first_layer && data.store.has_sparse_copy(),
-        input.resident,
-    ) {
+    match (input.csr_rows(data), input.resident) {
         (true, _) => "as CSR on the host, from the store's sparse copy",
         (false, true) => "gathered on the device",
         (false, false) => "gathered on the host",

@@ -8,7 +8,7 @@
 use super::data::TrainData;
 use super::dump::BlockDump;
 use super::metrics::PhaseTimes;
-use crate::backend::{Backend, CsrMatrix};
+use crate::backend::Backend;
 use crate::comm::Group;
 use crate::exchange::inference::HaloPlan;
 use crate::exchange::sample_blocks_distributed;
@@ -80,12 +80,10 @@ pub struct HostBatch {
 /// A mini-batch's input rows (`blocks[0]`'s sources) as the host prepared them.
 #[derive(Debug)]
 pub enum BatchInput {
-    /// Dense rows gathered on the host; the first layer tests them for sparsity itself.
-    Dense(Array2<f32>),
-    /// Mostly-zero rows gathered as CSR from the store's sparse copy, for a first layer that
-    /// takes sparse rows: the path its test would choose on their dense form (decided from the
-    /// rows' counts), without that form.
-    Sparse(CsrMatrix),
+    /// Rows gathered on the host: dense (the first layer tests them for sparsity itself), or
+    /// mostly-zero rows as CSR for a first layer that takes sparse rows (the path its test
+    /// would choose on their dense form, decided from the rows' counts, without that form).
+    Host(InputRows),
     /// Rows the backend gathers from its resident copy of the features. `dense`: the host
     /// decided from the rows' counts that the first layer takes them densely, so the layer
     /// skips its own test (on a device a count kernel and a wait); else the layer tests them.
@@ -103,18 +101,35 @@ pub struct InputSource {
 }
 
 impl InputSource {
+    /// The source of `model`'s input rows, `resident` when the backend holds the features.
+    pub fn of<B: Backend>(model: &Model<B>, resident: bool) -> InputSource {
+        InputSource {
+            resident,
+            sparse_first_layer: model.layers[0].takes_sparse_input(),
+        }
+    }
+
+    /// Whether sparse batches come as CSR from `data`'s store (its sparse copy, for a first
+    /// layer that takes sparse rows).
+    pub fn csr_rows(&self, data: &TrainData) -> bool {
+        self.sparse_first_layer && data.store.has_sparse_copy()
+    }
+
     /// The input rows of `src` (own rows of `data`), and the store's counters for them: as CSR
     /// where the first layer takes them sparse and the store keeps a sparse copy, else from
-    /// the resident copy, else gathered densely on the host.
+    /// the resident copy, else gathered densely on the host. The first layer's test is made
+    /// here only where it decides something: a CSR gather, or a device's dense path.
     fn rows(&self, data: &TrainData, src: &[NodeId]) -> (BatchInput, StoreStats) {
-        let sparse = if self.sparse_first_layer {
+        let sparse = if !self.sparse_first_layer {
+            Some(false)
+        } else if self.resident || self.csr_rows(data) {
             data.store.prefers_sparse_rows(src)
         } else {
-            Some(false)
+            None
         };
         if sparse == Some(true) {
             if let Some((csr, stats)) = data.store.gather_local_sparse(src) {
-                return (BatchInput::Sparse(csr), stats);
+                return (BatchInput::Host(InputRows::Sparse(csr)), stats);
             }
         }
         if self.resident {
@@ -122,7 +137,7 @@ impl InputSource {
             return (BatchInput::Resident { dense }, StoreStats::default());
         }
         let (x, stats) = data.store.gather_local(src);
-        (BatchInput::Dense(x), stats)
+        (BatchInput::Host(InputRows::Dense(x)), stats)
     }
 }
 
@@ -194,10 +209,7 @@ pub fn gdp_minibatch_step<B: Backend>(
     } = *args;
     let host = if group.size() == 1 {
         // Exactly what the prefetch thread would have prepared.
-        let input = InputSource {
-            resident: resident.is_some(),
-            sparse_first_layer: model.layers[0].takes_sparse_input(),
-        };
+        let input = InputSource::of(model, resident.is_some());
         let host = gdp_host_batch(data, batch, fanouts, key, self_loops, input, dump.is_some());
         data.store.add_stats(&host.store);
         host
@@ -215,13 +227,11 @@ pub fn gdp_minibatch_step<B: Backend>(
         let sample_seconds = t.elapsed().as_secs_f64();
         let t = Instant::now();
         let sparse_first_layer = model.layers[0].takes_sparse_input();
-        let input = match data
-            .store
-            .gather_input(group, &blocks[0].src_nodes, sparse_first_layer)
-        {
-            InputRows::Dense(x) => BatchInput::Dense(x),
-            InputRows::Sparse(x) => BatchInput::Sparse(x),
-        };
+        let input = BatchInput::Host(data.store.gather_input(
+            group,
+            &blocks[0].src_nodes,
+            sparse_first_layer,
+        ));
         let labels = seeds.iter().map(|&s| data.label(s)).collect();
         HostBatch {
             seeds,
@@ -272,13 +282,15 @@ pub fn gdp_train_step<B: Backend>(
     // On the host backend the gathered rows are the model's input as they are, and go back to
     // the store once the forward pass is done with them; a device backend copies them.
     let x = match (input, resident) {
-        (BatchInput::Dense(x), _) if B::IS_HOST => Input::Dense(be.upload_owned(x), false),
-        (BatchInput::Dense(x), _) => {
+        (BatchInput::Host(InputRows::Dense(x)), _) if B::IS_HOST => {
+            Input::Dense(be.upload_owned(x), false)
+        }
+        (BatchInput::Host(InputRows::Dense(x)), _) => {
             let up = be.upload(x.view());
             data.store.recycle(x);
             Input::Dense(up, false)
         }
-        (BatchInput::Sparse(x), _) => Input::Sparse(be.sparse_from_csr(x)),
+        (BatchInput::Host(InputRows::Sparse(x)), _) => Input::Sparse(be.sparse_from_csr(x)),
         (BatchInput::Resident { dense }, Some(features)) => {
             Input::Dense(be.gather_rows(be.view(features), src), dense)
         }
