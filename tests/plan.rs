@@ -86,15 +86,22 @@ fn calibrate_writes_a_file_that_plan_then_uses() {
         stdout.lines().last(),
         "two plans with one calibration differ"
     );
-    // The build phase is priced (sampling and its id exchanges), not free.
+    // The build phase (sampling and its id exchanges) and the optimizer's step are priced,
+    // not free.
+    assert!(
+        v["operators"]["optimizer"]["per_unit_s"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
     for s in ["gdp", "split", "dnp", "snp"] {
-        assert!(
-            json["plan"]["strategies"][s]["phases"]["build"]
-                .as_f64()
-                .unwrap()
-                > 0.0,
-            "{s}: {json}"
-        );
+        for phase in ["build", "optimizer"] {
+            assert!(
+                json["plan"]["strategies"][s]["phases"][phase]
+                    .as_f64()
+                    .unwrap()
+                    > 0.0,
+                "{s} {phase}: {json}"
+            );
+        }
     }
 }
 

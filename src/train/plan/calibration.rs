@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Version of the file layout; a different one is ignored like a different key. (2 added the
-/// `sample` and `spmm` operators.)
-pub const FORMAT: u32 = 2;
+/// `sample` and `spmm` operators, 3 the `optimizer`.)
+pub const FORMAT: u32 = 3;
 
 /// Operators every calibration holds, with the unit of their `x`.
 pub const OPERATORS: &[(&str, &str)] = &[
@@ -29,6 +29,7 @@ pub const OPERATORS: &[(&str, &str)] = &[
     ("aggregate", "edge_col"),
     ("spmm", "nnz_col"),
     ("sample", "edge"),
+    ("optimizer", "param"),
 ];
 
 /// Where and how a calibration was measured. Two runs may share one only when these agree.
@@ -96,7 +97,8 @@ pub struct Fit {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub per_byte_s: f64,
     /// What `x` counts: bytes, flops, edges × columns (aggregation), stored non-zeros × output
-    /// columns (products with sparse input rows), or sampled edges (block building).
+    /// columns (products with sparse input rows), sampled edges (block building), or
+    /// parameters (the optimizer's step).
     pub unit: String,
     /// The measured `(x, seconds)` points the line was fitted to (slowest rank per point).
     #[serde(default)]

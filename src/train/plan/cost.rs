@@ -14,8 +14,11 @@
 //!   edges × columns) of forward and backward, in the order the layer itself picks (SNP's input
 //!   layer always projects first, on the sources' owners); an input layer on mostly-zero
 //!   features multiplies only their non-zeros (`spmm`) after a scan of the dense rows;
-//! - sync: the gradient allreduce (`allreduce`, 4 bytes per parameter) and the step's small
-//!   allreduce of counters.
+//! - sync: the gradient allreduce (`allreduce`, 4 bytes per parameter; on a device without
+//!   CUDA-aware MPI the gradients also go down and back up, `d2h` and `h2d`) and the step's
+//!   small allreduce of counters;
+//! - optimizer: zeroing the gradients and the Adam update (`optimizer`, per parameter a rank
+//!   holds: NFP's ranks hold a slice of the first layer's weights).
 //!
 //! Each phase is bounded by its slowest rank (ranks meet at every exchange), so a strategy's
 //! step is the sum over phases of the maximum over ranks. Adding a strategy is one function
@@ -41,6 +44,9 @@ pub struct ModelShape {
     pub params: f64,
     /// Whether the model lives on a device (input rows are copied to it).
     pub device: bool,
+    /// Whether the gradient allreduce goes through host memory (a device without CUDA-aware
+    /// MPI: the gradients are copied down and back up around it).
+    pub staged_gradients: bool,
     /// Stored non-zeros per input row when the input layer multiplies the features as sparse
     /// rows (mostly-zero features on a backend with a sparse path), else `None`.
     pub input_nnz: Option<f64>,
@@ -79,11 +85,12 @@ pub struct Phases {
     pub shuffle: f64,
     pub train: f64,
     pub sync: f64,
+    pub optimizer: f64,
 }
 
 impl Phases {
     pub fn total(&self) -> f64 {
-        self.build + self.load + self.shuffle + self.train + self.sync
+        self.build + self.load + self.shuffle + self.train + self.sync + self.optimizer
     }
 
     fn max(&self, o: &Phases) -> Phases {
@@ -93,6 +100,7 @@ impl Phases {
             shuffle: self.shuffle.max(o.shuffle),
             train: self.train.max(o.train),
             sync: self.sync.max(o.sync),
+            optimizer: self.optimizer.max(o.optimizer),
         }
     }
 }
@@ -383,10 +391,25 @@ pub fn nfp(
             load,
             shuffle,
             train: compute(&sliced, cal, &layer1, Order::Cheaper, true),
-            sync: 0.0,
+            ..Phases::default()
         },
         bytes: if p > 1.0 { blocks + partials } else { 0.0 },
     }
+}
+
+/// The parameters each rank of `strategy` holds and updates: all of them, except under NFP,
+/// whose ranks hold a `1/P` row slice of the first layer's weights (two matrices for SAGE).
+fn params_held(shape: &ModelShape, strategy: &str, ranks: usize) -> f64 {
+    if strategy != "nfp" || ranks < 2 {
+        return shape.params;
+    }
+    let mats = if shape.kind == ModelKind::Sage {
+        2.0
+    } else {
+        1.0
+    };
+    let first = mats * shape.in_w[0] * shape.out_w[0];
+    shape.params - first * (1.0 - 1.0 / ranks as f64)
 }
 
 /// Price every candidate in `allowed` (others are priced too where the counts allow, but not
@@ -400,9 +423,16 @@ pub fn predict(
     a2a: &str,
 ) -> Prediction {
     let ranks = dry.ranks.len();
+    let gradient_bytes = shape.params * 4.0;
     let sync = if ranks > 1 {
-        cal.op("allreduce").seconds(shape.params * 4.0, 1.0)
+        let staging = if shape.staged_gradients {
+            cal.op("d2h").seconds(gradient_bytes, 1.0) + cal.op("h2d").seconds(gradient_bytes, 1.0)
+        } else {
+            0.0
+        };
+        cal.op("allreduce").seconds(gradient_bytes, 1.0)
             + cal.op("allreduce").seconds(32.0, 1.0)
+            + staging
     } else {
         0.0
     };
@@ -426,6 +456,9 @@ pub fn predict(
             .iter()
             .fold(Phases::default(), |m, c| m.max(&c.phases));
         phases.sync = sync;
+        phases.optimizer = cal
+            .op("optimizer")
+            .seconds(params_held(shape, name, ranks), 1.0);
         let computed: Vec<f64> = (0..shape.in_w.len())
             .map(|l| counts.iter().map(|c| c.dst[l]).sum())
             .collect();
@@ -491,7 +524,8 @@ mod tests {
     use super::*;
 
     /// A synthetic machine: 1 GB/s alltoallv with 1 ms latency, 10 GB/s gather, 2 GB/s
-    /// allreduce, 1 GFLOP/s, 1e8 edge-columns per second, free kernel launches.
+    /// allreduce, 1 GFLOP/s, 1e8 edge-columns per second, free kernel launches, 10 ns per
+    /// parameter of the optimizer (10 µs a call), 10 GB/s device copies (10 µs a call).
     fn machine() -> Calibration {
         let line = |op: &str| match op {
             "alltoallv_world" | "alltoallv_node" => (1e-3, 1e-9),
@@ -502,6 +536,8 @@ mod tests {
             "aggregate" => (0.0, 1e-8),
             "spmm" => (0.0, 1e-8),
             "sample" => (1e-4, 1e-6),
+            "optimizer" => (1e-5, 1e-8),
+            "h2d" | "d2h" => (1e-5, 1e-10),
             _ => (0.0, 0.0),
         };
         Calibration {
@@ -536,6 +572,7 @@ mod tests {
             out_w: vec![10.0, 2.0],
             params: 1000.0,
             device: false,
+            staged_gradients: false,
             input_nnz: None,
             packed_row_bytes: None,
             csr_batches: false,
@@ -625,6 +662,9 @@ mod tests {
         );
         assert_eq!(g.phases.load, slow_load);
         assert!((g.phases.sync - 4000.0 * 5e-10 - 32.0 * 5e-10).abs() < 1e-18);
+        // Every rank updates its 1000 parameters: 10 µs + 1000 × 10 ns.
+        assert!((g.phases.optimizer - (1e-5 + 1000.0 * 1e-8)).abs() < 1e-18);
+        assert!((g.step_seconds - g.phases.total()).abs() < 1e-18);
         assert!((g.epoch_seconds - 10.0 * g.step_seconds).abs() < 1e-12);
         // GDP samples slowest here (0.5 s on rank 0), so another strategy wins; NFP is priced but
         // not pickable where it is not allowed.
@@ -806,5 +846,39 @@ mod tests {
         let blocks = 3000.0 * 8.0 + 4000.0 * 4.0 + 400.0 * 8.0;
         let shuffle = 1e-3 + blocks * 1e-9 + 2e-3 + 2.0 * 200.0 * 40.0 * 1e-9;
         assert!((r.phases.shuffle - shuffle).abs() < 1e-15, "{:?}", r.phases);
+    }
+
+    #[test]
+    fn the_optimizer_prices_the_parameters_a_rank_holds_and_staging_the_gradients_twice() {
+        let cal = machine();
+        let ranks = vec![std::array::from_fn(|_| counts(100.0)); 4];
+        let dry = DryRun {
+            batches: 1,
+            epoch_batches: 1,
+            ranks,
+        };
+        let mut sage = ModelShape {
+            kind: ModelKind::Sage,
+            params: 3000.0,
+            ..shape()
+        };
+        let all = ["gdp", "split", "dnp", "snp", "nfp"];
+        let p = predict(&dry, &sage, &cal, &all, "alltoallv_world");
+        // GDP's ranks all update 3000 parameters; NFP's hold a quarter of SAGE's two first-
+        // layer matrices (2 × 100 × 10 rows): 3000 − 2000 · 3/4 = 1500.
+        let per_param = |n: f64| 1e-5 + n * 1e-8;
+        assert!((p.strategies["gdp"].phases.optimizer - per_param(3000.0)).abs() < 1e-18);
+        assert!((p.strategies["nfp"].phases.optimizer - per_param(1500.0)).abs() < 1e-18);
+        let host_sync = p.strategies["gdp"].phases.sync;
+
+        // On a device without CUDA-aware MPI the 12 kB of gradients go down and back up.
+        sage.device = true;
+        sage.staged_gradients = true;
+        let p = predict(&dry, &sage, &cal, &all, "alltoallv_world");
+        let staging = 2.0 * (1e-5 + 12_000.0 * 1e-10);
+        assert!((p.strategies["gdp"].phases.sync - host_sync - staging).abs() < 1e-15);
+        sage.staged_gradients = false;
+        let p = predict(&dry, &sage, &cal, &all, "alltoallv_world");
+        assert_eq!(p.strategies["gdp"].phases.sync, host_sync);
     }
 }

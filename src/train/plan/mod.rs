@@ -144,6 +144,7 @@ pub fn shape_of<B: Backend, M: Backend>(
             .collect(),
         params: model.params.len() as f64,
         device: !B::IS_HOST,
+        staged_gradients: !B::IS_HOST && !group.device_pointers(),
         input_nnz,
         csr_batches: sparse_input && csr_everywhere,
     }
@@ -260,20 +261,30 @@ pub fn table(p: &Prediction, cal_path: &Path) -> String {
         cal_path.display()
     );
     out += &format!(
-        "{:<8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11} {:>12}\n",
-        "strategy", "build", "load", "shuffle", "train", "sync", "step (s)", "epoch (s)", "MB/step"
+        "{:<8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11} {:>12}\n",
+        "strategy",
+        "build",
+        "load",
+        "shuffle",
+        "train",
+        "sync",
+        "optimizer",
+        "step (s)",
+        "epoch (s)",
+        "MB/step"
     );
     for name in cost::CANDIDATES {
         let s = &p.strategies[*name];
         let ph = &s.phases;
         out += &format!(
-            "{:<8} {:>10.5} {:>10.5} {:>10.5} {:>10.5} {:>10.5} {:>11.5} {:>11.3} {:>12.3}{}\n",
+            "{:<8} {:>10.5} {:>10.5} {:>10.5} {:>10.5} {:>10.5} {:>10.5} {:>11.5} {:>11.3} {:>12.3}{}\n",
             name,
             ph.build,
             ph.load,
             ph.shuffle,
             ph.train,
             ph.sync,
+            ph.optimizer,
             s.step_seconds,
             s.epoch_seconds,
             s.bytes_per_step / 1e6,
