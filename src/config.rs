@@ -2,7 +2,8 @@
 //! validated as a whole with errors that name the offending field.
 
 pub use crate::kinds::{
-    CudaAwareMpi, Device, InitKind, LrSchedule, ModelKind, NormKind, Precision, Prefetch, Strategy,
+    CacheSize, CudaAwareMpi, Device, InitKind, LrSchedule, ModelKind, NormKind, Precision,
+    Prefetch, Strategy,
 };
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -94,8 +95,8 @@ pub struct TrainConfig {
     /// Group consecutive ranks into pretend nodes of this many ranks (tests of `hybrid` on
     /// one machine); default: the real nodes (MPI shared-memory domains).
     pub ranks_per_node: Option<usize>,
-    /// Per-rank cache of remote feature rows, in MiB (0: no cache).
-    pub cache_mb: f64,
+    /// Per-rank cache of remote feature rows, in MiB (0: no cache), or `auto`.
+    pub cache_mb: CacheSize,
     /// Mini-batches sampled before training to rank remote rows by access frequency.
     pub cache_presample_batches: usize,
     /// SliceGCN: add a learned per-rank vector to each rank's GCN output (slice encoding).
@@ -145,7 +146,7 @@ impl Default for TrainConfig {
             prefetch: Prefetch::Auto,
             prefetch_workers: None,
             ranks_per_node: None,
-            cache_mb: 0.0,
+            cache_mb: CacheSize::default(),
             cache_presample_batches: 8,
             slice_encoding: true,
             feature_fusion: false,
@@ -247,11 +248,8 @@ impl TrainConfig {
         if self.max_steps == Some(0) {
             bail!("config: `max_steps` must be positive");
         }
-        if !(self.cache_mb >= 0.0 && self.cache_mb.is_finite()) {
-            bail!(
-                "config: `cache_mb` = {} must be a non-negative size in MiB",
-                self.cache_mb
-            );
+        if let Some(why) = self.cache_mb.invalid() {
+            bail!("config: `cache_mb` = {why}");
         }
         if self.threads == Some(0) {
             bail!("config: `threads` must be positive");

@@ -195,6 +195,89 @@ pub enum Prefetch {
 }
 named!(Prefetch, "prefetch", { Auto => "auto", On => "on", Off => "off" });
 
+/// The per-rank cache of hot remote feature rows: a size in MiB (0: no cache), or `auto`
+/// (APT's sizing: every remote row the presampling reads, as far as a share of the node's
+/// available memory allows; `train::cache::budget_bytes`). Written as a number or `"auto"`
+/// on the command line, in configs and in JSON.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum CacheSize {
+    MiB(f64),
+    Auto,
+}
+
+impl Default for CacheSize {
+    fn default() -> CacheSize {
+        CacheSize::MiB(0.0)
+    }
+}
+
+impl CacheSize {
+    /// Whether no cache is wanted.
+    pub fn is_off(self) -> bool {
+        self == CacheSize::MiB(0.0)
+    }
+
+    /// Why the size is not usable (negative, not finite), or `None`.
+    pub fn invalid(self) -> Option<String> {
+        match self {
+            CacheSize::MiB(m) if !(m >= 0.0 && m.is_finite()) => {
+                Some(format!("{m} must be `auto` or a non-negative size in MiB"))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for CacheSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CacheSize::MiB(m) => write!(f, "{m}"),
+            CacheSize::Auto => f.write_str("auto"),
+        }
+    }
+}
+
+impl FromStr for CacheSize {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<CacheSize> {
+        if s == "auto" {
+            return Ok(CacheSize::Auto);
+        }
+        let size = s
+            .parse::<f64>()
+            .map(CacheSize::MiB)
+            .map_err(|_| anyhow::anyhow!("cache size '{s}' is neither `auto` nor a size in MiB"))?;
+        match size.invalid() {
+            Some(why) => Err(anyhow::anyhow!("cache size {why}")),
+            None => Ok(size),
+        }
+    }
+}
+
+impl Serialize for CacheSize {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            CacheSize::MiB(m) => s.serialize_f64(*m),
+            CacheSize::Auto => s.serialize_str("auto"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for CacheSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<CacheSize, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Spelled {
+            Number(f64),
+            Word(String),
+        }
+        match Spelled::deserialize(d)? {
+            Spelled::Number(m) => Ok(CacheSize::MiB(m)),
+            Spelled::Word(w) => w.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,6 +309,26 @@ mod tests {
         let err = "batch".parse::<NormKind>().unwrap_err().to_string();
         assert!(err.contains("none, layer"), "{err}");
         assert!(Strategy::Auto.is_composed() && !Strategy::Snp.is_composed());
+    }
+
+    #[test]
+    fn cache_sizes_are_numbers_or_auto_everywhere() {
+        for (text, size) in [("auto", CacheSize::Auto), ("64", CacheSize::MiB(64.0))] {
+            assert_eq!(text.parse::<CacheSize>().unwrap(), size);
+            let json = serde_json::to_string(&size).unwrap();
+            assert_eq!(serde_json::from_str::<CacheSize>(&json).unwrap(), size);
+        }
+        assert_eq!(serde_json::to_string(&CacheSize::Auto).unwrap(), "\"auto\"");
+        assert_eq!(
+            serde_json::from_str::<CacheSize>("0").unwrap(),
+            CacheSize::MiB(0.0)
+        );
+        assert!(CacheSize::default().is_off() && !CacheSize::Auto.is_off());
+        for bad in ["big", "-1", "inf", "NaN"] {
+            let err = bad.parse::<CacheSize>().unwrap_err().to_string();
+            assert!(err.contains("auto"), "{bad}: {err}");
+        }
+        assert!(serde_json::from_str::<CacheSize>("\"lots\"").is_err());
     }
 }
 

@@ -315,7 +315,13 @@ fn cache_cuts_fetched_bytes(strategy: &str) {
     let parts = fx.path("parts2");
     let mut fetched = Vec::new();
     let mut params = Vec::new();
-    for cache in ["0", "1"] {
+    // `auto` (every remote row the presampling reads, memory allowing) once, with GDP.
+    let caches: &[&str] = if strategy == "gdp" {
+        &["0", "1", "auto"]
+    } else {
+        &["0", "1"]
+    };
+    for &cache in caches {
         let ck = fx.path(&format!("cache{cache}.h5"));
         let metrics = fx.path(&format!("cache{cache}.jsonl"));
         let args = train_args(&[
@@ -330,7 +336,14 @@ fn cache_cuts_fetched_bytes(strategy: &str) {
             "--strategy",
             strategy,
         ]);
-        mpirun_ok(2, &args);
+        let out = mpirun_ok(2, &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if cache == "auto" {
+            assert!(
+                stderr.contains("(auto: budget") && stderr.contains("remote rows read)"),
+                "the log says how `auto` sized the cache:\n{stderr}"
+            );
+        }
         params.push(read_params(&ck));
         let text = std::fs::read_to_string(&metrics).unwrap();
         let mut bytes = 0.0;
@@ -359,15 +372,17 @@ fn cache_cuts_fetched_bytes(strategy: &str) {
         fetched[0].0 > 0.0,
         "without a cache, remote rows are fetched"
     );
-    assert!(
-        fetched[1].0 < 0.5 * fetched[0].0,
-        "{strategy}: the cache should at least halve the fetched bytes: {fetched:?}"
-    );
-    assert!(fetched[1].1 > 0.5, "{strategy}: hit rate {fetched:?}");
-    assert_eq!(
-        params[0], params[1],
-        "{strategy}: the cache must not change the model"
-    );
+    for (with_cache, p) in fetched.iter().zip(&params).skip(1) {
+        assert!(
+            with_cache.0 < 0.5 * fetched[0].0,
+            "{strategy}: the cache should at least halve the fetched bytes: {fetched:?}"
+        );
+        assert!(with_cache.1 > 0.5, "{strategy}: hit rate {fetched:?}");
+        assert_eq!(
+            &params[0], p,
+            "{strategy}: the cache must not change the model"
+        );
+    }
 }
 
 #[test]

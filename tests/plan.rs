@@ -137,6 +137,12 @@ fn the_feature_cache_is_priced_per_strategy() {
         with_cache["strategies"]["snp"],
         without["strategies"]["snp"]
     );
+    // `auto` sizes the cache from the node's memory: on this small graph every remote row
+    // the dry run reads fits, as in 64 MiB.
+    let auto = plan(&["--cache-mb", "auto"]);
+    for s in ["gdp", "split", "dnp", "snp"] {
+        assert_eq!(bytes(&auto, s), bytes(&with_cache, s), "{s}");
+    }
 }
 
 #[test]

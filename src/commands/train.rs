@@ -3,8 +3,8 @@
 use crate::backend::{Backend, Cpu};
 use crate::comm::World;
 use crate::config::{
-    CudaAwareMpi, Device, FeatureNorm, LrSchedule, ModelKind, Precision, Prefetch, Strategy,
-    TrainConfig,
+    CacheSize, CudaAwareMpi, Device, FeatureNorm, LrSchedule, ModelKind, Precision, Prefetch,
+    Strategy, TrainConfig,
 };
 use crate::nn::init::InitKind;
 use crate::nn::NormKind;
@@ -127,9 +127,10 @@ pub struct TrainArgs {
     /// SliceGCN: a slice is this many times ⌈features / ranks⌉ columns wide (default 1.0).
     #[arg(long)]
     pub slice_size_scale: Option<f64>,
-    /// Per-rank cache of the hottest remote feature rows, in MiB.
-    #[arg(long)]
-    pub cache_mb: Option<f64>,
+    /// Per-rank cache of the hottest remote feature rows, in MiB, or `auto` (every remote
+    /// row the presampling reads, within a quarter of the node's available memory).
+    #[arg(long, value_parser = parse_cache_size)]
+    pub cache_mb: Option<CacheSize>,
     /// Debugging and tests: each rank writes the edges of every sampled block, keyed by
     /// original ids, to DIR/blocks-rank<R>.txt.
     #[arg(long, value_name = "DIR")]
@@ -342,4 +343,9 @@ pub fn run(args: TrainArgs) -> Result<()> {
         println!("{}", serde_json::to_string(&summary)?);
     }
     Ok(())
+}
+
+/// `--cache-mb`: `auto` or a size in MiB.
+fn parse_cache_size(s: &str) -> Result<CacheSize, String> {
+    s.parse().map_err(|e: anyhow::Error| e.to_string())
 }

@@ -27,7 +27,7 @@ use crate::comm::World;
 use crate::config::TrainConfig;
 use crate::exchange::inference::HaloPlan;
 use crate::graph::NodeId;
-use crate::kinds::{ModelKind, Strategy};
+use crate::kinds::{CacheSize, ModelKind, Strategy};
 use crate::nn::{Adam, Model, ModelConfig};
 use crate::sample::{epoch_batches, BatchKey};
 use anyhow::{bail, Context, Result};
@@ -396,7 +396,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
         }
         // SNP and NFP read no remote feature row, so a cache would never be read.
         let reads_remote_rows = !matches!(t.cfg.strategy, Strategy::Snp | Strategy::Nfp);
-        if t.cfg.cache_mb > 0.0
+        if !t.cfg.cache_mb.is_off()
             && !t.files.plan_only
             && !t.cfg.full_batch
             && t.data_group().size() > 1
@@ -420,10 +420,21 @@ impl<'w, B: Backend> Trainer<'w, B> {
             self.cfg.seed,
             self.cfg.strategy,
         );
-        let budget = (self.cfg.cache_mb * 1024.0 * 1024.0) as usize;
+        let budget = cache::budget_bytes(self.cfg.cache_mb, group, self.world.node().size());
         self.data.store.fill_cache(group, &hot, budget);
+        let sizing = match self.cfg.cache_mb {
+            CacheSize::Auto => format!(
+                " (auto: budget {:.1} MiB, {:.0} % of the node's available memory over its \
+                 {} rank(s); {} remote rows read)",
+                budget as f64 / 1048576.0,
+                100.0 * cache::AUTO_MEMORY_SHARE,
+                self.world.node().size(),
+                hot.len()
+            ),
+            CacheSize::MiB(_) => String::new(),
+        };
         log::info!(
-            "feature cache: {} remote rows ({:.1} MiB) from {take} presampled batches",
+            "feature cache: {} remote rows ({:.1} MiB) from {take} presampled batches{sizing}",
             self.data.store.cached_rows(),
             (self.data.store.cached_rows() * self.data.feature_dim() * 4) as f64 / 1048576.0
         );
@@ -927,7 +938,12 @@ fn plan_run<B: Backend>(
         return Ok((None, Some(why)));
     };
     let shape = plan::shape_of(cfg, model, backend, data, group);
-    let p = plan::predict(cfg, data, &shape, group, &cal.calibration);
+    let cache_budget = if cfg.cache_mb.is_off() {
+        0
+    } else {
+        cache::budget_bytes(cfg.cache_mb, group, world.node().size())
+    };
+    let p = plan::predict(cfg, data, &shape, group, &cal.calibration, cache_budget);
     if cfg.strategy == Strategy::Auto {
         cfg.strategy = p.choice.parse()?;
         // Every rank says what it chose: the tests check that all agree.

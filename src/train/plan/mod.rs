@@ -206,7 +206,8 @@ pub fn allowed(cfg: &TrainConfig) -> Vec<&'static str> {
         .collect()
 }
 
-/// Dry-run and price every candidate with `cal`; log the prediction as one JSON line (rank 0).
+/// Dry-run and price every candidate with `cal`, each with a feature cache of `cache_bytes`
+/// per rank (`train::cache::budget_bytes`); log the prediction as one JSON line (rank 0).
 /// Collective over `group`.
 pub fn predict(
     cfg: &TrainConfig,
@@ -214,10 +215,11 @@ pub fn predict(
     shape: &ModelShape,
     group: &Group,
     cal: &Calibration,
+    cache_bytes: usize,
 ) -> Prediction {
     let row_bytes = (data.feature_dim() * 4).max(1);
     let cache_rows = if group.size() > 1 {
-        (cfg.cache_mb * 1024.0 * 1024.0) as usize / row_bytes
+        cache_bytes / row_bytes
     } else {
         0
     };
