@@ -152,6 +152,7 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
     put("spmm", spmm_points(be, world));
     put("sample", sample_points(world));
     put("optimizer", optimizer_points(be, world));
+    put("attention", attention_points(be, world));
     ops.insert(
         "gemm".into(),
         Fit::least_squares_with_bytes("flop", gemm, gemm_bytes),
@@ -253,17 +254,24 @@ fn gemm_points<B: Backend>(be: &B, world: &World) -> (Vec<[f64; 2]>, Vec<f64>) {
 
 /// Mean aggregation over a sampled-looking block (4096 destinations, 10 random sources each
 /// out of 16384) at growing widths: `x` = edges × columns.
-fn aggregate_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
+/// The block the aggregation and attention points run on: 4096 destinations with 10
+/// pseudo-random sources each among 16384.
+fn synthetic_block() -> Block {
     let (dst, src, fanout) = (4096usize, 16384usize, 10usize);
     let indices: Vec<u32> = (0..dst * fanout)
         .map(|i| ((i as u64 * 2_654_435_761) % src as u64) as u32)
         .collect();
-    let block = Block {
+    Block {
         num_dst: dst,
         src_nodes: (0..src as NodeId).collect(),
         indptr: (0..=dst).map(|v| v * fanout).collect(),
         indices,
-    };
+    }
+}
+
+fn aggregate_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
+    let block = synthetic_block();
+    let (dst, src, fanout) = (block.num_dst, block.num_src(), 10usize);
     let g = be.graph(block);
     [16usize, 64, 128, 256]
         .iter()
@@ -408,6 +416,55 @@ fn optimizer_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
                 let _ = be.download(be.buffer_view(&values, 0, 1, 1));
             });
             [n as f64, s]
+        })
+        .collect()
+}
+
+/// GAT's attention, forward and backward as a layer runs it (node logits of sources and
+/// destinations, edge softmax, weighted aggregation, then `attention_backward`), on the
+/// synthetic block with 4 heads: `x` = edges × all heads' columns.
+fn attention_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
+    let block = synthetic_block();
+    let (dst, src, edges) = (block.num_dst, block.num_src(), block.num_edges());
+    let heads = 4usize;
+    let g = be.graph(block);
+    let transpose = B::Transpose::default();
+    [16usize, 64, 128, 256]
+        .iter()
+        .map(|&w| {
+            let f = w / heads;
+            let wh = be.upload(
+                Array2::from_shape_fn((src, w), |(i, j)| ((i + j) % 5) as f32 * 0.1).view(),
+            );
+            let att = be.upload(
+                Array2::from_shape_fn((heads, f), |(i, j)| ((i * j) % 3) as f32 * 0.1).view(),
+            );
+            let d_out = be.upload(
+                Array2::from_shape_fn((dst, w), |(i, j)| ((i * j) % 7) as f32 * 0.1).view(),
+            );
+            let s = time_point(world, || {
+                let el = be.node_logits(be.view(&wh), be.view(&att), src);
+                let er = be.node_logits(be.view(&wh), be.view(&att), dst);
+                let alpha = be.edge_softmax(&g, be.view(&el), be.view(&er), 0.2);
+                let out = be.attention_aggregate(&g, be.view(&alpha), be.view(&wh));
+                let grads = be.attention_backward(
+                    &crate::backend::AttentionArgs {
+                        graph: &g,
+                        transpose: &transpose,
+                        wh: be.view(&wh),
+                        el: be.view(&el),
+                        er: be.view(&er),
+                        alpha: be.view(&alpha),
+                        att_src: be.view(&att),
+                        att_dst: be.view(&att),
+                        slope: 0.2,
+                    },
+                    be.view(&d_out),
+                );
+                let _ = be.download(be.rows(be.view(&out), 0..1));
+                let _ = be.download(be.rows(be.view(&grads.d_wh), 0..1));
+            });
+            [(edges * w) as f64, s]
         })
         .collect()
 }

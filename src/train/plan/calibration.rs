@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Version of the file layout; a different one is ignored like a different key. (2 added the
-/// `sample` and `spmm` operators, 3 the `optimizer`.)
-pub const FORMAT: u32 = 3;
+/// `sample` and `spmm` operators, 3 the `optimizer`, 4 GAT's `attention`.)
+pub const FORMAT: u32 = 4;
 
 /// Operators every calibration holds, with the unit of their `x`.
 pub const OPERATORS: &[(&str, &str)] = &[
@@ -30,6 +30,7 @@ pub const OPERATORS: &[(&str, &str)] = &[
     ("spmm", "nnz_col"),
     ("sample", "edge"),
     ("optimizer", "param"),
+    ("attention", "edge_col"),
 ];
 
 /// Where and how a calibration was measured. Two runs may share one only when these agree.

@@ -19,6 +19,7 @@ use crate::backend::Backend;
 use crate::comm::{Group, World};
 use crate::config::TrainConfig;
 use crate::kinds::{ModelKind, Strategy};
+use crate::nn::layer::Conv;
 use crate::nn::Model;
 use anyhow::Result;
 use calibration::{Calibration, Loaded};
@@ -140,7 +141,11 @@ pub fn shape_of<B: Backend, M: Backend>(
         out_w: model
             .layers
             .iter()
-            .map(|l| l.conv.out_dim() as f64)
+            .map(|l| match &l.conv {
+                // The product's width: every head, before a last layer averages them.
+                Conv::Gat(c) => (c.heads * c.head_dim) as f64,
+                conv => conv.out_dim() as f64,
+            })
             .collect(),
         params: model.params.len() as f64,
         device: !B::IS_HOST,
