@@ -413,8 +413,9 @@ fn bag_of_words_sbm(dir: &Path) -> PathBuf {
 }
 
 /// Bag-of-words input rows stay sparse on the device (the CSR kernels of `cuda/sparse.cu`,
-/// made from the host's rows in full batch and from the gathered device rows in mini-batches)
-/// and train the CPU's parameters; in full batch the dense form of the features never goes up.
+/// made from the host's rows in full batch and from the store's CSR copy in mini-batches)
+/// and train the CPU's parameters; the dense form of the features never goes up, neither for
+/// training nor for evaluation (a mini-batch run keeps no resident dense copy then).
 #[test]
 fn sparse_input_rows_train_the_cpus_model_without_their_dense_form() {
     let tmp = common::tempdir();
@@ -446,16 +447,16 @@ fn sparse_input_rows_train_the_cpus_model_without_their_dense_form() {
                 (gpu_summary.val, gpu_summary.test),
                 "{what}"
             );
-            if full_batch {
-                let up = gpu_summary
-                    .device_transfer_mb
-                    .expect("a device counts its copies")
-                    .to_device;
-                assert!(
-                    up < 0.2 * features_mb,
-                    "{what}: {up:.3} MB went up for {features_mb:.3} MB of dense features"
-                );
-            }
+            let up = gpu_summary
+                .device_transfer_mb
+                .expect("a device counts its copies")
+                .to_device;
+            // Mini-batches also send their blocks up, every step (1.4 MB here).
+            let bound = if full_batch { 0.2 } else { 0.5 };
+            assert!(
+                up < bound * features_mb,
+                "{what}: {up:.3} MB went up for {features_mb:.3} MB of dense features"
+            );
         }
     }
 }

@@ -402,6 +402,59 @@ impl<B: Backend> FullGraph<B> {
         be.graph_of(&self.plan.block, &self.graph)
     }
 
+    /// The first layer's input rows (own, then the halo's) on backend `be`, fetched and made
+    /// on first use and kept (input features never change): sparse where every rank's rows
+    /// are mostly zeros and the first layer takes sparse rows, else dense. Collective on
+    /// first use.
+    fn input(&self, group: &Group, be: &B, model: &Model<B>, data: &TrainData) -> &FullInput<B> {
+        self.input.get_or_init(|| {
+            // The features are on the host: the halo's rows come through the host exchange,
+            // and the first layer's input goes to the backend once.
+            let own = data.store.own_rows();
+            let remote = self.plan.halo.forward(group, "halo_rows", own.view());
+            let rows = with_halo(own, &remote);
+            // Sparse rows are made on the host: their dense form never reaches the device.
+            let sparse = model.layers[0]
+                .takes_sparse_input()
+                .then(|| be.sparse_from_host(rows.view()))
+                .flatten();
+            // Sparse only where every rank's rows are: evaluation's first layer then skips
+            // the halo exchange on all ranks or on none.
+            let everywhere = group
+                .allgather_u64(sparse.is_some() as u64)
+                .iter()
+                .all(|&s| s == 1);
+            match sparse.filter(|_| everywhere) {
+                Some(sparse) => FullInput::Sparse(sparse),
+                None => FullInput::Dense(be.upload_owned(rows.into_owned())),
+            }
+        })
+    }
+
+    /// Whether evaluation without a resident copy should make [`FullGraph::input`] itself
+    /// (mini-batch runs never made it): where the first layer takes sparse rows and every
+    /// rank's store holds its rows as CSR, the sparse input is a few MB where a dense copy of
+    /// the features is hundreds (Facebook: 424 MB of 4,714-wide rows). Dense features keep
+    /// the own-rows copy and the per-evaluation halo exchange, as a kept halo would hold most
+    /// of the graph on every rank. Collective until the input exists.
+    fn evaluates_from_input(
+        &self,
+        group: &Group,
+        model: &Model<B>,
+        data: &TrainData,
+        resident: bool,
+    ) -> bool {
+        if self.input.get().is_some() {
+            return true;
+        }
+        !resident
+            && model.layers[0].takes_sparse_input()
+            && group
+                .allgather_u64(data.store.has_sparse_copy() as u64)
+                .iter()
+                .all(|&s| s == 1)
+    }
+
     /// This rank's own features on backend `be`, without a second copy where one is already
     /// there: the first rows of full-batch training's dense input (own rows, then the halo's),
     /// else `resident` (a device's copy of the whole graph's features, one rank), else a copy
@@ -436,7 +489,10 @@ impl<B: Backend> FullGraph<B> {
         resident: Option<&B::Mat>,
     ) -> B::Mat {
         let be = model.params.backend();
-        if let Some(FullInput::Sparse(x)) = self.input.get() {
+        let input = self
+            .evaluates_from_input(group, model, data, resident.is_some())
+            .then(|| self.input(group, be, model, data));
+        if let Some(FullInput::Sparse(x)) = input {
             // The training input (own rows, then the halo's) is the first layer's input here
             // too: no dense copy of the features, no halo exchange for it.
             let ctx = DropoutCtx {
@@ -490,28 +546,7 @@ pub fn full_batch_step<B: Backend>(
     let t = Instant::now();
     let mut caches = Vec::with_capacity(model.layers.len());
     // Every rank reaches the first step together, so the collective fetch inside runs on all.
-    let input = full.input.get_or_init(|| {
-        // The features are on the host: the halo's rows come through the host exchange, and
-        // the first layer's input goes to the backend once.
-        let own = data.store.own_rows();
-        let remote = plan.halo.forward(group, "halo_rows", own.view());
-        let rows = with_halo(own, &remote);
-        // Sparse rows are made on the host: their dense form never reaches the device.
-        let sparse = model.layers[0]
-            .takes_sparse_input()
-            .then(|| be.sparse_from_host(rows.view()))
-            .flatten();
-        // Sparse only where every rank's rows are: evaluation's first layer then skips the
-        // halo exchange on all ranks or on none.
-        let everywhere = group
-            .allgather_u64(sparse.is_some() as u64)
-            .iter()
-            .all(|&s| s == 1);
-        match sparse.filter(|_| everywhere) {
-            Some(sparse) => FullInput::Sparse(sparse),
-            None => FullInput::Dense(be.upload_owned(rows.into_owned())),
-        }
-    });
+    let input = full.input(group, &be, model, data);
     let (mut h, first) = match input {
         FullInput::Dense(x) => model.layers[0].forward(&model.params, g, be.view(x), &ctx),
         FullInput::Sparse(x) => model.layers[0].forward_sparse(&model.params, g, x, &ctx),
