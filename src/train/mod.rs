@@ -234,6 +234,9 @@ pub struct Trainer<'w, B: Backend = Cpu> {
     pub planned: Option<(plan::cost::Prediction, PathBuf)>,
     /// Why the run was not planned.
     unplanned: Option<String>,
+    /// Bytes of remote feature rows each rank may cache (`--cache-mb`), sized once so that
+    /// the planner prices the cache the trainer fills.
+    cache_budget: usize,
 }
 
 impl<'w> Trainer<'w, Cpu> {
@@ -344,8 +347,17 @@ impl<'w, B: Backend> Trainer<'w, B> {
             model_config(&cfg, data.feature_dim(), data.num_classes),
             cfg.seed,
         )?;
-        let (planned, unplanned) =
-            plan_run(&backend, &mut cfg, &files, &data, &host_model, world, group)?;
+        let cache_budget = cache::budget_bytes(cfg.cache_mb, group, world.node().size());
+        let (planned, unplanned) = plan_run(
+            &backend,
+            &mut cfg,
+            &files,
+            &data,
+            &host_model,
+            world,
+            group,
+            cache_budget,
+        )?;
         // NFP keeps only this rank's rows of the input layer's weights.
         let (model, nfp) = if cfg.strategy == Strategy::Nfp {
             let (model, nfp) = nfp::Nfp::slice_model(host_model, &data, backend.clone())?;
@@ -392,6 +404,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
             nfp,
             planned,
             unplanned,
+            cache_budget,
         };
         if let Some(dir) = &t.files.dump_blocks {
             t.dump = Some(dump::BlockDump::create(dir, world.rank())?);
@@ -425,7 +438,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
             self.cfg.seed,
             self.cfg.strategy,
         );
-        let budget = cache::budget_bytes(self.cfg.cache_mb, group, self.world.node().size());
+        let budget = self.cache_budget;
         self.data.store.fill_cache(group, &hot, budget);
         let sizing = match self.cfg.cache_mb {
             CacheSize::Auto => format!(
@@ -897,9 +910,10 @@ impl<'w, B: Backend> Trainer<'w, B> {
 /// read or measured and the cheapest candidate replaces `auto`; with a fixed strategy the run
 /// is predicted only when a calibration of this layout is already cached (a fixed strategy's
 /// start-up does not grow by a calibration). Returns the prediction and its calibration file,
-/// or why there is none. Collective: every rank takes the same branch (the calibration's
-/// presence is rank 0's, broadcast).
-#[allow(clippy::type_complexity)]
+/// or why there is none; the candidates are priced with a feature cache of `cache_budget`
+/// bytes per rank. Collective: every rank takes the same branch (the calibration's presence
+/// is rank 0's, broadcast).
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
 fn plan_run<B: Backend>(
     backend: &B,
     cfg: &mut TrainConfig,
@@ -908,6 +922,7 @@ fn plan_run<B: Backend>(
     model: &Model,
     world: &World,
     group: &crate::comm::Group,
+    cache_budget: usize,
 ) -> Result<(Option<(plan::cost::Prediction, PathBuf)>, Option<String>)> {
     let nodes = world.node_index().1;
     let why_not = if nodes > 1 {
@@ -943,11 +958,6 @@ fn plan_run<B: Backend>(
         return Ok((None, Some(why)));
     };
     let shape = plan::shape_of(cfg, model, backend, data, group);
-    let cache_budget = if cfg.cache_mb.is_off() {
-        0
-    } else {
-        cache::budget_bytes(cfg.cache_mb, group, world.node().size())
-    };
     let p = plan::predict(cfg, data, &shape, group, &cal.calibration, cache_budget);
     if cfg.strategy == Strategy::Auto {
         cfg.strategy = p.choice.parse()?;

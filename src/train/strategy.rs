@@ -383,6 +383,8 @@ pub struct FullGraph<B: Backend> {
     transpose: B::Transpose,
     input: OnceLock<FullInput<B>>,
     features: OnceLock<B::Mat>,
+    /// [`FullGraph::evaluates_from_input`]'s answer, agreed on at the first evaluation.
+    evaluates_from_input: OnceLock<bool>,
 }
 
 impl<B: Backend> FullGraph<B> {
@@ -394,6 +396,7 @@ impl<B: Backend> FullGraph<B> {
             transpose: Default::default(),
             input: OnceLock::new(),
             features: OnceLock::new(),
+            evaluates_from_input: OnceLock::new(),
         }
     }
 
@@ -436,7 +439,8 @@ impl<B: Backend> FullGraph<B> {
     /// rank's store holds its rows as CSR, the sparse input is a few MB where a dense copy of
     /// the features is hundreds (Facebook: 424 MB of 4,714-wide rows). Dense features keep
     /// the own-rows copy and the per-evaluation halo exchange, as a kept halo would hold most
-    /// of the graph on every rank. Collective until the input exists.
+    /// of the graph on every rank. Collective at the first evaluation (unless full-batch
+    /// training made the input already); kept after.
     fn evaluates_from_input(
         &self,
         group: &Group,
@@ -447,12 +451,14 @@ impl<B: Backend> FullGraph<B> {
         if self.input.get().is_some() {
             return true;
         }
-        !resident
-            && model.layers[0].takes_sparse_input()
-            && group
-                .allgather_u64(data.store.has_sparse_copy() as u64)
-                .iter()
-                .all(|&s| s == 1)
+        *self.evaluates_from_input.get_or_init(|| {
+            !resident
+                && model.layers[0].takes_sparse_input()
+                && group
+                    .allgather_u64(data.store.has_sparse_copy() as u64)
+                    .iter()
+                    .all(|&s| s == 1)
+        })
     }
 
     /// This rank's own features on backend `be`, without a second copy where one is already
