@@ -128,6 +128,15 @@ fn every_strategy_matches_one_cpu_rank(
                 "{what}: the decision on device pointers is logged:\n{}",
                 out.stderr
             );
+            // With the model on a device, `--prefetch auto` prepares GDP's batches ahead, on
+            // several ranks with a communicator per worker: the same numbers.
+            assert_eq!(
+                strategy == "gdp",
+                out.stderr
+                    .contains("each worker samples and fetches on a communicator of its own"),
+                "{what}: prefetch across ranks:\n{}",
+                out.stderr
+            );
             let summary = out.last_json();
             assert_eq!(summary["strategy"], strategy, "{what}: {summary}");
             assert_eq!(summary["steps"], 5, "{what}: {summary}");

@@ -386,6 +386,89 @@ fn cache_cuts_fetched_bytes(strategy: &str) {
 }
 
 #[test]
+fn prefetching_on_2_and_4_ranks_changes_no_parameter_and_moves_the_same_bytes() {
+    if !have_mpirun() {
+        return;
+    }
+    // With several ranks, prefetch workers sample (routing each hop to the owners) and fetch
+    // remote input rows on communicators of their own while the main thread trains and
+    // allreduces: the parameters must be bitwise those of `--prefetch off`, one worker or two,
+    // across an epoch boundary and a stop inside the second epoch, and the bytes sampling and
+    // the store moved must be the same (the workers' counts reach the epoch's JSON).
+    let fx = Fixture::new();
+    for np in [2usize, 4] {
+        let parts = fx.path(&format!("parts{np}"));
+        let mut reference: Option<(Vec<u32>, f64, f64)> = None;
+        for (prefetch, workers) in [("off", "1"), ("on", "1"), ("on", "2")] {
+            let tag = format!("prefetch{np}-{prefetch}-{workers}");
+            let ck = fx.path(&format!("{tag}.h5"));
+            let metrics = fx.path(&format!("{tag}.jsonl"));
+            let args: Vec<&str> = TRAIN
+                .iter()
+                .copied()
+                .filter(|a| !matches!(*a, "--max-steps" | "5"))
+                .chain([
+                    "--data",
+                    parts.to_str().unwrap(),
+                    "--max-steps",
+                    "11",
+                    "--prefetch",
+                    prefetch,
+                    "--prefetch-workers",
+                    workers,
+                    "--checkpoint",
+                    ck.to_str().unwrap(),
+                    "--metrics",
+                    metrics.to_str().unwrap(),
+                ])
+                .collect();
+            let out = mpirun_ok(np, &args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(
+                prefetch == "on",
+                stderr.contains("on a communicator of its own"),
+                "{tag}: the log says how the workers communicate:\n{stderr}"
+            );
+            let (mut waited, mut sampled, mut fetched) = (0.0, 0.0, 0.0);
+            let text = std::fs::read_to_string(&metrics).unwrap();
+            for line in text.lines() {
+                let v: serde_json::Value = serde_json::from_str(line).unwrap();
+                waited += v["seconds"]["prefetch_wait"].as_f64().unwrap_or(0.0);
+                let mean = &v["ranks"]["mean"];
+                let bytes = |kind: &str| {
+                    mean[format!("comm.{kind}.bytes_received")]
+                        .as_f64()
+                        .unwrap_or(0.0)
+                };
+                sampled += bytes("sample_ids") + bytes("sample_nbrs");
+                fetched += bytes("store_rows");
+            }
+            assert_eq!(text.lines().count(), 2, "{tag}: two epochs reported");
+            assert_eq!(
+                prefetch == "on",
+                waited > 0.0,
+                "{tag}: prefetch_wait {waited}"
+            );
+            assert!(
+                sampled > 0.0 && fetched > 0.0,
+                "{tag}: {sampled} / {fetched} B"
+            );
+            let params = common::bits(&read_params(&ck));
+            match &reference {
+                None => reference = Some((params, sampled, fetched)),
+                Some((want, s0, f0)) => {
+                    assert!(
+                        *want == params,
+                        "{tag}: other parameters than --prefetch off"
+                    );
+                    assert_eq!((*s0, *f0), (sampled, fetched), "{tag}: bytes moved");
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn a_failure_on_one_rank_ends_the_job_naming_that_rank() {
     if !have_mpirun() {
         return;

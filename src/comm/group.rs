@@ -60,6 +60,11 @@ impl Group {
         }
     }
 
+    /// The MPI communicator, `None` for a solo group.
+    pub(super) fn mpi_comm(&self) -> Option<&SimpleCommunicator> {
+        self.comm.as_ref()
+    }
+
     /// Bytes and seconds of every communication call so far (shared by every group of the
     /// world), by kind of operation.
     pub fn stats(&self) -> &CommStats {

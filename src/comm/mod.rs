@@ -17,6 +17,7 @@ mod stats;
 pub use group::Group;
 pub use stats::{CommStats, OpStats};
 
+use mpi::environment::Threading;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use std::cell::Cell;
 use std::rc::Rc;
@@ -24,6 +25,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 static MPI_ACTIVE: AtomicBool = AtomicBool::new(false);
+
+/// Whether the MPI library granted `MPI_THREAD_MULTIPLE` (any thread may call MPI).
+static THREAD_MULTIPLE: AtomicBool = AtomicBool::new(false);
 
 /// The MPI universe lives here rather than in a [`World`]: dropping it finalises MPI, and an
 /// error must still be able to `MPI_Abort` the job after the command that hit it has dropped
@@ -103,13 +107,19 @@ impl World {
     /// Initialise MPI when launched by an MPI launcher, else a single-rank world. Nodes are
     /// the shared-memory domains MPI reports.
     pub fn init() -> anyhow::Result<World> {
-        World::init_with_nodes(None)
+        World::init_with_nodes(None, false)
     }
 
     /// Like [`World::init`], but with `ranks_per_node = Some(k)` ranks are grouped into
     /// pretend nodes of `k` consecutive ranks (tests of hybrid strategies on one machine).
     /// `k` must be at least 1 and divide the number of ranks (every node the same size).
-    pub fn init_with_nodes(ranks_per_node: Option<usize>) -> anyhow::Result<World> {
+    /// `threads_call_mpi`: other threads will call MPI ([`World::thread_comms`]), so ask for
+    /// `MPI_THREAD_MULTIPLE`, which some libraries pay for on every call; else only the
+    /// calling thread does.
+    pub fn init_with_nodes(
+        ranks_per_node: Option<usize>,
+        threads_call_mpi: bool,
+    ) -> anyhow::Result<World> {
         // Read before MPI_Init, which may add variables of its own.
         launcher::launcher();
         if !launched_by_mpi() {
@@ -119,9 +129,18 @@ impl World {
             w.pretend_ranks_per_node = ranks_per_node;
             return Ok(w);
         }
-        let universe = mpi::initialize()
+        // MPI_THREAD_MULTIPLE lets the trainer's prefetch workers sample and fetch rows on
+        // communicators of their own while the main thread makes the step's collectives
+        // (`World::thread_comms`); a library that offers less only loses that overlap.
+        let wanted = if threads_call_mpi {
+            Threading::Multiple
+        } else {
+            Threading::Funneled
+        };
+        let (universe, threading) = mpi::initialize_with_threading(wanted)
             .ok_or_else(|| anyhow::anyhow!("MPI was already initialised in this process"))?;
         MPI_ACTIVE.store(true, Ordering::SeqCst);
+        THREAD_MULTIPLE.store(threading == Threading::Multiple, Ordering::SeqCst);
         install_panic_abort();
         let world_comm = universe.world();
         *UNIVERSE.lock().unwrap_or_else(|e| e.into_inner()) = Some(universe);
@@ -229,6 +248,49 @@ impl World {
     /// Bytes and seconds of every communication call so far, by kind of operation.
     pub fn stats(&self) -> &CommStats {
         &self.stats
+    }
+
+    /// `wanted` communicators over every rank for other threads (prefetch workers), or none:
+    /// the fewest any rank wanted, and none at all unless every rank's MPI granted
+    /// `MPI_THREAD_MULTIPLE`. Collective over the world; every rank gets the same count.
+    /// Each is a duplicate of the world's, so its collectives never match the main thread's.
+    pub fn thread_comms(&self, wanted: usize) -> Vec<ThreadComm> {
+        let Some(world) = self.world.mpi_comm() else {
+            return Vec::new();
+        };
+        let granted = if THREAD_MULTIPLE.load(Ordering::SeqCst) {
+            wanted
+        } else {
+            0
+        };
+        // The fewest: minus the largest of the negated counts.
+        let agreed = -self.world.allreduce_max_f64(-(granted as f64));
+        (0..agreed as usize)
+            .map(|_| ThreadComm(world.duplicate()))
+            .collect()
+    }
+}
+
+/// A communicator over every rank that one other thread may own and call MPI on
+/// ([`World::thread_comms`]); it counts its bytes apart from the world's
+/// ([`ThreadComm::into_group`]) and is freed where it is dropped.
+pub struct ThreadComm(SimpleCommunicator);
+
+// SAFETY: a ThreadComm is made only where MPI granted MPI_THREAD_MULTIPLE, under which any
+// thread may call MPI on any communicator; it is used by one thread at a time (it moves, it is
+// not shared), and its collectives run on it alone, in the same order on every rank.
+unsafe impl Send for ThreadComm {}
+
+impl ThreadComm {
+    /// A [`Group`] over this communicator for the thread that owns it, with its own byte and
+    /// second counts (read them with `group.stats().snapshot()` and add them to the world's
+    /// with [`CommStats::add`]) and host buffers only.
+    pub fn into_group(self) -> Group {
+        Group::new(
+            self.0,
+            Rc::new(CommStats::default()),
+            Rc::new(Cell::new(false)),
+        )
     }
 }
 

@@ -45,6 +45,18 @@ impl CommStats {
         self.device_pointer_calls.get()
     }
 
+    /// Add totals counted elsewhere (another thread's communicator) to these.
+    pub fn add(&self, other: &BTreeMap<&'static str, OpStats>) {
+        let mut ops = self.ops.borrow_mut();
+        for (kind, o) in other {
+            let e = ops.entry(kind).or_default();
+            e.calls += o.calls;
+            e.bytes_sent += o.bytes_sent;
+            e.bytes_received += o.bytes_received;
+            e.seconds += o.seconds;
+        }
+    }
+
     /// A copy of the totals so far.
     pub fn snapshot(&self) -> BTreeMap<&'static str, OpStats> {
         self.ops.borrow().clone()

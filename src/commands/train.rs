@@ -257,15 +257,26 @@ pub(crate) trait Job {
     fn run<B: Backend>(self, backend: B, world: &World) -> Result<Self::Out>;
 }
 
+/// Whether `cfg`'s run may prefetch GDP batches on several ranks, whose workers call MPI
+/// (`train::prefetch`): `--prefetch on`, or `auto` where a device may train.
+fn prefetch_may_call_mpi(cfg: &TrainConfig) -> bool {
+    let wanted = match cfg.prefetch {
+        Prefetch::On => true,
+        Prefetch::Off => false,
+        Prefetch::Auto => cfg.device != Device::Cpu,
+    };
+    wanted && !cfg.full_batch && matches!(cfg.strategy, Strategy::Gdp | Strategy::Auto)
+}
+
 /// Start the world and the thread pool for `cfg`, log the layout and the configuration, choose
 /// the device and run `job` on it. Shared by `train`, `plan` and `calibrate`.
 pub(crate) fn with_backend<J: Job>(cfg: &TrainConfig, job: J) -> Result<(J::Out, World)> {
-    let world = World::init_with_nodes(cfg.ranks_per_node)?;
+    let world = World::init_with_nodes(cfg.ranks_per_node, prefetch_may_call_mpi(cfg))?;
     // Threads divide the cores of the real host, also when nodes are pretend groups.
     let threads = crate::comm::threads_per_rank(cfg.threads, world.ranks_on_host());
     log_node_layout(&world);
-    // The calling thread (the process's main thread, which also makes every MPI call)
-    // becomes worker 0, so kernels run on it directly instead of being injected into the
+    // The calling thread (the process's main thread, which makes every MPI call but the
+    // prefetch workers') becomes worker 0, so kernels run on it directly instead of being injected into the
     // pool while it sleeps. The global pool can only be built once per process; a second
     // build (the library called twice) keeps the first, which is fine.
     let _ = rayon::ThreadPoolBuilder::new()

@@ -342,20 +342,24 @@ impl FeatureStore {
     /// non-zeros, the same rows sampled, so the same answer as on their dense form), as CSR
     /// assembled from the copy, the cache and the fetched rows, never dense (Facebook: 3.8k
     /// rows of 18.9 KB per rank per step at 16 ranks, ~14 non-zeros each); else dense, as
-    /// [`FeatureStore::gather`]. Collective, as `gather`.
+    /// [`FeatureStore::gather`]. Collective, as `gather`, over `group`, which may be another
+    /// thread's (the store is only read): returns the rows and the counters to add with
+    /// [`FeatureStore::add_stats`].
     pub fn gather_input(
-        &mut self,
+        &self,
         group: &Group,
         ids: &[NodeId],
         sparse_first_layer: bool,
-    ) -> InputRows {
-        let Some(own) = self.own_csr.as_ref().filter(|_| sparse_first_layer) else {
-            return InputRows::Dense(self.gather(group, ids));
-        };
-        let (from, fetched, stats) = self.locate_and_fetch(ids, |missing| {
+    ) -> (InputRows, StoreStats) {
+        let fetch = |missing: &[NodeId]| {
             let plan = RowExchange::new(group, &self.offsets, missing);
             plan.forward_packed_rows(group, "store_rows", self.row_source())
-        });
+        };
+        let Some(own) = self.own_csr.as_ref().filter(|_| sparse_first_layer) else {
+            let (rows, stats) = self.gather_with(ids, fetch);
+            return (InputRows::Dense(rows), stats);
+        };
+        let (from, fetched, stats) = self.locate_and_fetch(ids, fetch);
         let sparse = prefers_sparse_by(ids.len(), self.dim(), |i| {
             self.row_nonzeros(own, from[i], &fetched)
         });
@@ -364,8 +368,7 @@ impl FeatureStore {
         } else {
             InputRows::Dense(self.fill(&from, &fetched))
         };
-        self.add_stats(&stats);
-        rows
+        (rows, stats)
     }
 
     /// The stored entries (`!= 0.0`) of the row `r` reads, own rows from their CSR copy `own`.

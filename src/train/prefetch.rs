@@ -1,11 +1,15 @@
-//! Sampling that keeps up: while batch `b` trains, a prefetch thread samples batch `b + 1` and
-//! gathers its input rows, so the host's share of a step hides behind the model's (on a GPU,
+//! Sampling that keeps up: while batch `b` trains, prefetch workers sample batch `b + 1` and
+//! gather its input rows, so the host's share of a step hides behind the model's (on a GPU,
 //! the host phases are otherwise the whole step).
 //!
-//! It applies to GDP mini-batches on a one-rank group, where preparing a batch is local work:
-//! with several ranks, sampling routes every hop's frontier to its owners (alltoallv), and MPI
-//! calls stay on the main thread. The prefetch thread only reads the training data; the
-//! backend (the model, uploads, device gathers) and every collective stay on the main thread.
+//! It applies to GDP mini-batches. On one rank, preparing a batch is local work. On several,
+//! sampling routes every hop's frontier to its owners and missing input rows are fetched
+//! (alltoallv): each worker then owns a communicator of its own, a duplicate of the world's
+//! ([`crate::comm::World::thread_comms`], which needs `MPI_THREAD_MULTIPLE`), so its
+//! collectives never match the main thread's gradient allreduce, and worker `w` of every rank
+//! prepares the same batches in the same order. The workers only read the training data; the
+//! backend (the model, uploads, device gathers) and the world's collectives stay on the main
+//! thread.
 //!
 //! One batch's sampling does not keep 16 cores busy (its hops are short parallel loops with
 //! serial joins between them), so several threads prepare whole batches at once: worker `w`
@@ -15,15 +19,17 @@
 //! when the host gathers the input rows (they are the bulk of a batch) and a quarter of the
 //! rank's threads, at most 8, when the device gathers them (`prefetch_workers`).
 //!
-//! It changes no number: a batch's sample is a pure function of its key
-//! ([`gdp_host_batch`]), whichever thread computes it and whenever, and the step on the main
-//! thread is the same code as without prefetch ([`gdp_train_step`]).
+//! It changes no number: a batch's sample and rows are a pure function of its key
+//! ([`gdp_host_batch`]), whichever thread computes them and whenever, and the step on the
+//! main thread is the same code as without prefetch ([`gdp_train_step`]).
 
 use super::data::TrainData;
 use super::metrics::PhaseTimes;
 use super::strategy::{gdp_host_batch, gdp_train_step, HostBatch, InputSource, StepArgs};
 use super::{finish_step, EpochOutcome, EpochTotals, Trainer};
 use crate::backend::Backend;
+use crate::comm::ThreadComm;
+use crate::config::TrainConfig;
 use crate::exchange::store::StoreStats;
 use crate::graph::NodeId;
 use crate::kinds::{Prefetch, Strategy};
@@ -54,36 +60,80 @@ pub fn worker_count(configured: Option<usize>, gather_on_host: bool, threads: us
     }
 }
 
+/// The prefetch workers of one epoch: how many, and on several ranks the communicator each
+/// owns.
+pub(super) struct Workers {
+    count: usize,
+    /// One per worker on several ranks; empty on one.
+    comms: Vec<ThreadComm>,
+}
+
+/// The workers that would prepare GDP's mini-batches ahead under `cfg` ([`worker_count`]), or
+/// `None` where each batch is prepared in its step: `--prefetch off`, `auto` on the CPU
+/// backend (`device` false), or full-batch training. `gather_on_host`: the host gathers the
+/// dense input rows (so each batch in flight holds them).
+pub fn planned_workers(
+    cfg: &TrainConfig,
+    device: bool,
+    gather_on_host: bool,
+    threads: usize,
+) -> Option<usize> {
+    let wanted = match cfg.prefetch {
+        Prefetch::On => true,
+        Prefetch::Off => false,
+        // On the CPU backend the next batch's preparation would share the cores (and the
+        // memory bandwidth) with this one's training: measured no faster, often slower.
+        Prefetch::Auto => device,
+    };
+    (wanted && !cfg.full_batch).then(|| worker_count(cfg.prefetch_workers, gather_on_host, threads))
+}
+
 impl<B: Backend> Trainer<'_, B> {
-    /// How many prefetch workers prepare batches ahead ([`worker_count`]), or `None` when this
-    /// run prepares every batch in its step: `--prefetch off` (or `auto` on the CPU backend),
-    /// full-batch training, another strategy than GDP, or GDP over several ranks (whose
-    /// sampling communicates).
-    pub(super) fn prefetch_workers(&self) -> Option<usize> {
-        let wanted = match self.cfg.prefetch {
-            Prefetch::On => true,
-            Prefetch::Off => false,
-            // On the CPU backend the next batch's preparation would share the cores (and the
-            // memory bandwidth) with this one's training: measured no faster, often slower.
-            Prefetch::Auto => !B::IS_HOST,
-        };
-        let applies = wanted
-            && !self.cfg.full_batch
-            && self.cfg.strategy == Strategy::Gdp
-            && self.data_group().size() == 1;
+    /// The workers that prepare this epoch's batches ahead ([`planned_workers`]), or `None`
+    /// when this run prepares every batch in its step: prefetch off, another strategy than
+    /// GDP, or several ranks whose MPI did not grant `MPI_THREAD_MULTIPLE`. Collective on
+    /// several ranks: every rank gets the fewest workers any rank wanted.
+    pub(super) fn prefetch_workers(&self) -> Option<Workers> {
+        if self.cfg.strategy != Strategy::Gdp {
+            return None;
+        }
         // A batch in flight holds its dense input rows only where the host gathers them.
         let input = InputSource::of(&self.model, self.resident.is_some());
         let gather_on_host = !input.resident && !input.csr_rows(&self.data);
         let threads = rayon::current_num_threads();
-        applies.then(|| worker_count(self.cfg.prefetch_workers, gather_on_host, threads))
+        let count = planned_workers(&self.cfg, !B::IS_HOST, gather_on_host, threads)?;
+        if self.world.size() == 1 {
+            return Some(Workers {
+                count,
+                comms: Vec::new(),
+            });
+        }
+        let comms = self.world.thread_comms(count);
+        if comms.is_empty() {
+            if self.pos.epoch == 0 {
+                log::warn!(
+                    "prefetch off: several ranks prefetch on communicators of their own, and \
+                     this MPI library did not grant MPI_THREAD_MULTIPLE on every rank"
+                );
+            }
+            return None;
+        }
+        Some(Workers {
+            count: comms.len(),
+            comms,
+        })
     }
 
-    /// [`Trainer::train_epoch`] with `workers` threads preparing the batches ahead.
+    /// [`Trainer::train_epoch`] with `workers` preparing the batches ahead.
     pub(super) fn train_epoch_prefetched(
         &mut self,
         batches: &[Vec<NodeId>],
-        workers: usize,
+        workers: Workers,
     ) -> Result<EpochOutcome> {
+        let Workers {
+            count: workers,
+            comms,
+        } = workers;
         let start = self.pos.batch.min(batches.len());
         // The batches this call trains: the rest of the epoch, or fewer under `max_steps`
         // (the thread prepares no batch that will not train).
@@ -128,24 +178,34 @@ impl<B: Backend> Trainer<'_, B> {
         let keep_sampled = dump.is_some();
         if pos.epoch == 0 && start == 0 {
             log::info!(
-                "prefetch: {workers} worker(s) prepare batches ahead (input rows {})",
-                input_rows_where(input, data)
+                "prefetch: {workers} worker(s) prepare batches ahead (input rows {}{})",
+                input_rows_where(input, data),
+                if comms.is_empty() {
+                    ""
+                } else {
+                    "; each worker samples and fetches on a communicator of its own"
+                }
             );
         }
 
+        let partitioned = !comms.is_empty();
         let result = std::thread::scope(|s| -> Result<()> {
             let keys = &keys;
             // One rendezvous channel per worker: it holds no batch, so a worker keeps the one
             // it finished until the loop takes it, and starts the next only then.
             let mut receivers = Vec::with_capacity(workers);
             let mut producers = Vec::with_capacity(workers);
+            let mut comms = comms.into_iter();
             for w in 0..workers {
                 let (tx, rx) = sync_channel::<HostBatch>(0);
                 receivers.push(rx);
+                let comm = comms.next();
                 producers.push(s.spawn(move || {
+                    let group = comm.map(ThreadComm::into_group);
                     for b in (start + w..end).step_by(workers) {
                         let host = gdp_host_batch(
                             data,
+                            group.as_ref(),
                             &batches[b],
                             fanouts,
                             keys[b],
@@ -157,6 +217,8 @@ impl<B: Backend> Trainer<'_, B> {
                             break; // the loop stopped early (an error): nothing more is needed
                         }
                     }
+                    // This worker's bytes and seconds, for the world's counts.
+                    group.map(|g| g.stats().snapshot())
                 }));
             }
             for b in start..end {
@@ -184,7 +246,7 @@ impl<B: Backend> Trainer<'_, B> {
                     scale: 1.0 / batch.len() as f32,
                 };
                 let dump = dump.as_mut().map(|d| (d, pos.step));
-                let out = gdp_train_step(
+                let stepped = gdp_train_step(
                     model,
                     data,
                     resident.as_ref(),
@@ -192,19 +254,37 @@ impl<B: Backend> Trainer<'_, B> {
                     &args,
                     &mut times,
                     dump,
-                )?;
-                finish_step(
-                    world,
-                    model,
-                    adam,
-                    pos,
-                    &out,
-                    batch.len(),
-                    &mut times,
-                    &mut totals,
-                    &[],
-                )?;
+                )
+                .and_then(|out| {
+                    finish_step(
+                        world,
+                        model,
+                        adam,
+                        pos,
+                        &out,
+                        batch.len(),
+                        &mut times,
+                        &mut totals,
+                        &[],
+                    )
+                });
+                if let Err(e) = stepped {
+                    // This rank's workers may be inside a collective with the other ranks'
+                    // workers, which will not end now: end the job here, naming the rank,
+                    // rather than wait for them to join.
+                    if partitioned {
+                        crate::comm::fail_job(&e);
+                    }
+                    return Err(e);
+                }
                 progress.inc(1);
+            }
+            for producer in producers {
+                match producer.join() {
+                    Ok(Some(comm)) => world.stats().add(&comm),
+                    Ok(None) => {}
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
             }
             Ok(())
         });

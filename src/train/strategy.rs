@@ -141,16 +141,21 @@ impl InputSource {
     }
 }
 
-/// The host side of a GDP mini-batch on a rank that holds the whole graph (a group of one
-/// rank): sample, add self-loops, prepare the input rows (`input`) and the labels. It
-/// communicates nothing, reads `data` only and is a pure function of its arguments, so the
-/// trainer's prefetch thread runs it ahead of time with the same result as the step itself
-/// (`keep_sampled`: also keep the blocks as sampled, for `--dump-blocks`).
+/// The host side of a GDP mini-batch: this rank's seeds, their sampled blocks (self-loops
+/// added), the input rows (`input`) and the labels. `group`: the ranks the graph is
+/// partitioned over, or `None` where this rank holds the whole graph; then it communicates
+/// nothing, else it is collective over `group` (sampling hops routed to owners, missing input
+/// rows fetched), and every rank calls it for every batch. It only reads `data` and is a pure
+/// function of its arguments, so the trainer's prefetch workers run it ahead of time, on a
+/// communicator of their own, with the same result as the step itself (`keep_sampled`: also
+/// keep the blocks as sampled, for `--dump-blocks`).
 ///
 /// # Panics
-/// If `data` does not own every vertex the batch reaches.
+/// If `group` is `None` and `data` does not own every vertex the batch reaches.
+#[allow(clippy::too_many_arguments)]
 pub fn gdp_host_batch(
     data: &TrainData,
+    group: Option<&Group>,
     batch: &[NodeId],
     fanouts: &[i32],
     key: BatchKey,
@@ -161,7 +166,10 @@ pub fn gdp_host_batch(
     let t = Instant::now();
     let seeds: Vec<NodeId> = batch.iter().copied().filter(|&v| data.owns(v)).collect();
     let graph = LocalGraph::new(&data.part, data.orig_ids.as_deref());
-    let mut blocks = sample_blocks(&graph, &seeds, fanouts, key);
+    let mut blocks = match group {
+        None => sample_blocks(&graph, &seeds, fanouts, key),
+        Some(g) => sample_blocks_distributed(g, &graph, &data.offsets, &seeds, fanouts, key),
+    };
     let mut sampled = None;
     if self_loops {
         let looped = blocks.iter().map(Block::with_self_loops).collect();
@@ -171,7 +179,16 @@ pub fn gdp_host_batch(
     let sample_seconds = t.elapsed().as_secs_f64();
 
     let t = Instant::now();
-    let (input, store) = input.rows(data, &blocks[0].src_nodes);
+    let src = &blocks[0].src_nodes;
+    let (input, store) = match group {
+        None => input.rows(data, src),
+        Some(g) => {
+            // Only a rank holding the whole graph keeps its features on the device.
+            debug_assert!(!input.resident, "resident features on a partitioned graph");
+            let (rows, stats) = data.store.gather_input(g, src, input.sparse_first_layer);
+            (BatchInput::Host(rows), stats)
+        }
+    };
     let labels = seeds.iter().map(|&s| data.label(s)).collect();
     HostBatch {
         seeds,
@@ -207,43 +224,20 @@ pub fn gdp_minibatch_step<B: Backend>(
         self_loops,
         ..
     } = *args;
-    let host = if group.size() == 1 {
-        // Exactly what the prefetch thread would have prepared.
-        let input = InputSource::of(model, resident.is_some());
-        let host = gdp_host_batch(data, batch, fanouts, key, self_loops, input, dump.is_some());
-        data.store.add_stats(&host.store);
-        host
-    } else {
-        let t = Instant::now();
-        let seeds: Vec<NodeId> = batch.iter().copied().filter(|&v| data.owns(v)).collect();
-        let graph = LocalGraph::new(&data.part, data.orig_ids.as_deref());
-        let blocks = sample_blocks_distributed(group, &graph, &data.offsets, &seeds, fanouts, key);
-        let (blocks, sampled) = if self_loops {
-            let looped = blocks.iter().map(Block::with_self_loops).collect();
-            (looped, dump.is_some().then_some(blocks))
-        } else {
-            (blocks, None)
-        };
-        let sample_seconds = t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        let sparse_first_layer = model.layers[0].takes_sparse_input();
-        let input = BatchInput::Host(data.store.gather_input(
-            group,
-            &blocks[0].src_nodes,
-            sparse_first_layer,
-        ));
-        let labels = seeds.iter().map(|&s| data.label(s)).collect();
-        HostBatch {
-            seeds,
-            labels,
-            blocks,
-            sampled,
-            input,
-            sample_seconds,
-            gather_seconds: t.elapsed().as_secs_f64(),
-            store: StoreStats::default(),
-        }
-    };
+    // Exactly what the prefetch workers would have prepared.
+    let input = InputSource::of(model, resident.is_some());
+    let partitioned = (group.size() > 1).then_some(group);
+    let host = gdp_host_batch(
+        data,
+        partitioned,
+        batch,
+        fanouts,
+        key,
+        self_loops,
+        input,
+        dump.is_some(),
+    );
+    data.store.add_stats(&host.store);
     gdp_train_step(model, data, resident, host, args, times, dump)
 }
 

@@ -15,6 +15,7 @@ pub mod dry_run;
 pub mod report;
 
 use super::data::TrainData;
+use super::prefetch::planned_workers;
 use crate::backend::Backend;
 use crate::comm::{Group, World};
 use crate::config::TrainConfig;
@@ -152,6 +153,16 @@ pub fn shape_of<B: Backend, M: Backend>(
         staged_gradients: !B::IS_HOST && !group.device_pointers(),
         input_nnz,
         csr_batches: sparse_input && csr_everywhere,
+        // Overlap is priced only on a device: on the CPU backend the workers share the cores
+        // that train. One rank on a device gathers rows there from its resident features.
+        // (Whether the host gathers dense rows sets the default worker count.)
+        prefetch_workers: planned_workers(
+            cfg,
+            !B::IS_HOST,
+            group.size() > 1 && !(sparse_input && csr_everywhere),
+            rayon::current_num_threads(),
+        )
+        .filter(|_| !B::IS_HOST),
     }
 }
 
