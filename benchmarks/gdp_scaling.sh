@@ -28,7 +28,8 @@
 #   RESULTS       folder of the outputs (default benchmarks/results)
 #   APPEND        1: add this run's lines to an existing NAME.jsonl (and redraw from all of
 #                 them) instead of replacing it: for studies split over several calls
-#   DATASETS      subset of "tolokers facebook sbm200k" (default: all three), or sbm3k: a
+#   DATASETS      subset of "tolokers facebook sbm200k" (default: all three), sbmwide (50k
+#                 vertices, 1M edges, 2,048 dense features: NFP's case), or sbm3k: a
 #                 3,000-vertex SBM that checks the scripts in seconds (its numbers mean nothing)
 #   RANKS         rank counts (default "1 2 4"; every count above 1 also runs with a cache)
 #   DEVICE        --device of every run (default cpu, comparable with earlier results; cuda
@@ -122,12 +123,18 @@ prepare_inputs() {
                 "$GNNPAR" generate sbm --nodes 200000 --edges 4000000 --features 128 \
                     --classes 16 -o "$h5" >/dev/null
                 ;;
+            sbmwide)
+                # Wide dense features (2,048 columns, all set) on a small graph: where
+                # feature-sliced NFP should beat moving whole rows (issue 15).
+                "$GNNPAR" generate sbm --nodes 50000 --edges 1000000 --features 2048 \
+                    --classes 16 -o "$h5" >/dev/null
+                ;;
             sbm3k)
                 "$GNNPAR" generate sbm --nodes 3000 --edges 30000 --features 24 --classes 4 \
                     -o "$h5" >/dev/null
                 ;;
             *)
-                echo "unknown dataset '$d' (expected one of: $ALL_DATASETS sbm3k)" >&2
+                echo "unknown dataset '$d' (expected one of: $ALL_DATASETS sbmwide sbm3k)" >&2
                 exit 2
                 ;;
             esac
@@ -161,7 +168,7 @@ step_args() {
     fi
     case "$1" in
     facebook) echo "--epochs 1 --max-steps $FACEBOOK_STEPS" ;;
-    sbm200k) echo "--epochs 1 --max-steps $SBM_STEPS" ;;
+    sbm200k | sbmwide) echo "--epochs 1 --max-steps $SBM_STEPS" ;;
     *) echo "--epochs 2" ;;
     esac
 }
