@@ -137,6 +137,14 @@ fn every_strategy_matches_one_cpu_rank(
                 "{what}: prefetch across ranks:\n{}",
                 out.stderr
             );
+            // GDP's ranks keep their own feature rows on the device and gather them there.
+            assert_eq!(
+                strategy == "gdp",
+                out.stderr
+                    .contains("features on the device: each rank's own rows;"),
+                "{what}: resident features:\n{}",
+                out.stderr
+            );
             let summary = out.last_json();
             assert_eq!(summary["strategy"], strategy, "{what}: {summary}");
             assert_eq!(summary["steps"], 5, "{what}: {summary}");
@@ -242,6 +250,23 @@ fn every_strategy_on_emulated_cuda_ranks_trains_the_model_of_one_cpu_rank() {
             out.stderr
         );
     }
+
+    // With a feature cache, GDP's ranks keep it on the device beside their own rows: cached
+    // rows are gathered there, only fetched rows go up, and the model is still 1 CPU rank's.
+    let ck = tmp.path().join("cuda-gdp-cached.h5");
+    let mut args = train_args(&data, "sage");
+    args.extend_from_slice(&["--cache-mb", "1", "--checkpoint", s(&ck)]);
+    let out = mpirun_cuda(2, Gpu::Emulated(2), &args, &[]).expect_ok("gdp with a cache");
+    assert!(
+        out.stderr
+            .contains("features on the device: each rank's own rows and its cache of remote rows"),
+        "the cache goes to the device:\n{}",
+        out.stderr
+    );
+    let reference = common::read_f32s(&tmp.path().join("cpu-sage.h5"), "params");
+    let d = max_rel_diff(&reference, &common::read_f32s(&ck, "params"), 1e-3);
+    eprintln!("gdp with a resident cache: {d:.2e} from 1 CPU rank");
+    assert!(d <= 1e-4, "gdp with a resident cache differs by {d:.2e}");
 
     // `on` asks the library; Open MPI without CUDA (CI) says no, which is an error naming the
     // answer. A CUDA-aware library would run, saying so.

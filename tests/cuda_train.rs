@@ -467,7 +467,7 @@ fn one_step<B: Backend>(
     backend: B,
     cfg: &TrainConfig,
     data: &gnnpar::train::data::TrainData,
-    resident: Option<&B::Mat>,
+    resident: Option<&gnnpar::train::strategy::ResidentFeatures<B>>,
     host: gnnpar::train::strategy::HostBatch,
     args: &gnnpar::train::strategy::StepArgs,
 ) -> (f64, Vec<f32>) {
@@ -533,6 +533,7 @@ fn a_stores_sparse_copy_gives_the_numbers_of_the_dense_gather() {
         let prepare = |resident: bool| {
             let input = InputSource {
                 resident,
+                cache_resident: false,
                 sparse_first_layer: true,
             };
             gdp_host_batch(&data, None, &batch, &cfg.fanouts, key, false, input, false)
@@ -560,7 +561,10 @@ fn a_stores_sparse_copy_gives_the_numbers_of_the_dense_gather() {
         );
         // The emulated device: with resident features, the host's choice (CSR rows, or dense
         // rows decided dense) against the layer's own test on the gathered rows.
-        let resident = cuda.upload(data.store.own_rows().view());
+        let resident = gnnpar::train::strategy::ResidentFeatures {
+            own: cuda.upload(data.store.own_rows().view()),
+            cache: None,
+        };
         let host = prepare(true);
         match &host.input {
             BatchInput::Host(InputRows::Sparse(_)) if sparse => {}

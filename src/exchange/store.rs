@@ -13,7 +13,7 @@ use crate::backend::cpu::sparse::{
 use crate::comm::Group;
 use crate::graph::NodeId;
 use crate::util::prefetch::prefetch_span;
-use ndarray::Array2;
+use ndarray::{Array2, ArrayView2};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -215,6 +215,11 @@ impl FeatureStore {
         self.cache_slot.len()
     }
 
+    /// The cached remote rows, one per slot ([`FeatureStore::cache_slot`]).
+    pub fn cache_matrix(&self) -> ArrayView2<'_, f32> {
+        self.cache.slice(ndarray::s![..self.cached_rows(), ..])
+    }
+
     fn is_own(&self, v: NodeId) -> bool {
         let v = v as u64;
         v >= self.first && v < self.first + self.own.nrows() as u64
@@ -369,6 +374,48 @@ impl FeatureStore {
             InputRows::Dense(self.fill(&from, &fetched))
         };
         (rows, stats)
+    }
+
+    /// Rows of `ids` (any owners) for a device that keeps this rank's own rows resident, and
+    /// its cache too when `cache_on_device`: where each of those rows is, for the device to
+    /// gather, and only the rest made here (fetched from their owners, and cached rows the
+    /// device does not hold), dense. Collective, as [`FeatureStore::gather`], over `group`,
+    /// which may be another thread's; returns the counters to add with
+    /// [`FeatureStore::add_stats`].
+    pub fn place_input(
+        &self,
+        group: &Group,
+        ids: &[NodeId],
+        cache_on_device: bool,
+    ) -> (PlacedRows, StoreStats) {
+        let (from, fetched, stats) = self.locate_and_fetch(ids, |missing| {
+            let plan = RowExchange::new(group, &self.offsets, missing);
+            plan.forward_packed_rows(group, "store_rows", self.row_source())
+        });
+        let mut placed = PlacedRows {
+            len: ids.len(),
+            ..PlacedRows::default()
+        };
+        let mut made_here = Vec::new();
+        for (i, &r) in from.iter().enumerate() {
+            let at = i as u32;
+            match r {
+                RowFrom::Own(row) => {
+                    placed.own_pos.push(at);
+                    placed.own_rows.push(row);
+                }
+                RowFrom::Cache(slot) if cache_on_device => {
+                    placed.cached_pos.push(at);
+                    placed.cached_slots.push(slot);
+                }
+                _ => {
+                    placed.host_pos.push(at);
+                    made_here.push(r);
+                }
+            }
+        }
+        placed.host_rows = self.fill(&made_here, &fetched);
+        (placed, stats)
     }
 
     /// The stored entries (`!= 0.0`) of the row `r` reads, own rows from their CSR copy `own`.
@@ -566,6 +613,22 @@ pub enum InputRows {
     Dense(Array2<f32>),
     /// Mostly-zero rows, for a first layer that takes sparse rows.
     Sparse(CsrMatrix),
+}
+
+/// A batch's input rows by where they are, for a device holding this rank's own rows (and
+/// maybe the cache) ([`FeatureStore::place_input`]): batch row `own_pos[k]` is own row
+/// `own_rows[k]`, `cached_pos[k]` is cache slot `cached_slots[k]`, and `host_pos[k]` is row
+/// `k` of `host_rows`, made on the host.
+#[derive(Debug, Default)]
+pub struct PlacedRows {
+    /// Rows in the batch.
+    pub len: usize,
+    pub own_pos: Vec<u32>,
+    pub own_rows: Vec<u32>,
+    pub cached_pos: Vec<u32>,
+    pub cached_slots: Vec<u32>,
+    pub host_pos: Vec<u32>,
+    pub host_rows: Array2<f32>,
 }
 
 /// Where one requested row is read: a row of the own shard, of the cache, or of the rows

@@ -45,9 +45,11 @@ pub fn choose(device: Device, precision: Precision, world: &World) -> Result<Cho
         });
     }
     if let Some(gpus) = emulated_gpus() {
-        let backend = Cuda::emulated().with_context(|| {
-            format!("{EMULATOR} is set: cannot build the CPU emulator of the CUDA kernels")
-        })?;
+        let backend = Cuda::emulated()
+            .with_context(|| {
+                format!("{EMULATOR} is set: cannot build the CPU emulator of the CUDA kernels")
+            })?
+            .shared_by(sharing(world, gpus));
         return Ok(Chosen::Cuda {
             backend,
             why: format!(
@@ -68,12 +70,14 @@ pub fn choose(device: Device, precision: Precision, world: &World) -> Result<Cho
     let gpus = info.devices.len();
     let ordinal = world.host_rank() % gpus;
     let gpu = &info.devices[ordinal];
-    let backend = Cuda::on_gpu(ordinal, precision == Precision::Tf32).with_context(|| {
-        format!(
-            "--device {device}: cannot start GPU {ordinal} ({})",
-            gpu.name
-        )
-    })?;
+    let backend = Cuda::on_gpu(ordinal, precision == Precision::Tf32)
+        .with_context(|| {
+            format!(
+                "--device {device}: cannot start GPU {ordinal} ({})",
+                gpu.name
+            )
+        })?
+        .shared_by(sharing(world, gpus));
     Ok(Chosen::Cuda {
         why: format!("--device {device}: {}", placement(world, gpus)),
         backend,
@@ -90,11 +94,16 @@ fn emulated_gpus() -> Option<usize> {
     Some(v.parse::<usize>().map_or(1, |n| n.max(1)))
 }
 
+/// The most ranks of this host that share one of its `gpus` GPUs.
+fn sharing(world: &World, gpus: usize) -> usize {
+    world.ranks_on_host().div_ceil(gpus.max(1))
+}
+
 /// Which of `gpus` GPUs this rank takes (its node-local rank modulo the count), for the log:
 /// "GPU i of the n this rank sees (node-local rank r of k; up to m ranks share a GPU)".
 fn placement(world: &World, gpus: usize) -> String {
     let local = world.host_rank();
-    let sharing = world.ranks_on_host().div_ceil(gpus);
+    let sharing = sharing(world, gpus);
     format!(
         "GPU {} of the {gpus} this rank sees (node-local rank {local} of {}{})",
         local % gpus,

@@ -38,7 +38,7 @@ use serde::Serialize;
 use std::ops::Range;
 use std::path::PathBuf;
 use std::time::Instant;
-use strategy::{FullGraph, InputSource, StepArgs};
+use strategy::{FullGraph, InputSource, ResidentFeatures, StepArgs};
 
 /// Where a run reads and writes, besides its configuration.
 #[derive(Clone, Debug, Default)]
@@ -226,7 +226,7 @@ pub struct Trainer<'w, B: Backend = Cpu> {
     full: Option<FullGraph<B>>,
     /// The whole graph's features on a device backend, when one rank owns them all and they
     /// fit: mini-batches gather their input rows there.
-    resident: Option<B::Mat>,
+    resident: Option<ResidentFeatures<B>>,
     dump: Option<dump::BlockDump>,
     /// `--strategy nfp`: this rank's sliced input layer.
     nfp: Option<nfp::Nfp<B>>,
@@ -375,14 +375,25 @@ impl<'w, B: Backend> Trainer<'w, B> {
         // Mostly-zero rows that the store keeps as CSR go up as CSR, batch by batch and for
         // evaluation (`FullGraph::infer`): a dense resident copy would only cost device memory
         // (Facebook: 424 MB, half the mini-batch run's peak).
-        let csr_input = InputSource::of(&model, false).csr_rows(&data);
-        let resident = (!B::IS_HOST
+        let csr_input = InputSource::of(&model, None).csr_rows(&data);
+        // On several ranks only GDP reads its batches' rows through the store this way.
+        let wanted = !B::IS_HOST
             && !cfg.full_batch
-            && world.size() == 1
             && cfg.strategy != Strategy::Nfp
             && !csr_input
-            && backend.fits(features_bytes))
-        .then(|| backend.upload(data.store.own_rows().view()));
+            && (world.size() == 1 || cfg.strategy == Strategy::Gdp)
+            && backend.fits(features_bytes);
+        // Evaluation decides collectively whether it reads a resident copy, so on several
+        // ranks every rank keeps one or none.
+        let keep = if world.size() > 1 {
+            world.allreduce_max_f64(f64::from(u8::from(!wanted))) == 0.0
+        } else {
+            wanted
+        };
+        let resident = keep.then(|| ResidentFeatures {
+            own: backend.upload(data.store.own_rows().view()),
+            cache: None,
+        });
         let mut t = Trainer {
             pos: Position {
                 epoch: 0,
@@ -422,7 +433,34 @@ impl<'w, B: Backend> Trainer<'w, B> {
         {
             t.fill_cache();
         }
+        t.keep_cache_on_device();
+        if t.world.size() > 1 && t.world.rank() == 0 {
+            if let Some(r) = &t.resident {
+                log::info!(
+                    "features on the device: each rank's own rows{}; rows of other ranks are \
+                     fetched on the host per batch and placed there",
+                    if r.cache.is_some() {
+                        " and its cache of remote rows"
+                    } else {
+                        ""
+                    }
+                );
+            }
+        }
         Ok(t)
+    }
+
+    /// Where this rank keeps its own features on the device, keep its cache of remote rows
+    /// there too when it fits: cached rows are then gathered there, not copied up per batch.
+    fn keep_cache_on_device(&mut self) {
+        let cached = self.data.store.cached_rows();
+        let Some(resident) = &mut self.resident else {
+            return;
+        };
+        let be = self.model.params.backend();
+        if cached > 0 && be.fits(cached * self.data.feature_dim() * 4) {
+            resident.cache = Some(be.upload(self.data.store.cache_matrix()));
+        }
     }
 
     /// Fill each rank's cache with the remote rows a presampling pass reads most. Collective.
@@ -885,7 +923,10 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 full,
                 self.cfg.uses_self_loops(),
             )?,
-            None => full.infer(group, &self.model, &self.data, self.resident.as_ref()),
+            None => {
+                let own = self.resident.as_ref().map(|r| &r.own);
+                full.infer(group, &self.model, &self.data, own)
+            }
         };
         let logits = self.model.params.backend().download_owned(logits);
         let first = self.data.part.first_node;

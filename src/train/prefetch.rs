@@ -98,7 +98,7 @@ impl<B: Backend> Trainer<'_, B> {
             return None;
         }
         // A batch in flight holds its dense input rows only where the host gathers them.
-        let input = InputSource::of(&self.model, self.resident.is_some());
+        let input = InputSource::of(&self.model, self.resident.as_ref());
         let gather_on_host = !input.resident && !input.csr_rows(&self.data);
         let threads = rayon::current_num_threads();
         let count = planned_workers(&self.cfg, !B::IS_HOST, gather_on_host, threads)?;
@@ -174,7 +174,7 @@ impl<B: Backend> Trainer<'_, B> {
         let keys: Vec<BatchKey> = (0..batches.len()).map(key).collect();
         // On a device holding the features, dense input rows are gathered there, not on the
         // host; mostly-zero rows come as CSR from the store's sparse copy either way.
-        let input = InputSource::of(model, resident.is_some());
+        let input = InputSource::of(model, resident.as_ref());
         let keep_sampled = dump.is_some();
         if pos.epoch == 0 && start == 0 {
             log::info!(
@@ -306,7 +306,7 @@ impl<B: Backend> Trainer<'_, B> {
 fn input_rows_where(input: InputSource, data: &TrainData) -> &'static str {
     match (input.csr_rows(data), input.resident) {
         (true, _) => "as CSR on the host, from the store's sparse copy",
-        (false, true) => "gathered on the device",
+        (false, true) => "gathered on the device, other ranks' rows fetched on the host",
         (false, false) => "gathered on the host",
     }
 }

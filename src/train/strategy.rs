@@ -12,7 +12,7 @@ use crate::backend::Backend;
 use crate::comm::Group;
 use crate::exchange::inference::HaloPlan;
 use crate::exchange::sample_blocks_distributed;
-use crate::exchange::store::{InputRows, StoreStats};
+use crate::exchange::store::{InputRows, PlacedRows, StoreStats};
 use crate::graph::NodeId;
 use crate::nn::{DropoutCtx, Model};
 use crate::sample::rng::hash_key;
@@ -84,27 +84,44 @@ pub enum BatchInput {
     /// mostly-zero rows as CSR for a first layer that takes sparse rows (the path its test
     /// would choose on their dense form, decided from the rows' counts, without that form).
     Host(InputRows),
-    /// Rows the backend gathers from its resident copy of the features. `dense`: the host
-    /// decided from the rows' counts that the first layer takes them densely, so the layer
-    /// skips its own test (on a device a count kernel and a wait); else the layer tests them.
+    /// Rows the backend gathers from its resident copy of the features (one rank: every
+    /// row is its own). `dense`: the host decided from the rows' counts that the first layer
+    /// takes them densely, so the layer skips its own test (on a device a count kernel and a
+    /// wait); else the layer tests them.
     Resident { dense: bool },
+    /// Several ranks, own rows (and cached ones) resident on the device: where each row is
+    /// there, and the rows made on the host (fetched from their owners). The device gathers
+    /// and places them.
+    Placed(PlacedRows),
 }
 
-/// Where a one-rank GDP batch's input rows come from.
+/// This rank's feature rows kept on the device: its own rows (the whole graph's on one rank),
+/// and on several ranks its cache of remote rows when that fits too. The batches' input rows
+/// are gathered there instead of on the host and copied up.
+pub struct ResidentFeatures<B: Backend> {
+    pub own: B::Mat,
+    pub cache: Option<B::Mat>,
+}
+
+/// Where a GDP batch's input rows come from.
 #[derive(Clone, Copy, Debug)]
 pub struct InputSource {
-    /// The backend holds the whole graph's features and gathers rows there.
+    /// The backend holds this rank's own features (on one rank, the whole graph's) and
+    /// gathers rows there.
     pub resident: bool,
+    /// It holds the cache of remote rows too.
+    pub cache_resident: bool,
     /// The model's first layer multiplies sparse input rows as such
     /// ([`crate::nn::Layer::takes_sparse_input`]).
     pub sparse_first_layer: bool,
 }
 
 impl InputSource {
-    /// The source of `model`'s input rows, `resident` when the backend holds the features.
-    pub fn of<B: Backend>(model: &Model<B>, resident: bool) -> InputSource {
+    /// The source of `model`'s input rows, with `resident` the features the backend holds.
+    pub fn of<B: Backend>(model: &Model<B>, resident: Option<&ResidentFeatures<B>>) -> InputSource {
         InputSource {
-            resident,
+            resident: resident.is_some(),
+            cache_resident: resident.is_some_and(|r| r.cache.is_some()),
             sparse_first_layer: model.layers[0].takes_sparse_input(),
         }
     }
@@ -182,9 +199,11 @@ pub fn gdp_host_batch(
     let src = &blocks[0].src_nodes;
     let (input, store) = match group {
         None => input.rows(data, src),
+        Some(g) if input.resident => {
+            let (placed, stats) = data.store.place_input(g, src, input.cache_resident);
+            (BatchInput::Placed(placed), stats)
+        }
         Some(g) => {
-            // Only a rank holding the whole graph keeps its features on the device.
-            debug_assert!(!input.resident, "resident features on a partitioned graph");
             let (rows, stats) = data.store.gather_input(g, src, input.sparse_first_layer);
             (BatchInput::Host(rows), stats)
         }
@@ -204,14 +223,14 @@ pub fn gdp_host_batch(
 
 /// Data-parallel step (GDP): this rank takes the seeds of `batch` it owns, samples their
 /// blocks with owner-computes sampling, fetches input rows from the feature store (or gathers
-/// them on the device from `resident`, the whole graph's features kept there when one rank
-/// owns them all), and runs forward, loss and backward on the model's backend (gradients
+/// them on the device from `resident`, this rank's features kept there, fetching only other
+/// ranks' rows that it does not hold), and runs forward, loss and backward on the model's backend (gradients
 /// accumulate in `model`). Collective: every rank calls it for every mini-batch, also with no
 /// seeds of its own.
 pub fn gdp_minibatch_step<B: Backend>(
     model: &mut Model<B>,
     data: &mut TrainData,
-    resident: Option<&B::Mat>,
+    resident: Option<&ResidentFeatures<B>>,
     args: &StepArgs,
     times: &mut PhaseTimes,
     dump: Option<(&mut BlockDump, u64)>,
@@ -225,7 +244,7 @@ pub fn gdp_minibatch_step<B: Backend>(
         ..
     } = *args;
     // Exactly what the prefetch workers would have prepared.
-    let input = InputSource::of(model, resident.is_some());
+    let input = InputSource::of(model, resident);
     let partitioned = (group.size() > 1).then_some(group);
     let host = gdp_host_batch(
         data,
@@ -248,7 +267,7 @@ pub fn gdp_minibatch_step<B: Backend>(
 pub fn gdp_train_step<B: Backend>(
     model: &mut Model<B>,
     data: &TrainData,
-    resident: Option<&B::Mat>,
+    resident: Option<&ResidentFeatures<B>>,
     host: HostBatch,
     args: &StepArgs,
     times: &mut PhaseTimes,
@@ -286,9 +305,12 @@ pub fn gdp_train_step<B: Backend>(
         }
         (BatchInput::Host(InputRows::Sparse(x)), _) => Input::Sparse(be.sparse_from_csr(x)),
         (BatchInput::Resident { dense }, Some(features)) => {
-            Input::Dense(be.gather_rows(be.view(features), src), dense)
+            Input::Dense(be.gather_rows(be.view(&features.own), src), dense)
         }
-        (BatchInput::Resident { .. }, None) => {
+        (BatchInput::Placed(rows), Some(features)) => {
+            Input::Dense(place_rows(&be, features, rows, data), false)
+        }
+        (BatchInput::Resident { .. } | BatchInput::Placed(_), None) => {
             panic!("a host batch without input rows needs resident features")
         }
     };
@@ -328,6 +350,34 @@ pub fn gdp_train_step<B: Backend>(
     times.backward += t.elapsed().as_secs_f64();
     out.loss_sum = loss_sum;
     Ok(out)
+}
+
+/// A batch's input rows assembled on the device from `features` and the rows `placed` made
+/// on the host: own rows gathered from the resident copy into their positions, cached rows
+/// from the resident cache, and the rest copied up and put in place (added to zero rows).
+fn place_rows<B: Backend>(
+    be: &B,
+    features: &ResidentFeatures<B>,
+    placed: PlacedRows,
+    data: &TrainData,
+) -> B::Mat {
+    let own = be.gather_rows(be.view(&features.own), &placed.own_rows);
+    let own_pos: Vec<usize> = placed.own_pos.iter().map(|&p| p as usize).collect();
+    let mut x = be.scatter_rows(be.view(&own), &own_pos, placed.len);
+    if !placed.cached_pos.is_empty() {
+        let cache = features
+            .cache
+            .as_ref()
+            .expect("rows are placed in the cache only where the device holds it");
+        let rows = be.gather_rows(be.view(cache), &placed.cached_slots);
+        be.scatter_add_rows(be.view_mut(&mut x), &placed.cached_pos, be.view(&rows));
+    }
+    if !placed.host_pos.is_empty() {
+        let up = be.upload(placed.host_rows.view());
+        be.scatter_add_rows(be.view_mut(&mut x), &placed.host_pos, be.view(&up));
+    }
+    data.store.recycle(placed.host_rows);
+    x
 }
 
 /// A GDP step's input rows on the backend.

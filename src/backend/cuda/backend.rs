@@ -34,6 +34,9 @@ use crate::sample::Block;
 #[derive(Clone, Debug)]
 pub struct Cuda {
     device: Device,
+    /// Ranks of this host that may share the device (each its own process): each may keep
+    /// resident data in its share of the device ([`Backend::fits`]).
+    shared_by: usize,
 }
 
 /// A device operation failed: say what, where and how much memory was in use, then end the
@@ -52,7 +55,10 @@ fn device_failed(what: &str, device: &Device, err: anyhow::Error) -> ! {
 impl Cuda {
     /// The backend on `device`.
     pub fn new(device: Device) -> Cuda {
-        Cuda { device }
+        Cuda {
+            device,
+            shared_by: 1,
+        }
     }
 
     /// The backend on GPU `ordinal` (among those `CUDA_VISIBLE_DEVICES` leaves visible), its
@@ -76,6 +82,15 @@ impl Cuda {
         Ok(Cuda::new(super::emu::emu_device_for_tests(
             kernels::SOURCES,
         )?))
+    }
+
+    /// This backend with `ranks` ranks (processes) sharing its device, at least 1: resident
+    /// data then fits in a `1/ranks` share of what one rank alone could keep.
+    pub fn shared_by(self, ranks: usize) -> Cuda {
+        Cuda {
+            shared_by: ranks.max(1),
+            ..self
+        }
     }
 
     /// The device.
@@ -122,7 +137,8 @@ impl Backend for Cuda {
     fn fits(&self, bytes: usize) -> bool {
         match self.device.gpu.total_memory() {
             // Resident data may take half the device: the rest is the step's working memory.
-            Some(total) => self.device.memory.current() + bytes <= total / 2,
+            // Ranks sharing the device split that half.
+            Some(total) => self.device.memory.current() + bytes <= total / 2 / self.shared_by,
             None => true,
         }
     }

@@ -59,6 +59,10 @@ pub struct ModelShape {
     /// the input layer multiplies sparse rows): its load reads, moves and copies up the
     /// entries, not dense rows, and its input layer scans no dense rows for them.
     pub csr_batches: bool,
+    /// GDP's ranks keep their own feature rows (and the cache) on the device
+    /// (`train::strategy::ResidentFeatures`): its dense batches gather those there, and only
+    /// fetched rows are made on the host and copied up.
+    pub resident_rows: bool,
     /// Workers that prepare GDP's batches ahead while the device trains (`train::prefetch`),
     /// or `None` where each batch is prepared in its step (the CPU backend, whose cores the
     /// preparation would share, or `--prefetch off`).
@@ -289,17 +293,36 @@ fn sparse_input_layer(
     scan + cal.op("spmm").seconds(2.0 * products, k) + cal.op("aggregate").seconds(2.0 * e * o, 2.0)
 }
 
-/// The input feature rows' load phase and bytes: local gather, fetch, device copy. `csr`: the
-/// batch is assembled as CSR (`FeatureStore::gather_input`): own rows' entries copied from the
-/// store's CSR copy, served rows encoded from it, fetched rows' entries written straight from
-/// their packed words, cached rows (dense) scanned, and on a device the CSR goes up, not dense
-/// rows. An entry is a column and a value (8 bytes).
-fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str, csr: bool) -> RankCost {
+/// How a batch's input rows are made ([`load`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Rows {
+    /// Dense rows gathered on the host (and copied up to a device).
+    Dense,
+    /// Assembled as CSR (`FeatureStore::gather_input`): own rows' entries copied from the
+    /// store's CSR copy, served rows encoded from it, fetched rows' entries written straight
+    /// from their packed words, cached rows (dense) scanned, and on a device the CSR goes up,
+    /// not dense rows. An entry is a column and a value (8 bytes).
+    Csr,
+    /// Own and cached rows gathered on the device from its resident copy (a gather there is
+    /// not priced: it runs at device bandwidth); only fetched rows are made on the host and
+    /// copied up (`FeatureStore::place_input`).
+    Resident,
+}
+
+/// The input feature rows' load phase and bytes: local gather, fetch, device copy, for rows
+/// made as `rows` says.
+fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str, rows: Rows) -> RankCost {
     let row = shape.in_w[0] * 4.0;
     // A fetched row: its 8-byte id out and the row back, dense or as the store packs it.
     let wire = shape.packed_row_bytes.unwrap_or(row);
     let fetched = c.input_remote * (wire + 8.0);
-    let (gathered, copied_up) = if csr {
+    let (gathered, copied_up) = if rows == Rows::Resident {
+        // Served rows are still read for the ranks that fetch them.
+        (
+            (c.input_remote + c.input_served) * row,
+            c.input_remote * row,
+        )
+    } else if rows == Rows::Csr {
         let entries = shape.input_nnz.unwrap_or(shape.in_w[0]) * 8.0;
         (
             (c.input_local + c.input_served + c.input_remote) * entries + c.input_cached * row,
@@ -348,7 +371,14 @@ fn build(cal: &Calibration, c: &Counts, a2a: &str) -> f64 {
 /// CSR entries where its batches come as CSR).
 pub fn gdp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
     let csr = shape.csr_batches && shape.input_nnz.is_some();
-    let mut r = load(shape, cal, c, a2a, csr);
+    let rows = if csr {
+        Rows::Csr
+    } else if shape.resident_rows {
+        Rows::Resident
+    } else {
+        Rows::Dense
+    };
+    let mut r = load(shape, cal, c, a2a, rows);
     r.phases.train = compute(shape, cal, c, Order::Cheaper, !csr);
     r
 }
@@ -356,7 +386,7 @@ pub fn gdp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
 /// Split: each (layer, vertex) on its owner; cross-rank rows of every layer above the input
 /// shuffled forward and their gradients backward.
 pub fn split(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
-    let mut r = load(shape, cal, c, a2a, false);
+    let mut r = load(shape, cal, c, a2a, Rows::Dense);
     let mut bytes = 0.0;
     let mut calls = 0.0;
     for l in 1..shape.in_w.len() {
@@ -372,7 +402,7 @@ pub fn split(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Ra
 /// DNP: the input layer on the destinations' owners (their remote feature rows fetched), its
 /// hidden rows sent to the requesters and their gradients back; GDP above.
 pub fn dnp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
-    let mut r = load(shape, cal, c, a2a, false);
+    let mut r = load(shape, cal, c, a2a, Rows::Dense);
     let bytes = 2.0 * c.hidden_rows * shape.out_w[0] * 4.0;
     r.phases.shuffle = cal.op(a2a).seconds(bytes, 2.0);
     r.phases.train = compute(shape, cal, c, Order::Cheaper, true);
@@ -383,7 +413,7 @@ pub fn dnp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
 /// SNP: DNP's exchange of hidden rows, no feature fetch, and partial sums of layer-1 width
 /// from the sources' owners (gradients back) plus the remote edges routed to them.
 pub fn snp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
-    let mut r = load(shape, cal, c, a2a, false);
+    let mut r = load(shape, cal, c, a2a, Rows::Dense);
     let h = shape.out_w[0] * 4.0;
     let bytes = 2.0 * (c.hidden_rows + c.partial_rows) * h + 8.0 * c.remote_edges;
     r.phases.shuffle = cal.op(a2a).seconds(bytes, 5.0);
@@ -661,6 +691,7 @@ mod tests {
             packed_row_bytes: None,
             csr_batches: false,
             prefetch_workers: None,
+            resident_rows: false,
         }
     }
 
@@ -797,8 +828,8 @@ mod tests {
             ..shape()
         };
         let (dense, sparse) = (
-            load(&shape(), &cal, &c, "alltoallv_world", false),
-            load(&packed, &cal, &c, "alltoallv_world", false),
+            load(&shape(), &cal, &c, "alltoallv_world", Rows::Dense),
+            load(&packed, &cal, &c, "alltoallv_world", Rows::Dense),
         );
         // 360 bytes less per fetched row on the wire, and each one decoded at the receiver
         // (a gather's bytes of a dense row).
@@ -918,6 +949,35 @@ mod tests {
         let load = (1000.0 + 200.0 + 500.0) * 400.0 * 1e-10 + 2e-3 + 300.0 * 408.0 * 1e-9;
         assert!((r.phases.load - load).abs() < 1e-15, "{:?}", r.phases);
         assert_eq!(r.bytes, 300.0 * 408.0);
+    }
+
+    #[test]
+    fn resident_rows_leave_only_fetched_rows_to_the_host_and_the_copy_up() {
+        let cal = machine();
+        let mut c = counts(500.0);
+        (c.input_remote, c.input_cached) = (300.0, 200.0);
+        let device = ModelShape {
+            device: true,
+            ..shape()
+        };
+        let resident = ModelShape {
+            resident_rows: true,
+            ..device.clone()
+        };
+        let fetch = 2e-3 + 300.0 * 408.0 * 1e-9;
+        // On the host: the 300 fetched rows decoded and the 500 served rows read (400 B
+        // each); up: the 300 fetched rows. Own and cached rows are gathered on the device.
+        let r = gdp(&resident, &cal, &c, "alltoallv_world");
+        let up = 1e-5 + 300.0 * 400.0 * 1e-10;
+        let load = 800.0 * 400.0 * 1e-10 + fetch + up;
+        assert!((r.phases.load - load).abs() < 1e-15, "{:?}", r.phases);
+        assert!((r.upload - up).abs() < 1e-18);
+        // Without: own, cached and served rows read, and every batch row copied up.
+        let d = gdp(&device, &cal, &c, "alltoallv_world");
+        let up = 1e-5 + 1500.0 * 400.0 * 1e-10;
+        let load = 1700.0 * 400.0 * 1e-10 + fetch + up;
+        assert!((d.phases.load - load).abs() < 1e-15, "{:?}", d.phases);
+        assert_eq!(r.bytes, d.bytes, "the same rows cross ranks");
     }
 
     #[test]

@@ -155,6 +155,7 @@ pub fn shape_of<B: Backend, M: Backend>(
         csr_batches: sparse_input && csr_everywhere,
         // Overlap is priced only on a device: on the CPU backend the workers share the cores
         // that train. One rank on a device gathers rows there from its resident features.
+        resident_rows: resident_rows(be, data, group, sparse_input && csr_everywhere),
         // (Whether the host gathers dense rows sets the default worker count.)
         prefetch_workers: planned_workers(
             cfg,
@@ -164,6 +165,13 @@ pub fn shape_of<B: Backend, M: Backend>(
         )
         .filter(|_| !B::IS_HOST),
     }
+}
+
+/// Whether GDP's ranks would keep their own features on the device, as the trainer decides
+/// (`Trainer::on`): a device, dense batches, and every rank's rows fit. Collective.
+fn resident_rows<B: Backend>(be: &B, data: &TrainData, group: &Group, csr: bool) -> bool {
+    let fits = !B::IS_HOST && !csr && be.fits(data.store.own_rows().len() * 4);
+    group.allreduce_max_f64(f64::from(u8::from(!fits))) == 0.0
 }
 
 /// Rows of each rank's own features looked at to estimate their density.
