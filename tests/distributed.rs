@@ -803,21 +803,32 @@ fn auto_picks_hybrid_on_two_nodes_and_on_one_node_trains_the_same_model_as_gdp()
         let line = std::fs::read_to_string(&metrics).unwrap();
         let v: serde_json::Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
         assert_eq!(v["strategy"], chosen.as_str(), "{v}");
+        // The prediction is logged as one JSON line naming every candidate and the choice.
+        let est = stderr
+            .lines()
+            .find_map(|l| l.split_once("planner: ").map(|(_, j)| j))
+            .filter(|j| j.starts_with('{'))
+            .unwrap_or_else(|| panic!("no prediction line:\n{stderr}"));
+        let est: serde_json::Value = serde_json::from_str(est).unwrap();
+        let e = &est["plan"];
+        // Every run compares its prediction with the measured step, hybrid's too.
+        let p = &read_summary(&summary)["prediction"];
+        assert!(p["measured"]["step_seconds"].as_f64().unwrap() > 0.0, "{p}");
+        assert!(p["relative_error"].as_f64().unwrap().is_finite(), "{p}");
         if rpn.is_some() {
             assert_eq!(chosen, "hybrid", "two nodes: auto must pick hybrid");
+            // Priced as what it runs: each node splits its half of the batch over its two
+            // ranks (the split row), gradients summed over all four.
+            let scope = e["scope"].as_str().unwrap_or_default();
+            assert!(scope.starts_with("hybrid over 2 nodes"), "{e}");
+            assert_eq!(e["ranks"], 2, "{e}");
+            assert_eq!(e["choice"], "split", "{e}");
+            assert_eq!(p["strategy"], "split", "{p}");
         } else {
             assert!(
                 ["gdp", "split", "dnp"].contains(&chosen.as_str()),
                 "{chosen}"
             );
-            // The prediction is logged as one JSON line naming every candidate and the choice.
-            let est = stderr
-                .lines()
-                .find_map(|l| l.split_once("planner: ").map(|(_, j)| j))
-                .filter(|j| j.starts_with('{'))
-                .unwrap_or_else(|| panic!("no prediction line:\n{stderr}"));
-            let est: serde_json::Value = serde_json::from_str(est).unwrap();
-            let e = &est["plan"];
             assert_eq!(e["choice"], chosen.as_str(), "{e}");
             for s in ["gdp", "split", "dnp", "snp"] {
                 assert!(e["strategies"][s]["step_seconds"].as_f64().unwrap() >= 0.0);
@@ -828,10 +839,6 @@ fn auto_picks_hybrid_on_two_nodes_and_on_one_node_trains_the_same_model_as_gdp()
                 e["strategies"]["gdp"]["redundant_rows"].as_f64().unwrap() > 0.0,
                 "{e}"
             );
-            // The summary compares the prediction with the measured step.
-            let p = &read_summary(&summary)["prediction"];
-            assert!(p["measured"]["step_seconds"].as_f64().unwrap() > 0.0, "{p}");
-            assert!(p["relative_error"].as_f64().unwrap().is_finite(), "{p}");
         }
         let d = rel_diff(&reference, &read_params(&ck));
         eprintln!("auto on 4 ranks ({parts}) chose {chosen}: relative difference {d:.2e}");

@@ -33,7 +33,11 @@ pub fn run(args: TrainArgs) -> Result<()> {
         match planned {
             Some((p, path)) => {
                 print!("{}", crate::train::plan::table(&p, &path));
-                println!("choice: {}", p.choice);
+                match &p.scope {
+                    // Its split row is hybrid: split inside each node.
+                    Some(_) => println!("choice: hybrid"),
+                    None => println!("choice: {}", p.choice),
+                }
                 println!("{}", serde_json::json!({ "plan": p, "calibration": path }));
             }
             None => println!("not planned (see the log for why)"),

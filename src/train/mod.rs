@@ -316,6 +316,9 @@ impl<'w, B: Backend> Trainer<'w, B> {
         world: &'w World,
     ) -> Result<Trainer<'w, B>> {
         cfg.validate()?;
+        // `auto` asks for a calibration even where it is decided without one (hybrid on
+        // several nodes), so that the run still reports its predicted time.
+        let asked_auto = cfg.strategy == Strategy::Auto;
         auto::resolve_without_data(&mut cfg, world);
         // Before the data loads, so a refused `on` fails fast. Every rank decides alike (same
         // setting, backend and library), and an error on one ends the job.
@@ -349,6 +352,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
         )?;
         let cache_budget = cache::budget_bytes(cfg.cache_mb, group, world.node().size());
         let (planned, unplanned) = plan_run(
+            asked_auto,
             &backend,
             &mut cfg,
             &files,
@@ -956,6 +960,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
 /// is rank 0's, broadcast).
 #[allow(clippy::type_complexity, clippy::too_many_arguments)]
 fn plan_run<B: Backend>(
+    asked_auto: bool,
     backend: &B,
     cfg: &mut TrainConfig,
     files: &RunFiles,
@@ -965,14 +970,8 @@ fn plan_run<B: Backend>(
     group: &crate::comm::Group,
     cache_budget: usize,
 ) -> Result<(Option<(plan::cost::Prediction, PathBuf)>, Option<String>)> {
-    let nodes = world.node_index().1;
-    let why_not = if nodes > 1 {
-        Err(format!(
-            "{nodes} nodes: the planner models one node (auto is hybrid there)"
-        ))
-    } else {
-        plan::applies(cfg)
-    };
+    let (node, nodes) = world.node_index();
+    let why_not = plan::applies(cfg);
     if let Err(why) = why_not {
         if cfg.strategy == Strategy::Auto {
             // Only the MLP baseline reaches here: it has no exchange, every strategy is GDP.
@@ -983,7 +982,7 @@ fn plan_run<B: Backend>(
         }
         return Ok((None, Some(why)));
     }
-    let wanted = cfg.strategy == Strategy::Auto || files.plan_only;
+    let wanted = asked_auto || files.plan_only;
     let missing = if wanted {
         plan::Missing::Measure
     } else {
@@ -998,8 +997,23 @@ fn plan_run<B: Backend>(
         }
         return Ok((None, Some(why)));
     };
-    let shape = plan::shape_of(cfg, model, backend, data, group);
-    let p = plan::predict(cfg, data, &shape, group, &cal.calibration, cache_budget);
+    let shape = plan::shape_of(cfg, model, backend, data, group, world.size());
+    // On several nodes `auto` is already hybrid (`auto::resolve_without_data`); a fixed
+    // strategy over the world is priced as on one node, with the world's alltoallv.
+    let scope = if cfg.strategy == Strategy::Hybrid && nodes > 1 {
+        plan::Scope::Hybrid { node, nodes }
+    } else {
+        plan::Scope::World
+    };
+    let p = plan::predict(
+        cfg,
+        data,
+        &shape,
+        group,
+        scope,
+        &cal.calibration,
+        cache_budget,
+    );
     if cfg.strategy == Strategy::Auto {
         cfg.strategy = p.choice.parse()?;
         // Every rank says what it chose: the tests check that all agree.

@@ -63,6 +63,9 @@ pub struct ModelShape {
     /// (`train::strategy::ResidentFeatures`): its dense batches gather those there, and only
     /// fetched rows are made on the host and copied up.
     pub resident_rows: bool,
+    /// Ranks the gradients are summed over when more than those sharing a mini-batch (hybrid
+    /// over several nodes: the world, where the dry run saw one node); 1 otherwise.
+    pub sync_ranks: usize,
     /// Workers that prepare GDP's batches ahead while the device trains (`train::prefetch`),
     /// or `None` where each batch is prepared in its step (the CPU backend, whose cores the
     /// preparation would share, or `--prefetch off`).
@@ -151,6 +154,10 @@ pub struct Prediction {
     pub ranks: usize,
     pub strategies: BTreeMap<String, StrategyPrediction>,
     pub choice: String,
+    /// What the rows stand for when not the whole world sharing each mini-batch (hybrid over
+    /// several nodes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
 }
 
 /// The work of one layer's forward and backward, in the order the layer picks (aggregate
@@ -525,7 +532,8 @@ pub fn predict(
 ) -> Prediction {
     let ranks = dry.ranks.len();
     let gradient_bytes = shape.params * 4.0;
-    let sync = if ranks > 1 {
+    let sync_ranks = shape.sync_ranks.max(ranks);
+    let sync = if sync_ranks > 1 {
         let staging = if shape.staged_gradients {
             cal.op("d2h").seconds(gradient_bytes, 1.0) + cal.op("h2d").seconds(gradient_bytes, 1.0)
         } else {
@@ -603,8 +611,8 @@ pub fn predict(
                 step_seconds: step,
                 epoch_seconds: step * dry.epoch_batches as f64,
                 bytes_per_step: per_rank.iter().map(|c| c.bytes).sum::<f64>()
-                    + if ranks > 1 {
-                        ranks as f64 * shape.params * 4.0
+                    + if sync_ranks > 1 {
+                        sync_ranks as f64 * shape.params * 4.0
                     } else {
                         0.0
                     },
@@ -629,6 +637,7 @@ pub fn predict(
         ranks,
         strategies,
         choice,
+        scope: None,
     }
 }
 
@@ -692,6 +701,7 @@ mod tests {
             csr_batches: false,
             prefetch_workers: None,
             resident_rows: false,
+            sync_ranks: 1,
         }
     }
 

@@ -200,6 +200,7 @@ pub const CACHED: [&str; 3] = ["gdp", "split", "dnp"];
 /// first half of the dry-run batches (APT's rule: the most accessed, per strategy), and the
 /// second half's reads of them count as cached. Collective over `group` (the ranks the graph
 /// is partitioned over).
+#[allow(clippy::too_many_arguments)]
 pub fn dry_run(
     group: &Group,
     data: &TrainData,
@@ -208,10 +209,18 @@ pub fn dry_run(
     batch_size: usize,
     self_loops: bool,
     cache_rows: usize,
+    node_share: Option<(usize, usize)>,
 ) -> DryRun {
     let layers = fanouts.len();
     let ranks = group.size();
-    let batches = epoch_batches(&data.train_all, |v| data.orig_of(v), seed, 0, batch_size);
+    let mut batches = epoch_batches(&data.train_all, |v| data.orig_of(v), seed, 0, batch_size);
+    // Under hybrid over several nodes, `group` is this node and samples its share of every
+    // global batch.
+    if let Some((node, nodes)) = node_share {
+        for b in &mut batches {
+            *b = crate::train::hybrid::node_share(b, node, nodes);
+        }
+    }
     let take = DRY_RUN_BATCHES.min(batches.len());
     let chosen_from = take.div_ceil(2);
     let mut counts: [Counts; 4] = std::array::from_fn(|_| Counts::new(layers, ranks));

@@ -127,6 +127,7 @@ pub fn shape_of<B: Backend, M: Backend>(
     be: &B,
     data: &TrainData,
     group: &Group,
+    world_ranks: usize,
 ) -> ModelShape {
     let in_w: Vec<f64> = model
         .layers
@@ -156,6 +157,7 @@ pub fn shape_of<B: Backend, M: Backend>(
         // Overlap is priced only on a device: on the CPU backend the workers share the cores
         // that train. One rank on a device gathers rows there from its resident features.
         resident_rows: resident_rows(be, data, group, sparse_input && csr_everywhere),
+        sync_ranks: world_ranks,
         // (Whether the host gathers dense rows sets the default worker count.)
         prefetch_workers: planned_workers(
             cfg,
@@ -230,14 +232,27 @@ pub fn allowed(cfg: &TrainConfig) -> Vec<&'static str> {
         .collect()
 }
 
-/// Dry-run and price every candidate with `cal`, each with a feature cache of `cache_bytes`
-/// per rank (`train::cache::budget_bytes`); log the prediction as one JSON line (rank 0).
-/// Collective over `group`.
+/// Which ranks share each mini-batch, as the planner prices a run.
+#[derive(Clone, Copy, Debug)]
+pub enum Scope {
+    /// Every rank of the group the graph is partitioned over (one node, or a fixed strategy
+    /// over several): exchanges are the world's alltoallv.
+    World,
+    /// Hybrid over several nodes: this rank's node (`node` of `nodes`) splits its share of
+    /// every batch over its ranks, exchanging with the node's alltoallv; gradients are summed
+    /// over the world.
+    Hybrid { node: usize, nodes: usize },
+}
+
+/// Dry-run and price every candidate with `cal` over `scope`, each with a feature cache of
+/// `cache_bytes` per rank (`train::cache::budget_bytes`); log the prediction as one JSON line
+/// (rank 0). Collective over `group` (the ranks the graph is partitioned over).
 pub fn predict(
     cfg: &TrainConfig,
     data: &TrainData,
     shape: &ModelShape,
     group: &Group,
+    scope: Scope,
     cal: &Calibration,
     cache_bytes: usize,
 ) -> Prediction {
@@ -247,6 +262,10 @@ pub fn predict(
     } else {
         0
     };
+    let share = match scope {
+        Scope::World => None,
+        Scope::Hybrid { node, nodes } => Some((node, nodes)),
+    };
     let dry = dry_run::dry_run(
         group,
         data,
@@ -255,8 +274,29 @@ pub fn predict(
         cfg.batch_size,
         cfg.uses_self_loops(),
         cache_rows,
+        share,
     );
-    let prediction = cost::predict(&dry, shape, cal, &allowed(cfg), "alltoallv_world");
+    let prediction = match scope {
+        Scope::World => cost::predict(&dry, shape, cal, &allowed(cfg), "alltoallv_world"),
+        Scope::Hybrid { nodes, .. } => {
+            // Hybrid runs split inside each node; the other rows price the same node's work
+            // under the other strategies, which this build does not run as hybrids.
+            let mut p = cost::predict(&dry, shape, cal, &["split"], "alltoallv_node");
+            p.scope = Some(format!(
+                "hybrid over {nodes} nodes: each node's {} rank(s) share its 1/{nodes} of every \
+                 batch (node alltoallv), gradients are summed over all {} ranks; the split row \
+                 is hybrid",
+                group.size(),
+                shape.sync_ranks
+            ));
+            for (name, s) in p.strategies.iter_mut() {
+                if name != "split" {
+                    s.note = Some("inside one node; not a hybrid this build runs".into());
+                }
+            }
+            p
+        }
+    };
     if group.rank() == 0 {
         log::info!("planner: {}", serde_json::json!({ "plan": &prediction }));
     }
@@ -286,6 +326,9 @@ pub fn table(p: &Prediction, cal_path: &Path) -> String {
         p.epoch_batches,
         cal_path.display()
     );
+    if let Some(scope) = &p.scope {
+        out += &format!("{scope}\n");
+    }
     out += &format!(
         "{:<8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11} {:>12}\n",
         "strategy",
