@@ -824,6 +824,8 @@ fn auto_picks_hybrid_on_two_nodes_and_on_one_node_trains_the_same_model_as_gdp()
             assert_eq!(e["ranks"], 2, "{e}");
             assert_eq!(e["choice"], "split", "{e}");
             assert_eq!(p["strategy"], "split", "{p}");
+            // The nodes agree on one prediction (the slowest node's), logged once.
+            assert_eq!(stderr.matches("planner: {").count(), 1, "{stderr}");
         } else {
             assert!(
                 ["gdp", "split", "dnp"].contains(&chosen.as_str()),

@@ -1005,7 +1005,7 @@ fn plan_run<B: Backend>(
     } else {
         plan::Scope::World
     };
-    let p = plan::predict(
+    let mut p = plan::predict(
         cfg,
         data,
         &shape,
@@ -1014,6 +1014,9 @@ fn plan_run<B: Backend>(
         &cal.calibration,
         cache_budget,
     );
+    if let plan::Scope::Hybrid { .. } = scope {
+        plan::slowest_node(world, &shape, &mut p);
+    }
     if cfg.strategy == Strategy::Auto {
         cfg.strategy = p.choice.parse()?;
         // Every rank says what it chose: the tests check that all agree.

@@ -246,7 +246,8 @@ pub enum Scope {
 
 /// Dry-run and price every candidate with `cal` over `scope`, each with a feature cache of
 /// `cache_bytes` per rank (`train::cache::budget_bytes`); log the prediction as one JSON line
-/// (rank 0). Collective over `group` (the ranks the graph is partitioned over).
+/// (rank 0; under hybrid [`slowest_node`] does, once the nodes agree). Collective over
+/// `group` (the ranks the graph is partitioned over).
 pub fn predict(
     cfg: &TrainConfig,
     data: &TrainData,
@@ -297,10 +298,48 @@ pub fn predict(
             p
         }
     };
-    if group.rank() == 0 {
+    // Hybrid's nodes agree on one prediction first ([`slowest_node`]), which logs it.
+    if group.rank() == 0 && matches!(scope, Scope::World) {
         log::info!("planner: {}", serde_json::json!({ "plan": &prediction }));
     }
     prediction
+}
+
+/// Hybrid over several nodes: each node priced its own share of the batches; the step waits
+/// for the slowest node (the gradient allreduce joins them), so every entry takes, phase by
+/// phase and for the step, the largest over the nodes, and every rank holds the same
+/// prediction. Collective over `world`.
+pub fn slowest_node(world: &Group, shape: &ModelShape, p: &mut Prediction) {
+    // Each node's bytes hold its own exchanges and the world's gradient allreduce.
+    let allreduce = if shape.sync_ranks > 1 {
+        shape.sync_ranks as f64 * shape.params * 4.0
+    } else {
+        0.0
+    };
+    let node_ranks = p.ranks.max(1) as f64;
+    for s in p.strategies.values_mut() {
+        let ph = &mut s.phases;
+        for v in [
+            &mut ph.build,
+            &mut ph.load,
+            &mut ph.shuffle,
+            &mut ph.train,
+            &mut ph.sync,
+            &mut ph.optimizer,
+            &mut s.step_seconds,
+        ] {
+            *v = world.allreduce_max_f64(*v);
+        }
+        // The nodes' exchanges add up (every rank adds its node's share of them once), the
+        // allreduce counts once.
+        let mut exchanged = [(s.bytes_per_step - allreduce) / node_ranks];
+        world.allreduce_sum_f64(&mut exchanged);
+        s.bytes_per_step = exchanged[0] + allreduce;
+        s.epoch_seconds = s.step_seconds * p.epoch_batches as f64;
+    }
+    if world.rank() == 0 {
+        log::info!("planner: {}", serde_json::json!({ "plan": &*p }));
+    }
 }
 
 /// The strategy a prediction's entry stands for: hybrid on one node is split over the node.
