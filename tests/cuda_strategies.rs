@@ -137,9 +137,10 @@ fn every_strategy_matches_one_cpu_rank(
                 "{what}: prefetch across ranks:\n{}",
                 out.stderr
             );
-            // GDP's ranks keep their own feature rows on the device and gather them there.
+            // GDP's, split's and hybrid's ranks keep their own feature rows on the device and
+            // gather them there.
             assert_eq!(
-                strategy == "gdp",
+                matches!(strategy, "gdp" | "split" | "hybrid"),
                 out.stderr
                     .contains("features on the device: each rank's own rows;"),
                 "{what}: resident features:\n{}",
@@ -251,22 +252,30 @@ fn every_strategy_on_emulated_cuda_ranks_trains_the_model_of_one_cpu_rank() {
         );
     }
 
-    // With a feature cache, GDP's ranks keep it on the device beside their own rows: cached
-    // rows are gathered there, only fetched rows go up, and the model is still 1 CPU rank's.
-    let ck = tmp.path().join("cuda-gdp-cached.h5");
-    let mut args = train_args(&data, "sage");
-    args.extend_from_slice(&["--cache-mb", "1", "--checkpoint", s(&ck)]);
-    let out = mpirun_cuda(2, Gpu::Emulated(2), &args, &[]).expect_ok("gdp with a cache");
-    assert!(
-        out.stderr
-            .contains("features on the device: each rank's own rows and its cache of remote rows"),
-        "the cache goes to the device:\n{}",
-        out.stderr
-    );
+    // With a feature cache, GDP's and split's ranks keep it on the device beside their own
+    // rows: cached rows are gathered there, only fetched rows go up, and the model is still
+    // 1 CPU rank's.
     let reference = common::read_f32s(&tmp.path().join("cpu-sage.h5"), "params");
-    let d = max_rel_diff(&reference, &common::read_f32s(&ck, "params"), 1e-3);
-    eprintln!("gdp with a resident cache: {d:.2e} from 1 CPU rank");
-    assert!(d <= 1e-4, "gdp with a resident cache differs by {d:.2e}");
+    for strategy in ["gdp", "split"] {
+        let ck = tmp.path().join(format!("cuda-{strategy}-cached.h5"));
+        let mut args = train_args(&data, "sage");
+        args.extend_from_slice(&["--strategy", strategy, "--cache-mb", "1"]);
+        args.extend_from_slice(&["--checkpoint", s(&ck)]);
+        let out = mpirun_cuda(2, Gpu::Emulated(2), &args, &[]).expect_ok("with a cache");
+        assert!(
+            out.stderr.contains(
+                "features on the device: each rank's own rows and its cache of remote rows"
+            ),
+            "{strategy}: the cache goes to the device:\n{}",
+            out.stderr
+        );
+        let d = max_rel_diff(&reference, &common::read_f32s(&ck, "params"), 1e-3);
+        eprintln!("{strategy} with a resident cache: {d:.2e} from 1 CPU rank");
+        assert!(
+            d <= 1e-4,
+            "{strategy} with a resident cache differs by {d:.2e}"
+        );
+    }
 
     // `on` asks the library; Open MPI without CUDA (CI) says no, which is an error naming the
     // answer. A CUDA-aware library would run, saying so.

@@ -559,6 +559,34 @@ impl FeatureStore {
         self.fill(&from, &fetched)
     }
 
+    /// [`FeatureStore::gather_planned`] for a device that holds this rank's own rows (and
+    /// its cache when `cache_on_device`): only the rows it lacks are made here, dense, in
+    /// order: the cached rows (unless the device holds them), then the plan's fetched rows.
+    /// The caller places them. Collective, as `gather_planned`.
+    pub fn gather_planned_missing(
+        &mut self,
+        group: &Group,
+        kind: &'static str,
+        plan: &RowExchange,
+        (own, cached_slots, remote): (usize, &[u32], usize),
+        cache_on_device: bool,
+    ) -> Array2<f32> {
+        let fetched = plan.forward_packed_rows(group, kind, self.row_source());
+        assert_eq!(fetched.len(), remote, "one fetched row per remote source");
+        self.add_stats(&StoreStats {
+            local_rows: own as u64,
+            cache_hits: cached_slots.len() as u64,
+            fetched_rows: remote as u64,
+        });
+        let cached: &[u32] = if cache_on_device { &[] } else { cached_slots };
+        let from: Vec<RowFrom> = cached
+            .iter()
+            .map(|&slot| RowFrom::Cache(slot))
+            .chain((0..remote as u32).map(RowFrom::Fetched))
+            .collect();
+        self.fill(&from, &fetched)
+    }
+
     /// A batch of `from.len()` rows, each copied from the shard or the cache or decoded from
     /// `fetched`, in parallel into a recycled buffer.
     fn fill(&self, from: &[RowFrom], fetched: &PackedRows) -> Array2<f32> {

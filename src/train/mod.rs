@@ -380,12 +380,17 @@ impl<'w, B: Backend> Trainer<'w, B> {
         // evaluation (`FullGraph::infer`): a dense resident copy would only cost device memory
         // (Facebook: 424 MB, half the mini-batch run's peak).
         let csr_input = InputSource::of(&model, None).csr_rows(&data);
-        // On several ranks only GDP reads its batches' rows through the store this way.
+        // On several ranks GDP, split and hybrid assemble their input rows there; DNP's and
+        // SNP's owners gather theirs on the host.
         let wanted = !B::IS_HOST
             && !cfg.full_batch
             && cfg.strategy != Strategy::Nfp
             && !csr_input
-            && (world.size() == 1 || cfg.strategy == Strategy::Gdp)
+            && (world.size() == 1
+                || matches!(
+                    cfg.strategy,
+                    Strategy::Gdp | Strategy::Split | Strategy::Hybrid
+                ))
             && backend.fits(features_bytes);
         // Evaluation decides collectively whether it reads a resident copy, so on several
         // ranks every rank keeps one or none.
@@ -859,7 +864,9 @@ impl<'w, B: Backend> Trainer<'w, B> {
                         batch: &seeds,
                         ..args
                     };
-                    let (out, stats) = split::split_step(model, data, &args, &mut times, dump)?;
+                    let resident = self.resident.as_ref();
+                    let (out, stats) =
+                        split::split_step(model, data, resident, &args, &mut times, dump)?;
                     if split_stats.is_empty() {
                         split_stats = vec![split::SplitLayerStats::default(); stats.len()];
                     }

@@ -11,9 +11,10 @@
 use super::data::TrainData;
 use super::dump::BlockDump;
 use super::metrics::PhaseTimes;
-use super::strategy::{StepArgs, StepOutput};
+use super::strategy::{place_rows, ResidentFeatures, StepArgs, StepOutput};
 use crate::backend::Backend;
 use crate::comm::Group;
+use crate::exchange::store::PlacedRows;
 use crate::exchange::RowExchange;
 use crate::graph::parts::owner_of;
 use crate::graph::NodeId;
@@ -261,6 +262,7 @@ fn layer_input_backward<B: Backend>(
 pub fn split_step<B: Backend>(
     model: &mut Model<B>,
     data: &mut TrainData,
+    resident: Option<&ResidentFeatures<B>>,
     args: &StepArgs,
     times: &mut PhaseTimes,
     dump: Option<(&mut BlockDump, u64)>,
@@ -315,18 +317,56 @@ pub fn split_step<B: Backend>(
     // fetched rows (packed when mostly zeros) decoded straight into place, in a recycled
     // buffer.
     let first = &sb.layers[0];
-    let x = data.store.gather_planned(
-        group,
-        "split_features",
-        &first.plan,
-        [
-            (&first.own_rows, &first.own_pos),
-            (&first.cached_slots, &first.cached_pos),
-        ],
-        &first.remote_pos,
-        num_src(0),
-    );
-    let mut h_src = be.upload_owned(x);
+    let mut h_src = match resident {
+        // Own (and cached) rows are on the device already: only the rest come up.
+        Some(features) => {
+            let on_device = features.cache.is_some();
+            let missing = data.store.gather_planned_missing(
+                group,
+                "split_features",
+                &first.plan,
+                (
+                    first.own_rows.len(),
+                    &first.cached_slots,
+                    first.remote_pos.len(),
+                ),
+                on_device,
+            );
+            let (cached, host_pos) = if on_device {
+                (
+                    (&first.cached_slots[..], &first.cached_pos[..]),
+                    first.remote_pos.clone(),
+                )
+            } else {
+                let pos = first.cached_pos.iter().chain(&first.remote_pos).copied();
+                ((&[][..], &[][..]), pos.collect())
+            };
+            let placed = PlacedRows {
+                len: num_src(0),
+                own_pos: first.own_pos.clone(),
+                own_rows: first.own_rows.clone(),
+                cached_pos: cached.1.to_vec(),
+                cached_slots: cached.0.to_vec(),
+                host_pos,
+                host_rows: missing,
+            };
+            place_rows(&be, features, placed, data)
+        }
+        None => {
+            let x = data.store.gather_planned(
+                group,
+                "split_features",
+                &first.plan,
+                [
+                    (&first.own_rows, &first.own_pos),
+                    (&first.cached_slots, &first.cached_pos),
+                ],
+                &first.remote_pos,
+                num_src(0),
+            );
+            be.upload_owned(x)
+        }
+    };
     times.gather += t.elapsed().as_secs_f64();
     // Rows of each layer's input matrix (the owner-side rows the plans index).
     let mut input_rows: Vec<usize> = vec![data.store.own_rows().nrows()];

@@ -355,7 +355,7 @@ pub fn gdp_train_step<B: Backend>(
 /// A batch's input rows assembled on the device from `features` and the rows `placed` made
 /// on the host: own rows gathered from the resident copy into their positions, cached rows
 /// from the resident cache, and the rest copied up and put in place (added to zero rows).
-fn place_rows<B: Backend>(
+pub(crate) fn place_rows<B: Backend>(
     be: &B,
     features: &ResidentFeatures<B>,
     placed: PlacedRows,

@@ -59,8 +59,8 @@ pub struct ModelShape {
     /// the input layer multiplies sparse rows): its load reads, moves and copies up the
     /// entries, not dense rows, and its input layer scans no dense rows for them.
     pub csr_batches: bool,
-    /// GDP's ranks keep their own feature rows (and the cache) on the device
-    /// (`train::strategy::ResidentFeatures`): its dense batches gather those there, and only
+    /// GDP's and split's ranks keep their own feature rows (and the cache) on the device
+    /// (`train::strategy::ResidentFeatures`): their dense batches gather those there, and only
     /// fetched rows are made on the host and copied up.
     pub resident_rows: bool,
     /// Ranks the gradients are summed over when more than those sharing a mini-batch (hybrid
@@ -393,7 +393,12 @@ pub fn gdp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
 /// Split: each (layer, vertex) on its owner; cross-rank rows of every layer above the input
 /// shuffled forward and their gradients backward.
 pub fn split(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
-    let mut r = load(shape, cal, c, a2a, Rows::Dense);
+    let rows = if shape.resident_rows {
+        Rows::Resident
+    } else {
+        Rows::Dense
+    };
+    let mut r = load(shape, cal, c, a2a, rows);
     let mut bytes = 0.0;
     let mut calls = 0.0;
     for l in 1..shape.in_w.len() {

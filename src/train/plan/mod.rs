@@ -169,7 +169,8 @@ pub fn shape_of<B: Backend, M: Backend>(
     }
 }
 
-/// Whether GDP's ranks would keep their own features on the device, as the trainer decides
+/// Whether GDP's and split's ranks would keep their own features on the device, as the
+/// trainer decides
 /// (`Trainer::on`): a device, dense batches, and every rank's rows fit. Collective.
 fn resident_rows<B: Backend>(be: &B, data: &TrainData, group: &Group, csr: bool) -> bool {
     let fits = !B::IS_HOST && !csr && be.fits(data.store.own_rows().len() * 4);
