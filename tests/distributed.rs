@@ -429,6 +429,16 @@ fn prefetching_on_2_and_4_ranks_changes_no_parameter_and_moves_the_same_bytes() 
                 stderr.contains("on a communicator of its own"),
                 "{tag}: the log says how the workers communicate:\n{stderr}"
             );
+            // MPI_THREAD_MULTIPLE is asked for only where workers will call MPI.
+            let level = if prefetch == "on" {
+                "multiple"
+            } else {
+                "funneled"
+            };
+            assert!(
+                stderr.contains(&format!("MPI thread support {level}")),
+                "{tag}: thread support:\n{stderr}"
+            );
             let (mut waited, mut sampled, mut fetched) = (0.0, 0.0, 0.0);
             let text = std::fs::read_to_string(&metrics).unwrap();
             for line in text.lines() {

@@ -94,6 +94,8 @@ pub struct World {
     stats: Rc<CommStats>,
     /// Shared by every group: whether collectives may take device pointers.
     device_pointers: Rc<Cell<bool>>,
+    /// The thread support MPI granted (`None` without MPI).
+    threading: Option<Threading>,
 }
 
 impl std::ops::Deref for World {
@@ -186,6 +188,7 @@ impl World {
             pretend_ranks_per_node: ranks_per_node,
             stats,
             device_pointers,
+            threading: Some(threading),
         })
     }
 
@@ -204,6 +207,7 @@ impl World {
             pretend_ranks_per_node: None,
             stats,
             device_pointers,
+            threading: None,
         }
     }
 
@@ -248,6 +252,18 @@ impl World {
     /// Bytes and seconds of every communication call so far, by kind of operation.
     pub fn stats(&self) -> &CommStats {
         &self.stats
+    }
+
+    /// The thread support MPI granted, for the log: `multiple` (any thread may call MPI),
+    /// `funneled`, … or `none` without MPI.
+    pub fn mpi_threading(&self) -> &'static str {
+        match self.threading {
+            None => "none",
+            Some(Threading::Single) => "single",
+            Some(Threading::Funneled) => "funneled",
+            Some(Threading::Serialized) => "serialized",
+            Some(Threading::Multiple) => "multiple",
+        }
     }
 
     /// `wanted` communicators over every rank for other threads (prefetch workers), or none:

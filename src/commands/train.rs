@@ -238,7 +238,7 @@ fn log_node_layout(world: &World) {
     if world.rank() == 0 {
         log::info!(
             "node layout: {} node(s) of {} rank(s), node of each rank {:?} ({}); {} rank(s) \
-             on this host",
+             on this host; MPI thread support {}",
             world.node_index().1,
             world.node().size(),
             of_rank,
@@ -246,7 +246,8 @@ fn log_node_layout(world: &World) {
                 Some(k) => format!("pretend nodes of {k} consecutive ranks, --ranks-per-node"),
                 None => "MPI shared-memory domains".to_string(),
             },
-            world.ranks_on_host()
+            world.ranks_on_host(),
+            world.mpi_threading()
         );
     }
 }
