@@ -261,12 +261,9 @@ pub(crate) trait Job {
 /// Whether `cfg`'s run may prefetch GDP batches on several ranks, whose workers call MPI
 /// (`train::prefetch`): `--prefetch on`, or `auto` where a device may train.
 fn prefetch_may_call_mpi(cfg: &TrainConfig) -> bool {
-    let wanted = match cfg.prefetch {
-        Prefetch::On => true,
-        Prefetch::Off => false,
-        Prefetch::Auto => cfg.device != Device::Cpu,
-    };
-    wanted && !cfg.full_batch && matches!(cfg.strategy, Strategy::Gdp | Strategy::Auto)
+    // The device is chosen after MPI starts: any but `cpu` may turn out to be one.
+    crate::train::prefetch::prefetches(cfg, cfg.device != Device::Cpu)
+        && matches!(cfg.strategy, Strategy::Gdp | Strategy::Auto)
 }
 
 /// Start the world and the thread pool for `cfg`, log the layout and the configuration, choose

@@ -245,14 +245,20 @@ impl FeatureStore {
             .collect();
     }
 
+    /// How a gather brings its missing rows: from their owners over `group`, packed, one
+    /// alltoallv (`store_rows`). Collective when called.
+    fn fetch_from<'a>(&'a self, group: &'a Group) -> impl FnOnce(&[NodeId]) -> PackedRows + 'a {
+        move |missing| {
+            let plan = RowExchange::new(group, &self.offsets, missing);
+            plan.forward_packed_rows(group, "store_rows", self.row_source())
+        }
+    }
+
     /// Rows of `ids` (any owners), in order. Collective: every rank calls it once per
     /// mini-batch, possibly with no ids. Rows of other owners not in the cache travel by one
     /// alltoallv; every row is then copied by all threads.
     pub fn gather(&mut self, group: &Group, ids: &[NodeId]) -> Array2<f32> {
-        let (rows, stats) = self.gather_with(ids, |missing| {
-            let plan = RowExchange::new(group, &self.offsets, missing);
-            plan.forward_packed_rows(group, "store_rows", self.row_source())
-        });
+        let (rows, stats) = self.gather_with(ids, self.fetch_from(group));
         self.add_stats(&stats);
         rows
     }
@@ -356,10 +362,7 @@ impl FeatureStore {
         ids: &[NodeId],
         sparse_first_layer: bool,
     ) -> (InputRows, StoreStats) {
-        let fetch = |missing: &[NodeId]| {
-            let plan = RowExchange::new(group, &self.offsets, missing);
-            plan.forward_packed_rows(group, "store_rows", self.row_source())
-        };
+        let fetch = self.fetch_from(group);
         let Some(own) = self.own_csr.as_ref().filter(|_| sparse_first_layer) else {
             let (rows, stats) = self.gather_with(ids, fetch);
             return (InputRows::Dense(rows), stats);
@@ -388,10 +391,7 @@ impl FeatureStore {
         ids: &[NodeId],
         cache_on_device: bool,
     ) -> (PlacedRows, StoreStats) {
-        let (from, fetched, stats) = self.locate_and_fetch(ids, |missing| {
-            let plan = RowExchange::new(group, &self.offsets, missing);
-            plan.forward_packed_rows(group, "store_rows", self.row_source())
-        });
+        let (from, fetched, stats) = self.locate_and_fetch(ids, self.fetch_from(group));
         let mut placed = PlacedRows {
             len: ids.len(),
             ..PlacedRows::default()
@@ -545,18 +545,32 @@ impl FeatureStore {
             !from.iter().any(|r| matches!(r, RowFrom::Fetched(u32::MAX))),
             "gather_planned: a row has no source"
         );
-        let fetched = plan.forward_packed_rows(group, kind, self.row_source());
-        assert_eq!(
-            fetched.len(),
-            remote_pos.len(),
-            "one fetched row per remote source"
+        let fetched = self.fetch_planned(
+            group,
+            kind,
+            plan,
+            (own_rows.len(), cached_pos.len(), remote_pos.len()),
         );
-        self.add_stats(&StoreStats {
-            local_rows: own_rows.len() as u64,
-            cache_hits: cached_pos.len() as u64,
-            fetched_rows: remote_pos.len() as u64,
-        });
         self.fill(&from, &fetched)
+    }
+
+    /// The rows `plan` brings (`remote` of them), with the store's counters of a planned
+    /// gather of `own` own, `cached` cached and those rows. Collective.
+    fn fetch_planned(
+        &mut self,
+        group: &Group,
+        kind: &'static str,
+        plan: &RowExchange,
+        (own, cached, remote): (usize, usize, usize),
+    ) -> PackedRows {
+        let fetched = plan.forward_packed_rows(group, kind, self.row_source());
+        assert_eq!(fetched.len(), remote, "one fetched row per remote source");
+        self.add_stats(&StoreStats {
+            local_rows: own as u64,
+            cache_hits: cached as u64,
+            fetched_rows: remote as u64,
+        });
+        fetched
     }
 
     /// [`FeatureStore::gather_planned`] for a device that holds this rank's own rows (and
@@ -571,13 +585,7 @@ impl FeatureStore {
         (own, cached_slots, remote): (usize, &[u32], usize),
         cache_on_device: bool,
     ) -> Array2<f32> {
-        let fetched = plan.forward_packed_rows(group, kind, self.row_source());
-        assert_eq!(fetched.len(), remote, "one fetched row per remote source");
-        self.add_stats(&StoreStats {
-            local_rows: own as u64,
-            cache_hits: cached_slots.len() as u64,
-            fetched_rows: remote as u64,
-        });
+        let fetched = self.fetch_planned(group, kind, plan, (own, cached_slots.len(), remote));
         let cached: &[u32] = if cache_on_device { &[] } else { cached_slots };
         let from: Vec<RowFrom> = cached
             .iter()

@@ -375,30 +375,24 @@ impl<'w, B: Backend> Trainer<'w, B> {
             cfg.lr,
             cfg.weight_decay,
         );
-        let features_bytes = data.store.own_rows().len() * 4;
         // Mostly-zero rows that the store keeps as CSR go up as CSR, batch by batch and for
         // evaluation (`FullGraph::infer`): a dense resident copy would only cost device memory
         // (Facebook: 424 MB, half the mini-batch run's peak).
         let csr_input = InputSource::of(&model, None).csr_rows(&data);
         // On several ranks GDP, split and hybrid assemble their input rows there; DNP's and
         // SNP's owners gather theirs on the host.
-        let wanted = !B::IS_HOST
-            && !cfg.full_batch
+        let assembles_rows = !cfg.full_batch
             && cfg.strategy != Strategy::Nfp
-            && !csr_input
             && (world.size() == 1
                 || matches!(
                     cfg.strategy,
                     Strategy::Gdp | Strategy::Split | Strategy::Hybrid
-                ))
-            && backend.fits(features_bytes);
-        // Evaluation decides collectively whether it reads a resident copy, so on several
-        // ranks every rank keeps one or none.
-        let keep = if world.size() > 1 {
-            world.allreduce_max_f64(f64::from(u8::from(!wanted))) == 0.0
-        } else {
-            wanted
-        };
+                ));
+        // Evaluation decides collectively whether it reads a resident copy, so every rank
+        // keeps one or none; `assembles_rows` is the same everywhere, so every rank or none
+        // makes the collective check.
+        let keep = assembles_rows
+            && ResidentFeatures::fit_on_every_rank(&backend, &data, world, csr_input);
         let resident = keep.then(|| ResidentFeatures {
             own: backend.upload(data.store.own_rows().view()),
             cache: None,

@@ -78,6 +78,12 @@ pub fn planned_workers(
     gather_on_host: bool,
     threads: usize,
 ) -> Option<usize> {
+    prefetches(cfg, device).then(|| worker_count(cfg.prefetch_workers, gather_on_host, threads))
+}
+
+/// Whether `cfg` prepares mini-batches ahead on a backend that is (`device`) or is not a
+/// device: `--prefetch on`, or `auto` on a device; never for full-batch training.
+pub fn prefetches(cfg: &TrainConfig, device: bool) -> bool {
     let wanted = match cfg.prefetch {
         Prefetch::On => true,
         Prefetch::Off => false,
@@ -85,7 +91,7 @@ pub fn planned_workers(
         // memory bandwidth) with this one's training: measured no faster, often slower.
         Prefetch::Auto => device,
     };
-    (wanted && !cfg.full_batch).then(|| worker_count(cfg.prefetch_workers, gather_on_host, threads))
+    wanted && !cfg.full_batch
 }
 
 impl<B: Backend> Trainer<'_, B> {

@@ -316,7 +316,8 @@ pub fn split_step<B: Backend>(
     // The input layer's rows, as GDP's gather reads them: own and cached rows copied and
     // fetched rows (packed when mostly zeros) decoded straight into place, in a recycled
     // buffer.
-    let first = &sb.layers[0];
+    // The input layer's positions are read here only (its backward returns no gradient).
+    let first = &mut sb.layers[0];
     let mut h_src = match resident {
         // Own (and cached) rows are on the device already: only the rest come up.
         Some(features) => {
@@ -332,21 +333,24 @@ pub fn split_step<B: Backend>(
                 ),
                 on_device,
             );
-            let (cached, host_pos) = if on_device {
+            let take = std::mem::take::<Vec<u32>>;
+            let (cached_slots, cached_pos, host_pos) = if on_device {
+                let host_pos = take(&mut first.remote_pos);
                 (
-                    (&first.cached_slots[..], &first.cached_pos[..]),
-                    first.remote_pos.clone(),
+                    take(&mut first.cached_slots),
+                    take(&mut first.cached_pos),
+                    host_pos,
                 )
             } else {
                 let pos = first.cached_pos.iter().chain(&first.remote_pos).copied();
-                ((&[][..], &[][..]), pos.collect())
+                (Vec::new(), Vec::new(), pos.collect())
             };
             let placed = PlacedRows {
                 len: num_src(0),
-                own_pos: first.own_pos.clone(),
-                own_rows: first.own_rows.clone(),
-                cached_pos: cached.1.to_vec(),
-                cached_slots: cached.0.to_vec(),
+                own_pos: take(&mut first.own_pos),
+                own_rows: take(&mut first.own_rows),
+                cached_pos,
+                cached_slots,
                 host_pos,
                 host_rows: missing,
             };

@@ -103,6 +103,18 @@ pub struct ResidentFeatures<B: Backend> {
     pub cache: Option<B::Mat>,
 }
 
+impl<B: Backend> ResidentFeatures<B> {
+    /// Whether every rank of `group` would keep its own rows of `data` on its device `be`:
+    /// a device backend, rows that do not reach the first layer as CSR (`csr`: they go up as
+    /// such), and room for them. Collective over `group`; every rank gets the same answer (the
+    /// trainer's evaluation reads the resident rows collectively, the planner's choice must
+    /// agree).
+    pub fn fit_on_every_rank(be: &B, data: &TrainData, group: &Group, csr: bool) -> bool {
+        let fits = !B::IS_HOST && !csr && be.fits(data.store.own_rows().len() * 4);
+        group.allreduce_max_f64(f64::from(u8::from(!fits))) == 0.0
+    }
+}
+
 /// Where a GDP batch's input rows come from.
 #[derive(Clone, Copy, Debug)]
 pub struct InputSource {

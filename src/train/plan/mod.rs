@@ -16,6 +16,7 @@ pub mod report;
 
 use super::data::TrainData;
 use super::prefetch::planned_workers;
+use super::strategy::ResidentFeatures;
 use crate::backend::Backend;
 use crate::comm::{Group, World};
 use crate::config::TrainConfig;
@@ -156,7 +157,13 @@ pub fn shape_of<B: Backend, M: Backend>(
         csr_batches: sparse_input && csr_everywhere,
         // Overlap is priced only on a device: on the CPU backend the workers share the cores
         // that train. One rank on a device gathers rows there from its resident features.
-        resident_rows: resident_rows(be, data, group, sparse_input && csr_everywhere),
+        // GDP's and split's ranks keep their own rows on the device as the trainer decides.
+        resident_rows: ResidentFeatures::fit_on_every_rank(
+            be,
+            data,
+            group,
+            sparse_input && csr_everywhere,
+        ),
         sync_ranks: world_ranks,
         // (Whether the host gathers dense rows sets the default worker count.)
         prefetch_workers: planned_workers(
@@ -167,14 +174,6 @@ pub fn shape_of<B: Backend, M: Backend>(
         )
         .filter(|_| !B::IS_HOST),
     }
-}
-
-/// Whether GDP's and split's ranks would keep their own features on the device, as the
-/// trainer decides
-/// (`Trainer::on`): a device, dense batches, and every rank's rows fit. Collective.
-fn resident_rows<B: Backend>(be: &B, data: &TrainData, group: &Group, csr: bool) -> bool {
-    let fits = !B::IS_HOST && !csr && be.fits(data.store.own_rows().len() * 4);
-    group.allreduce_max_f64(f64::from(u8::from(!fits))) == 0.0
 }
 
 /// Rows of each rank's own features looked at to estimate their density.
