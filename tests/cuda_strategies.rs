@@ -137,10 +137,10 @@ fn every_strategy_matches_one_cpu_rank(
                 "{what}: prefetch across ranks:\n{}",
                 out.stderr
             );
-            // GDP's, split's and hybrid's ranks keep their own feature rows on the device and
-            // gather them there.
-            assert_eq!(
-                matches!(strategy, "gdp" | "split" | "hybrid"),
+            // Every strategy's ranks keep their own feature rows on the device and gather them
+            // there (DNP's owners their sources' rows, SNP's the rows they project, with the
+            // input dropout applied there).
+            assert!(
                 out.stderr
                     .contains("features on the device: each rank's own rows;"),
                 "{what}: resident features:\n{}",
@@ -252,11 +252,11 @@ fn every_strategy_on_emulated_cuda_ranks_trains_the_model_of_one_cpu_rank() {
         );
     }
 
-    // With a feature cache, GDP's and split's ranks keep it on the device beside their own
-    // rows: cached rows are gathered there, only fetched rows go up, and the model is still
-    // 1 CPU rank's.
+    // With a feature cache, GDP's, split's and DNP's ranks keep it on the device beside
+    // their own rows: cached rows are gathered there, only fetched rows go up, and the model is
+    // still 1 CPU rank's.
     let reference = common::read_f32s(&tmp.path().join("cpu-sage.h5"), "params");
-    for strategy in ["gdp", "split"] {
+    for strategy in ["gdp", "split", "dnp"] {
         let ck = tmp.path().join(format!("cuda-{strategy}-cached.h5"));
         let mut args = train_args(&data, "sage");
         args.extend_from_slice(&["--strategy", strategy, "--cache-mb", "1"]);

@@ -123,7 +123,18 @@ impl FeatureStore {
     /// If an id is not owned by this rank (a caller bug: the ids come from an owner-routed
     /// plan).
     pub fn own_rows_of(&mut self, ids: &[NodeId]) -> Array2<f32> {
-        let rows: Vec<u32> = ids
+        let rows = self.own_row_indices(ids);
+        gather_rows(self.own.view(), &rows)
+    }
+
+    /// The rows of this rank's shard that hold `ids`, which must all be its own vertices, for
+    /// a device that keeps the shard resident to gather there (counted as own rows read, as
+    /// [`FeatureStore::own_rows_of`] counts them).
+    ///
+    /// # Panics
+    /// As [`FeatureStore::own_rows_of`].
+    pub fn own_row_indices(&mut self, ids: &[NodeId]) -> Vec<u32> {
+        let rows = ids
             .iter()
             .map(|&v| {
                 assert!(self.is_own(v), "vertex {v} is not owned by this rank");
@@ -131,7 +142,7 @@ impl FeatureStore {
             })
             .collect();
         self.stats.local_rows += ids.len() as u64;
-        gather_rows(self.own.view(), &rows)
+        rows
     }
 
     /// Whether a first layer would take own rows `ids`, gathered densely, as sparse rows

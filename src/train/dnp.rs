@@ -3,14 +3,16 @@
 //! parallel as in GDP ([`super::owner_input`]).
 //!
 //! The owner gathers the features of the sampled sources of the destinations it was asked for
-//! (remote ones from the feature store), computes the input layer and sends the rows back.
+//! (remote ones from the feature store; on a device that keeps the rank's own rows, and its
+//! cache, those are gathered there and only fetched rows go up), computes the input layer and
+//! sends the rows back.
 //! Backward: gradients of those rows are summed at the owner, which back-propagates through
 //! the input layer.
 
 use super::data::TrainData;
 use super::metrics::PhaseTimes;
 use super::owner_input::OwnerBatch;
-use super::strategy::{StepArgs, StepOutput};
+use super::strategy::{place_rows, ResidentFeatures, StepArgs, StepOutput};
 use crate::backend::Backend;
 use crate::nn::Model;
 use anyhow::Result;
@@ -20,6 +22,7 @@ use std::time::Instant;
 pub fn dnp_step<B: Backend>(
     model: &mut Model<B>,
     data: &mut TrainData,
+    resident: Option<&ResidentFeatures<B>>,
     args: &StepArgs,
     times: &mut PhaseTimes,
 ) -> Result<StepOutput> {
@@ -32,9 +35,18 @@ pub fn dnp_step<B: Backend>(
     times.sample += t.elapsed().as_secs_f64();
 
     // Feature rows come from the store (on the host) and go to the backend once, with the
-    // blocks.
+    // blocks; where the device keeps this rank's own rows (and cache), only the rows fetched
+    // from other ranks go up and the device places the rest.
     let t = Instant::now();
-    let x = be.upload_owned(data.store.gather(group, &ob.input_block.src_nodes));
+    let src = &ob.input_block.src_nodes;
+    let x = match resident {
+        Some(features) => {
+            let (placed, stats) = data.store.place_input(group, src, features.cache.is_some());
+            data.store.add_stats(&stats);
+            place_rows(&be, features, placed, data)
+        }
+        None => be.upload_owned(data.store.gather(group, src)),
+    };
     let input_rows = ob.input_block.num_src();
     let input = be.graph(std::mem::take(&mut ob.input_block));
     let upper = ob.take_upper(&be);

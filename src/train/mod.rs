@@ -379,15 +379,9 @@ impl<'w, B: Backend> Trainer<'w, B> {
         // evaluation (`FullGraph::infer`): a dense resident copy would only cost device memory
         // (Facebook: 424 MB, half the mini-batch run's peak).
         let csr_input = InputSource::of(&model, None).csr_rows(&data);
-        // On several ranks GDP, split and hybrid assemble their input rows there; DNP's and
-        // SNP's owners gather theirs on the host.
-        let assembles_rows = !cfg.full_batch
-            && cfg.strategy != Strategy::Nfp
-            && (world.size() == 1
-                || matches!(
-                    cfg.strategy,
-                    Strategy::Gdp | Strategy::Split | Strategy::Hybrid
-                ));
+        // Every mini-batch strategy but NFP (whose ranks hold column slices) assembles its
+        // input rows there, on one rank or several.
+        let assembles_rows = !cfg.full_batch && cfg.strategy != Strategy::Nfp;
         // Evaluation decides collectively whether it reads a resident copy, so every rank
         // keeps one or none; `assembles_rows` is the same everywhere, so every rank or none
         // makes the collective check.
@@ -439,9 +433,13 @@ impl<'w, B: Backend> Trainer<'w, B> {
         t.keep_cache_on_device();
         if t.world.size() > 1 && t.world.rank() == 0 {
             if let Some(r) = &t.resident {
+                let others = if t.cfg.strategy == Strategy::Snp {
+                    "SNP reads no row of another rank"
+                } else {
+                    "rows of other ranks are fetched on the host per batch and placed there"
+                };
                 log::info!(
-                    "features on the device: each rank's own rows{}; rows of other ranks are \
-                     fetched on the host per batch and placed there",
+                    "features on the device: each rank's own rows{}; {others}",
                     if r.cache.is_some() {
                         " and its cache of remote rows"
                     } else {
@@ -870,8 +868,12 @@ impl<'w, B: Backend> Trainer<'w, B> {
                     }
                     out
                 }
-                (false, Strategy::Dnp) => dnp::dnp_step(model, data, &args, &mut times)?,
-                (false, Strategy::Snp) => snp::snp_step(model, data, &args, &mut times)?,
+                (false, Strategy::Dnp) => {
+                    dnp::dnp_step(model, data, self.resident.as_ref(), &args, &mut times)?
+                }
+                (false, Strategy::Snp) => {
+                    snp::snp_step(model, data, self.resident.as_ref(), &args, &mut times)?
+                }
                 (false, Strategy::Nfp) => {
                     let nfp = self.nfp.as_mut().expect("built in Trainer::on for nfp");
                     nfp.step(model, data, &args, &mut times)?

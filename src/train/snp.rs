@@ -17,7 +17,7 @@
 //!   bias; the self-loop `v→v` is an ordinary edge, whose source `v` lives on `v`'s owner.
 //!
 //! Every piece runs on the model's backend: feature rows are read from the store on the host
-//! and uploaded once, projections, partial sums and the activation stay on the backend, and
+//! and uploaded once (on a device that keeps the rank's own rows, gathered there instead), projections, partial sums and the activation stay on the backend, and
 //! only partial rows and gradients cross ranks ([`PartialAggregation`], [`OwnerBatch`]).
 //!
 //! Backward reverses every exchange: the gradient of `v`'s row comes back to `v`'s owner
@@ -31,10 +31,11 @@
 use super::data::TrainData;
 use super::metrics::PhaseTimes;
 use super::owner_input::OwnerBatch;
-use super::strategy::{StepArgs, StepOutput};
+use super::strategy::{ResidentFeatures, StepArgs, StepOutput};
 use crate::backend::input_rows::InputRows;
 use crate::backend::{Backend, GcnNorm};
 use crate::exchange::partial::{destination_weights, mean_weights, PartialAggregation};
+use crate::exchange::FeatureStore;
 use crate::graph::NodeId;
 use crate::nn::gcn::GcnConv;
 use crate::nn::layer::Conv;
@@ -59,6 +60,7 @@ enum InputConv {
 pub fn snp_step<B: Backend>(
     model: &mut Model<B>,
     data: &mut TrainData,
+    resident: Option<&ResidentFeatures<B>>,
     args: &StepArgs,
     times: &mut PhaseTimes,
 ) -> Result<StepOutput> {
@@ -102,13 +104,14 @@ pub fn snp_step<B: Backend>(
     // Only own rows: the sources' on their owners, the destinations' (SAGE's root term) here;
     // read from the store on the host, then on the backend.
     let t = Instant::now();
-    let x_src = data.store.own_rows_of(partial.sources());
-    let x_dst =
-        matches!(conv, InputConv::Sage(_)).then(|| data.store.own_rows_of(block.dst_nodes()));
+    let on_device = resident.is_some();
+    let x_src = OwnRows::read(&mut data.store, on_device, partial.sources());
+    let x_dst = matches!(conv, InputConv::Sage(_))
+        .then(|| OwnRows::read(&mut data.store, on_device, block.dst_nodes()));
     let ctx = OwnerBatch::dropout_ctx(data, key);
     let layer = &model.layers[0];
-    let x_src = input_rows(&be, layer, &ctx, x_src, partial.sources());
-    let x_dst = x_dst.map(|x| input_rows(&be, layer, &ctx, x, block.dst_nodes()));
+    let x_src = x_src.on(&be, resident, layer, &ctx, partial.sources());
+    let x_dst = x_dst.map(|x| x.on(&be, resident, layer, &ctx, block.dst_nodes()));
     let upper = ob.take_upper(&be);
     times.gather += t.elapsed().as_secs_f64();
 
@@ -167,6 +170,61 @@ pub fn snp_step<B: Backend>(
     Ok(ob.output(loss_sum, partial.sources().len()))
 }
 
+/// This rank's feature rows of some of its own vertices, as read on the host: where the device
+/// keeps the rank's rows and the rows take the dense path, only their indices
+/// ([`FeatureStore::prefers_sparse_rows`] makes the test `InputRows::new` would make, from the
+/// rows' counts), else the rows themselves.
+enum OwnRows {
+    OnDevice(Vec<u32>),
+    Host(Array2<f32>),
+}
+
+impl OwnRows {
+    /// The rows of `ids` from `store`; `on_device`: the device keeps this rank's own rows.
+    fn read(store: &mut FeatureStore, on_device: bool, ids: &[NodeId]) -> OwnRows {
+        if on_device && store.prefers_sparse_rows(ids) != Some(true) {
+            OwnRows::OnDevice(store.own_row_indices(ids))
+        } else {
+            OwnRows::Host(store.own_rows_of(ids))
+        }
+    }
+
+    /// The rows of `ids` as the input layer reads them on `be`: gathered from `resident`
+    /// there, or made from the host's rows by [`input_rows`]; the same masks either way, so the
+    /// same numbers.
+    fn on<B: Backend>(
+        self,
+        be: &B,
+        resident: Option<&ResidentFeatures<B>>,
+        layer: &Layer,
+        ctx: &DropoutCtx,
+        ids: &[NodeId],
+    ) -> InputRows<B> {
+        match self {
+            OwnRows::OnDevice(rows) => {
+                let own = &resident
+                    .expect("rows are read on the device only where it keeps them")
+                    .own;
+                let mut x = be.gather_rows(be.view(own), &rows);
+                if ctx.training && layer.dropout > 0.0 {
+                    let keys = dropout_keys(ctx, ids);
+                    be.dropout_in_place(&layer.input_dropout(ctx), be.view_mut(&mut x), &keys);
+                }
+                InputRows::Dense(x)
+            }
+            OwnRows::Host(x) => input_rows(be, layer, ctx, x, ids),
+        }
+    }
+}
+
+/// The keys of `ids`' dropout rows: original ids, the keys GDP's masks use.
+fn dropout_keys(ctx: &DropoutCtx, ids: &[NodeId]) -> Vec<u64> {
+    match ctx.orig_ids {
+        Some(orig) => ids.iter().map(|&v| orig[v as usize]).collect(),
+        None => ids.iter().map(|&v| v as u64).collect(),
+    }
+}
+
 /// Feature rows of the vertices `ids` as the input layer reads them, on backend `be`: sparse
 /// when mostly zero and the backend has a sparse path (as `Layer::forward_input` decides for
 /// GDP), after the input dropout with the mask `Layer::forward` draws (the layer's stream,
@@ -179,10 +237,10 @@ fn input_rows<B: Backend>(
     ids: &[NodeId],
 ) -> InputRows<B> {
     let mask = (ctx.training && layer.dropout > 0.0).then(|| layer.input_dropout(ctx));
-    let keys: Vec<u64> = match (&mask, ctx.orig_ids) {
-        (None, _) => Vec::new(),
-        (Some(_), Some(orig)) => ids.iter().map(|&v| orig[v as usize]).collect(),
-        (Some(_), None) => ids.iter().map(|&v| v as u64).collect(),
+    let keys = if mask.is_some() {
+        dropout_keys(ctx, ids)
+    } else {
+        Vec::new()
     };
     InputRows::new(be, x, mask.as_ref(), &keys)
 }

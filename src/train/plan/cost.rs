@@ -59,9 +59,9 @@ pub struct ModelShape {
     /// the input layer multiplies sparse rows): its load reads, moves and copies up the
     /// entries, not dense rows, and its input layer scans no dense rows for them.
     pub csr_batches: bool,
-    /// GDP's and split's ranks keep their own feature rows (and the cache) on the device
-    /// (`train::strategy::ResidentFeatures`): their dense batches gather those there, and only
-    /// fetched rows are made on the host and copied up.
+    /// The ranks keep their own feature rows (and the cache) on the device
+    /// (`train::strategy::ResidentFeatures`; every mini-batch strategy but NFP): their dense
+    /// batches gather those there, and only fetched rows are made on the host and copied up.
     pub resident_rows: bool,
     /// Ranks the gradients are summed over when more than those sharing a mini-batch (hybrid
     /// over several nodes: the world, where the dry run saw one node); 1 otherwise.
@@ -316,6 +316,17 @@ enum Rows {
     Resident,
 }
 
+impl Rows {
+    /// Dense rows, gathered on the device where the ranks keep their own rows there.
+    fn dense_or_resident(shape: &ModelShape) -> Rows {
+        if shape.resident_rows {
+            Rows::Resident
+        } else {
+            Rows::Dense
+        }
+    }
+}
+
 /// The input feature rows' load phase and bytes: local gather, fetch, device copy, for rows
 /// made as `rows` says.
 fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str, rows: Rows) -> RankCost {
@@ -352,7 +363,8 @@ fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str, rows: Rows
     if c.input_remote + c.input_served > 0.0 {
         s += cal.op(a2a).seconds(fetched, 2.0);
     }
-    let upload = if shape.device {
+    // Nothing goes up where the device holds every row (a call per batch otherwise).
+    let upload = if shape.device && copied_up > 0.0 {
         cal.op("h2d").seconds(copied_up, 1.0)
     } else {
         0.0
@@ -380,10 +392,8 @@ pub fn gdp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
     let csr = shape.csr_batches && shape.input_nnz.is_some();
     let rows = if csr {
         Rows::Csr
-    } else if shape.resident_rows {
-        Rows::Resident
     } else {
-        Rows::Dense
+        Rows::dense_or_resident(shape)
     };
     let mut r = load(shape, cal, c, a2a, rows);
     r.phases.train = compute(shape, cal, c, Order::Cheaper, !csr);
@@ -393,12 +403,7 @@ pub fn gdp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
 /// Split: each (layer, vertex) on its owner; cross-rank rows of every layer above the input
 /// shuffled forward and their gradients backward.
 pub fn split(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
-    let rows = if shape.resident_rows {
-        Rows::Resident
-    } else {
-        Rows::Dense
-    };
-    let mut r = load(shape, cal, c, a2a, rows);
+    let mut r = load(shape, cal, c, a2a, Rows::dense_or_resident(shape));
     let mut bytes = 0.0;
     let mut calls = 0.0;
     for l in 1..shape.in_w.len() {
@@ -414,7 +419,7 @@ pub fn split(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Ra
 /// DNP: the input layer on the destinations' owners (their remote feature rows fetched), its
 /// hidden rows sent to the requesters and their gradients back; GDP above.
 pub fn dnp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
-    let mut r = load(shape, cal, c, a2a, Rows::Dense);
+    let mut r = load(shape, cal, c, a2a, Rows::dense_or_resident(shape));
     let bytes = 2.0 * c.hidden_rows * shape.out_w[0] * 4.0;
     r.phases.shuffle = cal.op(a2a).seconds(bytes, 2.0);
     r.phases.train = compute(shape, cal, c, Order::Cheaper, true);
@@ -425,7 +430,7 @@ pub fn dnp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
 /// SNP: DNP's exchange of hidden rows, no feature fetch, and partial sums of layer-1 width
 /// from the sources' owners (gradients back) plus the remote edges routed to them.
 pub fn snp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
-    let mut r = load(shape, cal, c, a2a, Rows::Dense);
+    let mut r = load(shape, cal, c, a2a, Rows::dense_or_resident(shape));
     let h = shape.out_w[0] * 4.0;
     let bytes = 2.0 * (c.hidden_rows + c.partial_rows) * h + 8.0 * c.remote_edges;
     r.phases.shuffle = cal.op(a2a).seconds(bytes, 5.0);
@@ -993,6 +998,20 @@ mod tests {
         let load = 1700.0 * 400.0 * 1e-10 + fetch + up;
         assert!((d.phases.load - load).abs() < 1e-15, "{:?}", d.phases);
         assert_eq!(r.bytes, d.bytes, "the same rows cross ranks");
+        // DNP's owners and split's input layer place their rows the same way.
+        assert_eq!(
+            dnp(&resident, &cal, &c, "alltoallv_world").phases.load,
+            r.phases.load
+        );
+        assert_eq!(
+            split(&resident, &cal, &c, "alltoallv_world").phases.load,
+            r.phases.load
+        );
+        // SNP's sources are all own rows: none is read on the host or copied up.
+        let own = counts(0.0);
+        let s = snp(&resident, &cal, &own, "alltoallv_world");
+        assert_eq!((s.phases.load, s.upload), (0.0, 0.0), "{:?}", s.phases);
+        assert!(snp(&device, &cal, &own, "alltoallv_world").upload > 0.0);
     }
 
     #[test]

@@ -157,7 +157,7 @@ pub fn shape_of<B: Backend, M: Backend>(
         csr_batches: sparse_input && csr_everywhere,
         // Overlap is priced only on a device: on the CPU backend the workers share the cores
         // that train. One rank on a device gathers rows there from its resident features.
-        // GDP's and split's ranks keep their own rows on the device as the trainer decides.
+        // The ranks keep their own rows on the device as the trainer decides.
         resident_rows: ResidentFeatures::fit_on_every_rank(
             be,
             data,
