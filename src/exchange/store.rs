@@ -518,19 +518,21 @@ impl FeatureStore {
     /// layer): `n` rows, row `own_pos[i]` this rank's shard row `own_rows[i]`, row
     /// `cached_pos[i]` cache slot `cached_slots[i]` ([`FeatureStore::cache_slot`]), row
     /// `remote_pos[j]` the plan's `j`-th wanted row, brought by `plan` packed as
-    /// [`FeatureStore::gather`] brings them and decoded straight into place. Collective.
+    /// [`FeatureStore::gather`] brings them and decoded straight into place. Collective over
+    /// `group`, which may be another thread's; returns the counters to add with
+    /// [`FeatureStore::add_stats`].
     ///
     /// # Panics
     /// If the positions do not cover `0..n` once each (a caller bug).
     pub fn gather_planned(
-        &mut self,
+        &self,
         group: &Group,
         kind: &'static str,
         plan: &RowExchange,
         [(own_rows, own_pos), (cached_slots, cached_pos)]: [(&[u32], &[u32]); 2],
         remote_pos: &[u32],
         n: usize,
-    ) -> Array2<f32> {
+    ) -> (Array2<f32>, StoreStats) {
         assert_eq!(own_rows.len(), own_pos.len(), "one row per own position");
         assert_eq!(
             cached_slots.len(),
@@ -556,54 +558,56 @@ impl FeatureStore {
             !from.iter().any(|r| matches!(r, RowFrom::Fetched(u32::MAX))),
             "gather_planned: a row has no source"
         );
-        let fetched = self.fetch_planned(
+        let (fetched, stats) = self.fetch_planned(
             group,
             kind,
             plan,
             (own_rows.len(), cached_pos.len(), remote_pos.len()),
         );
-        self.fill(&from, &fetched)
+        (self.fill(&from, &fetched), stats)
     }
 
     /// The rows `plan` brings (`remote` of them), with the store's counters of a planned
     /// gather of `own` own, `cached` cached and those rows. Collective.
     fn fetch_planned(
-        &mut self,
+        &self,
         group: &Group,
         kind: &'static str,
         plan: &RowExchange,
         (own, cached, remote): (usize, usize, usize),
-    ) -> PackedRows {
+    ) -> (PackedRows, StoreStats) {
         let fetched = plan.forward_packed_rows(group, kind, self.row_source());
         assert_eq!(fetched.len(), remote, "one fetched row per remote source");
-        self.add_stats(&StoreStats {
+        let stats = StoreStats {
             local_rows: own as u64,
             cache_hits: cached as u64,
             fetched_rows: remote as u64,
-        });
-        fetched
+        };
+        (fetched, stats)
     }
 
     /// [`FeatureStore::gather_planned`] for a device that holds this rank's own rows (and
     /// its cache when `cache_on_device`): only the rows it lacks are made here, dense, in
     /// order: the cached rows (unless the device holds them), then the plan's fetched rows.
-    /// The caller places them. Collective, as `gather_planned`.
+    /// The caller places them. Collective, as `gather_planned`, and returns the counters as
+    /// it does.
     pub fn gather_planned_missing(
-        &mut self,
+        &self,
         group: &Group,
         kind: &'static str,
         plan: &RowExchange,
         (own, cached_slots, remote): (usize, &[u32], usize),
         cache_on_device: bool,
-    ) -> Array2<f32> {
-        let fetched = self.fetch_planned(group, kind, plan, (own, cached_slots.len(), remote));
+    ) -> (Array2<f32>, StoreStats) {
+        let (fetched, stats) =
+            self.fetch_planned(group, kind, plan, (own, cached_slots.len(), remote));
         let cached: &[u32] = if cache_on_device { &[] } else { cached_slots };
         let from: Vec<RowFrom> = cached
             .iter()
             .map(|&slot| RowFrom::Cache(slot))
             .chain((0..remote as u32).map(RowFrom::Fetched))
             .collect();
-        self.fill(&from, &fetched)
+        (self.fill(&from, &fetched), stats)
     }
 
     /// A batch of `from.len()` rows, each copied from the shard or the cache or decoded from
@@ -759,13 +763,13 @@ mod tests {
                 }
             },
         );
-        let mut s = FeatureStore::new(vec![0, rows as u64], 0, own.clone());
+        let s = FeatureStore::new(vec![0, rows as u64], 0, own.clone());
         assert!(s.send_packed);
         let world = crate::comm::World::solo();
         let wanted: [NodeId; 3] = [7, 31, 7];
         let plan = RowExchange::new(&world, &[0, rows as u64], &wanted);
         // Rows 0..5: own rows 3 and 9 at 4 and 0, the three wanted rows at 1, 3, 2.
-        let x = s.gather_planned(
+        let (x, stats) = s.gather_planned(
             &world,
             "test_rows",
             &plan,
@@ -776,7 +780,7 @@ mod tests {
         for (pos, src) in [(4, 3), (0, 9), (1, 7), (3, 31), (2, 7)] {
             assert_eq!(x.row(pos), own.row(src), "row {pos}");
         }
-        assert_eq!((s.stats.local_rows, s.stats.fetched_rows), (2, 3));
+        assert_eq!((stats.local_rows, stats.fetched_rows), (2, 3));
     }
 
     #[test]

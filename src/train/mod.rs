@@ -859,13 +859,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
                     let resident = self.resident.as_ref();
                     let (out, stats) =
                         split::split_step(model, data, resident, &args, &mut times, dump)?;
-                    if split_stats.is_empty() {
-                        split_stats = vec![split::SplitLayerStats::default(); stats.len()];
-                    }
-                    for (acc, s) in split_stats.iter_mut().zip(stats) {
-                        acc.edges += s.edges;
-                        acc.cross_edges += s.cross_edges;
-                    }
+                    split::add_split_stats(&mut split_stats, &stats);
                     out
                 }
                 (false, Strategy::Dnp) => {

@@ -2,14 +2,16 @@
 //! gather its input rows, so the host's share of a step hides behind the model's (on a GPU,
 //! the host phases are otherwise the whole step).
 //!
-//! It applies to GDP mini-batches. On one rank, preparing a batch is local work. On several,
-//! sampling routes every hop's frontier to its owners and missing input rows are fetched
-//! (alltoallv): each worker then owns a communicator of its own, a duplicate of the world's
-//! ([`crate::comm::World::thread_comms`], which needs `MPI_THREAD_MULTIPLE`), so its
-//! collectives never match the main thread's gradient allreduce, and worker `w` of every rank
-//! prepares the same batches in the same order. The workers only read the training data; the
-//! backend (the model, uploads, device gathers) and the world's collectives stay on the main
-//! thread.
+//! It applies to GDP mini-batches, and to split's on several ranks ([`prefetches_strategy`]).
+//! On one rank, preparing a GDP batch is local work. On several, sampling routes every hop's
+//! frontier to its owners (split's cooperative sampling builds its row-exchange plans the same
+//! way) and missing input rows are fetched (alltoallv): each worker then owns a communicator
+//! of its own, a duplicate of the world's ([`crate::comm::World::thread_comms`], which needs
+//! `MPI_THREAD_MULTIPLE`), so its collectives never match the main thread's (split's hidden
+//! rows, the gradient allreduce), and worker `w` of every rank prepares the same batches in the
+//! same order. The workers only read the training data; the backend (the model, uploads,
+//! device gathers) and the world's collectives stay on the main thread. A plan a worker built
+//! names ranks, not a communicator, so the main thread runs it on the world's.
 //!
 //! One batch's sampling does not keep 16 cores busy (its hops are short parallel loops with
 //! serial joins between them), so several threads prepare whole batches at once: worker `w`
@@ -20,11 +22,15 @@
 //! rank's threads, at most 8, when the device gathers them (`prefetch_workers`).
 //!
 //! It changes no number: a batch's sample and rows are a pure function of its key
-//! ([`gdp_host_batch`]), whichever thread computes them and whenever, and the step on the
-//! main thread is the same code as without prefetch ([`gdp_train_step`]).
+//! ([`gdp_host_batch`], [`split_host_batch`]), whichever thread computes them and whenever,
+//! and the step on the main thread is the same code as without prefetch ([`gdp_train_step`],
+//! [`split_train_step`]).
 
 use super::data::TrainData;
 use super::metrics::PhaseTimes;
+use super::split::{
+    add_split_stats, split_host_batch, split_train_step, SplitHostBatch, SplitLayerStats,
+};
 use super::strategy::{gdp_host_batch, gdp_train_step, HostBatch, InputSource, StepArgs};
 use super::{finish_step, EpochOutcome, EpochTotals, Trainer};
 use crate::backend::Backend;
@@ -94,13 +100,42 @@ pub fn prefetches(cfg: &TrainConfig, device: bool) -> bool {
     wanted && !cfg.full_batch
 }
 
+/// Whether `strategy` on `ranks` ranks prepares its batches apart from its steps, so that
+/// workers can prepare them ahead: GDP, and split on several ranks (on one it is GDP, which
+/// the trainer runs as such). DNP's and SNP's owners build plans that upload to the backend,
+/// hybrid's ranks sample over their node's communicator: they prepare in the step.
+pub fn prefetches_strategy(strategy: Strategy, ranks: usize) -> bool {
+    match strategy {
+        Strategy::Gdp => true,
+        Strategy::Split => ranks > 1,
+        _ => false,
+    }
+}
+
+/// A batch a worker prepared, for the strategy that trains it.
+enum Prepared {
+    Gdp(HostBatch),
+    Split(SplitHostBatch),
+}
+
+impl Prepared {
+    /// The feature store's counters for the batch's input rows.
+    fn store(&self) -> &StoreStats {
+        match self {
+            Prepared::Gdp(h) => &h.store,
+            Prepared::Split(h) => &h.store,
+        }
+    }
+}
+
 impl<B: Backend> Trainer<'_, B> {
     /// The workers that prepare this epoch's batches ahead ([`planned_workers`]), or `None`
-    /// when this run prepares every batch in its step: prefetch off, another strategy than
-    /// GDP, or several ranks whose MPI did not grant `MPI_THREAD_MULTIPLE`. Collective on
-    /// several ranks: every rank gets the fewest workers any rank wanted.
+    /// when this run prepares every batch in its step: prefetch off, a strategy that
+    /// prepares in its step ([`prefetches_strategy`]), or several ranks whose MPI did not
+    /// grant `MPI_THREAD_MULTIPLE`. Collective on several ranks: every rank gets the fewest
+    /// workers any rank wanted.
     pub(super) fn prefetch_workers(&self) -> Option<Workers> {
-        if self.cfg.strategy != Strategy::Gdp {
+        if !prefetches_strategy(self.cfg.strategy, self.world.size()) {
             return None;
         }
         // A batch in flight holds its dense input rows only where the host gathers them.
@@ -157,6 +192,7 @@ impl<B: Backend> Trainer<'_, B> {
         let mut times = PhaseTimes::default();
         let mut totals = EpochTotals::new();
         let mut store = StoreStats::default();
+        let mut split_stats: Vec<SplitLayerStats> = Vec::new();
         let Trainer {
             cfg,
             world,
@@ -181,6 +217,8 @@ impl<B: Backend> Trainer<'_, B> {
         // On a device holding the features, dense input rows are gathered there, not on the
         // host; mostly-zero rows come as CSR from the store's sparse copy either way.
         let input = InputSource::of(model, resident.as_ref());
+        let split_rows = resident.as_ref().map(|r| r.cache.is_some());
+        let strategy = cfg.strategy;
         let keep_sampled = dump.is_some();
         if pos.epoch == 0 && start == 0 {
             log::info!(
@@ -203,22 +241,35 @@ impl<B: Backend> Trainer<'_, B> {
             let mut producers = Vec::with_capacity(workers);
             let mut comms = comms.into_iter();
             for w in 0..workers {
-                let (tx, rx) = sync_channel::<HostBatch>(0);
+                let (tx, rx) = sync_channel::<Prepared>(0);
                 receivers.push(rx);
                 let comm = comms.next();
                 producers.push(s.spawn(move || {
                     let group = comm.map(ThreadComm::into_group);
                     for b in (start + w..end).step_by(workers) {
-                        let host = gdp_host_batch(
-                            data,
-                            group.as_ref(),
-                            &batches[b],
-                            fanouts,
-                            keys[b],
-                            self_loops,
-                            input,
-                            keep_sampled,
-                        );
+                        let (batch, key) = (&batches[b], keys[b]);
+                        let host = match strategy {
+                            Strategy::Split => Prepared::Split(split_host_batch(
+                                data,
+                                group.as_ref().expect("split prefetches on several ranks"),
+                                batch,
+                                fanouts,
+                                key,
+                                self_loops,
+                                split_rows,
+                                keep_sampled,
+                            )),
+                            _ => Prepared::Gdp(gdp_host_batch(
+                                data,
+                                group.as_ref(),
+                                batch,
+                                fanouts,
+                                key,
+                                self_loops,
+                                input,
+                                keep_sampled,
+                            )),
+                        };
                         if tx.send(host).is_err() {
                             break; // the loop stopped early (an error): nothing more is needed
                         }
@@ -238,9 +289,9 @@ impl<B: Backend> Trainer<'_, B> {
                     return Err(anyhow!("prefetch worker {worker} stopped before batch {b}"));
                 };
                 times.prefetch_wait += t.elapsed().as_secs_f64();
-                store.local_rows += host.store.local_rows;
-                store.cache_hits += host.store.cache_hits;
-                store.fetched_rows += host.store.fetched_rows;
+                store.local_rows += host.store().local_rows;
+                store.cache_hits += host.store().cache_hits;
+                store.fetched_rows += host.store().fetched_rows;
                 model.params.zero_grads();
                 let batch = &batches[b];
                 let args = StepArgs {
@@ -252,15 +303,19 @@ impl<B: Backend> Trainer<'_, B> {
                     scale: 1.0 / batch.len() as f32,
                 };
                 let dump = dump.as_mut().map(|d| (d, pos.step));
-                let stepped = gdp_train_step(
-                    model,
-                    data,
-                    resident.as_ref(),
-                    host,
-                    &args,
-                    &mut times,
-                    dump,
-                )
+                let resident = resident.as_ref();
+                let stepped = match host {
+                    Prepared::Gdp(host) => {
+                        gdp_train_step(model, data, resident, host, &args, &mut times, dump)
+                    }
+                    Prepared::Split(host) => split_train_step(
+                        model, data, resident, host, &args, &mut times, dump,
+                    )
+                    .map(|(out, stats)| {
+                        add_split_stats(&mut split_stats, &stats);
+                        out
+                    }),
+                }
                 .and_then(|out| {
                     finish_step(
                         world,
@@ -302,7 +357,7 @@ impl<B: Backend> Trainer<'_, B> {
             times,
             counts: totals.counts,
             finished: self.pos.batch >= batches.len(),
-            split: Vec::new(),
+            split: split_stats,
             first_step: totals.first_step,
         })
     }

@@ -14,7 +14,7 @@ use super::metrics::PhaseTimes;
 use super::strategy::{place_rows, ResidentFeatures, StepArgs, StepOutput};
 use crate::backend::Backend;
 use crate::comm::Group;
-use crate::exchange::store::PlacedRows;
+use crate::exchange::store::{PlacedRows, StoreStats};
 use crate::exchange::RowExchange;
 use crate::graph::parts::owner_of;
 use crate::graph::NodeId;
@@ -22,6 +22,7 @@ use crate::nn::{DropoutCtx, Model};
 use crate::sample::rng::hash_key;
 use crate::sample::{build_block, sample_neighbors, BatchKey, Block, LocalGraph};
 use anyhow::Result;
+use ndarray::Array2;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::time::Instant;
@@ -48,6 +49,17 @@ pub struct SplitLayer {
 pub struct SplitLayerStats {
     pub edges: u64,
     pub cross_edges: u64,
+}
+
+/// Add one step's per-layer counts `step` to the epoch's `acc` (empty before the first).
+pub fn add_split_stats(acc: &mut Vec<SplitLayerStats>, step: &[SplitLayerStats]) {
+    if acc.is_empty() {
+        acc.resize(step.len(), SplitLayerStats::default());
+    }
+    for (a, s) in acc.iter_mut().zip(step) {
+        a.edges += s.edges;
+        a.cross_edges += s.cross_edges;
+    }
 }
 
 /// The split plan of one mini-batch on one rank: layers input first.
@@ -255,74 +267,68 @@ fn layer_input_backward<B: Backend>(
     d_prev
 }
 
-/// One split-parallel step on the model's backend: cooperative sampling, then forward and
-/// backward layer by layer with the row shuffles in between (hidden rows stay on the backend;
-/// only those that cross ranks are staged, [`RowExchange::forward_on`]). Gradients accumulate
-/// in `model`. Collective.
-pub fn split_step<B: Backend>(
-    model: &mut Model<B>,
-    data: &mut TrainData,
-    resident: Option<&ResidentFeatures<B>>,
-    args: &StepArgs,
-    times: &mut PhaseTimes,
-    dump: Option<(&mut BlockDump, u64)>,
-) -> Result<(StepOutput, Vec<SplitLayerStats>)> {
-    let StepArgs {
-        group,
-        batch,
-        fanouts,
-        key,
-        self_loops,
-        scale,
-    } = *args;
-    let be = model.params.backend().clone();
+/// The host side of a split mini-batch ([`split_host_batch`]): the sampled plan, the input
+/// layer's rows as the host makes them, and what the step reports of them.
+pub struct SplitHostBatch {
+    sb: SplitBatch,
+    /// The blocks as sampled, before self-loops, where the step dumps them.
+    sampled: Option<Vec<Block>>,
+    input: SplitInput,
+    stats: Vec<SplitLayerStats>,
+    /// The feature store's counters for the input rows, for the thread that owns the store.
+    pub store: StoreStats,
+    sample_seconds: f64,
+    gather_seconds: f64,
+}
+
+/// The input layer's rows of a split batch as the host made them.
+enum SplitInput {
+    /// Every source row, in the block's order.
+    All(Array2<f32>),
+    /// Where each row is on a device that keeps this rank's own rows (and maybe its cache),
+    /// with the rows it lacks.
+    Placed(PlacedRows),
+}
+
+/// The host side of split's mini-batch `batch`: cooperative sampling (self-loops added) and
+/// the input layer's rows — all of them gathered (`resident` `None`), or only those a device
+/// that keeps this rank's own rows lacks (`Some(cache_on_device)`). Collective over `group`,
+/// which may be a prefetch worker's communicator: it only reads `data` and is a pure function
+/// of its arguments, so a worker prepares what the step would (`keep_sampled`: also keep the
+/// blocks as sampled, for `--dump-blocks`).
+#[allow(clippy::too_many_arguments)]
+pub fn split_host_batch(
+    data: &TrainData,
+    group: &Group,
+    batch: &[NodeId],
+    fanouts: &[i32],
+    key: BatchKey,
+    self_loops: bool,
+    resident: Option<bool>,
+    keep_sampled: bool,
+) -> SplitHostBatch {
     let t = Instant::now();
     let mut sb = sample_split(group, data, batch, fanouts, key);
-    if let Some((dump, step)) = dump {
-        let blocks: Vec<Block> = sb.layers.iter().map(|l| l.block.clone()).collect();
-        dump.write(step, &blocks, data)?;
-    }
+    let sampled = keep_sampled.then(|| sb.layers.iter().map(|l| l.block.clone()).collect());
     if self_loops {
         for l in &mut sb.layers {
             l.block = l.block.with_self_loops();
         }
     }
     let stats = sb.stats();
-    let out = StepOutput {
-        loss_sum: 0.0,
-        seeds: sb.seeds.len() as u64,
-        nodes: sb.layers.iter().map(|l| l.block.num_dst as u64).sum(),
-        edges: sb.layers.iter().map(|l| l.block.num_edges() as u64).sum(),
-        input_rows: sb.layers[0].own_pos.len() as u64,
-    };
-    times.sample += t.elapsed().as_secs_f64();
+    let sample_seconds = t.elapsed().as_secs_f64();
 
-    // Forward: input features are read only by their owners (on the host, where the feature
-    // store keeps them), then shuffled; the input layer's source rows go to the backend once.
-    let ctx = DropoutCtx {
-        training: true,
-        stream: hash_key(&[key.seed, key.epoch, key.batch, 0x64726f70]),
-        orig_ids: data.orig_ids.as_deref(),
-        gcn_degrees: data.gcn_degrees.as_deref(),
-    };
+    // Input features are read only by their owners (on the host, where the feature store
+    // keeps them), then shuffled: own and cached rows copied and fetched rows (packed when
+    // mostly zeros) decoded straight into place, in a recycled buffer. The input layer's
+    // positions are read here only (its backward returns no gradient).
     let t = Instant::now();
-    // Each layer's block moves to the backend (the CPU keeps the block itself).
-    let graphs: Vec<B::Graph> = sb
-        .layers
-        .iter_mut()
-        .map(|l| be.graph(std::mem::take(&mut l.block)))
-        .collect();
-    let num_src = |l: usize| be.block(&graphs[l]).num_src();
-    // The input layer's rows, as GDP's gather reads them: own and cached rows copied and
-    // fetched rows (packed when mostly zeros) decoded straight into place, in a recycled
-    // buffer.
-    // The input layer's positions are read here only (its backward returns no gradient).
     let first = &mut sb.layers[0];
-    let mut h_src = match resident {
+    let n = first.block.num_src();
+    let (input, store) = match resident {
         // Own (and cached) rows are on the device already: only the rest come up.
-        Some(features) => {
-            let on_device = features.cache.is_some();
-            let missing = data.store.gather_planned_missing(
+        Some(on_device) => {
+            let (missing, store) = data.store.gather_planned_missing(
                 group,
                 "split_features",
                 &first.plan,
@@ -346,7 +352,7 @@ pub fn split_step<B: Backend>(
                 (Vec::new(), Vec::new(), pos.collect())
             };
             let placed = PlacedRows {
-                len: num_src(0),
+                len: n,
                 own_pos: take(&mut first.own_pos),
                 own_rows: take(&mut first.own_rows),
                 cached_pos,
@@ -354,10 +360,10 @@ pub fn split_step<B: Backend>(
                 host_pos,
                 host_rows: missing,
             };
-            place_rows(&be, features, placed, data)
+            (SplitInput::Placed(placed), store)
         }
         None => {
-            let x = data.store.gather_planned(
+            let (x, store) = data.store.gather_planned(
                 group,
                 "split_features",
                 &first.plan,
@@ -366,9 +372,110 @@ pub fn split_step<B: Backend>(
                     (&first.cached_slots, &first.cached_pos),
                 ],
                 &first.remote_pos,
-                num_src(0),
+                n,
             );
-            be.upload_owned(x)
+            (SplitInput::All(x), store)
+        }
+    };
+    SplitHostBatch {
+        sb,
+        sampled,
+        input,
+        stats,
+        store,
+        sample_seconds,
+        gather_seconds: t.elapsed().as_secs_f64(),
+    }
+}
+
+/// One split-parallel step on the model's backend: cooperative sampling, then forward and
+/// backward layer by layer with the row shuffles in between (hidden rows stay on the backend;
+/// only those that cross ranks are staged, [`RowExchange::forward_on`]). Gradients accumulate
+/// in `model`. Collective.
+pub fn split_step<B: Backend>(
+    model: &mut Model<B>,
+    data: &mut TrainData,
+    resident: Option<&ResidentFeatures<B>>,
+    args: &StepArgs,
+    times: &mut PhaseTimes,
+    dump: Option<(&mut BlockDump, u64)>,
+) -> Result<(StepOutput, Vec<SplitLayerStats>)> {
+    let host = split_host_batch(
+        data,
+        args.group,
+        args.batch,
+        args.fanouts,
+        args.key,
+        args.self_loops,
+        resident.map(|r| r.cache.is_some()),
+        dump.is_some(),
+    );
+    data.store.add_stats(&host.store);
+    split_train_step(model, data, resident, host, args, times, dump)
+}
+
+/// The model's side of a split step on a prepared [`SplitHostBatch`]: the input rows onto the
+/// backend (or placed there beside `resident`), then forward and backward layer by layer with
+/// the hidden rows' shuffles over `args.group`. Collective.
+pub fn split_train_step<B: Backend>(
+    model: &mut Model<B>,
+    data: &TrainData,
+    resident: Option<&ResidentFeatures<B>>,
+    host: SplitHostBatch,
+    args: &StepArgs,
+    times: &mut PhaseTimes,
+    dump: Option<(&mut BlockDump, u64)>,
+) -> Result<(StepOutput, Vec<SplitLayerStats>)> {
+    let StepArgs {
+        group, key, scale, ..
+    } = *args;
+    let SplitHostBatch {
+        mut sb,
+        sampled,
+        input,
+        stats,
+        sample_seconds,
+        gather_seconds,
+        ..
+    } = host;
+    if let Some((dump, step)) = dump {
+        let blocks = sampled.expect("a dumped batch keeps its blocks as sampled");
+        dump.write(step, &blocks, data)?;
+    }
+    times.sample += sample_seconds;
+    times.gather += gather_seconds;
+    let out = StepOutput {
+        loss_sum: 0.0,
+        seeds: sb.seeds.len() as u64,
+        nodes: sb.layers.iter().map(|l| l.block.num_dst as u64).sum(),
+        edges: sb.layers.iter().map(|l| l.block.num_edges() as u64).sum(),
+        input_rows: match &input {
+            SplitInput::All(_) => sb.layers[0].own_pos.len(),
+            SplitInput::Placed(p) => p.own_pos.len(),
+        } as u64,
+    };
+
+    let be = model.params.backend().clone();
+    let ctx = DropoutCtx {
+        training: true,
+        stream: hash_key(&[key.seed, key.epoch, key.batch, 0x64726f70]),
+        orig_ids: data.orig_ids.as_deref(),
+        gcn_degrees: data.gcn_degrees.as_deref(),
+    };
+    let t = Instant::now();
+    // Each layer's block moves to the backend (the CPU keeps the block itself).
+    let graphs: Vec<B::Graph> = sb
+        .layers
+        .iter_mut()
+        .map(|l| be.graph(std::mem::take(&mut l.block)))
+        .collect();
+    let num_src = |l: usize| be.block(&graphs[l]).num_src();
+    // The input layer's source rows go to the backend once.
+    let mut h_src = match (input, resident) {
+        (SplitInput::Placed(placed), Some(features)) => place_rows(&be, features, placed, data),
+        (SplitInput::All(x), _) => be.upload_owned(x),
+        (SplitInput::Placed(_), None) => {
+            panic!("split rows placed for a device that keeps no features")
         }
     };
     times.gather += t.elapsed().as_secs_f64();

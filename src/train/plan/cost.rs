@@ -27,6 +27,7 @@
 use super::calibration::Calibration;
 use super::dry_run::{Counts, DryRun};
 use crate::kinds::{ModelKind, Strategy};
+use crate::train::prefetch::prefetches_strategy;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -66,7 +67,8 @@ pub struct ModelShape {
     /// Ranks the gradients are summed over when more than those sharing a mini-batch (hybrid
     /// over several nodes: the world, where the dry run saw one node); 1 otherwise.
     pub sync_ranks: usize,
-    /// Workers that prepare GDP's batches ahead while the device trains (`train::prefetch`),
+    /// Workers that prepare GDP's (and split's) batches ahead while the device trains
+    /// (`train::prefetch`; hybrid's split prepares in its step, so its scope sets `None`),
     /// or `None` where each batch is prepared in its step (the CPU backend, whose cores the
     /// preparation would share, or `--prefetch off`).
     pub prefetch_workers: Option<usize>,
@@ -521,9 +523,10 @@ fn prefetch_speedup(workers: usize) -> f64 {
     (workers.max(1) as f64).sqrt()
 }
 
-/// GDP's step when prefetch workers prepare batches while the device trains: the training
-/// thread's work (uploading the rows, the model, the allreduce, the optimizer) and the
-/// workers' (sampling, gathering and fetching the rows) overlap, so the slower bounds it.
+/// A step when prefetch workers prepare batches while the device trains (GDP, split on
+/// several ranks): the training thread's work (uploading the rows, split's hidden-row
+/// shuffles, the model, the allreduce, the optimizer) and the workers' (sampling, gathering
+/// and fetching the rows) overlap, so the slower bounds it.
 pub fn prefetched_step(phases: &Phases, upload: f64, workers: usize) -> f64 {
     let prepared = phases.build + phases.load - upload;
     let trained = upload + phases.shuffle + phases.train + phases.sync + phases.optimizer;
@@ -602,8 +605,11 @@ pub fn predict(
         };
         let pickable = note.is_none();
         let upload = per_rank.iter().map(|c| c.upload).fold(0.0, f64::max);
+        let prefetched = name
+            .parse::<Strategy>()
+            .is_ok_and(|s| prefetches_strategy(s, ranks));
         let (step, note) = match shape.prefetch_workers {
-            Some(workers) if name == "gdp" => (
+            Some(workers) if prefetched => (
                 prefetched_step(&phases, upload, workers),
                 note.or_else(|| {
                     Some(format!(
@@ -1028,7 +1034,7 @@ mod tests {
     }
 
     #[test]
-    fn prefetch_hides_gdps_host_preparation_behind_the_device_and_only_gdps() {
+    fn prefetch_hides_gdps_and_splits_host_preparation_behind_the_device() {
         // Phases 1 + 2 (0.5 of it the upload) + 0 + 3 + 0.25 + 0.25: the training thread
         // has 0.5 + 3 + 0.5 = 4, the workers 2.5; with 4 workers (√4 = 2× one) 1.25.
         let phases = Phases {
@@ -1066,16 +1072,34 @@ mod tests {
             ..device
         };
         let p = predict(&dry, &prefetched, &cal, &all, "alltoallv_world");
-        for name in ["split", "dnp", "snp", "nfp"] {
+        // DNP, SNP and NFP prepare in their steps.
+        for name in ["dnp", "snp", "nfp"] {
             assert_eq!(p.strategies[name], plain.strategies[name], "{name}");
         }
-        let (g, g0) = (&p.strategies["gdp"], &plain.strategies["gdp"]);
-        assert_eq!(g.phases, g0.phases, "the phases stay what each costs");
-        assert!(g.step_seconds < g0.step_seconds, "{g:?} against {g0:?}");
-        let upload = gdp(&prefetched, &cal, &counts(100.0), "alltoallv_world").upload;
-        assert!(upload > 0.0, "a device copies the rows up");
-        assert_eq!(g.step_seconds, prefetched_step(&g.phases, upload, 1));
-        assert_eq!(g.epoch_seconds, g.step_seconds);
+        type CostFn = fn(&ModelShape, &Calibration, &Counts, &str) -> RankCost;
+        for (name, cost) in [("gdp", gdp as CostFn), ("split", split)] {
+            let (g, g0) = (&p.strategies[name], &plain.strategies[name]);
+            assert_eq!(
+                g.phases, g0.phases,
+                "{name}: the phases stay what each costs"
+            );
+            assert!(
+                g.step_seconds < g0.step_seconds,
+                "{name}: {g:?} against {g0:?}"
+            );
+            let upload = cost(&prefetched, &cal, &counts(100.0), "alltoallv_world").upload;
+            assert!(upload > 0.0, "{name}: a device copies the rows up");
+            assert_eq!(g.step_seconds, prefetched_step(&g.phases, upload, 1));
+            assert_eq!(g.epoch_seconds, g.step_seconds);
+        }
+        // On one rank split is GDP, which trains as such: its row is not prefetched.
+        let one = DryRun {
+            ranks: vec![std::array::from_fn(|_| counts(0.0))],
+            ..dry
+        };
+        let p1 = predict(&one, &prefetched, &cal, &all, "alltoallv_world");
+        let s1 = &p1.strategies["split"];
+        assert_eq!(s1.step_seconds, s1.phases.total());
     }
 
     #[test]
