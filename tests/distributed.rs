@@ -392,14 +392,14 @@ fn prefetching_on_2_and_4_ranks_changes_no_parameter_and_moves_the_same_bytes() 
         return;
     }
     // With several ranks, prefetch workers sample (routing each hop to the owners; split's
-    // cooperative sampling builds its row plans) and fetch remote input rows on communicators
-    // of their own while the main thread trains and allreduces (split: and shuffles hidden
-    // rows along the workers' plans): the parameters must be bitwise those of `--prefetch
+    // cooperative sampling and DNP's owner sampling build their row plans) and fetch remote input rows on communicators
+    // of their own while the main thread trains and allreduces (split and DNP: and shuffle
+    // hidden rows along the workers' plans): the parameters must be bitwise those of `--prefetch
     // off`, one worker or two, across an epoch boundary and a stop inside the second epoch,
     // and every kind of exchange must move the same bytes (the workers' counts reach the
     // epoch's JSON).
     let fx = Fixture::new();
-    for strategy in ["gdp", "split"] {
+    for strategy in ["gdp", "split", "dnp"] {
         for np in [2usize, 4] {
             let parts = fx.path(&format!("parts{np}"));
             let mut reference: Option<(Vec<u32>, BTreeMap<String, f64>)> = None;
@@ -468,8 +468,10 @@ fn prefetching_on_2_and_4_ranks_changes_no_parameter_and_moves_the_same_bytes() 
                 );
                 let bytes = |kind: &str| received.get(&format!("comm.{kind}.bytes_received"));
                 let (sampled, fetched) = match strategy {
-                    "gdp" => (bytes("sample_ids"), bytes("store_rows")),
-                    _ => (bytes("split_frontier_ids"), bytes("split_features")),
+                    "split" => (bytes("split_frontier_ids"), bytes("split_features")),
+                    // DNP's upper hop (of 2) samples own seeds; the frontier goes to owners.
+                    "dnp" => (bytes("plan_ids"), bytes("store_rows")),
+                    _ => (bytes("sample_ids"), bytes("store_rows")),
                 };
                 assert!(
                     sampled > Some(&0.0) && fetched > Some(&0.0),

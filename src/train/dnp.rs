@@ -14,9 +14,72 @@ use super::metrics::PhaseTimes;
 use super::owner_input::OwnerBatch;
 use super::strategy::{place_rows, ResidentFeatures, StepArgs, StepOutput};
 use crate::backend::Backend;
+use crate::comm::Group;
+use crate::exchange::store::{InputRows, PlacedRows, StoreStats};
+use crate::graph::NodeId;
 use crate::nn::Model;
+use crate::sample::BatchKey;
 use anyhow::Result;
+use ndarray::Array2;
 use std::time::Instant;
+
+/// The host side of a DNP mini-batch ([`dnp_host_batch`]): the owner-sampled batch and its
+/// input block's rows as the host makes them.
+pub struct DnpHostBatch {
+    ob: OwnerBatch,
+    input: DnpInput,
+    /// The feature store's counters for the input rows, for the thread that owns the store.
+    pub store: StoreStats,
+    sample_seconds: f64,
+    gather_seconds: f64,
+}
+
+/// The input block's source rows as the host made them.
+enum DnpInput {
+    /// Every row, dense (the input layer makes its own sparsity test).
+    Dense(Array2<f32>),
+    /// Where each row is on a device that keeps this rank's own rows (and maybe its cache),
+    /// with the rows it lacks.
+    Placed(PlacedRows),
+}
+
+/// The host side of DNP's mini-batch: owner sampling ([`OwnerBatch::sample_with`]) and the
+/// rows of the input block's sources — all of them (`resident` `None`), or only those a
+/// device that keeps this rank's own rows lacks (`Some(cache_on_device)`). Collective over
+/// `group`, which may be a prefetch worker's communicator: it only reads `data` and is a pure
+/// function of its arguments.
+pub fn dnp_host_batch(
+    data: &TrainData,
+    group: &Group,
+    batch: &[NodeId],
+    fanouts: &[i32],
+    key: BatchKey,
+    self_loops: bool,
+    resident: Option<bool>,
+) -> DnpHostBatch {
+    let t = Instant::now();
+    let ob = OwnerBatch::sample_with(group, data, batch, fanouts, key, self_loops);
+    let sample_seconds = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let src = &ob.input_block.src_nodes;
+    let (input, store) = match resident {
+        Some(cache_on_device) => {
+            let (placed, stats) = data.store.place_input(group, src, cache_on_device);
+            (DnpInput::Placed(placed), stats)
+        }
+        None => match data.store.gather_input(group, src, false) {
+            (InputRows::Dense(x), stats) => (DnpInput::Dense(x), stats),
+            (InputRows::Sparse(_), _) => unreachable!("asked for dense rows"),
+        },
+    };
+    DnpHostBatch {
+        ob,
+        input,
+        store,
+        sample_seconds,
+        gather_seconds: t.elapsed().as_secs_f64(),
+    }
+}
 
 /// One DNP step on the model's backend; gradients accumulate in `model`. Collective.
 pub fn dnp_step<B: Backend>(
@@ -26,26 +89,54 @@ pub fn dnp_step<B: Backend>(
     args: &StepArgs,
     times: &mut PhaseTimes,
 ) -> Result<StepOutput> {
+    let host = dnp_host_batch(
+        data,
+        args.group,
+        args.batch,
+        args.fanouts,
+        args.key,
+        args.self_loops,
+        resident.map(|r| r.cache.is_some()),
+    );
+    data.store.add_stats(&host.store);
+    dnp_train_step(model, data, resident, host, args, times)
+}
+
+/// The model's side of a DNP step on a prepared [`DnpHostBatch`]: the input rows onto the
+/// backend (or placed there beside `resident`), the input layer, the exchange of its rows
+/// and the upper layers over `args.group`, and back. Collective.
+pub fn dnp_train_step<B: Backend>(
+    model: &mut Model<B>,
+    data: &TrainData,
+    resident: Option<&ResidentFeatures<B>>,
+    host: DnpHostBatch,
+    args: &StepArgs,
+    times: &mut PhaseTimes,
+) -> Result<StepOutput> {
     let StepArgs {
         group, key, scale, ..
     } = *args;
     let be = model.params.backend().clone();
-    let t = Instant::now();
-    let mut ob = OwnerBatch::sample(data, args);
-    times.sample += t.elapsed().as_secs_f64();
+    let DnpHostBatch {
+        mut ob,
+        input,
+        sample_seconds,
+        gather_seconds,
+        ..
+    } = host;
+    times.sample += sample_seconds;
+    times.gather += gather_seconds;
 
-    // Feature rows come from the store (on the host) and go to the backend once, with the
-    // blocks; where the device keeps this rank's own rows (and cache), only the rows fetched
-    // from other ranks go up and the device places the rest.
+    // The rows go to the backend once, with the blocks; where the device keeps this rank's
+    // own rows (and cache), only the rows fetched from other ranks go up and the device
+    // places the rest.
     let t = Instant::now();
-    let src = &ob.input_block.src_nodes;
-    let x = match resident {
-        Some(features) => {
-            let (placed, stats) = data.store.place_input(group, src, features.cache.is_some());
-            data.store.add_stats(&stats);
-            place_rows(&be, features, placed, data)
+    let x = match (input, resident) {
+        (DnpInput::Placed(placed), Some(features)) => place_rows(&be, features, placed, data),
+        (DnpInput::Dense(x), _) => be.upload_owned(x),
+        (DnpInput::Placed(_), None) => {
+            panic!("dnp rows placed for a device that keeps no features")
         }
-        None => be.upload_owned(data.store.gather(group, src)),
     };
     let input_rows = ob.input_block.num_src();
     let input = be.graph(std::mem::take(&mut ob.input_block));

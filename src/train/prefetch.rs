@@ -2,13 +2,14 @@
 //! gather its input rows, so the host's share of a step hides behind the model's (on a GPU,
 //! the host phases are otherwise the whole step).
 //!
-//! It applies to GDP mini-batches, and to split's on several ranks ([`prefetches_strategy`]).
+//! It applies to GDP mini-batches, and to split's and DNP's on several ranks
+//! ([`prefetches_strategy`]).
 //! On one rank, preparing a GDP batch is local work. On several, sampling routes every hop's
-//! frontier to its owners (split's cooperative sampling builds its row-exchange plans the same
-//! way) and missing input rows are fetched (alltoallv): each worker then owns a communicator
+//! frontier to its owners (split's cooperative sampling and DNP's owner sampling build their
+//! row-exchange plans the same way) and missing input rows are fetched (alltoallv): each worker then owns a communicator
 //! of its own, a duplicate of the world's ([`crate::comm::World::thread_comms`], which needs
-//! `MPI_THREAD_MULTIPLE`), so its collectives never match the main thread's (split's hidden
-//! rows, the gradient allreduce), and worker `w` of every rank prepares the same batches in the
+//! `MPI_THREAD_MULTIPLE`), so its collectives never match the main thread's (split's and DNP's
+//! hidden rows, the gradient allreduce), and worker `w` of every rank prepares the same batches in the
 //! same order. The workers only read the training data; the backend (the model, uploads,
 //! device gathers) and the world's collectives stay on the main thread. A plan a worker built
 //! names ranks, not a communicator, so the main thread runs it on the world's.
@@ -22,11 +23,12 @@
 //! rank's threads, at most 8, when the device gathers them (`prefetch_workers`).
 //!
 //! It changes no number: a batch's sample and rows are a pure function of its key
-//! ([`gdp_host_batch`], [`split_host_batch`]), whichever thread computes them and whenever,
-//! and the step on the main thread is the same code as without prefetch ([`gdp_train_step`],
-//! [`split_train_step`]).
+//! ([`gdp_host_batch`], [`split_host_batch`], [`dnp_host_batch`]), whichever thread computes
+//! them and whenever, and the step on the main thread is the same code as without prefetch
+//! ([`gdp_train_step`], [`split_train_step`], [`dnp_train_step`]).
 
 use super::data::TrainData;
+use super::dnp::{dnp_host_batch, dnp_train_step, DnpHostBatch};
 use super::metrics::PhaseTimes;
 use super::split::{
     add_split_stats, split_host_batch, split_train_step, SplitHostBatch, SplitLayerStats,
@@ -101,13 +103,14 @@ pub fn prefetches(cfg: &TrainConfig, device: bool) -> bool {
 }
 
 /// Whether `strategy` on `ranks` ranks prepares its batches apart from its steps, so that
-/// workers can prepare them ahead: GDP, and split on several ranks (on one it is GDP, which
-/// the trainer runs as such). DNP's and SNP's owners build plans that upload to the backend,
-/// hybrid's ranks sample over their node's communicator: they prepare in the step.
+/// workers can prepare them ahead: GDP, and split and DNP on several ranks (their batches
+/// are collective; the workers of one rank have no communicator). SNP's owners build a plan
+/// that uploads its edge weights to the backend, hybrid's ranks sample over their node's
+/// communicator: they prepare in the step.
 pub fn prefetches_strategy(strategy: Strategy, ranks: usize) -> bool {
     match strategy {
         Strategy::Gdp => true,
-        Strategy::Split => ranks > 1,
+        Strategy::Split | Strategy::Dnp => ranks > 1,
         _ => false,
     }
 }
@@ -116,6 +119,7 @@ pub fn prefetches_strategy(strategy: Strategy, ranks: usize) -> bool {
 enum Prepared {
     Gdp(HostBatch),
     Split(SplitHostBatch),
+    Dnp(DnpHostBatch),
 }
 
 impl Prepared {
@@ -124,6 +128,7 @@ impl Prepared {
         match self {
             Prepared::Gdp(h) => &h.store,
             Prepared::Split(h) => &h.store,
+            Prepared::Dnp(h) => &h.store,
         }
     }
 }
@@ -217,7 +222,8 @@ impl<B: Backend> Trainer<'_, B> {
         // On a device holding the features, dense input rows are gathered there, not on the
         // host; mostly-zero rows come as CSR from the store's sparse copy either way.
         let input = InputSource::of(model, resident.as_ref());
-        let split_rows = resident.as_ref().map(|r| r.cache.is_some());
+        // Split's and DNP's rows placed on a device that keeps the own rows (and the cache?).
+        let placed_rows = resident.as_ref().map(|r| r.cache.is_some());
         let strategy = cfg.strategy;
         let keep_sampled = dump.is_some();
         if pos.epoch == 0 && start == 0 {
@@ -248,16 +254,26 @@ impl<B: Backend> Trainer<'_, B> {
                     let group = comm.map(ThreadComm::into_group);
                     for b in (start + w..end).step_by(workers) {
                         let (batch, key) = (&batches[b], keys[b]);
+                        let several = || group.as_ref().expect("prefetches on several ranks");
                         let host = match strategy {
                             Strategy::Split => Prepared::Split(split_host_batch(
                                 data,
-                                group.as_ref().expect("split prefetches on several ranks"),
+                                several(),
                                 batch,
                                 fanouts,
                                 key,
                                 self_loops,
-                                split_rows,
+                                placed_rows,
                                 keep_sampled,
+                            )),
+                            Strategy::Dnp => Prepared::Dnp(dnp_host_batch(
+                                data,
+                                several(),
+                                batch,
+                                fanouts,
+                                key,
+                                self_loops,
+                                placed_rows,
                             )),
                             _ => Prepared::Gdp(gdp_host_batch(
                                 data,
@@ -307,6 +323,9 @@ impl<B: Backend> Trainer<'_, B> {
                 let stepped = match host {
                     Prepared::Gdp(host) => {
                         gdp_train_step(model, data, resident, host, &args, &mut times, dump)
+                    }
+                    Prepared::Dnp(host) => {
+                        dnp_train_step(model, data, resident, host, &args, &mut times)
                     }
                     Prepared::Split(host) => split_train_step(
                         model, data, resident, host, &args, &mut times, dump,
