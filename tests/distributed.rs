@@ -392,101 +392,109 @@ fn prefetching_on_2_and_4_ranks_changes_no_parameter_and_moves_the_same_bytes() 
         return;
     }
     // With several ranks, prefetch workers sample (routing each hop to the owners; split's
-    // cooperative sampling and DNP's owner sampling build their row plans) and fetch remote input rows on communicators
-    // of their own while the main thread trains and allreduces (split and DNP: and shuffle
-    // hidden rows along the workers' plans): the parameters must be bitwise those of `--prefetch
-    // off`, one worker or two, across an epoch boundary and a stop inside the second epoch,
-    // and every kind of exchange must move the same bytes (the workers' counts reach the
-    // epoch's JSON).
+    // cooperative sampling and DNP's owner sampling build their row plans) and fetch remote
+    // input rows on communicators of their own while the main thread trains and allreduces
+    // (split, hybrid and DNP: and shuffles hidden rows along the workers' plans): the
+    // parameters must be bitwise those of `--prefetch off`, one worker or two, across an
+    // epoch boundary and a stop inside the second epoch, and every kind of exchange must move
+    // the same bytes (the workers' counts reach the epoch's JSON).
     let fx = Fixture::new();
+    // (strategy, ranks, parts, extra options): hybrid on 2 pretend nodes of 2 ranks, whose
+    // workers sample and fetch on duplicates of their node's communicator.
+    let mut cases = Vec::new();
     for strategy in ["gdp", "split", "dnp"] {
         for np in [2usize, 4] {
-            let parts = fx.path(&format!("parts{np}"));
-            let mut reference: Option<(Vec<u32>, BTreeMap<String, f64>)> = None;
-            for (prefetch, workers) in [("off", "1"), ("on", "1"), ("on", "2")] {
-                let tag = format!("prefetch-{strategy}{np}-{prefetch}-{workers}");
-                let ck = fx.path(&format!("{tag}.h5"));
-                let metrics = fx.path(&format!("{tag}.jsonl"));
-                let args: Vec<&str> = TRAIN
-                    .iter()
-                    .copied()
-                    .filter(|a| !matches!(*a, "--max-steps" | "5"))
-                    .chain([
-                        "--data",
-                        parts.to_str().unwrap(),
-                        "--strategy",
-                        strategy,
-                        "--max-steps",
-                        "11",
-                        "--prefetch",
-                        prefetch,
-                        "--prefetch-workers",
-                        workers,
-                        "--checkpoint",
-                        ck.to_str().unwrap(),
-                        "--metrics",
-                        metrics.to_str().unwrap(),
-                    ])
-                    .collect();
-                let out = mpirun_ok(np, &args);
-                let stderr = String::from_utf8_lossy(&out.stderr);
-                assert_eq!(
-                    prefetch == "on",
-                    stderr.contains("on a communicator of its own"),
-                    "{tag}: the log says how the workers communicate:\n{stderr}"
-                );
-                // MPI_THREAD_MULTIPLE is asked for only where workers will call MPI.
-                let level = if prefetch == "on" {
-                    "multiple"
-                } else {
-                    "funneled"
-                };
-                assert!(
-                    stderr.contains(&format!("MPI thread support {level}")),
-                    "{tag}: thread support:\n{stderr}"
-                );
-                let mut waited = 0.0;
-                // Bytes received per exchange kind, summed over the epochs.
-                let mut received: BTreeMap<String, f64> = BTreeMap::new();
-                let text = std::fs::read_to_string(&metrics).unwrap();
-                for line in text.lines() {
-                    let v: serde_json::Value = serde_json::from_str(line).unwrap();
-                    waited += v["seconds"]["prefetch_wait"].as_f64().unwrap_or(0.0);
-                    let mean = v["ranks"]["mean"].as_object().expect("per-rank means");
-                    for (key, value) in mean {
-                        if key.starts_with("comm.") && key.ends_with(".bytes_received") {
-                            *received.entry(key.clone()).or_default() +=
-                                value.as_f64().unwrap_or(0.0);
-                        }
+            cases.push((strategy, np, np, None));
+        }
+    }
+    cases.push(("hybrid", 4, 2, Some("2")));
+    for (strategy, np, part_count, ranks_per_node) in cases {
+        let parts = fx.path(&format!("parts{part_count}"));
+        let mut reference: Option<(Vec<u32>, BTreeMap<String, f64>)> = None;
+        for (prefetch, workers) in [("off", "1"), ("on", "1"), ("on", "2")] {
+            let tag = format!("prefetch-{strategy}{np}-{prefetch}-{workers}");
+            let ck = fx.path(&format!("{tag}.h5"));
+            let metrics = fx.path(&format!("{tag}.jsonl"));
+            let pretend_nodes = ranks_per_node.map(|k| ["--ranks-per-node", k]);
+            let args: Vec<&str> = TRAIN
+                .iter()
+                .copied()
+                .filter(|a| !matches!(*a, "--max-steps" | "5"))
+                .chain(pretend_nodes.into_iter().flatten())
+                .chain([
+                    "--data",
+                    parts.to_str().unwrap(),
+                    "--strategy",
+                    strategy,
+                    "--max-steps",
+                    "11",
+                    "--prefetch",
+                    prefetch,
+                    "--prefetch-workers",
+                    workers,
+                    "--checkpoint",
+                    ck.to_str().unwrap(),
+                    "--metrics",
+                    metrics.to_str().unwrap(),
+                ])
+                .collect();
+            let out = mpirun_ok(np, &args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(
+                prefetch == "on",
+                stderr.contains("on a communicator of its own"),
+                "{tag}: the log says how the workers communicate:\n{stderr}"
+            );
+            // MPI_THREAD_MULTIPLE is asked for only where workers will call MPI.
+            let level = if prefetch == "on" {
+                "multiple"
+            } else {
+                "funneled"
+            };
+            assert!(
+                stderr.contains(&format!("MPI thread support {level}")),
+                "{tag}: thread support:\n{stderr}"
+            );
+            let mut waited = 0.0;
+            // Bytes received per exchange kind, summed over the epochs.
+            let mut received: BTreeMap<String, f64> = BTreeMap::new();
+            let text = std::fs::read_to_string(&metrics).unwrap();
+            for line in text.lines() {
+                let v: serde_json::Value = serde_json::from_str(line).unwrap();
+                waited += v["seconds"]["prefetch_wait"].as_f64().unwrap_or(0.0);
+                let mean = v["ranks"]["mean"].as_object().expect("per-rank means");
+                for (key, value) in mean {
+                    if key.starts_with("comm.") && key.ends_with(".bytes_received") {
+                        *received.entry(key.clone()).or_default() += value.as_f64().unwrap_or(0.0);
                     }
                 }
-                assert_eq!(text.lines().count(), 2, "{tag}: two epochs reported");
-                assert_eq!(
-                    prefetch == "on",
-                    waited > 0.0,
-                    "{tag}: prefetch_wait {waited}"
-                );
-                let bytes = |kind: &str| received.get(&format!("comm.{kind}.bytes_received"));
-                let (sampled, fetched) = match strategy {
-                    "split" => (bytes("split_frontier_ids"), bytes("split_features")),
-                    // DNP's upper hop (of 2) samples own seeds; the frontier goes to owners.
-                    "dnp" => (bytes("plan_ids"), bytes("store_rows")),
-                    _ => (bytes("sample_ids"), bytes("store_rows")),
-                };
-                assert!(
-                    sampled > Some(&0.0) && fetched > Some(&0.0),
-                    "{tag}: {received:?}"
-                );
-                let params = common::bits(&read_params(&ck));
-                match &reference {
-                    None => reference = Some((params, received)),
-                    Some((want, r0)) => {
-                        assert!(
-                            *want == params,
-                            "{tag}: other parameters than --prefetch off"
-                        );
-                        assert_eq!(*r0, received, "{tag}: bytes moved");
-                    }
+            }
+            assert_eq!(text.lines().count(), 2, "{tag}: two epochs reported");
+            assert_eq!(
+                prefetch == "on",
+                waited > 0.0,
+                "{tag}: prefetch_wait {waited}"
+            );
+            let bytes = |kind: &str| received.get(&format!("comm.{kind}.bytes_received"));
+            let (sampled, fetched) = match strategy {
+                "split" | "hybrid" => (bytes("split_frontier_ids"), bytes("split_features")),
+                // DNP's upper hop (of 2) samples own seeds; the frontier goes to owners.
+                "dnp" => (bytes("plan_ids"), bytes("store_rows")),
+                _ => (bytes("sample_ids"), bytes("store_rows")),
+            };
+            assert!(
+                sampled > Some(&0.0) && fetched > Some(&0.0),
+                "{tag}: {received:?}"
+            );
+            let params = common::bits(&read_params(&ck));
+            match &reference {
+                None => reference = Some((params, received)),
+                Some((want, r0)) => {
+                    assert!(
+                        *want == params,
+                        "{tag}: other parameters than --prefetch off"
+                    );
+                    assert_eq!(*r0, received, "{tag}: bytes moved");
                 }
             }
         }

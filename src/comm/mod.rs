@@ -266,12 +266,13 @@ impl World {
         }
     }
 
-    /// `wanted` communicators over every rank for other threads (prefetch workers), or none:
-    /// the fewest any rank wanted, and none at all unless every rank's MPI granted
-    /// `MPI_THREAD_MULTIPLE`. Collective over the world; every rank gets the same count.
-    /// Each is a duplicate of the world's, so its collectives never match the main thread's.
-    pub fn thread_comms(&self, wanted: usize) -> Vec<ThreadComm> {
-        let Some(world) = self.world.mpi_comm() else {
+    /// `wanted` communicators over the ranks of `of` (the world, or this rank's node) for
+    /// other threads (prefetch workers), or none: the fewest any rank wanted, and none at all
+    /// unless every rank's MPI granted `MPI_THREAD_MULTIPLE`. Collective over the world; every
+    /// rank gets the same count. Each is a duplicate of `of`'s communicator, so its
+    /// collectives never match the main thread's.
+    pub fn thread_comms(&self, of: &Group, wanted: usize) -> Vec<ThreadComm> {
+        let (Some(_), Some(comm)) = (self.world.mpi_comm(), of.mpi_comm()) else {
             return Vec::new();
         };
         let granted = if THREAD_MULTIPLE.load(Ordering::SeqCst) {
@@ -282,12 +283,12 @@ impl World {
         // The fewest: minus the largest of the negated counts.
         let agreed = -self.world.allreduce_max_f64(-(granted as f64));
         (0..agreed as usize)
-            .map(|_| ThreadComm(world.duplicate()))
+            .map(|_| ThreadComm(comm.duplicate()))
             .collect()
     }
 }
 
-/// A communicator over every rank that one other thread may own and call MPI on
+/// A communicator over a group's ranks that one other thread may own and call MPI on
 /// ([`World::thread_comms`]); it counts its bytes apart from the world's
 /// ([`ThreadComm::into_group`]) and is freed where it is dropped.
 pub struct ThreadComm(SimpleCommunicator);

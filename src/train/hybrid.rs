@@ -47,11 +47,22 @@ pub fn split_scope<'w, 'b>(
     strategy: Strategy,
     batch: &'b [NodeId],
 ) -> (&'w Group, Cow<'b, [NodeId]>) {
+    let seeds = split_seeds(strategy, batch, world.node_index());
+    (data_group(world, strategy), seeds)
+}
+
+/// The seeds of `batch` a split-family step of node `node` of `nodes` runs on: the node's
+/// share under `hybrid`, else the whole batch ([`split_scope`] without the world, for
+/// threads that cannot hold it).
+pub fn split_seeds(
+    strategy: Strategy,
+    batch: &[NodeId],
+    (node, nodes): (usize, usize),
+) -> Cow<'_, [NodeId]> {
     if strategy == Strategy::Hybrid {
-        let (node, nodes) = world.node_index();
-        (world.node(), Cow::Owned(node_share(batch, node, nodes)))
+        Cow::Owned(node_share(batch, node, nodes))
     } else {
-        (world, Cow::Borrowed(batch))
+        Cow::Borrowed(batch)
     }
 }
 

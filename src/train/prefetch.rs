@@ -29,6 +29,7 @@
 
 use super::data::TrainData;
 use super::dnp::{dnp_host_batch, dnp_train_step, DnpHostBatch};
+use super::hybrid::{split_scope, split_seeds};
 use super::metrics::PhaseTimes;
 use super::split::{
     add_split_stats, split_host_batch, split_train_step, SplitHostBatch, SplitLayerStats,
@@ -102,15 +103,15 @@ pub fn prefetches(cfg: &TrainConfig, device: bool) -> bool {
     wanted && !cfg.full_batch
 }
 
-/// Whether `strategy` on `ranks` ranks prepares its batches apart from its steps, so that
-/// workers can prepare them ahead: GDP, and split and DNP on several ranks (their batches
-/// are collective; the workers of one rank have no communicator). SNP's owners build a plan
-/// that uploads its edge weights to the backend, hybrid's ranks sample over their node's
-/// communicator: they prepare in the step.
+/// Whether `strategy`, its graph partitioned over `ranks` ranks (the world, or hybrid's
+/// node), prepares its batches apart from its steps, so that workers can prepare them ahead:
+/// GDP, and split, hybrid (split inside each node) and DNP over several ranks (their batches
+/// are collective, and the workers of a one-rank group get no communicator). SNP's owners
+/// build a plan that uploads its edge weights to the backend: SNP prepares in the step.
 pub fn prefetches_strategy(strategy: Strategy, ranks: usize) -> bool {
     match strategy {
         Strategy::Gdp => true,
-        Strategy::Split | Strategy::Dnp => ranks > 1,
+        Strategy::Split | Strategy::Hybrid | Strategy::Dnp => ranks > 1,
         _ => false,
     }
 }
@@ -140,7 +141,9 @@ impl<B: Backend> Trainer<'_, B> {
     /// grant `MPI_THREAD_MULTIPLE`. Collective on several ranks: every rank gets the fewest
     /// workers any rank wanted.
     pub(super) fn prefetch_workers(&self) -> Option<Workers> {
-        if !prefetches_strategy(self.cfg.strategy, self.world.size()) {
+        // Every node has as many ranks, so every rank takes the same branch.
+        let group = self.data_group();
+        if !prefetches_strategy(self.cfg.strategy, group.size()) {
             return None;
         }
         // A batch in flight holds its dense input rows only where the host gathers them.
@@ -154,7 +157,7 @@ impl<B: Backend> Trainer<'_, B> {
                 comms: Vec::new(),
             });
         }
-        let comms = self.world.thread_comms(count);
+        let comms = self.world.thread_comms(group, count);
         if comms.is_empty() {
             if self.pos.epoch == 0 {
                 log::warn!(
@@ -225,6 +228,7 @@ impl<B: Backend> Trainer<'_, B> {
         // Split's and DNP's rows placed on a device that keeps the own rows (and the cache?).
         let placed_rows = resident.as_ref().map(|r| r.cache.is_some());
         let strategy = cfg.strategy;
+        let node = world.node_index();
         let keep_sampled = dump.is_some();
         if pos.epoch == 0 && start == 0 {
             log::info!(
@@ -256,16 +260,18 @@ impl<B: Backend> Trainer<'_, B> {
                         let (batch, key) = (&batches[b], keys[b]);
                         let several = || group.as_ref().expect("prefetches on several ranks");
                         let host = match strategy {
-                            Strategy::Split => Prepared::Split(split_host_batch(
-                                data,
-                                several(),
-                                batch,
-                                fanouts,
-                                key,
-                                self_loops,
-                                placed_rows,
-                                keep_sampled,
-                            )),
+                            Strategy::Split | Strategy::Hybrid => {
+                                Prepared::Split(split_host_batch(
+                                    data,
+                                    several(),
+                                    &split_seeds(strategy, batch, node),
+                                    fanouts,
+                                    key,
+                                    self_loops,
+                                    placed_rows,
+                                    keep_sampled,
+                                ))
+                            }
                             Strategy::Dnp => Prepared::Dnp(dnp_host_batch(
                                 data,
                                 several(),
@@ -327,13 +333,21 @@ impl<B: Backend> Trainer<'_, B> {
                     Prepared::Dnp(host) => {
                         dnp_train_step(model, data, resident, host, &args, &mut times)
                     }
-                    Prepared::Split(host) => split_train_step(
-                        model, data, resident, host, &args, &mut times, dump,
-                    )
-                    .map(|(out, stats)| {
-                        add_split_stats(&mut split_stats, &stats);
-                        out
-                    }),
+                    Prepared::Split(host) => {
+                        // Hybrid: the node's share of the batch, split over the node's ranks.
+                        let (group, seeds) = split_scope(world, strategy, batch);
+                        let args = StepArgs {
+                            group,
+                            batch: &seeds,
+                            ..args
+                        };
+                        split_train_step(model, data, resident, host, &args, &mut times, dump).map(
+                            |(out, stats)| {
+                                add_split_stats(&mut split_stats, &stats);
+                                out
+                            },
+                        )
+                    }
                 }
                 .and_then(|out| {
                     finish_step(

@@ -67,8 +67,8 @@ pub struct ModelShape {
     /// Ranks the gradients are summed over when more than those sharing a mini-batch (hybrid
     /// over several nodes: the world, where the dry run saw one node); 1 otherwise.
     pub sync_ranks: usize,
-    /// Workers that prepare GDP's (and split's and DNP's) batches ahead while the device trains
-    /// (`train::prefetch`; hybrid's split prepares in its step, so its scope sets `None`),
+    /// Workers that prepare GDP's (and split's, hybrid's and DNP's) batches ahead while the
+    /// device trains (`train::prefetch`),
     /// or `None` where each batch is prepared in its step (the CPU backend, whose cores the
     /// preparation would share, or `--prefetch off`).
     pub prefetch_workers: Option<usize>,

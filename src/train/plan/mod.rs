@@ -282,12 +282,7 @@ pub fn predict(
         Scope::Hybrid { nodes, .. } => {
             // Hybrid runs split inside each node; the other rows price the same node's work
             // under the other strategies, which this build does not run as hybrids.
-            // Hybrid's ranks sample over their node's communicator, in the step.
-            let in_step = ModelShape {
-                prefetch_workers: None,
-                ..shape.clone()
-            };
-            let mut p = cost::predict(&dry, &in_step, cal, &["split"], "alltoallv_node");
+            let mut p = cost::predict(&dry, shape, cal, &["split"], "alltoallv_node");
             p.scope = Some(format!(
                 "hybrid over {nodes} nodes: each node's {} rank(s) share its 1/{nodes} of every \
                  batch (node alltoallv), gradients are summed over all {} ranks; the split row \
