@@ -392,9 +392,9 @@ fn prefetching_on_2_and_4_ranks_changes_no_parameter_and_moves_the_same_bytes() 
         return;
     }
     // With several ranks, prefetch workers sample (routing each hop to the owners; split's
-    // cooperative sampling and DNP's owner sampling build their row plans) and fetch remote
+    // cooperative sampling, DNP's and SNP's owner sampling build their plans) and fetch remote
     // input rows on communicators of their own while the main thread trains and allreduces
-    // (split, hybrid and DNP: and shuffles hidden rows along the workers' plans): the
+    // (split, hybrid, DNP and SNP: and shuffles rows along the workers' plans): the
     // parameters must be bitwise those of `--prefetch off`, one worker or two, across an
     // epoch boundary and a stop inside the second epoch, and every kind of exchange must move
     // the same bytes (the workers' counts reach the epoch's JSON).
@@ -402,7 +402,7 @@ fn prefetching_on_2_and_4_ranks_changes_no_parameter_and_moves_the_same_bytes() 
     // (strategy, ranks, parts, extra options): hybrid on 2 pretend nodes of 2 ranks, whose
     // workers sample and fetch on duplicates of their node's communicator.
     let mut cases = Vec::new();
-    for strategy in ["gdp", "split", "dnp"] {
+    for strategy in ["gdp", "split", "dnp", "snp"] {
         for np in [2usize, 4] {
             cases.push((strategy, np, np, None));
         }
@@ -480,6 +480,8 @@ fn prefetching_on_2_and_4_ranks_changes_no_parameter_and_moves_the_same_bytes() 
                 "split" | "hybrid" => (bytes("split_frontier_ids"), bytes("split_features")),
                 // DNP's upper hop (of 2) samples own seeds; the frontier goes to owners.
                 "dnp" => (bytes("plan_ids"), bytes("store_rows")),
+                // SNP moves no feature row: its routed edges and partial sums instead.
+                "snp" => (bytes("snp_edge_ids"), bytes("snp_partials")),
                 _ => (bytes("sample_ids"), bytes("store_rows")),
             };
             assert!(

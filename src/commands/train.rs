@@ -258,14 +258,19 @@ pub(crate) trait Job {
     fn run<B: Backend>(self, backend: B, world: &World) -> Result<Self::Out>;
 }
 
-/// Whether `cfg`'s run may prefetch GDP's, split's, hybrid's or DNP's batches on several ranks, whose workers
+/// Whether `cfg`'s run may prefetch mini-batches on several ranks, whose workers
 /// call MPI (`train::prefetch`): `--prefetch on`, or `auto` where a device may train.
 fn prefetch_may_call_mpi(cfg: &TrainConfig) -> bool {
     // The device is chosen after MPI starts: any but `cpu` may turn out to be one.
     crate::train::prefetch::prefetches(cfg, cfg.device != Device::Cpu)
         && matches!(
             cfg.strategy,
-            Strategy::Gdp | Strategy::Split | Strategy::Hybrid | Strategy::Dnp | Strategy::Auto
+            Strategy::Gdp
+                | Strategy::Split
+                | Strategy::Hybrid
+                | Strategy::Dnp
+                | Strategy::Snp
+                | Strategy::Auto
         )
 }
 

@@ -52,11 +52,23 @@ pub fn destination_weights(block: &Block, factors: &[f32]) -> Vec<f32> {
     w
 }
 
-/// The plan of one block's partial aggregation, both as requester (the destinations of the
-/// block are this rank's) and as source owner (for the virtual destinations other ranks, and
-/// this one, sent here), its sums on backend `B`.
+/// The host half of a [`PartialAggregation`]: the edges routed to their sources' owners and,
+/// as source owner, the bipartite CSR of what the other ranks sent, before a backend holds it.
+/// It reads no backend, so a prefetch worker builds it over a communicator of its own; the
+/// main thread then puts it on the backend ([`PartialPlan::on`]).
 #[derive(Debug)]
-pub struct PartialAggregation<B: Backend> {
+pub struct PartialPlan {
+    routes: Routes,
+    /// Owner: received virtual destinations (destinations, in receive order) × `sources`
+    /// (columns), duplicate edges merged. Not a layer's block: its destinations are not among
+    /// its sources; only the aggregation and its transpose read it.
+    weights: Block,
+}
+
+/// Who sends what to whom, both as requester (the destinations of the block are this rank's)
+/// and as source owner (for the virtual destinations other ranks, and this one, sent here).
+#[derive(Debug)]
+struct Routes {
     /// Requester: destinations of the block (rows of [`PartialAggregation::forward`]'s result).
     num_dst: usize,
     /// Requester: the destination row of every virtual destination sent, in send order
@@ -67,29 +79,29 @@ pub struct PartialAggregation<B: Backend> {
     /// Owner: the distinct own vertices that some received edge names as source, increasing;
     /// the rows of `y` this rank provides.
     sources: Vec<NodeId>,
-    /// Owner: received virtual destinations (destinations, in receive order) × `sources`
-    /// (columns), duplicate edges merged, on the backend. Not a layer's block: its
-    /// destinations are not among its sources; only the aggregation and its transpose read it.
-    weights: B::Graph,
-    /// Built on first use by the backward.
-    transpose: B::Transpose,
-    /// Owner: one weight per edge of `weights`, in its CSR order (duplicate edges summed).
+    /// Owner: one weight per edge of the weights matrix, in its CSR order (duplicate edges
+    /// summed).
     values: Vec<f32>,
     /// Owner: virtual destinations received from each rank.
     received: Vec<usize>,
 }
 
-impl<B: Backend> PartialAggregation<B> {
+/// The plan of one block's partial aggregation ([`PartialPlan`]), its owner-side sums on
+/// backend `B`.
+#[derive(Debug)]
+pub struct PartialAggregation<B: Backend> {
+    routes: Routes,
+    /// [`PartialPlan`]'s weights matrix, on the backend.
+    weights: B::Graph,
+    /// Built on first use by the backward.
+    transpose: B::Transpose,
+}
+
+impl PartialPlan {
     /// Route the edges of `block` (this rank's destinations; sources with any owner), with
     /// one weight per edge in CSR order, to the owners of their sources. Collective over
-    /// `group`: every rank calls it, possibly with an empty block.
-    pub fn new(
-        group: &Group,
-        be: &B,
-        offsets: &[u64],
-        block: &Block,
-        edge_weights: &[f32],
-    ) -> PartialAggregation<B> {
+    /// `group` (any thread's): every rank calls it, possibly with an empty block.
+    pub fn new(group: &Group, offsets: &[u64], block: &Block, edge_weights: &[f32]) -> PartialPlan {
         assert_eq!(edge_weights.len(), block.num_edges(), "one weight per edge");
         let ranks = group.size();
         let src_owner: Vec<u32> = block
@@ -147,37 +159,68 @@ impl<B: Backend> PartialAggregation<B> {
         sources.sort_unstable();
         sources.dedup();
         let (weights, values) = weights_matrix(&in_degrees, &in_ids, &in_weights, &sources);
-        PartialAggregation {
-            num_dst: block.num_dst,
-            vdst_row,
-            sent,
-            sources,
-            weights: be.graph(weights),
-            transpose: B::Transpose::default(),
-            values,
-            received,
+        PartialPlan {
+            routes: Routes {
+                num_dst: block.num_dst,
+                vdst_row,
+                sent,
+                sources,
+                values,
+                received,
+            },
+            weights,
         }
     }
 
     /// Multiply every received edge's weight by `factors[c]`, `c` its source's row in
-    /// [`PartialAggregation::sources`] (GCN's `1/sqrt(D_u)`: the owner knows `D_u`), so the
-    /// partial sums are `Σ w·f(u)·y_u` without scaling the rows of `y`.
-    pub fn scale_sources(&mut self, be: &B, factors: &[f32]) {
-        assert_eq!(factors.len(), self.sources.len(), "one factor per source");
-        let block = be.block(&self.weights);
-        for (w, &c) in self.values.iter_mut().zip(&block.indices) {
+    /// [`PartialPlan::sources`] (GCN's `1/sqrt(D_u)`: the owner knows `D_u`), so the partial
+    /// sums are `Σ w·f(u)·y_u` without scaling the rows of `y`.
+    pub fn scale_sources(&mut self, factors: &[f32]) {
+        assert_eq!(
+            factors.len(),
+            self.routes.sources.len(),
+            "one factor per source"
+        );
+        for (w, &c) in self.routes.values.iter_mut().zip(&self.weights.indices) {
             *w *= factors[c as usize];
         }
     }
 
+    /// The own vertices whose rows of `y` the aggregation needs, in row order.
+    pub fn sources(&self) -> &[NodeId] {
+        &self.routes.sources
+    }
+
+    /// The plan with its weights matrix on backend `be`.
+    pub fn on<B: Backend>(self, be: &B) -> PartialAggregation<B> {
+        PartialAggregation {
+            routes: self.routes,
+            weights: be.graph(self.weights),
+            transpose: B::Transpose::default(),
+        }
+    }
+}
+
+impl<B: Backend> PartialAggregation<B> {
+    /// [`PartialPlan::new`] on backend `be`. Collective over `group`.
+    pub fn new(
+        group: &Group,
+        be: &B,
+        offsets: &[u64],
+        block: &Block,
+        edge_weights: &[f32],
+    ) -> PartialAggregation<B> {
+        PartialPlan::new(group, offsets, block, edge_weights).on(be)
+    }
+
     /// The own vertices whose rows of `y` [`PartialAggregation::forward`] needs, in row order.
     pub fn sources(&self) -> &[NodeId] {
-        &self.sources
+        &self.routes.sources
     }
 
     /// Virtual destinations this rank sends (as requester) and receives (as source owner).
     pub fn volume(&self, be: &B) -> (usize, usize) {
-        (self.vdst_row.len(), be.block(&self.weights).num_dst)
+        (self.routes.vdst_row.len(), be.block(&self.weights).num_dst)
     }
 
     /// `y` holds one row per [`PartialAggregation::sources`]; returns the aggregation for the
@@ -186,43 +229,32 @@ impl<B: Backend> PartialAggregation<B> {
     /// order). Destinations without edges get zeros. Collective.
     pub fn forward(&self, group: &Group, be: &B, y: B::View<'_>) -> B::Mat {
         let (rows, cols) = be.dim(y);
-        assert_eq!(rows, self.sources.len(), "one row per source");
-        let partial = be.aggregate(&self.weights, y, EdgeWeights::PerEdge(&self.values));
-        let back = alltoallv_rows_on(
-            group,
-            be,
-            "snp_partials",
-            partial,
-            &self.received,
-            &self.sent,
-        );
-        let mut out = be.zeros(self.num_dst, cols);
-        be.scatter_add_rows(be.view_mut(&mut out), &self.vdst_row, be.view(&back));
+        let r = &self.routes;
+        assert_eq!(rows, r.sources.len(), "one row per source");
+        let partial = be.aggregate(&self.weights, y, EdgeWeights::PerEdge(&self.routes.values));
+        let back = alltoallv_rows_on(group, be, "snp_partials", partial, &r.received, &r.sent);
+        let mut out = be.zeros(r.num_dst, cols);
+        be.scatter_add_rows(be.view_mut(&mut out), &r.vdst_row, be.view(&back));
         out
     }
 
     /// The reverse of [`PartialAggregation::forward`]: from the gradient of its result
     /// (`num_dst` rows), the gradient of `y` (one row per source). Collective.
     pub fn backward(&self, group: &Group, be: &B, d_out: B::View<'_>) -> B::Mat {
+        let r = &self.routes;
         assert_eq!(
             be.dim(d_out).0,
-            self.num_dst,
+            r.num_dst,
             "one gradient row per destination"
         );
-        let send = be.gather_rows(d_out, &self.vdst_row);
-        let d_partial = alltoallv_rows_on(
-            group,
-            be,
-            "snp_partial_grads",
-            send,
-            &self.sent,
-            &self.received,
-        );
+        let send = be.gather_rows(d_out, &r.vdst_row);
+        let d_partial =
+            alltoallv_rows_on(group, be, "snp_partial_grads", send, &r.sent, &r.received);
         be.aggregate_transpose(
             &self.weights,
             &self.transpose,
             be.view(&d_partial),
-            EdgeWeights::PerEdge(&self.values),
+            EdgeWeights::PerEdge(&self.routes.values),
         )
     }
 }
@@ -322,7 +354,7 @@ mod tests {
         let be = Cpu;
         let b = block();
         let w = mean_weights(&b);
-        let mut plan = PartialAggregation::new(&world, &be, &[0, 100], &b, &w);
+        let plan = PartialAggregation::new(&world, &be, &[0, 100], &b, &w);
         assert_eq!(plan.sources(), &[10, 11, 12]);
         assert_eq!(plan.volume(&be), (2, 2));
         let x = array![[1.0f32, 2.0], [4.0, 8.0], [16.0, 32.0], [64.0, 128.0]];
@@ -342,8 +374,9 @@ mod tests {
         );
         assert_eq!(want.row(3), array![0.0f32, 0.0]);
         // Halving source 11 (row 1) halves its terms: dst 0 = (2·x11/2 + x12)/3.
-        plan.scale_sources(&be, &[1.0, 0.5, 1.0]);
-        let got = plan.forward(&world, &be, y);
+        let mut scaled = PartialPlan::new(&world, &[0, 100], &b, &w);
+        scaled.scale_sources(&[1.0, 0.5, 1.0]);
+        let got = scaled.on(&be).forward(&world, &be, y);
         let expect = (&x.row(1) + &x.row(2)) / 3.0;
         assert!(
             got.row(0)

@@ -118,13 +118,14 @@ impl FeatureStore {
 
     /// Rows of `ids`, which must all be this rank's own vertices: a local gather, no
     /// communication (source-node parallelism reads input features only on their owners).
+    /// Returns the counters to add with [`FeatureStore::add_stats`], so any thread may call it.
     ///
     /// # Panics
     /// If an id is not owned by this rank (a caller bug: the ids come from an owner-routed
     /// plan).
-    pub fn own_rows_of(&mut self, ids: &[NodeId]) -> Array2<f32> {
-        let rows = self.own_row_indices(ids);
-        gather_rows(self.own.view(), &rows)
+    pub fn own_rows_of(&self, ids: &[NodeId]) -> (Array2<f32>, StoreStats) {
+        let (rows, stats) = self.own_row_indices(ids);
+        (gather_rows(self.own.view(), &rows), stats)
     }
 
     /// The rows of this rank's shard that hold `ids`, which must all be its own vertices, for
@@ -133,7 +134,7 @@ impl FeatureStore {
     ///
     /// # Panics
     /// As [`FeatureStore::own_rows_of`].
-    pub fn own_row_indices(&mut self, ids: &[NodeId]) -> Vec<u32> {
+    pub fn own_row_indices(&self, ids: &[NodeId]) -> (Vec<u32>, StoreStats) {
         let rows = ids
             .iter()
             .map(|&v| {
@@ -141,8 +142,11 @@ impl FeatureStore {
                 (v as u64 - self.first) as u32
             })
             .collect();
-        self.stats.local_rows += ids.len() as u64;
-        rows
+        let stats = StoreStats {
+            local_rows: ids.len() as u64,
+            ..StoreStats::default()
+        };
+        (rows, stats)
     }
 
     /// Whether a first layer would take own rows `ids`, gathered densely, as sparse rows

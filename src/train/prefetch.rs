@@ -2,17 +2,19 @@
 //! gather its input rows, so the host's share of a step hides behind the model's (on a GPU,
 //! the host phases are otherwise the whole step).
 //!
-//! It applies to GDP mini-batches, and to split's and DNP's on several ranks
-//! ([`prefetches_strategy`]).
-//! On one rank, preparing a GDP batch is local work. On several, sampling routes every hop's
-//! frontier to its owners (split's cooperative sampling and DNP's owner sampling build their
-//! row-exchange plans the same way) and missing input rows are fetched (alltoallv): each worker then owns a communicator
-//! of its own, a duplicate of the world's ([`crate::comm::World::thread_comms`], which needs
-//! `MPI_THREAD_MULTIPLE`), so its collectives never match the main thread's (split's and DNP's
-//! hidden rows, the gradient allreduce), and worker `w` of every rank prepares the same batches in the
-//! same order. The workers only read the training data; the backend (the model, uploads,
-//! device gathers) and the world's collectives stay on the main thread. A plan a worker built
-//! names ranks, not a communicator, so the main thread runs it on the world's.
+//! It applies to GDP mini-batches, and to split's, hybrid's, DNP's and SNP's on several ranks
+//! ([`prefetches_strategy`]): every strategy that samples mini-batches but NFP. On one rank,
+//! preparing a GDP batch is local work. On several, sampling routes every hop's frontier to
+//! its owners (split's cooperative sampling, DNP's and SNP's owner sampling and SNP's routed
+//! edges build their exchange plans the same way) and missing input rows are fetched
+//! (alltoallv): each worker then owns a communicator of its own, a duplicate of the world's
+//! (hybrid: of its node's; [`crate::comm::World::thread_comms`], which needs
+//! `MPI_THREAD_MULTIPLE`), so its collectives never match the main thread's (hidden rows,
+//! partial sums, the gradient allreduce), and worker `w` of every rank prepares the same
+//! batches in the same order. The workers only read the training data; the backend (the
+//! model, uploads, device gathers) and the main communicators' collectives stay on the main
+//! thread. A plan a worker built names ranks, not a communicator, so the main thread runs it
+//! on its own.
 //!
 //! One batch's sampling does not keep 16 cores busy (its hops are short parallel loops with
 //! serial joins between them), so several threads prepare whole batches at once: worker `w`
@@ -23,14 +25,15 @@
 //! rank's threads, at most 8, when the device gathers them (`prefetch_workers`).
 //!
 //! It changes no number: a batch's sample and rows are a pure function of its key
-//! ([`gdp_host_batch`], [`split_host_batch`], [`dnp_host_batch`]), whichever thread computes
-//! them and whenever, and the step on the main thread is the same code as without prefetch
-//! ([`gdp_train_step`], [`split_train_step`], [`dnp_train_step`]).
+//! ([`gdp_host_batch`], [`split_host_batch`], [`dnp_host_batch`], [`snp_host_batch`]),
+//! whichever thread computes them and whenever, and the step on the main thread is the same
+//! code as without prefetch (the matching `*_train_step`).
 
 use super::data::TrainData;
 use super::dnp::{dnp_host_batch, dnp_train_step, DnpHostBatch};
 use super::hybrid::{split_scope, split_seeds};
 use super::metrics::PhaseTimes;
+use super::snp::{snp_host_batch, snp_train_step, SnpHostBatch, SnpInput};
 use super::split::{
     add_split_stats, split_host_batch, split_train_step, SplitHostBatch, SplitLayerStats,
 };
@@ -105,13 +108,13 @@ pub fn prefetches(cfg: &TrainConfig, device: bool) -> bool {
 
 /// Whether `strategy`, its graph partitioned over `ranks` ranks (the world, or hybrid's
 /// node), prepares its batches apart from its steps, so that workers can prepare them ahead:
-/// GDP, and split, hybrid (split inside each node) and DNP over several ranks (their batches
-/// are collective, and the workers of a one-rank group get no communicator). SNP's owners
-/// build a plan that uploads its edge weights to the backend: SNP prepares in the step.
+/// GDP, and split, hybrid (split inside each node), DNP and SNP over several ranks (their
+/// batches are collective, and the workers of a one-rank group get no communicator). NFP's
+/// and SliceGCN's ranks hold column slices and prepare in the step.
 pub fn prefetches_strategy(strategy: Strategy, ranks: usize) -> bool {
     match strategy {
         Strategy::Gdp => true,
-        Strategy::Split | Strategy::Hybrid | Strategy::Dnp => ranks > 1,
+        Strategy::Split | Strategy::Hybrid | Strategy::Dnp | Strategy::Snp => ranks > 1,
         _ => false,
     }
 }
@@ -121,6 +124,7 @@ enum Prepared {
     Gdp(HostBatch),
     Split(SplitHostBatch),
     Dnp(DnpHostBatch),
+    Snp(SnpHostBatch),
 }
 
 impl Prepared {
@@ -130,6 +134,7 @@ impl Prepared {
             Prepared::Gdp(h) => &h.store,
             Prepared::Split(h) => &h.store,
             Prepared::Dnp(h) => &h.store,
+            Prepared::Snp(h) => &h.store,
         }
     }
 }
@@ -225,10 +230,16 @@ impl<B: Backend> Trainer<'_, B> {
         // On a device holding the features, dense input rows are gathered there, not on the
         // host; mostly-zero rows come as CSR from the store's sparse copy either way.
         let input = InputSource::of(model, resident.as_ref());
-        // Split's and DNP's rows placed on a device that keeps the own rows (and the cache?).
+        // Rows placed on a device that keeps the own rows (and the cache?): split's and DNP's
+        // input rows, SNP's own rows (gathered there).
         let placed_rows = resident.as_ref().map(|r| r.cache.is_some());
         let strategy = cfg.strategy;
         let node = world.node_index();
+        // What SNP's host side needs of the model (checked here, before any collective).
+        let snp_input = match strategy {
+            Strategy::Snp => Some(SnpInput::of(model, data)?),
+            _ => None,
+        };
         let keep_sampled = dump.is_some();
         if pos.epoch == 0 && start == 0 {
             log::info!(
@@ -272,6 +283,16 @@ impl<B: Backend> Trainer<'_, B> {
                                     keep_sampled,
                                 ))
                             }
+                            Strategy::Snp => Prepared::Snp(snp_host_batch(
+                                data,
+                                several(),
+                                batch,
+                                fanouts,
+                                key,
+                                self_loops,
+                                snp_input.expect("resolved for snp"),
+                                placed_rows.is_some(),
+                            )),
                             Strategy::Dnp => Prepared::Dnp(dnp_host_batch(
                                 data,
                                 several(),
@@ -332,6 +353,9 @@ impl<B: Backend> Trainer<'_, B> {
                     }
                     Prepared::Dnp(host) => {
                         dnp_train_step(model, data, resident, host, &args, &mut times)
+                    }
+                    Prepared::Snp(host) => {
+                        snp_train_step(model, data, resident, host, &args, &mut times)
                     }
                     Prepared::Split(host) => {
                         // Hybrid: the node's share of the batch, split over the node's ranks.

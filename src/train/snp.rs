@@ -34,13 +34,16 @@ use super::owner_input::OwnerBatch;
 use super::strategy::{ResidentFeatures, StepArgs, StepOutput};
 use crate::backend::input_rows::InputRows;
 use crate::backend::{Backend, GcnNorm};
-use crate::exchange::partial::{destination_weights, mean_weights, PartialAggregation};
+use crate::comm::Group;
+use crate::exchange::partial::{destination_weights, mean_weights, PartialPlan};
+use crate::exchange::store::StoreStats;
 use crate::exchange::FeatureStore;
 use crate::graph::NodeId;
 use crate::nn::gcn::GcnConv;
 use crate::nn::layer::Conv;
 use crate::nn::sage::SageConv;
 use crate::nn::{DropoutCtx, Layer, Model};
+use crate::sample::BatchKey;
 use anyhow::{bail, Result};
 use ndarray::Array2;
 use std::time::Instant;
@@ -51,9 +54,107 @@ enum InputConv {
     /// Mean weights `1/deg(v)`; `W_neigh·h_u` on the source owner; root term `W_self·h_v + b`.
     Sage(SageConv),
     /// Destination factors of [`GcnNorm`] as edge weights, times `1/sqrt(D_u)` per source
-    /// ([`PartialAggregation::scale_sources`]); `h_u·W` on the source owner; only the bias is
+    /// ([`PartialPlan::scale_sources`]); `h_u·W` on the source owner; only the bias is
     /// added (the self-loop is an ordinary edge).
     Gcn(GcnConv),
+}
+
+/// Which of [`InputConv`]'s splits the input layer takes: all the host side of a batch needs
+/// to know of the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnpInput {
+    Sage,
+    Gcn,
+}
+
+impl SnpInput {
+    /// The split of `model`'s input layer, or why SNP cannot train it. The same answer on
+    /// every rank (one model, and every rank holds the same degree table), so no rank skips a
+    /// collective the others make.
+    pub fn of<B: Backend>(model: &Model<B>, data: &TrainData) -> Result<SnpInput> {
+        match &model.layers[0].conv {
+            Conv::Sage(_) => Ok(SnpInput::Sage),
+            Conv::Gcn(_) if data.gcn_degrees.is_none() => {
+                bail!("strategy snp: model gcn needs the graph's degree table, which was not built")
+            }
+            Conv::Gcn(_) => Ok(SnpInput::Gcn),
+            _ => bail!(
+                "strategy snp: the input layer must be a SAGE or GCN convolution (model \"sage\" \
+                 or \"gcn\")"
+            ),
+        }
+    }
+}
+
+/// The host side of an SNP mini-batch ([`snp_host_batch`]): the owner-sampled batch, the plan
+/// of its input layer's partial sums and this rank's own rows that the plan reads.
+pub struct SnpHostBatch {
+    ob: OwnerBatch,
+    input: SnpInput,
+    plan: PartialPlan,
+    x_src: OwnRows,
+    /// SAGE's root term: the rows of the input block's destinations.
+    x_dst: Option<OwnRows>,
+    /// The feature store's counters for the rows read, for the thread that owns the store.
+    pub store: StoreStats,
+    sample_seconds: f64,
+    gather_seconds: f64,
+}
+
+/// The host side of SNP's mini-batch: owner sampling ([`OwnerBatch::sample_with`]), the input
+/// layer's edges routed to their sources' owners with `input`'s weights ([`PartialPlan`]), and
+/// the own rows the plan reads — only their indices where the device keeps this rank's rows
+/// (`on_device`). Collective over `group`, which may be a prefetch worker's communicator: it
+/// only reads `data` and is a pure function of its arguments.
+#[allow(clippy::too_many_arguments)]
+pub fn snp_host_batch(
+    data: &TrainData,
+    group: &Group,
+    batch: &[NodeId],
+    fanouts: &[i32],
+    key: BatchKey,
+    self_loops: bool,
+    input: SnpInput,
+    on_device: bool,
+) -> SnpHostBatch {
+    let t = Instant::now();
+    let ob = OwnerBatch::sample_with(group, data, batch, fanouts, key, self_loops);
+    let block = &ob.input_block;
+    let table = || {
+        data.gcn_degrees
+            .as_deref()
+            .expect("SnpInput::of checked the degree table")
+    };
+    let weights = match input {
+        SnpInput::Sage => mean_weights(block),
+        // GDP's destination factors, from the same function: identical edge weights.
+        SnpInput::Gcn => destination_weights(block, &GcnNorm::new(block, Some(table())).dst),
+    };
+    let mut plan = PartialPlan::new(group, &data.offsets, block, &weights);
+    if input == SnpInput::Gcn {
+        let src = GcnNorm::source_factors(plan.sources(), table());
+        plan.scale_sources(&src);
+    }
+    let sample_seconds = t.elapsed().as_secs_f64();
+
+    // Only own rows: the sources' on their owners, the destinations' (SAGE's root term) here.
+    let t = Instant::now();
+    let (x_src, mut store) = OwnRows::read(&data.store, on_device, plan.sources());
+    let x_dst = (input == SnpInput::Sage).then(|| {
+        let (x, stats) = OwnRows::read(&data.store, on_device, block.dst_nodes());
+        store.local_rows += stats.local_rows;
+        x
+    });
+    SnpHostBatch {
+        ob,
+        input,
+        plan,
+        x_src,
+        x_dst,
+        store,
+        sample_seconds,
+        gather_seconds: t.elapsed().as_secs_f64(),
+    }
 }
 
 /// One SNP step on the model's backend; gradients accumulate in `model`. Collective.
@@ -64,50 +165,58 @@ pub fn snp_step<B: Backend>(
     args: &StepArgs,
     times: &mut PhaseTimes,
 ) -> Result<StepOutput> {
+    let input = SnpInput::of(model, data)?;
+    let host = snp_host_batch(
+        data,
+        args.group,
+        args.batch,
+        args.fanouts,
+        args.key,
+        args.self_loops,
+        input,
+        resident.is_some(),
+    );
+    data.store.add_stats(&host.store);
+    snp_train_step(model, data, resident, host, args, times)
+}
+
+/// The model's side of an SNP step on a prepared [`SnpHostBatch`]: the plan and the rows onto
+/// the backend (the rows gathered there from `resident` where the host kept only indices),
+/// the input layer's partial sums and the upper layers over `args.group`, and back.
+/// Collective.
+pub fn snp_train_step<B: Backend>(
+    model: &mut Model<B>,
+    data: &TrainData,
+    resident: Option<&ResidentFeatures<B>>,
+    host: SnpHostBatch,
+    args: &StepArgs,
+    times: &mut PhaseTimes,
+) -> Result<StepOutput> {
     let StepArgs {
         group, key, scale, ..
     } = *args;
     let be = model.params.backend().clone();
-    let t = Instant::now();
-    let mut ob = OwnerBatch::sample(data, args);
-    let block = &ob.input_block;
-    let (conv, weights) = match &model.layers[0].conv {
-        Conv::Sage(c) => (InputConv::Sage(c.clone()), mean_weights(block)),
-        Conv::Gcn(c) => {
-            // Every rank holds the same table (built for model gcn), so all ranks take this
-            // branch alike and no collective is skipped.
-            let Some(table) = data.gcn_degrees.as_deref() else {
-                bail!(
-                    "strategy snp: model gcn needs the graph's degree table, which was not built"
-                );
-            };
-            // GDP's destination factors, from the same function: identical edge weights.
-            let norm = GcnNorm::new(block, Some(table));
-            (
-                InputConv::Gcn(c.clone()),
-                destination_weights(block, &norm.dst),
-            )
-        }
-        _ => bail!(
-            "strategy snp: the input layer must be a SAGE or GCN convolution (model \"sage\" \
-             or \"gcn\")"
-        ),
+    let SnpHostBatch {
+        mut ob,
+        input,
+        plan,
+        x_src,
+        x_dst,
+        sample_seconds,
+        gather_seconds,
+        ..
+    } = host;
+    times.sample += sample_seconds;
+    times.gather += gather_seconds;
+    let conv = match (&model.layers[0].conv, input) {
+        (Conv::Sage(c), SnpInput::Sage) => InputConv::Sage(c.clone()),
+        (Conv::Gcn(c), SnpInput::Gcn) => InputConv::Gcn(c.clone()),
+        _ => bail!("strategy snp: a batch prepared for another input layer ({input:?})"),
     };
-    let mut partial = PartialAggregation::new(group, &be, &data.offsets, block, &weights);
-    if let InputConv::Gcn(_) = &conv {
-        let table = data.gcn_degrees.as_deref().expect("checked above");
-        let src = GcnNorm::source_factors(partial.sources(), table);
-        partial.scale_sources(&be, &src);
-    }
-    times.sample += t.elapsed().as_secs_f64();
 
-    // Only own rows: the sources' on their owners, the destinations' (SAGE's root term) here;
-    // read from the store on the host, then on the backend.
     let t = Instant::now();
-    let on_device = resident.is_some();
-    let x_src = OwnRows::read(&mut data.store, on_device, partial.sources());
-    let x_dst = matches!(conv, InputConv::Sage(_))
-        .then(|| OwnRows::read(&mut data.store, on_device, block.dst_nodes()));
+    let partial = plan.on(&be);
+    let block = &ob.input_block;
     let ctx = OwnerBatch::dropout_ctx(data, key);
     let layer = &model.layers[0];
     let x_src = x_src.on(&be, resident, layer, &ctx, partial.sources());
@@ -180,12 +289,15 @@ enum OwnRows {
 }
 
 impl OwnRows {
-    /// The rows of `ids` from `store`; `on_device`: the device keeps this rank's own rows.
-    fn read(store: &mut FeatureStore, on_device: bool, ids: &[NodeId]) -> OwnRows {
+    /// The rows of `ids` from `store`, and the store's counters for them; `on_device`: the
+    /// device keeps this rank's own rows.
+    fn read(store: &FeatureStore, on_device: bool, ids: &[NodeId]) -> (OwnRows, StoreStats) {
         if on_device && store.prefers_sparse_rows(ids) != Some(true) {
-            OwnRows::OnDevice(store.own_row_indices(ids))
+            let (rows, stats) = store.own_row_indices(ids);
+            (OwnRows::OnDevice(rows), stats)
         } else {
-            OwnRows::Host(store.own_rows_of(ids))
+            let (x, stats) = store.own_rows_of(ids);
+            (OwnRows::Host(x), stats)
         }
     }
 

@@ -67,8 +67,8 @@ pub struct ModelShape {
     /// Ranks the gradients are summed over when more than those sharing a mini-batch (hybrid
     /// over several nodes: the world, where the dry run saw one node); 1 otherwise.
     pub sync_ranks: usize,
-    /// Workers that prepare GDP's (and split's, hybrid's and DNP's) batches ahead while the
-    /// device trains (`train::prefetch`),
+    /// Workers that prepare the batches of every strategy but NFP ahead while the device trains
+    /// (`train::prefetch`; `prefetches_strategy` says where),
     /// or `None` where each batch is prepared in its step (the CPU backend, whose cores the
     /// preparation would share, or `--prefetch off`).
     pub prefetch_workers: Option<usize>,
@@ -523,8 +523,8 @@ fn prefetch_speedup(workers: usize) -> f64 {
     (workers.max(1) as f64).sqrt()
 }
 
-/// A step when prefetch workers prepare batches while the device trains (GDP; split and DNP
-/// on several ranks): the training thread's work (uploading the rows, the hidden-row
+/// A step when prefetch workers prepare batches while the device trains (GDP; split, DNP and
+/// SNP on several ranks): the training thread's work (uploading the rows, the hidden-row
 /// shuffles, the model, the allreduce, the optimizer) and the workers' (sampling, gathering
 /// and fetching the rows) overlap, so the slower bounds it.
 pub fn prefetched_step(phases: &Phases, upload: f64, workers: usize) -> f64 {
@@ -1034,7 +1034,7 @@ mod tests {
     }
 
     #[test]
-    fn prefetch_hides_the_host_preparation_of_gdp_split_and_dnp_behind_the_device() {
+    fn prefetch_hides_the_host_preparation_of_every_strategy_but_nfp_behind_the_device() {
         // Phases 1 + 2 (0.5 of it the upload) + 0 + 3 + 0.25 + 0.25: the training thread
         // has 0.5 + 3 + 0.5 = 4, the workers 2.5; with 4 workers (√4 = 2× one) 1.25.
         let phases = Phases {
@@ -1072,12 +1072,16 @@ mod tests {
             ..device
         };
         let p = predict(&dry, &prefetched, &cal, &all, "alltoallv_world");
-        // SNP and NFP prepare in their steps.
-        for name in ["snp", "nfp"] {
-            assert_eq!(p.strategies[name], plain.strategies[name], "{name}");
-        }
+        // NFP prepares in its steps.
+        assert_eq!(p.strategies["nfp"], plain.strategies["nfp"]);
         type CostFn = fn(&ModelShape, &Calibration, &Counts, &str) -> RankCost;
-        for (name, cost) in [("gdp", gdp as CostFn), ("split", split), ("dnp", dnp)] {
+        let costs = [
+            ("gdp", gdp as CostFn),
+            ("split", split),
+            ("dnp", dnp),
+            ("snp", snp),
+        ];
+        for (name, cost) in costs {
             let (g, g0) = (&p.strategies[name], &plain.strategies[name]);
             assert_eq!(
                 g.phases, g0.phases,
@@ -1092,13 +1096,13 @@ mod tests {
             assert_eq!(g.step_seconds, prefetched_step(&g.phases, upload, 1));
             assert_eq!(g.epoch_seconds, g.step_seconds);
         }
-        // On one rank split and DNP prepare in their steps (no communicator for workers).
+        // On one rank split, DNP and SNP prepare in their steps (no communicator for workers).
         let one = DryRun {
             ranks: vec![std::array::from_fn(|_| counts(0.0))],
             ..dry
         };
         let p1 = predict(&one, &prefetched, &cal, &all, "alltoallv_world");
-        for name in ["split", "dnp"] {
+        for name in ["split", "dnp", "snp"] {
             let s1 = &p1.strategies[name];
             assert_eq!(s1.step_seconds, s1.phases.total(), "{name}");
         }
