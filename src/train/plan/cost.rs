@@ -430,13 +430,22 @@ pub fn dnp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
 }
 
 /// SNP: DNP's exchange of hidden rows, no feature fetch, and partial sums of layer-1 width
-/// from the sources' owners (gradients back) plus the remote edges routed to them.
+/// from the sources' owners (gradients back) plus the remote edges routed to them; own rows
+/// read as GDP reads them (CSR, dense on the host, or on the device).
 pub fn snp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
-    let mut r = load(shape, cal, c, a2a, Rows::dense_or_resident(shape));
+    // Sparse rows come from the store's CSR copy as GDP's do (`csr_batches`: every rank keeps
+    // one and the input layer takes sparse rows), never dense.
+    let csr = shape.csr_batches && shape.input_nnz.is_some();
+    let rows = if csr {
+        Rows::Csr
+    } else {
+        Rows::dense_or_resident(shape)
+    };
+    let mut r = load(shape, cal, c, a2a, rows);
     let h = shape.out_w[0] * 4.0;
     let bytes = 2.0 * (c.hidden_rows + c.partial_rows) * h + 8.0 * c.remote_edges;
     r.phases.shuffle = cal.op(a2a).seconds(bytes, 5.0);
-    r.phases.train = compute(shape, cal, c, Order::ProjectFirst, true);
+    r.phases.train = compute(shape, cal, c, Order::ProjectFirst, !csr);
     r.bytes += bytes;
     r
 }
@@ -1018,6 +1027,33 @@ mod tests {
         let s = snp(&resident, &cal, &own, "alltoallv_world");
         assert_eq!((s.phases.load, s.upload), (0.0, 0.0), "{:?}", s.phases);
         assert!(snp(&device, &cal, &own, "alltoallv_world").upload > 0.0);
+    }
+
+    #[test]
+    fn snp_reads_sparse_own_rows_as_csr_and_scans_no_dense_rows() {
+        let cal = machine();
+        let own = counts(0.0);
+        let sparse = ModelShape {
+            input_nnz: Some(5.0),
+            csr_batches: true,
+            ..shape()
+        };
+        let dense = ModelShape {
+            csr_batches: false,
+            ..sparse.clone()
+        };
+        let (c, d) = (
+            snp(&sparse, &cal, &own, "alltoallv_world"),
+            snp(&dense, &cal, &own, "alltoallv_world"),
+        );
+        // 1000 own rows × 5 entries of 8 B, against 1000 dense rows of 400 B.
+        let gather = cal.op("gather");
+        assert_eq!(c.phases.load, gather.seconds(1000.0 * 5.0 * 8.0, 2.0));
+        assert_eq!(d.phases.load, gather.seconds(1000.0 * 400.0, 2.0));
+        assert!(
+            c.phases.train < d.phases.train,
+            "no dense rows scanned for their zeros"
+        );
     }
 
     #[test]
