@@ -12,7 +12,7 @@
 use super::data::TrainData;
 use super::metrics::PhaseTimes;
 use super::owner_input::OwnerBatch;
-use super::strategy::{place_rows, ResidentFeatures, StepArgs, StepOutput};
+use super::strategy::{place_rows, InputSource, ResidentFeatures, StepArgs, StepOutput};
 use crate::backend::Backend;
 use crate::comm::Group;
 use crate::exchange::store::{InputRows, PlacedRows, StoreStats};
@@ -20,7 +20,6 @@ use crate::graph::NodeId;
 use crate::nn::Model;
 use crate::sample::BatchKey;
 use anyhow::Result;
-use ndarray::Array2;
 use std::time::Instant;
 
 /// The host side of a DNP mini-batch ([`dnp_host_batch`]): the owner-sampled batch and its
@@ -36,16 +35,18 @@ pub struct DnpHostBatch {
 
 /// The input block's source rows as the host made them.
 enum DnpInput {
-    /// Every row, dense (the input layer makes its own sparsity test).
-    Dense(Array2<f32>),
+    /// Every row: as CSR where the input layer takes sparse rows and the store keeps a CSR
+    /// copy (the test the layer would make of the dense rows, made from their counts), else
+    /// dense (the layer makes its own test).
+    Host(InputRows),
     /// Where each row is on a device that keeps this rank's own rows (and maybe its cache),
     /// with the rows it lacks.
     Placed(PlacedRows),
 }
 
 /// The host side of DNP's mini-batch: owner sampling ([`OwnerBatch::sample_with`]) and the
-/// rows of the input block's sources — all of them (`resident` `None`), or only those a
-/// device that keeps this rank's own rows lacks (`Some(cache_on_device)`). Collective over
+/// rows of the input block's sources — all of them, or only those a device that keeps this
+/// rank's own rows lacks, as `source` says (GDP's rule for its batches). Collective over
 /// `group`, which may be a prefetch worker's communicator: it only reads `data` and is a pure
 /// function of its arguments.
 pub fn dnp_host_batch(
@@ -55,22 +56,21 @@ pub fn dnp_host_batch(
     fanouts: &[i32],
     key: BatchKey,
     self_loops: bool,
-    resident: Option<bool>,
+    source: InputSource,
 ) -> DnpHostBatch {
     let t = Instant::now();
     let ob = OwnerBatch::sample_with(group, data, batch, fanouts, key, self_loops);
     let sample_seconds = t.elapsed().as_secs_f64();
     let t = Instant::now();
     let src = &ob.input_block.src_nodes;
-    let (input, store) = match resident {
-        Some(cache_on_device) => {
-            let (placed, stats) = data.store.place_input(group, src, cache_on_device);
-            (DnpInput::Placed(placed), stats)
-        }
-        None => match data.store.gather_input(group, src, false) {
-            (InputRows::Dense(x), stats) => (DnpInput::Dense(x), stats),
-            (InputRows::Sparse(_), _) => unreachable!("asked for dense rows"),
-        },
+    let (input, store) = if source.resident {
+        let (placed, stats) = data.store.place_input(group, src, source.cache_resident);
+        (DnpInput::Placed(placed), stats)
+    } else {
+        let (rows, stats) = data
+            .store
+            .gather_input(group, src, source.sparse_first_layer);
+        (DnpInput::Host(rows), stats)
     };
     DnpHostBatch {
         ob,
@@ -79,6 +79,12 @@ pub fn dnp_host_batch(
         sample_seconds,
         gather_seconds: t.elapsed().as_secs_f64(),
     }
+}
+
+/// The input block's rows on the backend.
+enum Input<B: Backend> {
+    Dense(B::Mat),
+    Sparse(B::Sparse),
 }
 
 /// One DNP step on the model's backend; gradients accumulate in `model`. Collective.
@@ -96,7 +102,7 @@ pub fn dnp_step<B: Backend>(
         args.fanouts,
         args.key,
         args.self_loops,
-        resident.map(|r| r.cache.is_some()),
+        InputSource::of(model, resident),
     );
     data.store.add_stats(&host.store);
     dnp_train_step(model, data, resident, host, args, times)
@@ -131,9 +137,12 @@ pub fn dnp_train_step<B: Backend>(
     // own rows (and cache), only the rows fetched from other ranks go up and the device
     // places the rest.
     let t = Instant::now();
-    let x = match (input, resident) {
-        (DnpInput::Placed(placed), Some(features)) => place_rows(&be, features, placed, data),
-        (DnpInput::Dense(x), _) => be.upload_owned(x),
+    let x: Input<B> = match (input, resident) {
+        (DnpInput::Placed(placed), Some(features)) => {
+            Input::Dense(place_rows(&be, features, placed, data))
+        }
+        (DnpInput::Host(InputRows::Dense(x)), _) => Input::Dense(be.upload_owned(x)),
+        (DnpInput::Host(InputRows::Sparse(x)), _) => Input::Sparse(be.sparse_from_csr(x)),
         (DnpInput::Placed(_), None) => {
             panic!("dnp rows placed for a device that keeps no features")
         }
@@ -145,8 +154,11 @@ pub fn dnp_train_step<B: Backend>(
 
     let ctx = OwnerBatch::dropout_ctx(data, key);
     let t = Instant::now();
-    let (h_mine, input_cache) =
-        model.layers[0].forward_input(&model.params, &input, be.view(&x), &ctx);
+    let layer = &model.layers[0];
+    let (h_mine, input_cache) = match &x {
+        Input::Dense(x) => layer.forward_input(&model.params, &input, be.view(x), &ctx),
+        Input::Sparse(x) => layer.forward_sparse(&model.params, &input, x, &ctx),
+    };
     drop(x);
     times.forward += t.elapsed().as_secs_f64();
     let (loss_sum, d_mine) = ob.upper_layers(

@@ -230,8 +230,8 @@ impl<B: Backend> Trainer<'_, B> {
         // On a device holding the features, dense input rows are gathered there, not on the
         // host; mostly-zero rows come as CSR from the store's sparse copy either way.
         let input = InputSource::of(model, resident.as_ref());
-        // Rows placed on a device that keeps the own rows (and the cache?): split's and DNP's
-        // input rows, SNP's own rows (gathered there).
+        // Rows placed on a device that keeps the own rows (and the cache?): split's input
+        // rows, SNP's own rows (gathered there).
         let placed_rows = resident.as_ref().map(|r| r.cache.is_some());
         let strategy = cfg.strategy;
         let node = world.node_index();
@@ -300,7 +300,7 @@ impl<B: Backend> Trainer<'_, B> {
                                 fanouts,
                                 key,
                                 self_loops,
-                                placed_rows,
+                                input,
                             )),
                             _ => Prepared::Gdp(gdp_host_batch(
                                 data,

@@ -327,6 +327,17 @@ impl Rows {
             Rows::Dense
         }
     }
+
+    /// How a whole input block's rows are made (GDP's batches, DNP's and SNP's owners): as CSR
+    /// where every rank's store keeps a CSR copy and the input layer takes sparse rows
+    /// (`csr_batches`), else dense as [`Rows::dense_or_resident`].
+    fn of_input_block(shape: &ModelShape) -> Rows {
+        if shape.csr_batches && shape.input_nnz.is_some() {
+            Rows::Csr
+        } else {
+            Rows::dense_or_resident(shape)
+        }
+    }
 }
 
 /// The input feature rows' load phase and bytes: local gather, fetch, device copy, for rows
@@ -391,14 +402,9 @@ fn build(cal: &Calibration, c: &Counts, a2a: &str) -> f64 {
 /// GDP: every rank computes its own seeds' whole tree; remote input rows are fetched (as
 /// CSR entries where its batches come as CSR).
 pub fn gdp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
-    let csr = shape.csr_batches && shape.input_nnz.is_some();
-    let rows = if csr {
-        Rows::Csr
-    } else {
-        Rows::dense_or_resident(shape)
-    };
+    let rows = Rows::of_input_block(shape);
     let mut r = load(shape, cal, c, a2a, rows);
-    r.phases.train = compute(shape, cal, c, Order::Cheaper, !csr);
+    r.phases.train = compute(shape, cal, c, Order::Cheaper, rows != Rows::Csr);
     r
 }
 
@@ -418,13 +424,15 @@ pub fn split(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Ra
     r
 }
 
-/// DNP: the input layer on the destinations' owners (their remote feature rows fetched), its
-/// hidden rows sent to the requesters and their gradients back; GDP above.
+/// DNP: the input layer on the destinations' owners (their remote feature rows fetched, made
+/// as GDP's batches are), its hidden rows sent to the requesters and their gradients back;
+/// GDP above.
 pub fn dnp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
-    let mut r = load(shape, cal, c, a2a, Rows::dense_or_resident(shape));
+    let rows = Rows::of_input_block(shape);
+    let mut r = load(shape, cal, c, a2a, rows);
     let bytes = 2.0 * c.hidden_rows * shape.out_w[0] * 4.0;
     r.phases.shuffle = cal.op(a2a).seconds(bytes, 2.0);
-    r.phases.train = compute(shape, cal, c, Order::Cheaper, true);
+    r.phases.train = compute(shape, cal, c, Order::Cheaper, rows != Rows::Csr);
     r.bytes += bytes;
     r
 }
@@ -433,19 +441,13 @@ pub fn dnp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
 /// from the sources' owners (gradients back) plus the remote edges routed to them; own rows
 /// read as GDP reads them (CSR, dense on the host, or on the device).
 pub fn snp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
-    // Sparse rows come from the store's CSR copy as GDP's do (`csr_batches`: every rank keeps
-    // one and the input layer takes sparse rows), never dense.
-    let csr = shape.csr_batches && shape.input_nnz.is_some();
-    let rows = if csr {
-        Rows::Csr
-    } else {
-        Rows::dense_or_resident(shape)
-    };
+    // Sparse rows come from the store's CSR copy as GDP's do, never dense.
+    let rows = Rows::of_input_block(shape);
     let mut r = load(shape, cal, c, a2a, rows);
     let h = shape.out_w[0] * 4.0;
     let bytes = 2.0 * (c.hidden_rows + c.partial_rows) * h + 8.0 * c.remote_edges;
     r.phases.shuffle = cal.op(a2a).seconds(bytes, 5.0);
-    r.phases.train = compute(shape, cal, c, Order::ProjectFirst, !csr);
+    r.phases.train = compute(shape, cal, c, Order::ProjectFirst, rows != Rows::Csr);
     r.bytes += bytes;
     r
 }
@@ -1030,7 +1032,7 @@ mod tests {
     }
 
     #[test]
-    fn snp_reads_sparse_own_rows_as_csr_and_scans_no_dense_rows() {
+    fn snp_and_dnp_read_sparse_rows_as_csr_and_scan_no_dense_rows() {
         let cal = machine();
         let own = counts(0.0);
         let sparse = ModelShape {
@@ -1053,6 +1055,12 @@ mod tests {
         assert!(
             c.phases.train < d.phases.train,
             "no dense rows scanned for their zeros"
+        );
+        // DNP's owners make their input block's rows as GDP makes its batches.
+        let remote = counts(500.0);
+        assert_eq!(
+            dnp(&sparse, &cal, &remote, "alltoallv_world").phases.load,
+            gdp(&sparse, &cal, &remote, "alltoallv_world").phases.load
         );
     }
 
