@@ -377,21 +377,30 @@ impl FeatureStore {
         ids: &[NodeId],
         sparse_first_layer: bool,
     ) -> (InputRows, StoreStats) {
-        let fetch = self.fetch_from(group);
-        let Some(own) = self.own_csr.as_ref().filter(|_| sparse_first_layer) else {
-            let (rows, stats) = self.gather_with(ids, fetch);
-            return (InputRows::Dense(rows), stats);
-        };
-        let (from, fetched, stats) = self.locate_and_fetch(ids, fetch);
-        let sparse = prefers_sparse_by(ids.len(), self.dim(), |i| {
-            self.row_nonzeros(own, from[i], &fetched)
-        });
-        let rows = if sparse {
-            InputRows::Sparse(self.fill_sparse(own, &from, &fetched))
-        } else {
-            InputRows::Dense(self.fill(&from, &fetched))
-        };
-        (rows, stats)
+        let (from, fetched, stats) = self.locate_and_fetch(ids, self.fetch_from(group));
+        (self.fill_input(&from, &fetched, sparse_first_layer), stats)
+    }
+
+    /// The batch of rows `from` (fetched ones from `fetched`) as an input layer reads them:
+    /// as CSR where it takes sparse rows (`sparse_first_layer`), this store keeps a CSR copy
+    /// and the rows pass that layer's test (made from their counts: own rows' CSR lengths,
+    /// cached and fetched rows' non-zeros, the same rows sampled, so the same answer as on
+    /// their dense form); else dense.
+    fn fill_input(
+        &self,
+        from: &[RowFrom],
+        fetched: &PackedRows,
+        sparse_first_layer: bool,
+    ) -> InputRows {
+        if let Some(own) = self.own_csr.as_ref().filter(|_| sparse_first_layer) {
+            let sparse = prefers_sparse_by(from.len(), self.dim(), |i| {
+                self.row_nonzeros(own, from[i], fetched)
+            });
+            if sparse {
+                return InputRows::Sparse(self.fill_sparse(own, from, fetched));
+            }
+        }
+        InputRows::Dense(self.fill(from, fetched))
     }
 
     /// Rows of `ids` (any owners) for a device that keeps this rank's own rows resident, and
@@ -522,12 +531,14 @@ impl FeatureStore {
     /// layer): `n` rows, row `own_pos[i]` this rank's shard row `own_rows[i]`, row
     /// `cached_pos[i]` cache slot `cached_slots[i]` ([`FeatureStore::cache_slot`]), row
     /// `remote_pos[j]` the plan's `j`-th wanted row, brought by `plan` packed as
-    /// [`FeatureStore::gather`] brings them and decoded straight into place. Collective over
+    /// [`FeatureStore::gather`] brings them and decoded straight into place — as CSR under
+    /// [`FeatureStore::gather_input`]'s rule (`sparse_first_layer`). Collective over
     /// `group`, which may be another thread's; returns the counters to add with
     /// [`FeatureStore::add_stats`].
     ///
     /// # Panics
     /// If the positions do not cover `0..n` once each (a caller bug).
+    #[allow(clippy::too_many_arguments)]
     pub fn gather_planned(
         &self,
         group: &Group,
@@ -536,7 +547,8 @@ impl FeatureStore {
         [(own_rows, own_pos), (cached_slots, cached_pos)]: [(&[u32], &[u32]); 2],
         remote_pos: &[u32],
         n: usize,
-    ) -> (Array2<f32>, StoreStats) {
+        sparse_first_layer: bool,
+    ) -> (InputRows, StoreStats) {
         assert_eq!(own_rows.len(), own_pos.len(), "one row per own position");
         assert_eq!(
             cached_slots.len(),
@@ -568,7 +580,7 @@ impl FeatureStore {
             plan,
             (own_rows.len(), cached_pos.len(), remote_pos.len()),
         );
-        (self.fill(&from, &fetched), stats)
+        (self.fill_input(&from, &fetched, sparse_first_layer), stats)
     }
 
     /// The rows `plan` brings (`remote` of them), with the store's counters of a planned
@@ -780,7 +792,11 @@ mod tests {
             [(&[3, 9], &[4, 0]), (&[], &[])],
             &[1, 3, 2],
             5,
+            false,
         );
+        let InputRows::Dense(x) = x else {
+            panic!("dense rows asked for")
+        };
         for (pos, src) in [(4, 3), (0, 9), (1, 7), (3, 31), (2, 7)] {
             assert_eq!(x.row(pos), own.row(src), "row {pos}");
         }

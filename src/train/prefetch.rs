@@ -230,9 +230,8 @@ impl<B: Backend> Trainer<'_, B> {
         // On a device holding the features, dense input rows are gathered there, not on the
         // host; mostly-zero rows come as CSR from the store's sparse copy either way.
         let input = InputSource::of(model, resident.as_ref());
-        // Rows placed on a device that keeps the own rows (and the cache?): split's input
-        // rows, SNP's own rows (gathered there).
-        let placed_rows = resident.as_ref().map(|r| r.cache.is_some());
+        // SNP's own rows are gathered on a device that keeps them.
+        let snp_on_device = resident.is_some();
         let strategy = cfg.strategy;
         let node = world.node_index();
         // What SNP's host side needs of the model (checked here, before any collective).
@@ -279,7 +278,7 @@ impl<B: Backend> Trainer<'_, B> {
                                     fanouts,
                                     key,
                                     self_loops,
-                                    placed_rows,
+                                    input,
                                     keep_sampled,
                                 ))
                             }
@@ -291,7 +290,7 @@ impl<B: Backend> Trainer<'_, B> {
                                 key,
                                 self_loops,
                                 snp_input.expect("resolved for snp"),
-                                placed_rows.is_some(),
+                                snp_on_device,
                             )),
                             Strategy::Dnp => Prepared::Dnp(dnp_host_batch(
                                 data,

@@ -11,10 +11,10 @@
 use super::data::TrainData;
 use super::dump::BlockDump;
 use super::metrics::PhaseTimes;
-use super::strategy::{place_rows, ResidentFeatures, StepArgs, StepOutput};
+use super::strategy::{place_rows, InputSource, ResidentFeatures, StepArgs, StepOutput};
 use crate::backend::Backend;
 use crate::comm::Group;
-use crate::exchange::store::{PlacedRows, StoreStats};
+use crate::exchange::store::{InputRows, PlacedRows, StoreStats};
 use crate::exchange::RowExchange;
 use crate::graph::parts::owner_of;
 use crate::graph::NodeId;
@@ -22,7 +22,6 @@ use crate::nn::{DropoutCtx, Model};
 use crate::sample::rng::hash_key;
 use crate::sample::{build_block, sample_neighbors, BatchKey, Block, LocalGraph};
 use anyhow::Result;
-use ndarray::Array2;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::time::Instant;
@@ -283,16 +282,17 @@ pub struct SplitHostBatch {
 
 /// The input layer's rows of a split batch as the host made them.
 enum SplitInput {
-    /// Every source row, in the block's order.
-    All(Array2<f32>),
+    /// Every source row, in the block's order: as CSR under GDP's rule for its batches, else
+    /// dense.
+    All(InputRows),
     /// Where each row is on a device that keeps this rank's own rows (and maybe its cache),
     /// with the rows it lacks.
     Placed(PlacedRows),
 }
 
 /// The host side of split's mini-batch `batch`: cooperative sampling (self-loops added) and
-/// the input layer's rows — all of them gathered (`resident` `None`), or only those a device
-/// that keeps this rank's own rows lacks (`Some(cache_on_device)`). Collective over `group`,
+/// the input layer's rows — all of them gathered, or only those a device that keeps this
+/// rank's own rows lacks, as `source` says (GDP's rule for its batches). Collective over `group`,
 /// which may be a prefetch worker's communicator: it only reads `data` and is a pure function
 /// of its arguments, so a worker prepares what the step would (`keep_sampled`: also keep the
 /// blocks as sampled, for `--dump-blocks`).
@@ -304,7 +304,7 @@ pub fn split_host_batch(
     fanouts: &[i32],
     key: BatchKey,
     self_loops: bool,
-    resident: Option<bool>,
+    source: InputSource,
     keep_sampled: bool,
 ) -> SplitHostBatch {
     let t = Instant::now();
@@ -325,7 +325,7 @@ pub fn split_host_batch(
     let t = Instant::now();
     let first = &mut sb.layers[0];
     let n = first.block.num_src();
-    let (input, store) = match resident {
+    let (input, store) = match source.resident.then_some(source.cache_resident) {
         // Own (and cached) rows are on the device already: only the rest come up.
         Some(on_device) => {
             let (missing, store) = data.store.gather_planned_missing(
@@ -373,6 +373,7 @@ pub fn split_host_batch(
                 ],
                 &first.remote_pos,
                 n,
+                source.sparse_first_layer,
             );
             (SplitInput::All(x), store)
         }
@@ -407,7 +408,7 @@ pub fn split_step<B: Backend>(
         args.fanouts,
         args.key,
         args.self_loops,
-        resident.map(|r| r.cache.is_some()),
+        InputSource::of(model, resident),
         dump.is_some(),
     );
     data.store.add_stats(&host.store);
@@ -470,10 +471,14 @@ pub fn split_train_step<B: Backend>(
         .map(|l| be.graph(std::mem::take(&mut l.block)))
         .collect();
     let num_src = |l: usize| be.block(&graphs[l]).num_src();
-    // The input layer's source rows go to the backend once.
-    let mut h_src = match (input, resident) {
-        (SplitInput::Placed(placed), Some(features)) => place_rows(&be, features, placed, data),
-        (SplitInput::All(x), _) => be.upload_owned(x),
+    // The input layer's source rows go to the backend once: dense, or as CSR (then the
+    // dense slot stays empty until the next layer's rows).
+    let (mut h_src, mut sparse_src) = match (input, resident) {
+        (SplitInput::Placed(placed), Some(features)) => {
+            (place_rows(&be, features, placed, data), None)
+        }
+        (SplitInput::All(InputRows::Dense(x)), _) => (be.upload_owned(x), None),
+        (SplitInput::All(InputRows::Sparse(x)), _) => (be.zeros(0, 0), Some(be.sparse_from_csr(x))),
         (SplitInput::Placed(_), None) => {
             panic!("split rows placed for a device that keeps no features")
         }
@@ -488,14 +493,19 @@ pub fn split_train_step<B: Backend>(
     for (l, (layer, g)) in model.layers.iter().zip(&graphs).enumerate() {
         let (out, cache) = if l == 0 {
             // Bag-of-words features stay sparse, as on GDP's path.
-            let forward = layer.forward_input(&model.params, g, be.view(&h_src), &ctx);
-            // The input rows go back to the store for the next gather (the layer kept what
-            // its backward needs).
-            if B::IS_HOST {
-                let x = std::mem::replace(&mut h_src, be.zeros(0, 0));
-                data.store.recycle(be.download_owned(x));
+            match sparse_src.take() {
+                Some(x) => layer.forward_sparse(&model.params, g, &x, &ctx),
+                None => {
+                    let forward = layer.forward_input(&model.params, g, be.view(&h_src), &ctx);
+                    // The input rows go back to the store for the next gather (the layer kept
+                    // what its backward needs).
+                    if B::IS_HOST {
+                        let x = std::mem::replace(&mut h_src, be.zeros(0, 0));
+                        data.store.recycle(be.download_owned(x));
+                    }
+                    forward
+                }
             }
-            forward
         } else {
             layer.forward_owned(&model.params, g, h_src, &ctx)
         };

@@ -328,7 +328,8 @@ impl Rows {
         }
     }
 
-    /// How a whole input block's rows are made (GDP's batches, DNP's and SNP's owners): as CSR
+    /// How a whole input block's rows are made (GDP's batches, split's input layer, DNP's and
+    /// SNP's owners): as CSR
     /// where every rank's store keeps a CSR copy and the input layer takes sparse rows
     /// (`csr_batches`), else dense as [`Rows::dense_or_resident`].
     fn of_input_block(shape: &ModelShape) -> Rows {
@@ -411,7 +412,8 @@ pub fn gdp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
 /// Split: each (layer, vertex) on its owner; cross-rank rows of every layer above the input
 /// shuffled forward and their gradients backward.
 pub fn split(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
-    let mut r = load(shape, cal, c, a2a, Rows::dense_or_resident(shape));
+    let rows = Rows::of_input_block(shape);
+    let mut r = load(shape, cal, c, a2a, rows);
     let mut bytes = 0.0;
     let mut calls = 0.0;
     for l in 1..shape.in_w.len() {
@@ -419,7 +421,7 @@ pub fn split(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Ra
         calls += 2.0;
     }
     r.phases.shuffle = cal.op(a2a).seconds(bytes, calls);
-    r.phases.train = compute(shape, cal, c, Order::Cheaper, true);
+    r.phases.train = compute(shape, cal, c, Order::Cheaper, rows != Rows::Csr);
     r.bytes += bytes;
     r
 }
@@ -944,11 +946,18 @@ mod tests {
         // The input layer no longer scans 1500 dense rows of 400 B.
         let scan = gather.seconds(1500.0 * 400.0, 1.0);
         assert!((dense.phases.train - r.phases.train - scan).abs() < 1e-12);
-        // Other strategies' input rows stay dense.
-        assert_eq!(
-            split(&csr, &cal, &c, "alltoallv_world").phases,
-            split(&sparse, &cal, &c, "alltoallv_world").phases
-        );
+        // Split's input layer and DNP's owners make their rows the same way.
+        for cost in [
+            split as fn(&ModelShape, &Calibration, &Counts, &str) -> RankCost,
+            dnp,
+        ] {
+            let (s, d) = (
+                cost(&csr, &cal, &c, "alltoallv_world"),
+                cost(&sparse, &cal, &c, "alltoallv_world"),
+            );
+            assert_eq!(s.phases.load, r.phases.load);
+            assert!((d.phases.train - s.phases.train - scan).abs() < 1e-12);
+        }
     }
 
     #[test]
@@ -1032,7 +1041,7 @@ mod tests {
     }
 
     #[test]
-    fn snp_and_dnp_read_sparse_rows_as_csr_and_scan_no_dense_rows() {
+    fn every_strategy_reads_sparse_rows_as_csr_and_scans_no_dense_rows() {
         let cal = machine();
         let own = counts(0.0);
         let sparse = ModelShape {
@@ -1056,11 +1065,16 @@ mod tests {
             c.phases.train < d.phases.train,
             "no dense rows scanned for their zeros"
         );
-        // DNP's owners make their input block's rows as GDP makes its batches.
+        // DNP's owners and split's input layer make their rows as GDP makes its batches.
         let remote = counts(500.0);
+        let g = gdp(&sparse, &cal, &remote, "alltoallv_world").phases.load;
         assert_eq!(
             dnp(&sparse, &cal, &remote, "alltoallv_world").phases.load,
-            gdp(&sparse, &cal, &remote, "alltoallv_world").phases.load
+            g
+        );
+        assert_eq!(
+            split(&sparse, &cal, &remote, "alltoallv_world").phases.load,
+            g
         );
     }
 
