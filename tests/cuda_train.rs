@@ -536,7 +536,7 @@ fn a_stores_sparse_copy_gives_the_numbers_of_the_dense_gather() {
                 cache_resident: false,
                 sparse_first_layer: true,
             };
-            gdp_host_batch(&data, None, &batch, &cfg.fanouts, key, false, input, false)
+            gdp_host_batch(&data, None, args.spec(), input, false)
         };
         // CPU: the store's CSR rows against the dense gather.
         let host = prepare(false);

@@ -12,13 +12,11 @@
 use super::data::TrainData;
 use super::metrics::PhaseTimes;
 use super::owner_input::OwnerBatch;
-use super::strategy::{place_rows, InputSource, ResidentFeatures, StepArgs, StepOutput};
+use super::strategy::{place_rows, BatchSpec, InputSource, ResidentFeatures, StepArgs, StepOutput};
 use crate::backend::Backend;
 use crate::comm::Group;
 use crate::exchange::store::{InputRows, PlacedRows, StoreStats};
-use crate::graph::NodeId;
 use crate::nn::Model;
-use crate::sample::BatchKey;
 use anyhow::Result;
 use std::time::Instant;
 
@@ -52,12 +50,15 @@ enum DnpInput {
 pub fn dnp_host_batch(
     data: &TrainData,
     group: &Group,
-    batch: &[NodeId],
-    fanouts: &[i32],
-    key: BatchKey,
-    self_loops: bool,
+    spec: BatchSpec,
     source: InputSource,
 ) -> DnpHostBatch {
+    let BatchSpec {
+        batch,
+        fanouts,
+        key,
+        self_loops,
+    } = spec;
     let t = Instant::now();
     let ob = OwnerBatch::sample_with(group, data, batch, fanouts, key, self_loops);
     let sample_seconds = t.elapsed().as_secs_f64();
@@ -98,10 +99,7 @@ pub fn dnp_step<B: Backend>(
     let host = dnp_host_batch(
         data,
         args.group,
-        args.batch,
-        args.fanouts,
-        args.key,
-        args.self_loops,
+        args.spec(),
         InputSource::of(model, resident),
     );
     data.store.add_stats(&host.store);

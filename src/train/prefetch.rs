@@ -31,13 +31,15 @@
 
 use super::data::TrainData;
 use super::dnp::{dnp_host_batch, dnp_train_step, DnpHostBatch};
-use super::hybrid::{split_scope, split_seeds};
+use super::hybrid::{data_group, split_seeds};
 use super::metrics::PhaseTimes;
 use super::snp::{snp_host_batch, snp_train_step, SnpHostBatch, SnpInput};
 use super::split::{
     add_split_stats, split_host_batch, split_train_step, SplitHostBatch, SplitLayerStats,
 };
-use super::strategy::{gdp_host_batch, gdp_train_step, HostBatch, InputSource, StepArgs};
+use super::strategy::{
+    gdp_host_batch, gdp_train_step, BatchSpec, HostBatch, InputSource, StepArgs,
+};
 use super::{finish_step, EpochOutcome, EpochTotals, Trainer};
 use crate::backend::Backend;
 use crate::comm::ThreadComm;
@@ -267,47 +269,38 @@ impl<B: Backend> Trainer<'_, B> {
                 producers.push(s.spawn(move || {
                     let group = comm.map(ThreadComm::into_group);
                     for b in (start + w..end).step_by(workers) {
-                        let (batch, key) = (&batches[b], keys[b]);
+                        let spec = BatchSpec {
+                            batch: &batches[b],
+                            fanouts,
+                            key: keys[b],
+                            self_loops,
+                        };
                         let several = || group.as_ref().expect("prefetches on several ranks");
                         let host = match strategy {
                             Strategy::Split | Strategy::Hybrid => {
-                                Prepared::Split(split_host_batch(
-                                    data,
-                                    several(),
-                                    &split_seeds(strategy, batch, node),
-                                    fanouts,
-                                    key,
-                                    self_loops,
-                                    input,
-                                    keep_sampled,
-                                ))
+                                // Hybrid: this node's share of the batch.
+                                let seeds = split_seeds(strategy, spec.batch, node);
+                                let spec = BatchSpec {
+                                    batch: &seeds,
+                                    ..spec
+                                };
+                                let host =
+                                    split_host_batch(data, several(), spec, input, keep_sampled);
+                                Prepared::Split(host)
                             }
-                            Strategy::Snp => Prepared::Snp(snp_host_batch(
-                                data,
-                                several(),
-                                batch,
-                                fanouts,
-                                key,
-                                self_loops,
-                                snp_input.expect("resolved for snp"),
-                                snp_on_device,
-                            )),
-                            Strategy::Dnp => Prepared::Dnp(dnp_host_batch(
-                                data,
-                                several(),
-                                batch,
-                                fanouts,
-                                key,
-                                self_loops,
-                                input,
-                            )),
+                            Strategy::Snp => {
+                                let input = snp_input.expect("resolved for snp");
+                                let host =
+                                    snp_host_batch(data, several(), spec, input, snp_on_device);
+                                Prepared::Snp(host)
+                            }
+                            Strategy::Dnp => {
+                                Prepared::Dnp(dnp_host_batch(data, several(), spec, input))
+                            }
                             _ => Prepared::Gdp(gdp_host_batch(
                                 data,
                                 group.as_ref(),
-                                batch,
-                                fanouts,
-                                key,
-                                self_loops,
+                                spec,
                                 input,
                                 keep_sampled,
                             )),
@@ -357,11 +350,10 @@ impl<B: Backend> Trainer<'_, B> {
                         snp_train_step(model, data, resident, host, &args, &mut times)
                     }
                     Prepared::Split(host) => {
-                        // Hybrid: the node's share of the batch, split over the node's ranks.
-                        let (group, seeds) = split_scope(world, strategy, batch);
+                        // Hybrid: the node's ranks shuffle rows over the node's communicator
+                        // (the worker already took the node's share of the batch).
                         let args = StepArgs {
-                            group,
-                            batch: &seeds,
+                            group: data_group(world, strategy),
                             ..args
                         };
                         split_train_step(model, data, resident, host, &args, &mut times, dump).map(

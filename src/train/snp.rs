@@ -31,7 +31,7 @@
 use super::data::TrainData;
 use super::metrics::PhaseTimes;
 use super::owner_input::OwnerBatch;
-use super::strategy::{ResidentFeatures, StepArgs, StepOutput};
+use super::strategy::{BatchSpec, ResidentFeatures, StepArgs, StepOutput};
 use crate::backend::cpu::sparse::CsrMatrix;
 use crate::backend::input_rows::InputRows;
 use crate::backend::{Backend, GcnNorm};
@@ -44,7 +44,6 @@ use crate::nn::gcn::GcnConv;
 use crate::nn::layer::Conv;
 use crate::nn::sage::SageConv;
 use crate::nn::{DropoutCtx, Layer, Model};
-use crate::sample::BatchKey;
 use anyhow::{bail, Result};
 use ndarray::Array2;
 use std::time::Instant;
@@ -111,13 +110,16 @@ pub struct SnpHostBatch {
 pub fn snp_host_batch(
     data: &TrainData,
     group: &Group,
-    batch: &[NodeId],
-    fanouts: &[i32],
-    key: BatchKey,
-    self_loops: bool,
+    spec: BatchSpec,
     input: SnpInput,
     on_device: bool,
 ) -> SnpHostBatch {
+    let BatchSpec {
+        batch,
+        fanouts,
+        key,
+        self_loops,
+    } = spec;
     let t = Instant::now();
     let ob = OwnerBatch::sample_with(group, data, batch, fanouts, key, self_loops);
     let block = &ob.input_block;
@@ -167,16 +169,7 @@ pub fn snp_step<B: Backend>(
     times: &mut PhaseTimes,
 ) -> Result<StepOutput> {
     let input = SnpInput::of(model, data)?;
-    let host = snp_host_batch(
-        data,
-        args.group,
-        args.batch,
-        args.fanouts,
-        args.key,
-        args.self_loops,
-        input,
-        resident.is_some(),
-    );
+    let host = snp_host_batch(data, args.group, args.spec(), input, resident.is_some());
     data.store.add_stats(&host.store);
     snp_train_step(model, data, resident, host, args, times)
 }

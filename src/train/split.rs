@@ -11,7 +11,7 @@
 use super::data::TrainData;
 use super::dump::BlockDump;
 use super::metrics::PhaseTimes;
-use super::strategy::{place_rows, InputSource, ResidentFeatures, StepArgs, StepOutput};
+use super::strategy::{place_rows, BatchSpec, InputSource, ResidentFeatures, StepArgs, StepOutput};
 use crate::backend::Backend;
 use crate::comm::Group;
 use crate::exchange::store::{InputRows, PlacedRows, StoreStats};
@@ -300,13 +300,16 @@ enum SplitInput {
 pub fn split_host_batch(
     data: &TrainData,
     group: &Group,
-    batch: &[NodeId],
-    fanouts: &[i32],
-    key: BatchKey,
-    self_loops: bool,
+    spec: BatchSpec,
     source: InputSource,
     keep_sampled: bool,
 ) -> SplitHostBatch {
+    let BatchSpec {
+        batch,
+        fanouts,
+        key,
+        self_loops,
+    } = spec;
     let t = Instant::now();
     let mut sb = sample_split(group, data, batch, fanouts, key);
     let sampled = keep_sampled.then(|| sb.layers.iter().map(|l| l.block.clone()).collect());
@@ -404,10 +407,7 @@ pub fn split_step<B: Backend>(
     let host = split_host_batch(
         data,
         args.group,
-        args.batch,
-        args.fanouts,
-        args.key,
-        args.self_loops,
+        args.spec(),
         InputSource::of(model, resident),
         dump.is_some(),
     );

@@ -36,6 +36,19 @@ pub struct StepOutput {
     pub input_rows: u64,
 }
 
+/// One mini-batch as the host side of a step samples it: the batch, how to sample it and its
+/// key. Unlike [`StepArgs`] it names no communicator, so a prefetch worker can hold it.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchSpec<'a> {
+    /// The global mini-batch (under hybrid, this node's share of it).
+    pub batch: &'a [NodeId],
+    /// Neighbours per layer, from the seeds outward.
+    pub fanouts: &'a [i32],
+    pub key: BatchKey,
+    /// Add GCN's self-loop to every destination.
+    pub self_loops: bool,
+}
+
 /// What every mini-batch step needs besides the model and the data: the ranks that share the
 /// mini-batch, the mini-batch, and how to sample and scale it.
 #[derive(Clone, Copy)]
@@ -51,6 +64,18 @@ pub struct StepArgs<'a> {
     pub self_loops: bool,
     /// 1 / global batch size: each rank returns gradients of the mean loss.
     pub scale: f32,
+}
+
+impl<'a> StepArgs<'a> {
+    /// The batch these arguments sample, without the communicator.
+    pub fn spec(&self) -> BatchSpec<'a> {
+        BatchSpec {
+            batch: self.batch,
+            fanouts: self.fanouts,
+            key: self.key,
+            self_loops: self.self_loops,
+        }
+    }
 }
 
 /// The dropout stream of one optimizer step (each layer mixes in its index).
@@ -185,13 +210,16 @@ impl InputSource {
 pub fn gdp_host_batch(
     data: &TrainData,
     group: Option<&Group>,
-    batch: &[NodeId],
-    fanouts: &[i32],
-    key: BatchKey,
-    self_loops: bool,
+    spec: BatchSpec,
     input: InputSource,
     keep_sampled: bool,
 ) -> HostBatch {
+    let BatchSpec {
+        batch,
+        fanouts,
+        key,
+        self_loops,
+    } = spec;
     let t = Instant::now();
     let seeds: Vec<NodeId> = batch.iter().copied().filter(|&v| data.owns(v)).collect();
     let graph = LocalGraph::new(&data.part, data.orig_ids.as_deref());
@@ -247,27 +275,10 @@ pub fn gdp_minibatch_step<B: Backend>(
     times: &mut PhaseTimes,
     dump: Option<(&mut BlockDump, u64)>,
 ) -> Result<StepOutput> {
-    let StepArgs {
-        group,
-        batch,
-        fanouts,
-        key,
-        self_loops,
-        ..
-    } = *args;
     // Exactly what the prefetch workers would have prepared.
     let input = InputSource::of(model, resident);
-    let partitioned = (group.size() > 1).then_some(group);
-    let host = gdp_host_batch(
-        data,
-        partitioned,
-        batch,
-        fanouts,
-        key,
-        self_loops,
-        input,
-        dump.is_some(),
-    );
+    let partitioned = (args.group.size() > 1).then_some(args.group);
+    let host = gdp_host_batch(data, partitioned, args.spec(), input, dump.is_some());
     data.store.add_stats(&host.store);
     gdp_train_step(model, data, resident, host, args, times, dump)
 }
