@@ -13,6 +13,13 @@
 #   benchmarks/auto.sh                                   # defaults below, ~15-25 minutes
 #   DATASETS="tolokers" MODELS=sage HIDDEN=64 RANKS=2 benchmarks/auto.sh
 #   benchmarks/auto.sh report benchmarks/results/auto.jsonl   # table + plot of earlier runs
+#   benchmarks/auto.sh replan benchmarks/results/auto.jsonl   # re-price measured runs
+#
+# `replan IN.jsonl` keeps IN's measured steps and asks the current binary's planner for new
+# predictions of every case (a fresh calibration per rank count unless KEEP_CALIBRATION=1),
+# writing $RESULTS/auto-replan.jsonl and its report: a change to the planner alone is judged
+# against the same measurements in minutes instead of a whole grid of training runs. Only
+# valid while the training code that was measured is unchanged.
 #
 # Knobs: DATASETS (tolokers facebook sbm200k rmat), MODELS (sage gcn), HIDDEN (64 256 1024),
 # RANKS (2 4), STEPS (8), STRATEGIES (gdp split dnp snp), RESULTS (benchmarks/results),
@@ -49,6 +56,11 @@ if [[ "${1:-}" == report ]]; then
     report "$2"
     exit 0
 fi
+replan_of=""
+if [[ "${1:-}" == replan ]]; then
+    replan_of="$2"
+    [[ -f "$replan_of" ]] || { echo "replan: no file $replan_of" >&2 && exit 2; }
+fi
 
 mpi() {
     local np=$1
@@ -73,17 +85,63 @@ dataset() {
 }
 
 mkdir -p "$RESULTS" "$WORK"
+
+# The arguments every plan and training run of a case shares, one per line (for mapfile).
+plan_args() { # dataset model hidden calibration
+    printf '%s\n' --data "$(dataset "$1")" --model "$2" --layers 2 --hidden "$3" \
+        --fanouts 10,5 --batch-size 1024 --dropout 0 --calibration "$4"
+}
+
+if [[ -n "$replan_of" ]]; then
+    out="$RESULTS/auto-replan.jsonl"
+    : >"$out.tmp"
+    for r in $(python3 -c 'import json,sys; print(*sorted({json.loads(l)["ranks"] for l in open(sys.argv[1]) if l.strip()}))' "$replan_of"); do
+        cal="$WORK/calibration-$r.json"
+        if [[ "${KEEP_CALIBRATION:-0}" != 1 || ! -f "$cal" ]]; then
+            mpi "$r" calibrate --calibration "$cal" >/dev/null 2>"$WORK/calibrate-$r.log"
+        fi
+        python3 -c 'import json,sys
+seen = []
+for l in open(sys.argv[1]):
+    if l.strip():
+        j = json.loads(l)
+        k = (j["dataset"], j["model"], j["hidden"])
+        if j["ranks"] == int(sys.argv[2]) and k not in seen:
+            seen.append(k)
+            print(*k)' "$replan_of" "$r" | while read -r d m h; do
+            echo "== replan $d $m hidden $h ranks $r" >&2
+            mapfile -t common < <(plan_args "$d" "$m" "$h" "$cal")
+            # (mpirun reads stdin: keep it off the list of cases.)
+            plan=$(mpi "$r" plan "${common[@]}" </dev/null 2>/dev/null | tail -1)
+            python3 - "$replan_of" "$d" "$m" "$h" "$r" "$plan" >>"$out.tmp" <<'PY'
+import json, sys
+src, d, m, h, r, plan = sys.argv[1:]
+plan = json.loads(plan)["plan"]
+for line in open(src):
+    j = json.loads(line) if line.strip() else None
+    if j and (j["dataset"], j["model"], j["hidden"], j["ranks"]) == (d, m, int(h), int(r)):
+        s = plan["strategies"][j["strategy"]]
+        j.update(choice=plan["choice"], predicted_step=s["step_seconds"],
+                 predicted_phases=s["phases"],
+                 predicted_nfp_step=plan["strategies"]["nfp"]["step_seconds"])
+        print(json.dumps(j))
+PY
+        done
+    done
+    mv "$out.tmp" "$out"
+    report "$out"
+    exit 0
+fi
 out="$RESULTS/auto.jsonl"
 : >"$out.tmp"
 for r in $RANKS; do
     cal="$WORK/calibration-$r.json"
     mpi "$r" calibrate --calibration "$cal" >/dev/null 2>"$WORK/calibrate-$r.log"
     for d in $DATASETS; do
-        h5=$(dataset "$d")
+        dataset "$d" >/dev/null
         for m in $MODELS; do
             for h in $HIDDEN; do
-                common=(--data "$h5" --model "$m" --layers 2 --hidden "$h" --fanouts 10,5
-                    --batch-size 1024 --dropout 0 --calibration "$cal")
+                mapfile -t common < <(plan_args "$d" "$m" "$h" "$cal")
                 echo "== $d $m hidden $h ranks $r" >&2
                 plan=$(mpi "$r" plan "${common[@]}" 2>/dev/null | tail -1)
                 for s in $STRATEGIES; do
