@@ -86,12 +86,14 @@ fn calibrate_writes_a_file_that_plan_then_uses() {
         stdout.lines().last(),
         "two plans with one calibration differ"
     );
-    // The build phase (sampling and its id exchanges) and the optimizer's step are priced,
-    // not free.
-    assert!(
-        v["operators"]["optimizer"]["per_unit_s"].as_f64().unwrap() > 0.0,
-        "{v}"
-    );
+    // The build phase (sampling and its id exchanges), the optimizer's step and the hidden
+    // activations' passes are priced, not free.
+    for op in ["optimizer", "elementwise"] {
+        assert!(
+            v["operators"][op]["per_unit_s"].as_f64().unwrap() > 0.0,
+            "{op}: {v}"
+        );
+    }
     for s in ["gdp", "split", "dnp", "snp"] {
         for phase in ["build", "optimizer"] {
             assert!(

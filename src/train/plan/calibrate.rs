@@ -11,14 +11,16 @@ use super::calibration::{Calibration, CalibrationKey, Fit, FORMAT, OPERATORS};
 use crate::backend::{AdamStep, Backend, EdgeWeights};
 use crate::comm::{Group, World};
 use crate::exchange::store::FeatureStore;
+use crate::exchange::RowExchange;
 use crate::graph::NodeId;
 use crate::sample::{sample_blocks, Adjacency, BatchKey, Block};
 use ndarray::Array2;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-/// Repetitions per point (the median is kept), after one untimed warm-up.
-const REPS: usize = 3;
+/// Repetitions per point (the median is kept), after one untimed warm-up. Three left the
+/// 2-core VM's calibrations ±20 % apart from one run to the next on most points.
+const REPS: usize = 5;
 /// Message sizes of the communication operators, bytes per rank.
 const MESSAGE_BYTES: &[usize] = &[1 << 10, 1 << 14, 1 << 17, 1 << 19, 1 << 21, 1 << 22];
 
@@ -66,19 +68,50 @@ fn comm_points(world: &World, group: Option<&Group>, op: impl Fn(&Group, usize))
         .collect()
 }
 
-/// Alltoallv where every rank sends `bytes` in all, split evenly over the other ranks.
-fn alltoallv(g: &Group, bytes: usize) {
-    let peers = g.size() - 1;
-    let per = bytes / 4 / peers.max(1);
-    let counts: Vec<usize> = (0..g.size())
-        .map(|r| if r == g.rank() { 0 } else { per })
-        .collect();
-    let send = vec![1.0f32; per * peers];
-    let _ = g.alltoallv("calibrate", &send, &counts);
+/// Points of the `alltoallv` operators over `group` (when this rank is in it): a row
+/// exchange as the strategies run theirs, planned for the batch at hand ([`RowExchange::new`]:
+/// the wanted ids to their owners) and then made ([`RowExchange::forward`]: rows packed by id
+/// on their owners, exchanged, and placed in the order asked for), where every rank receives
+/// `bytes` of rows in all, evenly from the other ranks, ids spread over the owners' rows. A
+/// bare alltoallv of one ready buffer measured 3-4× faster per byte on the 2-core VM than the
+/// exchanges inside training steps, whose shuffles and fetches this operator prices.
+fn row_exchange_points(world: &World, group: Option<&Group>) -> Vec<[f64; 2]> {
+    const WIDTH: usize = 64;
+    MESSAGE_BYTES
+        .iter()
+        .map(|&bytes| {
+            let prepared = group.map(|g| {
+                let (ranks, peers) = (g.size(), g.size().saturating_sub(1).max(1));
+                let wanted_rows = (bytes / 4 / WIDTH).max(1);
+                let held = 2 * wanted_rows;
+                let offsets: Vec<u64> = (0..=ranks).map(|r| (r * held) as u64).collect();
+                let wanted: Vec<NodeId> = (0..wanted_rows)
+                    .map(|i| {
+                        let owner = (g.rank() + 1 + i % peers) % ranks;
+                        let row = (i as u64 * 2_654_435_761) % held as u64;
+                        (offsets[owner] + row) as NodeId
+                    })
+                    .collect();
+                (offsets, wanted, Array2::from_elem((held, WIDTH), 1.0f32))
+            });
+            let s = time_point(world, || {
+                if let (Some(g), Some((offsets, wanted, local))) = (group, &prepared) {
+                    let plan = RowExchange::new(g, offsets, wanted);
+                    let _ = plan.forward(g, "calibrate", local.view());
+                }
+            });
+            [bytes as f64, s]
+        })
+        .collect()
 }
 
 /// Measure every operator (collective over `world`) and fit the lines.
 pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Calibration {
+    // Measure under the allocator policy training runs under (`Model::new` sets it): with
+    // glibc's defaults every large fresh output is a new mapping whose pages fault in, and a
+    // `gnnpar calibrate` of its own timed 8192 × 2 · 2 × 1024 at 11 ms against 1.3 ms with the
+    // freed memory reused, as training reuses it.
+    crate::backend::cpu::memory::keep_freed_memory();
     let started = Instant::now();
     let mut ops: BTreeMap<String, Fit> = BTreeMap::new();
     let mut put = |name: &str, pts: Vec<[f64; 2]>| {
@@ -92,13 +125,13 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
     let multi = world.size() > 1;
     // Communication: a single rank moves nothing, so the operators are free there.
     let world_a2a = if multi {
-        comm_points(world, Some(world), alltoallv)
+        row_exchange_points(world, Some(world))
     } else {
         vec![]
     };
     let node = world.node();
     let node_a2a = if node.size() > 1 && node.size() < world.size() {
-        comm_points(world, Some(node), alltoallv)
+        row_exchange_points(world, Some(node))
     } else if node.size() > 1 {
         world_a2a.clone() // the node is the world: the same line
     } else {
@@ -110,7 +143,7 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
     put(
         "alltoallv_leaders",
         if world.node_index().1 > 1 {
-            comm_points(world, leaders, alltoallv)
+            row_exchange_points(world, leaders)
         } else {
             vec![]
         },
@@ -153,6 +186,7 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
     put("sample", sample_points(world));
     put("optimizer", optimizer_points(be, world));
     put("attention", attention_points(be, world));
+    put("elementwise", elementwise_points(be, world));
     ops.insert(
         "gemm".into(),
         Fit::least_squares_with_bytes("flop", gemm, gemm_bytes),
@@ -218,7 +252,7 @@ fn copy_points<B: Backend>(be: &B, world: &World) -> (Vec<[f64; 2]>, Vec<[f64; 2
 /// Dense products `m×k · k×n` of the shapes layers use, each into a newly allocated output as a
 /// layer's are: square-ish ones, bound by their flops (2·m·k·n), and skinny ones (a layer into
 /// 2 classes, out of 10 features, and their gradients), bound by the bytes they touch
-/// (4·(m·k + k·n + m·n), the first touch of the output's fresh pages included). Both terms
+/// (4·(m·k + k·n + m·n), writing the output included). Both terms
 /// are fitted together.
 fn gemm_points<B: Backend>(be: &B, world: &World) -> (Vec<[f64; 2]>, Vec<f64>) {
     let shapes = [
@@ -416,6 +450,29 @@ fn optimizer_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
                 let _ = be.download(be.buffer_view(&values, 0, 1, 1));
             });
             [n as f64, s]
+        })
+        .collect()
+}
+
+/// A hidden layer's activation, forward (ReLU in place, its signs kept) and backward (the
+/// gradient scaled by them in place), over hidden rows of 256 columns: `x` = the bytes the
+/// two passes read and write (16 per value). At a wide hidden layer these passes stream more
+/// bytes than the layer's products touch.
+fn elementwise_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
+    let act = crate::backend::Activation::Relu;
+    [1024usize, 4096, 16384, 65536]
+        .iter()
+        .map(|&rows| {
+            let cols = 256usize;
+            let values = || Array2::from_shape_fn((rows, cols), |(i, j)| (i as f32) - (j as f32));
+            let mut h = be.upload(values().view());
+            let mut g = be.upload(values().view());
+            let s = time_point(world, || {
+                let saved = be.activation_forward(act, be.view_mut(&mut h));
+                be.activation_backward(act, &saved, be.view_mut(&mut g));
+                let _ = be.download(be.rows(be.view(&g), 0..1));
+            });
+            [(16 * rows * cols) as f64, s]
         })
         .collect()
 }

@@ -12,8 +12,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Version of the file layout; a different one is ignored like a different key. (2 added the
-/// `sample` and `spmm` operators, 3 the `optimizer`, 4 GAT's `attention`.)
-pub const FORMAT: u32 = 4;
+/// `sample` and `spmm` operators, 3 the `optimizer`, 4 GAT's `attention`, 5 the
+/// `elementwise` passes of hidden activations and row exchanges for `alltoallv`, all measured
+/// under training's allocator policy.)
+pub const FORMAT: u32 = 5;
 
 /// Operators every calibration holds, with the unit of their `x`.
 pub const OPERATORS: &[(&str, &str)] = &[
@@ -31,6 +33,7 @@ pub const OPERATORS: &[(&str, &str)] = &[
     ("sample", "edge"),
     ("optimizer", "param"),
     ("attention", "edge_col"),
+    ("elementwise", "byte"),
 ];
 
 /// Where and how a calibration was measured. Two runs may share one only when these agree.
@@ -88,9 +91,8 @@ pub const COEFFICIENTS_PER_OPERATOR: usize = 3;
 
 /// One operator's line: `seconds = latency_s + x · per_unit_s` for `x` units of work per call,
 /// `+ bytes · per_byte_s` for an operator whose time also follows the bytes it touches (dense
-/// products: a skinny one is bound by its matrices' bytes, not its flops — a fresh 8192 × 1024
-/// output of `dy·Wᵀ` into 2 classes took 20–30 ms here, most of it the first touch of the
-/// newly allocated pages, against 1 ms into a reused buffer).
+/// products: a skinny one is bound by its matrices' bytes, not its flops — an 8192 × 1024
+/// output of `dy·Wᵀ` from 2 classes takes as long as products of 16 times its flops).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Fit {
     pub latency_s: f64,
@@ -98,7 +100,8 @@ pub struct Fit {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub per_byte_s: f64,
     /// What `x` counts: bytes, flops, edges × columns (aggregation), stored non-zeros × output
-    /// columns (products with sparse input rows), sampled edges (block building), or
+    /// columns (products with sparse input rows), sampled edges (block building), bytes
+    /// streamed (activation passes), or
     /// parameters (the optimizer's step).
     pub unit: String,
     /// The measured `(x, seconds)` points the line was fitted to (slowest rank per point).

@@ -13,7 +13,8 @@
 //! - train: per layer the dense products (`gemm`, flops) and the aggregation (`aggregate`,
 //!   edges × columns) of forward and backward, in the order the layer itself picks (SNP's input
 //!   layer always projects first, on the sources' owners); an input layer on mostly-zero
-//!   features multiplies only their non-zeros (`spmm`) after a scan of the dense rows;
+//!   features multiplies only their non-zeros (`spmm`) after a scan of the dense rows; every
+//!   hidden layer's activation forward and backward (`elementwise`, bytes streamed);
 //! - sync: the gradient allreduce (`allreduce`, 4 bytes per parameter; on a device without
 //!   CUDA-aware MPI the gradients also go down and back up, `d2h` and `h2d`) and the step's
 //!   small allreduce of counters;
@@ -268,6 +269,13 @@ fn compute(shape: &ModelShape, cal: &Calibration, c: &Counts, order: Order, scan
             cols += w.edge_cols;
         }
     }
+    // Every layer but the last activates its output rows, and backward scales their
+    // gradient by what the activation kept: two passes over `dst × out` values each way.
+    let hidden = shape.in_w.len().saturating_sub(1);
+    let activated: f64 = (0..hidden).map(|l| c.dst[l] * shape.out_w[l]).sum();
+    seconds += cal
+        .op("elementwise")
+        .seconds(16.0 * activated, 2.0 * hidden as f64);
     // About three products and two aggregations per layer and step (forward and backward);
     // GAT's layers run one attention (forward and backward) each instead of aggregations.
     seconds
@@ -677,7 +685,8 @@ mod tests {
 
     /// A synthetic machine: 1 GB/s alltoallv with 1 ms latency, 10 GB/s gather, 2 GB/s
     /// allreduce, 1 GFLOP/s, 1e8 edge-columns per second, free kernel launches, 10 ns per
-    /// parameter of the optimizer (10 µs a call), 10 GB/s device copies (10 µs a call).
+    /// parameter of the optimizer (10 µs a call), 10 GB/s device copies (10 µs a call), 10 GB/s
+    /// activation passes.
     fn machine() -> Calibration {
         let line = |op: &str| match op {
             "alltoallv_world" | "alltoallv_node" => (1e-3, 1e-9),
@@ -690,6 +699,7 @@ mod tests {
             "sample" => (1e-4, 1e-6),
             "optimizer" => (1e-5, 1e-8),
             "h2d" | "d2h" => (1e-5, 1e-10),
+            "elementwise" => (0.0, 1e-10),
             _ => (0.0, 0.0),
         };
         Calibration {
@@ -773,7 +783,9 @@ mod tests {
         // flops forward, as many backward (no input gradient); aggregation 200k forward.
         // Layer 2 (10 → 2; 10 dst, 200 src, 200 edges): aggregate first (2000+200 ≤
         // 4000+400): gemm 400 flops, ×3 with the input gradient; aggregation 2000 ×2.
-        let train = (800_000.0 + 1200.0) * 1e-9 + (200_000.0 + 4000.0) * 1e-8;
+        // Layer 1's 200 × 10 outputs are activated: 16 bytes a value at 10 GB/s.
+        let train =
+            (800_000.0 + 1200.0) * 1e-9 + (200_000.0 + 4000.0) * 1e-8 + 16.0 * 200.0 * 10.0 * 1e-10;
         assert!((r.phases.train - train).abs() < 1e-12, "{:?}", r.phases);
         assert_eq!(r.bytes, 500.0 * 408.0);
 
@@ -844,8 +856,9 @@ mod tests {
         let c = counts(500.0);
         // Layer 1 (100 → 10; 200 dst, 1500 src, 2000 edges) projected first on the owners:
         // 2·1500·100·10 = 3M flops forward, as many backward; aggregation at width 10,
-        // 20k forward and 20k transposed. Layer 2 as GDP prices it.
-        let train = (6_000_000.0 + 1200.0) * 1e-9 + (40_000.0 + 4000.0) * 1e-8;
+        // 20k forward and 20k transposed. Layer 2 and the activation as GDP prices them.
+        let activation = 16.0 * 200.0 * 10.0 * 1e-10;
+        let train = (6_000_000.0 + 1200.0) * 1e-9 + (40_000.0 + 4000.0) * 1e-8 + activation;
         let s = snp(&shape(), &cal, &c, "alltoallv_world");
         assert!((s.phases.train - train).abs() < 1e-12, "{:?}", s.phases);
         // GDP aggregates first there, which is cheaper on these counts.
@@ -903,8 +916,11 @@ mod tests {
         let r = gdp(&sparse, &cal, &c, "alltoallv_world");
         // Layer 1: scan 1500 dense rows of 400 B (gather), 3 non-zeros × 10 columns × 1500
         // sources forward and as many for the weight gradient (spmm), aggregation at width 10
-        // forward and transposed; layer 2 as before.
-        let layer1 = 1500.0 * 400.0 * 1e-10 + 2.0 * 3.0 * 10.0 * 1500.0 * 1e-8 + 40_000.0 * 1e-8;
+        // forward and transposed, its activation; layer 2 as before.
+        let layer1 = 1500.0 * 400.0 * 1e-10
+            + 2.0 * 3.0 * 10.0 * 1500.0 * 1e-8
+            + 40_000.0 * 1e-8
+            + 16.0 * 200.0 * 10.0 * 1e-10;
         let layer2 = 1200.0 * 1e-9 + 4000.0 * 1e-8;
         assert!(
             (r.phases.train - (layer1 + layer2)).abs() < 1e-12,
