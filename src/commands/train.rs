@@ -103,9 +103,10 @@ pub struct TrainArgs {
     /// Rayon threads per rank (default: cores of the node / ranks on the node).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// GDP mini-batches: sample the next batch and gather its input rows on a second thread
-    /// while the current one trains: auto (on with a GPU, off on the CPU backend), on or off.
-    /// Same numbers either way.
+    /// Mini-batches of every strategy but NFP (split, DNP, SNP and hybrid on several ranks):
+    /// sample the next batch and gather its input rows on another thread while the current
+    /// one trains: auto (on with a GPU, off on the CPU backend), on or off. Same numbers
+    /// either way.
     #[arg(long, value_enum)]
     pub prefetch: Option<Prefetch>,
     /// Prefetched batches prepared at once, each by its own thread (default: threads / 4, at
