@@ -449,11 +449,15 @@ pub fn dnp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
 
 /// SNP: DNP's exchange of hidden rows, no feature fetch, and partial sums of layer-1 width
 /// from the sources' owners (gradients back) plus the remote edges routed to them; own rows
-/// read as GDP reads them (CSR, dense on the host, or on the device).
+/// read as GDP reads them (CSR, dense on the host, or on the device). Building the partial
+/// sums' plan routes every input edge to its source's owner and de-duplicates the sources per
+/// owner, a block build's work per edge: priced as sampling the input block's edges once more
+/// (unpriced, SNP's build phase measured 2-4× its prediction on Facebook's 2-rank grid).
 pub fn snp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
     // Sparse rows come from the store's CSR copy as GDP's do, never dense.
     let rows = Rows::of_input_block(shape);
     let mut r = load(shape, cal, c, a2a, rows);
+    r.phases.build += cal.op("sample").seconds(c.edges[0], 0.0);
     let h = shape.out_w[0] * 4.0;
     let bytes = 2.0 * (c.hidden_rows + c.partial_rows) * h + 8.0 * c.remote_edges;
     r.phases.shuffle = cal.op(a2a).seconds(bytes, 5.0);
@@ -861,6 +865,9 @@ mod tests {
         let train = (6_000_000.0 + 1200.0) * 1e-9 + (40_000.0 + 4000.0) * 1e-8 + activation;
         let s = snp(&shape(), &cal, &c, "alltoallv_world");
         assert!((s.phases.train - train).abs() < 1e-12, "{:?}", s.phases);
+        // Its partial sums' plan costs the input block's 2000 edges at the sampler's 1 µs.
+        let g = gdp(&shape(), &cal, &c, "alltoallv_world");
+        assert!((s.phases.build - g.phases.build - 2000.0 * 1e-6).abs() < 1e-15);
         // GDP aggregates first there, which is cheaper on these counts.
         assert!(gdp(&shape(), &cal, &c, "alltoallv_world").phases.train < s.phases.train);
     }
