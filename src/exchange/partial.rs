@@ -202,17 +202,6 @@ impl PartialPlan {
 }
 
 impl<B: Backend> PartialAggregation<B> {
-    /// [`PartialPlan::new`] on backend `be`. Collective over `group`.
-    pub fn new(
-        group: &Group,
-        be: &B,
-        offsets: &[u64],
-        block: &Block,
-        edge_weights: &[f32],
-    ) -> PartialAggregation<B> {
-        PartialPlan::new(group, offsets, block, edge_weights).on(be)
-    }
-
     /// The own vertices whose rows of `y` [`PartialAggregation::forward`] needs, in row order.
     pub fn sources(&self) -> &[NodeId] {
         &self.routes.sources
@@ -354,7 +343,7 @@ mod tests {
         let be = Cpu;
         let b = block();
         let w = mean_weights(&b);
-        let plan = PartialAggregation::new(&world, &be, &[0, 100], &b, &w);
+        let plan = PartialPlan::new(&world, &[0, 100], &b, &w).on(&be);
         assert_eq!(plan.sources(), &[10, 11, 12]);
         assert_eq!(plan.volume(&be), (2, 2));
         let x = array![[1.0f32, 2.0], [4.0, 8.0], [16.0, 32.0], [64.0, 128.0]];

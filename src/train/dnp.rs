@@ -42,7 +42,7 @@ enum DnpInput {
     Placed(PlacedRows),
 }
 
-/// The host side of DNP's mini-batch: owner sampling ([`OwnerBatch::sample_with`]) and the
+/// The host side of DNP's mini-batch: owner sampling ([`OwnerBatch::sample`]) and the
 /// rows of the input block's sources — all of them, or only those a device that keeps this
 /// rank's own rows lacks, as `source` says (GDP's rule for its batches). Collective over
 /// `group`, which may be a prefetch worker's communicator: it only reads `data` and is a pure
@@ -53,14 +53,8 @@ pub fn dnp_host_batch(
     spec: BatchSpec,
     source: InputSource,
 ) -> DnpHostBatch {
-    let BatchSpec {
-        batch,
-        fanouts,
-        key,
-        self_loops,
-    } = spec;
     let t = Instant::now();
-    let ob = OwnerBatch::sample_with(group, data, batch, fanouts, key, self_loops);
+    let ob = OwnerBatch::sample(group, data, spec);
     let sample_seconds = t.elapsed().as_secs_f64();
     let t = Instant::now();
     let src = &ob.input_block.src_nodes;

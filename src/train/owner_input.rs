@@ -12,7 +12,7 @@
 
 use super::data::TrainData;
 use super::metrics::PhaseTimes;
-use super::strategy::{upper_layers_data_parallel, StepArgs, StepOutput};
+use super::strategy::{upper_layers_data_parallel, BatchSpec, StepOutput};
 use crate::backend::Backend;
 use crate::comm::Group;
 use crate::exchange::{sample_blocks_distributed, RowExchange};
@@ -39,30 +39,16 @@ pub struct OwnerBatch {
 }
 
 impl OwnerBatch {
-    /// Sample the mini-batch `batch` (global ids; this rank takes the seeds it owns).
+    /// Sample `spec`'s mini-batch (global ids; this rank takes the seeds it owns). The
+    /// planner's dry run samples this way too, so what it counts is what DNP and SNP train on.
     /// Collective.
-    pub fn sample(data: &TrainData, args: &StepArgs) -> OwnerBatch {
-        let StepArgs {
-            group,
+    pub fn sample(group: &Group, data: &TrainData, spec: BatchSpec) -> OwnerBatch {
+        let BatchSpec {
             batch,
             fanouts,
             key,
             self_loops,
-            ..
-        } = *args;
-        OwnerBatch::sample_with(group, data, batch, fanouts, key, self_loops)
-    }
-
-    /// [`OwnerBatch::sample`] from its pieces (the planner's dry run samples this way too, so
-    /// what it counts is what DNP and SNP train on). Collective.
-    pub fn sample_with(
-        group: &Group,
-        data: &TrainData,
-        batch: &[NodeId],
-        fanouts: &[i32],
-        key: BatchKey,
-        self_loops: bool,
-    ) -> OwnerBatch {
+        } = spec;
         let layers = fanouts.len();
         let seeds: Vec<NodeId> = batch.iter().copied().filter(|&v| data.owns(v)).collect();
         let graph = LocalGraph::new(&data.part, data.orig_ids.as_deref());

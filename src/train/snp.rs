@@ -101,12 +101,11 @@ pub struct SnpHostBatch {
     gather_seconds: f64,
 }
 
-/// The host side of SNP's mini-batch: owner sampling ([`OwnerBatch::sample_with`]), the input
+/// The host side of SNP's mini-batch: owner sampling ([`OwnerBatch::sample`]), the input
 /// layer's edges routed to their sources' owners with `input`'s weights ([`PartialPlan`]), and
 /// the own rows the plan reads — only their indices where the device keeps this rank's rows
 /// (`on_device`). Collective over `group`, which may be a prefetch worker's communicator: it
 /// only reads `data` and is a pure function of its arguments.
-#[allow(clippy::too_many_arguments)]
 pub fn snp_host_batch(
     data: &TrainData,
     group: &Group,
@@ -114,14 +113,8 @@ pub fn snp_host_batch(
     input: SnpInput,
     on_device: bool,
 ) -> SnpHostBatch {
-    let BatchSpec {
-        batch,
-        fanouts,
-        key,
-        self_loops,
-    } = spec;
     let t = Instant::now();
-    let ob = OwnerBatch::sample_with(group, data, batch, fanouts, key, self_loops);
+    let ob = OwnerBatch::sample(group, data, spec);
     let block = &ob.input_block;
     let table = || {
         data.gcn_degrees

@@ -296,7 +296,6 @@ enum SplitInput {
 /// which may be a prefetch worker's communicator: it only reads `data` and is a pure function
 /// of its arguments, so a worker prepares what the step would (`keep_sampled`: also keep the
 /// blocks as sampled, for `--dump-blocks`).
-#[allow(clippy::too_many_arguments)]
 pub fn split_host_batch(
     data: &TrainData,
     group: &Group,
@@ -304,16 +303,10 @@ pub fn split_host_batch(
     source: InputSource,
     keep_sampled: bool,
 ) -> SplitHostBatch {
-    let BatchSpec {
-        batch,
-        fanouts,
-        key,
-        self_loops,
-    } = spec;
     let t = Instant::now();
-    let mut sb = sample_split(group, data, batch, fanouts, key);
+    let mut sb = sample_split(group, data, spec.batch, spec.fanouts, spec.key);
     let sampled = keep_sampled.then(|| sb.layers.iter().map(|l| l.block.clone()).collect());
-    if self_loops {
+    if spec.self_loops {
         for l in &mut sb.layers {
             l.block = l.block.with_self_loops();
         }

@@ -206,7 +206,6 @@ impl InputSource {
 ///
 /// # Panics
 /// If `group` is `None` and `data` does not own every vertex the batch reaches.
-#[allow(clippy::too_many_arguments)]
 pub fn gdp_host_batch(
     data: &TrainData,
     group: Option<&Group>,

@@ -12,6 +12,7 @@
 use super::super::data::TrainData;
 use super::super::owner_input::OwnerBatch;
 use super::super::split::sample_split;
+use super::super::strategy::BatchSpec;
 use crate::comm::{CommStats, Group, OpStats};
 use crate::exchange::{sample_blocks_distributed, RowExchange};
 use crate::graph::parts::owner_of;
@@ -410,7 +411,14 @@ fn sample_batch(
         // owners, which sample the input hop (DNP also fetches its remote features and sends back
         // hidden rows).
         let before = stats.snapshot();
-        let ob = OwnerBatch::sample_with(group, data, batch, fanouts, key, false);
+        let spec = BatchSpec {
+            batch,
+            fanouts,
+            key,
+            // Counted apart: `block` adds GCN's self-loops to the edges.
+            self_loops: false,
+        };
+        let ob = OwnerBatch::sample(group, data, spec);
         let (upper, input_block, frontier) = (&ob.upper, &ob.input_block, ob.frontier());
         let owner_edges = edges_of(upper) + input_block.num_edges() as f64;
         for c in [&mut *dnp, &mut *snp] {
