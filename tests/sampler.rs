@@ -396,8 +396,8 @@ fn parallel_and_serial_block_builds_are_identical() {
 #[test]
 fn blocks_built_in_parallel_are_those_of_one_thread() {
     // Large enough frontiers (tens of thousands of edges per hop) for the parallel build at
-    // four threads, the serial one at one thread; the thread-local id table is reused across
-    // hops and batches in both.
+    // eight threads (its threshold), the serial one at one thread; the thread-local id table
+    // is reused across hops and batches in both.
     let ds = whole(random_csr(30_000, 12, 9));
     let adj = LocalGraph::new(&ds, None);
     let seeds: Vec<NodeId> = (0..30_000).step_by(7).collect();
@@ -419,7 +419,7 @@ fn blocks_built_in_parallel_are_those_of_one_thread() {
         one[0][0].num_edges() > 1 << 15,
         "the input block should be large enough for the parallel build"
     );
-    assert_eq!(one, run(4));
+    assert_eq!(one, run(8));
     check_batch(&adj, &seeds, &[10, 10, 5], &one[0]);
 }
 

@@ -47,9 +47,11 @@ pub struct LocalIds {
 /// enough edges to spread (measured: see `docs/architecture.md`, "Host pipeline").
 pub(crate) const PAR_MIN_EDGES: usize = 1 << 15;
 
-/// Fewer threads than this build serially, whatever the block's size (two threads doing three
-/// passes lose to one doing one).
-pub(crate) const PAR_MIN_THREADS: usize = 4;
+/// Fewer threads than this build serially, whatever the block's size: the parallel build's
+/// three passes and atomic minima take 4.7× the branch-free serial pass's time on one thread
+/// (`host_phases_of_a_gdp_step` in `tests/sampler.rs`), so it needs more than four threads to
+/// win, and eight to win clearly.
+pub(crate) const PAR_MIN_THREADS: usize = 8;
 
 /// Edges per task of the parallel build; fixed, so the work split is the same everywhere.
 const EDGE_CHUNK: usize = 4096;
@@ -66,20 +68,6 @@ impl LocalIds {
         }
     }
 
-    /// The local index of `v`, given `next` when `v` has none yet; true when it was new.
-    #[inline]
-    fn index_or_insert(&mut self, v: NodeId, next: usize) -> (u32, bool) {
-        let v = v as usize;
-        self.cover(v);
-        let s = self.slot[v].get_mut();
-        if *s == Self::ABSENT {
-            *s = u32::try_from(next).expect("a block has fewer than 2^32 - 1 sources");
-            (*s, true)
-        } else {
-            (*s, false)
-        }
-    }
-
     /// Forget the indices of `ids` (the sources of the block just built).
     fn reset(&mut self, ids: &[NodeId]) {
         for &v in ids {
@@ -89,20 +77,41 @@ impl LocalIds {
 
     /// Sources and edge indices of the block from `dst` with sampled sources `nbrs`, in one
     /// serial pass (see [`build_block`] for the order).
+    ///
+    /// The edge loop has no branch on "is this vertex new": about a third of a large block's
+    /// edges are first appearances, in no pattern a predictor could learn, and the mispredicts
+    /// were most of the loop. Every edge writes its vertex after the sources found so far and
+    /// counts it only when new; a chosen index is a conditional move.
     fn build_serial(&mut self, dst: &[NodeId], nbrs: &[NodeId]) -> (Vec<NodeId>, Vec<u32>) {
-        let mut src_nodes = Vec::with_capacity(dst.len() + nbrs.len());
-        for &v in dst {
-            self.index_or_insert(v, src_nodes.len());
-            src_nodes.push(v);
-        }
-        let mut indices = Vec::with_capacity(nbrs.len());
-        for &u in nbrs {
-            let (idx, new) = self.index_or_insert(u, src_nodes.len());
-            if new {
-                src_nodes.push(u);
+        let nd = dst.len();
+        assert!(
+            nd + nbrs.len() < Self::ABSENT as usize,
+            "a block has fewer than 2^32 - 1 sources"
+        );
+        let Some(&max_id) = dst.iter().chain(nbrs).max() else {
+            return (Vec::new(), Vec::new());
+        };
+        self.cover(max_id as usize);
+        let mut src_nodes = vec![0 as NodeId; nd + nbrs.len()];
+        src_nodes[..nd].copy_from_slice(dst);
+        for (i, &v) in dst.iter().enumerate() {
+            let s = self.slot[v as usize].get_mut();
+            if *s == Self::ABSENT {
+                *s = i as u32;
             }
-            indices.push(idx);
         }
+        let mut indices = vec![0u32; nbrs.len()];
+        let mut len = nd;
+        for (o, &u) in indices.iter_mut().zip(nbrs) {
+            let s = self.slot[u as usize].get_mut();
+            let new = *s == Self::ABSENT;
+            let idx = if new { len as u32 } else { *s };
+            *s = idx;
+            *o = idx;
+            src_nodes[len] = u;
+            len += new as usize;
+        }
+        src_nodes.truncate(len);
         self.reset(&src_nodes);
         src_nodes.shrink_to_fit();
         (src_nodes, indices)
