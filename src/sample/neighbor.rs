@@ -352,26 +352,13 @@ impl Scratch {
         let positions = &mut self.positions;
         positions.clear();
         let draw = |i: usize, j: usize| below(vkey.push(i as u64).finish(), j as u64 + 1) as usize;
+        if deg <= 64 {
+            // One word: it stays in a register, where four words live in memory and each
+            // draw's test waits for the previous draw's store.
+            return floyd_in_words::<1>(deg, k, draw, positions);
+        }
         if deg <= STACK_BITS {
-            let mut bits = [0u64; STACK_BITS / 64];
-            for i in 0..k {
-                let j = deg - k + i;
-                let t = draw(i, j);
-                let pick = if bits[t / 64] >> (t % 64) & 1 == 1 {
-                    j
-                } else {
-                    t
-                };
-                bits[pick / 64] |= 1 << (pick % 64);
-            }
-            for (w, &word) in bits[..deg.div_ceil(64)].iter().enumerate() {
-                let mut rest = word;
-                while rest != 0 {
-                    positions.push(w * 64 + rest.trailing_zeros() as usize);
-                    rest &= rest - 1;
-                }
-            }
-            return;
+            return floyd_in_words::<{ STACK_BITS / 64 }>(deg, k, draw, positions);
         }
         if k <= LINEAR_MAX {
             for i in 0..k {
@@ -402,6 +389,36 @@ impl Scratch {
             }
         }
         positions.sort_unstable();
+    }
+}
+
+/// Floyd's `k` draws over `[0, deg)` (`deg <= 64 * W`) with the membership bits in `W` words
+/// on the stack, then the chosen positions in increasing order from the bits, so no sort.
+#[inline(always)]
+fn floyd_in_words<const W: usize>(
+    deg: usize,
+    k: usize,
+    draw: impl Fn(usize, usize) -> usize,
+    positions: &mut Vec<usize>,
+) {
+    debug_assert!(deg <= 64 * W);
+    let mut bits = [0u64; W];
+    for i in 0..k {
+        let j = deg - k + i;
+        let t = draw(i, j);
+        let pick = if bits[t / 64] >> (t % 64) & 1 == 1 {
+            j
+        } else {
+            t
+        };
+        bits[pick / 64] |= 1 << (pick % 64);
+    }
+    for (w, &word) in bits[..deg.div_ceil(64)].iter().enumerate() {
+        let mut rest = word;
+        while rest != 0 {
+            positions.push(w * 64 + rest.trailing_zeros() as usize);
+            rest &= rest - 1;
+        }
     }
 }
 
