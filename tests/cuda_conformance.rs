@@ -527,6 +527,47 @@ fn gathers_and_scatters_move_whole_rows() {
     }
 }
 
+/// Rows of one matrix into chosen rows of another (distinct targets, repeated sources, rows
+/// left alone keep their values), 45 columns (a partial last warp): bitwise the CPU twin,
+/// which is bitwise a plain loop.
+#[test]
+fn copy_rows_moves_rows_between_chosen_positions() {
+    let mut rng = Rng(37);
+    let cols = 45;
+    let base = rng.matrix(70, cols);
+    let src = rng.matrix(30, cols);
+    let mut targets: Vec<u32> = (0..70).collect();
+    for i in (1..targets.len()).rev() {
+        targets.swap(i, rng.below(i + 1));
+    }
+    let dst_idx = &targets[..50];
+    let src_idx: Vec<u32> = (0..50).map(|_| rng.below(30) as u32).collect();
+    let mut expect = base.clone();
+    for (&d, &s) in dst_idx.iter().zip(&src_idx) {
+        expect.row_mut(d as usize).assign(&src.row(s as usize));
+    }
+    let mut got = base.clone();
+    cpu::gather::copy_rows(got.view_mut(), dst_idx, src.view(), &src_idx);
+    assert_bitwise("cpu: copy_rows", got.view(), expect.view());
+    for (name, d) in devices("copy_rows") {
+        let mut dd = up(&d, &base);
+        dgather::copy_rows(dd.view_mut(), dst_idx, up(&d, &src).view(), &src_idx).unwrap();
+        assert_bitwise(
+            &format!("{name}: copy_rows"),
+            down(&dd).view(),
+            expect.view(),
+        );
+    }
+}
+
+#[test]
+#[should_panic(expected = "destination row 3 named twice")]
+fn copy_rows_refuses_a_repeated_destination() {
+    let src = Array2::<f32>::zeros((4, 2));
+    let mut dst = Array2::<f32>::zeros((5, 2));
+    cpu::gather::copy_rows(dst.view_mut(), &[3, 1, 3], src.view(), &[0, 1, 2]);
+}
+
 /// Rows added at repeated targets (one target gets more rows than a warp has lanes, some
 /// none), 45 columns (a partial last warp): the device sums each target's rows in the order
 /// of their index, bitwise the CPU twin, which is bitwise a plain loop in that order.

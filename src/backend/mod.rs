@@ -220,6 +220,15 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
     fn select_rows(&self, x: Self::View<'_>, idx: &[usize]) -> Self::Mat;
     /// `rows × cols` zeros with row `idx[i]` set to row `i` of `x` (`idx` distinct).
     fn scatter_rows(&self, x: Self::View<'_>, idx: &[usize], rows: usize) -> Self::Mat;
+    /// `dst[dst_idx[i]] = x[src_idx[i]]` for every `i` (`dst_idx` distinct); the other rows of
+    /// `dst` keep their values. A gather and a scatter in one pass, with no matrix between.
+    fn copy_rows(
+        &self,
+        dst: Self::ViewMut<'_>,
+        dst_idx: &[u32],
+        x: Self::View<'_>,
+        src_idx: &[u32],
+    );
     /// `dst[idx[i]] += x[i]` for every row `i` of `x`; rows with the same target add up in the
     /// order of `i`, whatever the threads (a fixed order, so exchanged gradients sum alike on
     /// every backend and run). Where rows that came through an exchange land.

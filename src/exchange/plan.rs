@@ -256,6 +256,28 @@ impl RowExchange {
         be.gather_rows(be.view(&recv), &self.recv_pos)
     }
 
+    /// [`RowExchange::forward_on`] written into rows `dst_pos` of `dst` (wanted row `i` at
+    /// `dst_pos[i]`, distinct): the received rows go straight to their places, with no matrix
+    /// of them in between. Collective.
+    pub fn forward_into_on<B: Backend>(
+        &self,
+        group: &Group,
+        be: &B,
+        kind: &'static str,
+        local: B::View<'_>,
+        dst: B::ViewMut<'_>,
+        dst_pos: &[u32],
+    ) {
+        assert_eq!(
+            dst_pos.len(),
+            self.recv_pos.len(),
+            "one place per wanted row"
+        );
+        let send = be.gather_rows(local, &self.send_rows);
+        let recv = alltoallv_rows_on(group, be, kind, send, &self.send_counts, &self.recv_counts);
+        be.copy_rows(dst, dst_pos, be.view(&recv), &self.recv_pos);
+    }
+
     /// The reverse of [`RowExchange::forward`]: send `grads` (one row per wanted id) back to
     /// the owners and add them into `local_grad` (their local rows). Collective.
     pub fn backward(

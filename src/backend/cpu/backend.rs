@@ -176,6 +176,16 @@ impl Backend for Cpu {
         out
     }
 
+    fn copy_rows(
+        &self,
+        dst: ArrayViewMut2<f32>,
+        dst_idx: &[u32],
+        x: ArrayView2<f32>,
+        src_idx: &[u32],
+    ) {
+        super::gather::copy_rows(dst, dst_idx, x, src_idx)
+    }
+
     fn scatter_add_rows(&self, dst: ArrayViewMut2<f32>, idx: &[u32], x: ArrayView2<f32>) {
         super::gather::scatter_add_rows(dst, idx, x)
     }

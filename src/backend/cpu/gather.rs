@@ -1,4 +1,4 @@
-//! Row gathers, scatter-adds and column sums.
+//! Row gathers, copies between chosen rows, scatter-adds and column sums.
 
 use ndarray::{Array1, Array2, ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
@@ -32,6 +32,77 @@ pub fn gather_rows(src: ArrayView2<f32>, idx: &[u32]) -> Array2<f32> {
         });
     // SAFETY: every row was written above (one index per row).
     unsafe { out.assume_init() }
+}
+
+/// The source row of every row of a `dst_rows`-row destination under `dst[dst_idx[i]] =
+/// src[src_idx[i]]` (`u32::MAX`: the row is left alone).
+///
+/// # Panics
+/// If the lists differ in length, an index is out of range, or a destination row is named
+/// twice (the copies would race: the lists come from exchange plans, where each row has one
+/// source).
+pub fn copy_sources(
+    dst_rows: usize,
+    dst_idx: &[u32],
+    src_rows: usize,
+    src_idx: &[u32],
+) -> Vec<u32> {
+    assert_eq!(
+        dst_idx.len(),
+        src_idx.len(),
+        "copy_rows: one source row per destination row"
+    );
+    let mut from = vec![u32::MAX; dst_rows];
+    for (&d, &s) in dst_idx.iter().zip(src_idx) {
+        assert!(
+            (s as usize) < src_rows,
+            "copy_rows: source row {s} out of range 0..{src_rows}"
+        );
+        assert!(
+            (d as usize) < dst_rows,
+            "copy_rows: destination row {d} out of range 0..{dst_rows}"
+        );
+        assert!(
+            from[d as usize] == u32::MAX,
+            "copy_rows: destination row {d} named twice"
+        );
+        from[d as usize] = s;
+    }
+    from
+}
+
+/// `dst[dst_idx[i]] = src[src_idx[i]]` for every `i`; the other rows of `dst` keep their
+/// values. Rows of one matrix into chosen rows of another in one pass, in parallel over the
+/// destination rows: split's layer inputs did it as a gather into a fresh matrix and a serial
+/// scatter of that into zeros.
+///
+/// # Panics
+/// As [`copy_sources`], or if the column counts differ or `dst` is not in standard layout.
+pub fn copy_rows(
+    mut dst: ArrayViewMut2<f32>,
+    dst_idx: &[u32],
+    src: ArrayView2<f32>,
+    src_idx: &[u32],
+) {
+    let cols = dst.ncols();
+    assert_eq!(src.ncols(), cols, "copy_rows: column counts differ");
+    let from = copy_sources(dst.nrows(), dst_idx, src.nrows(), src_idx);
+    if cols == 0 || dst_idx.is_empty() {
+        return;
+    }
+    let src = super::standard(src);
+    let s = src.as_slice().expect("standard layout");
+    dst.as_slice_mut()
+        .expect("copy_rows: destination in standard layout")
+        .par_chunks_mut(cols)
+        .zip(from.par_iter())
+        .with_min_len(super::rows_per_task(cols))
+        .for_each(|(row, &f)| {
+            if f != u32::MAX {
+                let f = f as usize;
+                row.copy_from_slice(&s[f * cols..(f + 1) * cols]);
+            }
+        });
 }
 
 /// `dst[idx[i]] += src[i]` for every row `i` of `src` (the transpose of [`gather_rows`]).

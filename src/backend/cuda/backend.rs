@@ -269,6 +269,10 @@ impl Backend for Cuda {
         self.ok("scattering rows", gather::scatter_rows(x, &idx, rows))
     }
 
+    fn copy_rows(&self, dst: DevViewMut<'_>, dst_idx: &[u32], x: DevView<'_>, src_idx: &[u32]) {
+        self.ok("copying rows", gather::copy_rows(dst, dst_idx, x, src_idx))
+    }
+
     fn scatter_add_rows(&self, dst: DevViewMut<'_>, idx: &[u32], x: DevView<'_>) {
         self.ok("scatter-adding rows", gather::scatter_add_rows(dst, idx, x))
     }

@@ -1,5 +1,6 @@
 //! Rows by index (twins: `cpu::gather::gather_rows`, ndarray's `select` for picked rows, the
-//! assignment of picked rows' gradients into zeros, and `cpu::gather::scatter_add_rows`).
+//! assignment of picked rows' gradients into zeros, `cpu::gather::copy_rows` and
+//! `cpu::gather::scatter_add_rows`).
 
 use anyhow::Result;
 
@@ -64,6 +65,35 @@ pub fn scatter_rows(src: DevView, idx: &DevVec<u32>, rows: usize) -> Result<DevM
             .u32(src.cols()),
     )?;
     Ok(out)
+}
+
+/// `dst[dst_idx[i]] ← src[src_idx[i]]` for every `i`; the other rows of `dst` keep their
+/// values (twin: `cpu::gather::copy_rows`, bitwise: rows are moved, not computed).
+///
+/// # Panics
+/// As the twin: the index lists are checked on the host before they go up.
+pub fn copy_rows(dst: DevViewMut, dst_idx: &[u32], src: DevView, src_idx: &[u32]) -> Result<()> {
+    assert_eq!(src.cols(), dst.cols(), "copy_rows: column counts differ");
+    crate::backend::cpu::gather::copy_sources(dst.rows(), dst_idx, src.rows(), src_idx);
+    same_device(src.device(), dst.device());
+    if dst_idx.is_empty() || src.cols() == 0 {
+        return Ok(());
+    }
+    let device = dst.device();
+    let dst_idx_d = DevVec::upload(device, dst_idx)?;
+    let src_idx_d = DevVec::upload(device, src_idx)?;
+    launch(
+        device,
+        "gnn_copy_rows",
+        per_warp(dst_idx.len()),
+        Args::new()
+            .ptr(dst.ptr())
+            .ptr(dst_idx_d.ptr())
+            .ptr(src.ptr())
+            .ptr(src_idx_d.ptr())
+            .u64(dst_idx.len())
+            .u32(src.cols()),
+    )
 }
 
 /// `dst[idx[i]] += src[i]` for every row `i` of `src`, rows with the same target summed in the
