@@ -251,9 +251,21 @@ impl RowExchange {
         kind: &'static str,
         local: B::View<'_>,
     ) -> B::Mat {
-        let send = be.gather_rows(local, &self.send_rows);
-        let recv = alltoallv_rows_on(group, be, kind, send, &self.send_counts, &self.recv_counts);
+        let recv = self.exchange_on(group, be, kind, local);
         be.gather_rows(be.view(&recv), &self.recv_pos)
+    }
+
+    /// The rows this rank sends, packed from `local` and exchanged: the received block, in
+    /// rank order (wanted row `i` is its row `recv_pos[i]`). Collective.
+    fn exchange_on<B: Backend>(
+        &self,
+        group: &Group,
+        be: &B,
+        kind: &'static str,
+        local: B::View<'_>,
+    ) -> B::Mat {
+        let send = be.gather_rows(local, &self.send_rows);
+        alltoallv_rows_on(group, be, kind, send, &self.send_counts, &self.recv_counts)
     }
 
     /// [`RowExchange::forward_on`] written into rows `dst_pos` of `dst` (wanted row `i` at
@@ -273,8 +285,7 @@ impl RowExchange {
             self.recv_pos.len(),
             "one place per wanted row"
         );
-        let send = be.gather_rows(local, &self.send_rows);
-        let recv = alltoallv_rows_on(group, be, kind, send, &self.send_counts, &self.recv_counts);
+        let recv = self.exchange_on(group, be, kind, local);
         be.copy_rows(dst, dst_pos, be.view(&recv), &self.recv_pos);
     }
 

@@ -169,10 +169,13 @@ impl Backend for Cpu {
 
     fn scatter_rows(&self, x: ArrayView2<f32>, idx: &[usize], rows: usize) -> Array2<f32> {
         assert_eq!(x.nrows(), idx.len(), "scatter_rows: one target per row");
+        let targets: Vec<u32> = idx
+            .iter()
+            .map(|&r| u32::try_from(r).expect("row index past 2^32"))
+            .collect();
+        let every_row: Vec<u32> = (0..idx.len() as u32).collect();
         let mut out = Array2::zeros((rows, x.ncols()));
-        for (i, &r) in idx.iter().enumerate() {
-            out.row_mut(r).assign(&x.row(i));
-        }
+        super::gather::copy_rows(out.view_mut(), &targets, x, &every_row);
         out
     }
 
