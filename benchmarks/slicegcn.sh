@@ -84,25 +84,23 @@ accuracy() {
     local ff=(--slice-encoding off --feature-fusion on)
     for SPLIT in $SPLITS; do
         for ds in $DATASETS; do
-            prepare "$ds" "$ds.npz" "$SPLIT"
-            local data=(--data "$WORK/$ds-split$SPLIT.h5" --config "$cfg" "${shape[@]}" "${slice[@]}")
+            # Each dataset's depth and the variant the paper adds on it.
+            local layers variant
             case "$ds" in
-            minesweeper)
-                run 1 "minesweeper GCN" "${data[@]}" --layers 7 "${plain[@]}"
-                for p in $SLICES; do
-                    run "$p" "minesweeper SliceGCN" "${data[@]}" --layers 7 "${plain[@]}"
-                    run "$p" "minesweeper SliceGCN-FF" "${data[@]}" --layers 7 "${ff[@]}"
-                done
-                ;;
-            tolokers)
-                run 1 "tolokers GCN" "${data[@]}" --layers 4 "${plain[@]}"
-                for p in $SLICES; do
-                    run "$p" "tolokers SliceGCN" "${data[@]}" --layers 4 "${plain[@]}"
-                    run "$p" "tolokers SliceGCN-SE" "${data[@]}" --layers 4 "${se[@]}"
-                done
-                ;;
+            minesweeper) layers=7 variant=FF ;;
+            tolokers) layers=4 variant=SE ;;
             *) echo "DATASETS: unknown '$ds' (minesweeper, tolokers)" >&2 && exit 2 ;;
             esac
+            local extra=("${ff[@]}")
+            [[ $variant == SE ]] && extra=("${se[@]}")
+            prepare "$ds" "$ds.npz" "$SPLIT"
+            local data=(--data "$WORK/$ds-split$SPLIT.h5" --config "$cfg" --layers "$layers"
+                "${shape[@]}" "${slice[@]}")
+            run 1 "$ds GCN" "${data[@]}" "${plain[@]}"
+            for p in $SLICES; do
+                run "$p" "$ds SliceGCN" "${data[@]}" "${plain[@]}"
+                run "$p" "$ds SliceGCN-$variant" "${data[@]}" "${extra[@]}"
+            done
         done
     done
     python3 - "$OUT" "$RESULTS/slicegcn_accuracy.md" <<'PY'
