@@ -24,7 +24,8 @@
 # Knobs: DATASETS (tolokers facebook sbm200k rmat), MODELS (sage gcn), HIDDEN (64 256 1024),
 # RANKS (2 4), STEPS (8), STRATEGIES (gdp split dnp snp), RESULTS (benchmarks/results),
 # WORK (benchmarks/work: datasets and calibrations), GNNPAR (target/release/gnnpar),
-# GNNPAR_DATA (/work/shared/datasets), RUN_TIMEOUT (seconds per run, 600).
+# GNNPAR_DATA (/work/shared/datasets), RUN_TIMEOUT (seconds per run, 600), DEVICE (cpu; cuda
+# calibrates, plans and trains GPU ranks: ranks share the GPUs they see).
 # Datasets are used as files (contiguous vertex ranges per rank), not METIS partitions.
 set -euo pipefail
 
@@ -41,6 +42,7 @@ RANKS="${RANKS:-2 4}"
 STEPS="${STEPS:-8}"
 STRATEGIES="${STRATEGIES:-gdp split dnp snp}"
 RUN_TIMEOUT="${RUN_TIMEOUT:-600}"
+DEVICE="${DEVICE:-cpu}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 
 report() {
@@ -89,16 +91,16 @@ mkdir -p "$RESULTS" "$WORK"
 # The arguments every plan and training run of a case shares, one per line (for mapfile).
 plan_args() { # dataset model hidden calibration
     printf '%s\n' --data "$(dataset "$1")" --model "$2" --layers 2 --hidden "$3" \
-        --fanouts 10,5 --batch-size 1024 --dropout 0 --calibration "$4"
+        --fanouts 10,5 --batch-size 1024 --dropout 0 --calibration "$4" --device "$DEVICE"
 }
 
 if [[ -n "$replan_of" ]]; then
     out="$RESULTS/auto-replan.jsonl"
     : >"$out.tmp"
     for r in $(python3 -c 'import json,sys; print(*sorted({json.loads(l)["ranks"] for l in open(sys.argv[1]) if l.strip()}))' "$replan_of"); do
-        cal="$WORK/calibration-$r.json"
+        cal="$WORK/calibration-$DEVICE-$r.json"
         if [[ "${KEEP_CALIBRATION:-0}" != 1 || ! -f "$cal" ]]; then
-            mpi "$r" calibrate --calibration "$cal" >/dev/null 2>"$WORK/calibrate-$r.log"
+            mpi "$r" calibrate --device "$DEVICE" --calibration "$cal" >/dev/null 2>"$WORK/calibrate-$r.log"
         fi
         python3 -c 'import json,sys
 seen = []
@@ -135,8 +137,8 @@ fi
 out="$RESULTS/auto.jsonl"
 : >"$out.tmp"
 for r in $RANKS; do
-    cal="$WORK/calibration-$r.json"
-    mpi "$r" calibrate --calibration "$cal" >/dev/null 2>"$WORK/calibrate-$r.log"
+    cal="$WORK/calibration-$DEVICE-$r.json"
+    mpi "$r" calibrate --device "$DEVICE" --calibration "$cal" >/dev/null 2>"$WORK/calibrate-$r.log"
     for d in $DATASETS; do
         dataset "$d" >/dev/null
         for m in $MODELS; do
@@ -161,6 +163,7 @@ plan, measured = json.loads(plan), json.loads(measured)
 p = measured.get("prediction") or {}
 print(json.dumps({
     "dataset": d, "model": m, "hidden": int(h), "ranks": int(r), "strategy": s,
+    "device": measured.get("device"),
     "choice": plan["plan"]["choice"],
     "predicted_step": plan["plan"]["strategies"][s]["step_seconds"],
     "predicted_phases": plan["plan"]["strategies"][s]["phases"],
