@@ -287,6 +287,24 @@ pub struct DevVec<T: Pod> {
     _t: PhantomData<T>,
 }
 
+impl DevVec<u64> {
+    /// Host offsets (CSR `indptr`s, `usize`) as the kernels' `u64`s: uploaded as they are
+    /// where `usize` is 64 bits, so the training thread makes no converted copy of a block's
+    /// offsets every step.
+    pub fn upload_offsets(device: &Device, offsets: &[usize]) -> Result<DevVec<u64>> {
+        #[cfg(target_pointer_width = "64")]
+        // SAFETY: `usize` and `u64` have the same size and alignment on 64-bit targets, and
+        // every bit pattern is a valid `u64`.
+        let offsets: &[u64] =
+            unsafe { std::slice::from_raw_parts(offsets.as_ptr().cast::<u64>(), offsets.len()) };
+        #[cfg(not(target_pointer_width = "64"))]
+        let converted: Vec<u64> = offsets.iter().map(|&e| e as u64).collect();
+        #[cfg(not(target_pointer_width = "64"))]
+        let offsets: &[u64] = &converted;
+        DevVec::upload(device, offsets)
+    }
+}
+
 impl<T: Pod + Default> DevVec<T> {
     /// A copy of `values`.
     pub fn upload(device: &Device, values: &[T]) -> Result<DevVec<T>> {

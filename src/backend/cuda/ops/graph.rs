@@ -44,9 +44,8 @@ impl DevGraph {
             block.num_src() <= u32::MAX as usize,
             "block has more than 2^32 sources"
         );
-        let indptr: Vec<u64> = block.indptr.iter().map(|&e| e as u64).collect();
         Ok(DevGraph {
-            indptr: DevVec::upload(device, &indptr)?,
+            indptr: DevVec::upload_offsets(device, &block.indptr)?,
             indices: DevVec::upload(device, &block.indices)?,
             block,
             own_transpose: DevTranspose::default(),
@@ -115,9 +114,8 @@ pub struct DevBlockTranspose {
 impl DevBlockTranspose {
     /// Upload a host transpose.
     pub fn upload(device: &Device, t: &BlockTranspose) -> Result<DevBlockTranspose> {
-        let indptr: Vec<u64> = t.indptr.iter().map(|&e| e as u64).collect();
         Ok(DevBlockTranspose {
-            indptr: DevVec::upload(device, &indptr)?,
+            indptr: DevVec::upload_offsets(device, &t.indptr)?,
             dst: DevVec::upload(device, &t.dst)?,
             edge: DevVec::upload(device, &t.edge)?,
         })
@@ -144,6 +142,13 @@ impl DevTranspose {
         // Another thread may have set it meanwhile: either is the same transpose.
         let _ = self.0.set(t);
         Ok(self.0.get().expect("just set"))
+    }
+
+    /// `t` uploaded now (it is the transpose of the graph every later call passes).
+    pub fn uploaded(device: &Device, t: &BlockTranspose) -> Result<DevTranspose> {
+        Ok(DevTranspose(OnceLock::from(DevBlockTranspose::upload(
+            device, t,
+        )?)))
     }
 
     /// Whether it was built already.

@@ -93,10 +93,9 @@ impl DevSparse {
     /// Host CSR rows, uploaded; the host keeps their columns, so the transpose a backward
     /// pass needs is built without a download (and without waiting for the device).
     pub fn from_csr(device: &Device, csr: CsrMatrix) -> Result<DevSparse> {
-        let indptr: Vec<u64> = csr.indptr.iter().map(|&e| e as u64).collect();
         let structure = Structure {
             cols: csr.ncols,
-            indptr: DevVec::upload(device, &indptr)?,
+            indptr: DevVec::upload_offsets(device, &csr.indptr)?,
             indices: DevVec::upload(device, &csr.indices)?,
             indptr_host: csr.indptr,
             indices_host: OnceLock::from(csr.indices),
@@ -139,8 +138,7 @@ impl DevSparse {
             indptr_host.push(indptr_host.last().expect("non-empty") + n as usize);
         }
         let nnz = indptr_host[rows];
-        let indptr64: Vec<u64> = indptr_host.iter().map(|&e| e as u64).collect();
-        let indptr = DevVec::upload(device, &indptr64)?;
+        let indptr = DevVec::upload_offsets(device, &indptr_host)?;
         let indices = DevVec::<u32>::uninit(device, nnz)?;
         let values = DevVec::<f32>::uninit(device, nnz)?;
         launch(
