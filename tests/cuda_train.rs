@@ -490,10 +490,13 @@ fn one_step<B: Backend>(
 /// first layer takes sparse rows is gathered from that copy: the same loss and gradients, bit
 /// for bit, as the dense gather that the layer then converts (CPU), and as the device path that
 /// gathers the resident dense rows and compacts them with its count kernel (CUDA, emulated).
-/// Dense features (128 columns) are decided dense on the host, from counts kept at load.
+/// Dense features (128 columns) are decided dense on the host, from counts kept at load. On the
+/// device, the blocks' transposes built with the batch (a prefetch worker's) give the numbers of
+/// those the backward builds itself.
 #[test]
 fn a_stores_sparse_copy_gives_the_numbers_of_the_dense_gather() {
     use gnnpar::exchange::store::InputRows;
+    use gnnpar::nn::transposes::TransposePlan;
     use gnnpar::sample::BatchKey;
     use gnnpar::train::data::TrainData;
     use gnnpar::train::strategy::{gdp_host_batch, BatchInput, InputSource, StepArgs};
@@ -530,14 +533,24 @@ fn a_stores_sparse_copy_gives_the_numbers_of_the_dense_gather() {
             self_loops: false,
             scale: 1.0 / batch.len() as f32,
         };
-        let prepare = |resident: bool| {
+        // The device's batches come with the transposes its backward reads built on the host
+        // (as a prefetch worker builds them), except where `ahead` is false.
+        let plan = gnnpar::nn::Model::<Cpu>::new(
+            gnnpar::train::model_config(&cfg, data.feature_dim(), data.num_classes),
+            cfg.seed,
+        )
+        .expect("model")
+        .transpose_plan();
+        let prepare_with = |resident: bool, ahead: bool| {
             let input = InputSource {
                 resident,
                 cache_resident: false,
                 sparse_first_layer: true,
+                transposes: if ahead { plan } else { TransposePlan::none() },
             };
             gdp_host_batch(&data, None, args.spec(), input, false)
         };
+        let prepare = |resident: bool| prepare_with(resident, resident);
         // CPU: the store's CSR rows against the dense gather.
         let host = prepare(false);
         let src = host.blocks[0].src_nodes.clone();
@@ -573,14 +586,27 @@ fn a_stores_sparse_copy_gives_the_numbers_of_the_dense_gather() {
         }
         let mut tested = prepare(true);
         tested.input = BatchInput::Resident { dense: false };
+        let lazy = prepare_with(true, false);
+        assert!(host.transposes.iter().any(Option::is_some));
+        assert!(lazy.transposes.iter().all(Option::is_none));
         let c = one_step(cuda.clone(), &cfg, &data, Some(&resident), host, &args);
         let d = one_step(cuda.clone(), &cfg, &data, Some(&resident), tested, &args);
-        assert_eq!(c.0.to_bits(), d.0.to_bits(), "{path:?}: device loss");
-        assert_eq!(
-            common::bits(&c.1),
-            common::bits(&d.1),
-            "{path:?}: device grads"
-        );
+        let e = one_step(cuda.clone(), &cfg, &data, Some(&resident), lazy, &args);
+        for (other, what) in [
+            (&d, "the layer's own test"),
+            (&e, "transposes built lazily"),
+        ] {
+            assert_eq!(
+                c.0.to_bits(),
+                other.0.to_bits(),
+                "{path:?}: device loss, {what}"
+            );
+            assert_eq!(
+                common::bits(&c.1),
+                common::bits(&other.1),
+                "{path:?}: device grads, {what}"
+            );
+        }
         let rel = max_rel_diff(&a.1, &c.1, 1e-3);
         assert!(
             rel <= 1e-5,

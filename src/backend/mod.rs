@@ -33,7 +33,7 @@ use std::ops::Range;
 use std::sync::OnceLock;
 
 pub use cpu::activation::Activation;
-pub use cpu::aggregate::{EdgeWeights, GcnNorm};
+pub use cpu::aggregate::{BlockTranspose, EdgeWeights, GcnNorm};
 pub use cpu::dropout::DropoutMask;
 pub use cpu::gemm::RowDropout;
 pub use cpu::sparse::CsrMatrix;
@@ -172,6 +172,9 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
     fn graph(&self, block: Block) -> Self::Graph;
     /// The host block `graph` was built from (its shape, ids and degrees).
     fn block<'g>(&self, graph: &'g Self::Graph) -> &'g Block;
+    /// A transpose of a block built ahead on the host (by a prefetch worker): the aggregations
+    /// over that block's graph that read its transpose take this one instead of building it.
+    fn transpose_of(&self, t: BlockTranspose) -> Self::Transpose;
     /// A long-lived `block` (full-graph training and evaluation) as a graph of this backend,
     /// built into `slot` on first use; the CPU reads the block itself.
     fn graph_of<'a>(&self, block: &'a Block, slot: &'a OnceLock<Self::Graph>) -> &'a Self::Graph;

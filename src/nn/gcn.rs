@@ -11,9 +11,9 @@
 use super::init::{init_weight, InitKind};
 use super::linear::{accumulate_bias_grad, add_bias};
 use super::params::ParamStore;
+use super::transposes::aggregate_first;
 use crate::backend::input_rows::InputRows;
 use crate::backend::{Backend, CowMat, Cpu, GcnNorm};
-use crate::sample::Block;
 
 /// GCNConv (symmetric normalisation, bias).
 #[derive(Clone, Debug, PartialEq)]
@@ -63,12 +63,6 @@ impl GcnConv {
         }
     }
 
-    fn aggregate_first(&self, block: &Block) -> bool {
-        let (e, ns, nd) = (block.num_edges(), block.num_src(), block.num_dst);
-        let (i, o) = (self.in_dim, self.out_dim);
-        e * i + nd * i * o <= ns * i * o + e * o
-    }
-
     /// `h_in` has `block.num_src()` rows; `src_degrees` is the graph's degree table by global
     /// id (see [`GcnNorm::new`]).
     pub fn forward<B: Backend>(
@@ -82,7 +76,7 @@ impl GcnConv {
         let block = be.block(g);
         let norm = GcnNorm::new(block, src_degrees);
         let w = params.view(self.weight);
-        let (z, order) = if self.aggregate_first(block) {
+        let (z, order) = if aggregate_first(block, self.in_dim, self.out_dim) {
             // The product adds the bias as it stores its output.
             let agg = be.aggregate(g, h_in.view(be), norm.weights());
             let bias = Some(params.view(self.bias));
@@ -206,6 +200,7 @@ mod tests {
     use crate::backend::cpu::aggregate::{aggregate, LazyTranspose};
     use crate::backend::cpu::aggregate::{aggregate_transpose, BlockTranspose, EdgeWeights};
     use crate::exchange::partial::destination_weights;
+    use crate::sample::Block;
     use ndarray::Array2;
 
     /// SNP's pieces — projection, edge weights `dst[v]·src[u]` (the source factor folded into

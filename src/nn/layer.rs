@@ -15,6 +15,7 @@ use super::linear::Linear;
 use super::norm::{LayerNorm, NormCache};
 use super::params::ParamStore;
 use super::sage::{SageCache, SageConv};
+use super::transposes::TransposeRule;
 use crate::backend::cpu::dropout::derive_stream;
 use crate::backend::{Activation, Backend, CowMat, Cpu, DropoutMask, RowDropout};
 use crate::sample::Block;
@@ -539,6 +540,21 @@ impl Layer {
             self.activation,
             then.map(|t| (&t.rows, &t.mask)),
         )
+    }
+
+    /// Whether this layer's backward reads its block's transpose; `need_d_src`: the caller
+    /// wants the gradient of the layer's input rows (every layer but the first). Mirrors
+    /// [`Layer::backward_fused`] and the convolutions' backward passes.
+    pub fn transpose_rule(&self, need_d_src: bool) -> TransposeRule {
+        // A projection or a norm needs the convolution's input gradient (`backward_fused`).
+        let need_d_in = need_d_src || self.input.is_some() || self.norm.is_some();
+        let (in_dim, out_dim) = (self.conv.in_dim(), self.conv.out_dim());
+        match &self.conv {
+            Conv::Dense(_) => TransposeRule::Never,
+            Conv::Gat(_) => TransposeRule::Always,
+            Conv::Sage(_) | Conv::Gcn(_) if need_d_in => TransposeRule::Always,
+            Conv::Sage(_) | Conv::Gcn(_) => TransposeRule::UnlessAggregateFirst { in_dim, out_dim },
+        }
     }
 
     /// Whether this layer multiplies sparse input rows as such: a convolution with a sparse

@@ -5,7 +5,8 @@
 //! * [`linear`], [`sage`], [`gcn`], [`gat`], [`mlp`]: layers;
 //! * [`layer`]: dropout → conv → activation over one block, the unit strategies schedule;
 //! * [`model`]: a stack of layers ([`Model`]);
-//! * [`adam`]: the optimizer; [`init`]: seeded initialisation.
+//! * [`adam`]: the optimizer; [`init`]: seeded initialisation;
+//! * [`transposes`]: which blocks a backward reads transposed, so they are built ahead.
 
 pub mod adam;
 pub mod gat;
@@ -19,6 +20,7 @@ pub mod norm;
 pub mod params;
 pub mod sage;
 pub mod schedule;
+pub mod transposes;
 
 pub use crate::backend::cpu::loss::{bce_with_logits, cross_entropy};
 pub use adam::Adam;

@@ -11,6 +11,7 @@ use super::linear::Linear;
 use super::norm::{LayerNorm, NormKind};
 use super::params::ParamStore;
 use super::sage::SageConv;
+use super::transposes::TransposePlan;
 use crate::backend::cpu::dropout::derive_stream;
 use crate::backend::{Activation, Backend, Cpu};
 
@@ -415,12 +416,30 @@ impl<B: Backend> Model<B> {
         self.forward_rest(blocks, h, cache, kept, ctx)
     }
 
+    /// Which blocks this model's backward reads transposed ([`TransposePlan`]).
+    pub fn transpose_plan(&self) -> TransposePlan {
+        TransposePlan::of(self.layers.iter().map(|l| l.transpose_rule(l.index > 0)))
+    }
+
     /// Accumulate the gradient of the loss into `params.grads`, given `d_out` = d loss / d
     /// logits. Transposed CSRs are built once per distinct block.
     pub fn backward(&mut self, blocks: &[&B::Graph], cache: ForwardCache<B>, d_out: B::Mat) {
-        self.check_blocks(blocks);
-        // Full-batch training passes one block to every layer: share its transpose.
         let transposes: Vec<B::Transpose> = blocks.iter().map(|_| Default::default()).collect();
+        self.backward_with(blocks, &transposes, cache, d_out);
+    }
+
+    /// [`Model::backward`] with a transpose per block, some built ahead
+    /// ([`Backend::transpose_of`]); the others are built on first use.
+    pub fn backward_with(
+        &mut self,
+        blocks: &[&B::Graph],
+        transposes: &[B::Transpose],
+        cache: ForwardCache<B>,
+        d_out: B::Mat,
+    ) {
+        self.check_blocks(blocks);
+        assert_eq!(transposes.len(), blocks.len(), "one transpose per block");
+        // Full-batch training passes one block to every layer: share its transpose.
         let owner: Vec<usize> = (0..blocks.len())
             .map(|l| {
                 (0..l)
@@ -552,6 +571,90 @@ mod tests {
             indptr,
             indices,
         }
+    }
+
+    /// A model's plan ([`Model::transpose_plan`]) names exactly the transposes its backward
+    /// reads, so a prefetch worker builds those ahead and no others: every model, with and
+    /// without an input projection, norm and residual, dense and sparse input rows, on blocks
+    /// where SAGE and GCN take each of their forms (aggregate or project first). Every
+    /// gradient is wider than the CPU's scatter limit, so the CPU reads a transpose wherever a
+    /// device would.
+    #[test]
+    fn the_transpose_plan_names_the_transposes_a_backward_reads() {
+        let (features, hidden, classes) = (12, 32, 20);
+        // Many edges per destination over few more sources make the output layer (hidden →
+        // classes, narrowing) project first; the other layers widen or keep the width and
+        // aggregate first.
+        let mut dense_top = block(6, 8, 36);
+        dense_top.indptr = (0..=6).map(|v| v * 60).collect();
+        dense_top.indices = (0..360).map(|e| (hash(37, e) % 8) as u32).collect();
+        let shapes = [
+            [block(40, 90, 31), block(16, 40, 32), block(6, 16, 33)],
+            [block(40, 90, 34), block(8, 40, 35), dense_top],
+        ];
+        let mut forms = [0usize; 2];
+        for blocks in &shapes {
+            let refs: Vec<&Block> = blocks.iter().collect();
+            let x = Array2::from_shape_fn((blocks[0].num_src(), features), |(i, j)| {
+                // Mostly zeros, so the sparse path takes them as they are.
+                let h = hash(5, i * features + j);
+                if h.is_multiple_of(4) {
+                    (h >> 40) as f32 / (1u64 << 24) as f32
+                } else {
+                    0.0
+                }
+            });
+            let sparse = crate::backend::cpu::sparse::SparseRows::new(
+                crate::backend::CsrMatrix::from_dense(x.view()),
+            );
+            let labels: Vec<i64> = (0..blocks[2].num_dst as i64).map(|i| i % 3).collect();
+            for kind in [
+                ModelKind::Sage,
+                ModelKind::Gcn,
+                ModelKind::Gat,
+                ModelKind::Mlp,
+            ] {
+                for (input_proj, norm, residual) in [
+                    (false, NormKind::None, false),
+                    (true, NormKind::None, false),
+                    (false, NormKind::Layer, true),
+                ] {
+                    let cfg = ModelConfig {
+                        input_proj,
+                        norm,
+                        residual,
+                        ..ModelConfig::plain(kind, features, hidden, classes, 3, 0.3)
+                    };
+                    let mut model = Model::new(cfg, 4).unwrap();
+                    let plan = model.transpose_plan();
+                    for sparse_input in [false, true] {
+                        let takes_sparse = sparse_input && model.layers[0].takes_sparse_input();
+                        let (y, cache) = if takes_sparse {
+                            model.forward_sparse(&refs, &sparse, &training(2))
+                        } else {
+                            model.forward(&refs, x.view(), &training(2))
+                        };
+                        let (_, d) = cross_entropy(&y, &labels);
+                        let transposes: Vec<LazyTranspose> =
+                            refs.iter().map(|_| LazyTranspose::default()).collect();
+                        model.backward_with(&refs, &transposes, cache, d);
+                        for (l, t) in transposes.iter().enumerate() {
+                            assert_eq!(
+                                t.is_built(),
+                                plan.reads(l, &blocks[l], takes_sparse),
+                                "{kind} proj {input_proj} norm {norm:?} sparse {takes_sparse} \
+                                 layer {l}"
+                            );
+                        }
+                    }
+                }
+            }
+            let widths = [(features, hidden), (hidden, hidden), (hidden, classes)];
+            for (b, (i, o)) in blocks.iter().zip(widths) {
+                forms[crate::nn::transposes::aggregate_first(b, i, o) as usize] += 1;
+            }
+        }
+        assert!(forms[0] > 0 && forms[1] > 0, "both forms occur: {forms:?}");
     }
 
     /// A model's forward lets a hidden layer's product apply the input dropout of the layer

@@ -10,9 +10,9 @@
 use super::init::{init_weight, InitKind};
 use super::linear::{accumulate_bias_grad, add_bias};
 use super::params::ParamStore;
+use super::transposes::aggregate_first;
 use crate::backend::input_rows::InputRows;
 use crate::backend::{Backend, CowMat, Cpu, DropoutMask, EdgeWeights, RowDropout};
-use crate::sample::Block;
 
 /// SAGEConv (mean, root weight).
 #[derive(Clone, Debug, PartialEq)]
@@ -70,13 +70,6 @@ impl SageConv {
         }
     }
 
-    /// True when aggregating before projecting costs fewer multiply-adds.
-    fn aggregate_first(&self, block: &Block) -> bool {
-        let (e, ns, nd) = (block.num_edges(), block.num_src(), block.num_dst);
-        let (i, o) = (self.in_dim, self.out_dim);
-        e * i + nd * i * o <= ns * i * o + e * o
-    }
-
     /// `h_in` has `block.num_src()` rows.
     pub fn forward<B: Backend>(
         &self,
@@ -106,7 +99,7 @@ impl SageConv {
         let nd = block.num_dst;
         let w_self = params.view(self.w_self);
         let w_neigh = params.view(self.w_neigh);
-        if self.aggregate_first(block) {
+        if aggregate_first(block, self.in_dim, self.out_dim) {
             // One product `[h_dst | agg]·[W_self; W_neigh]` writes the output once; the two
             // weights are registered one after the other, so they stack without a copy.
             // The bias (and ReLU) are applied by the product as it stores its output.
@@ -293,6 +286,7 @@ impl SageConv {
 mod tests {
     use super::*;
     use crate::backend::cpu::aggregate::LazyTranspose;
+    use crate::sample::Block;
     use ndarray::Array2;
 
     /// The dropout mask applied inside the transposed mean (each row as it is produced) gives

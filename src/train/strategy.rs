@@ -8,12 +8,13 @@
 use super::data::TrainData;
 use super::dump::BlockDump;
 use super::metrics::PhaseTimes;
-use crate::backend::Backend;
+use crate::backend::{Backend, BlockTranspose};
 use crate::comm::Group;
 use crate::exchange::inference::HaloPlan;
 use crate::exchange::sample_blocks_distributed;
 use crate::exchange::store::{InputRows, PlacedRows, StoreStats};
 use crate::graph::NodeId;
+use crate::nn::transposes::TransposePlan;
 use crate::nn::{DropoutCtx, Model};
 use crate::sample::rng::hash_key;
 use crate::sample::{sample_blocks, BatchKey, Block, LocalGraph};
@@ -96,6 +97,8 @@ pub struct HostBatch {
     pub sampled: Option<Vec<Block>>,
     /// `blocks[0]`'s source rows.
     pub input: BatchInput,
+    /// Per block, its transpose when [`InputSource::transposes`] says the backward reads it.
+    pub transposes: Vec<Option<BlockTranspose>>,
     /// Seconds spent sampling and gathering, and the feature store's counters of the gather.
     pub sample_seconds: f64,
     pub gather_seconds: f64,
@@ -151,6 +154,10 @@ pub struct InputSource {
     /// The model's first layer multiplies sparse input rows as such
     /// ([`crate::nn::Layer::takes_sparse_input`]).
     pub sparse_first_layer: bool,
+    /// The blocks' transposes the host builds with the batch, for a model on a device
+    /// ([`Model::transpose_plan`]); none for a host backend, which builds each beside the
+    /// product that reads it.
+    pub transposes: TransposePlan,
 }
 
 impl InputSource {
@@ -160,6 +167,11 @@ impl InputSource {
             resident: resident.is_some(),
             cache_resident: resident.is_some_and(|r| r.cache.is_some()),
             sparse_first_layer: model.layers[0].takes_sparse_input(),
+            transposes: if B::IS_HOST {
+                TransposePlan::none()
+            } else {
+                model.transpose_plan()
+            },
         }
     }
 
@@ -210,7 +222,7 @@ pub fn gdp_host_batch(
     data: &TrainData,
     group: Option<&Group>,
     spec: BatchSpec,
-    input: InputSource,
+    source: InputSource,
     keep_sampled: bool,
 ) -> HostBatch {
     let BatchSpec {
@@ -237,25 +249,31 @@ pub fn gdp_host_batch(
     let t = Instant::now();
     let src = &blocks[0].src_nodes;
     let (input, store) = match group {
-        None => input.rows(data, src),
-        Some(g) if input.resident => {
-            let (placed, stats) = data.store.place_input(g, src, input.cache_resident);
+        None => source.rows(data, src),
+        Some(g) if source.resident => {
+            let (placed, stats) = data.store.place_input(g, src, source.cache_resident);
             (BatchInput::Placed(placed), stats)
         }
         Some(g) => {
-            let (rows, stats) = data.store.gather_input(g, src, input.sparse_first_layer);
+            let (rows, stats) = data.store.gather_input(g, src, source.sparse_first_layer);
             (BatchInput::Host(rows), stats)
         }
     };
     let labels = seeds.iter().map(|&s| data.label(s)).collect();
+    let gather_seconds = t.elapsed().as_secs_f64();
+
+    let t = Instant::now();
+    let sparse_input = matches!(input, BatchInput::Host(InputRows::Sparse(_)));
+    let transposes = source.transposes.build(&blocks, sparse_input);
     HostBatch {
         seeds,
         labels,
         blocks,
         sampled,
         input,
-        sample_seconds,
-        gather_seconds: t.elapsed().as_secs_f64(),
+        transposes,
+        sample_seconds: sample_seconds + t.elapsed().as_secs_f64(),
+        gather_seconds,
         store,
     }
 }
@@ -302,6 +320,7 @@ pub fn gdp_train_step<B: Backend>(
         blocks,
         sampled,
         input,
+        transposes,
         sample_seconds,
         gather_seconds,
         ..
@@ -344,6 +363,10 @@ pub fn gdp_train_step<B: Backend>(
         input_rows: blocks[0].num_src() as u64,
     };
     let graphs: Vec<B::Graph> = blocks.into_iter().map(|b| be.graph(b)).collect();
+    let transposes: Vec<B::Transpose> = transposes
+        .into_iter()
+        .map(|t| t.map(|t| be.transpose_of(t)).unwrap_or_default())
+        .collect();
     times.gather += t.elapsed().as_secs_f64();
     if seeds.is_empty() {
         x.recycle(&be, data);
@@ -368,7 +391,7 @@ pub fn gdp_train_step<B: Backend>(
 
     let t = Instant::now();
     be.scale(be.view_mut(&mut d_logits), args.scale);
-    model.backward(&refs, cache, d_logits);
+    model.backward_with(&refs, &transposes, cache, d_logits);
     times.backward += t.elapsed().as_secs_f64();
     out.loss_sum = loss_sum;
     Ok(out)

@@ -100,6 +100,16 @@ impl BlockTranspose {
 pub struct LazyTranspose(OnceLock<BlockTranspose>);
 
 impl LazyTranspose {
+    /// One built already (of the block every later call passes).
+    pub fn built(t: BlockTranspose) -> LazyTranspose {
+        LazyTranspose(OnceLock::from(t))
+    }
+
+    /// Whether it was built (or given) already.
+    pub fn is_built(&self) -> bool {
+        self.0.get().is_some()
+    }
+
     /// The transpose of `block` (which must be the same block at every call).
     pub fn get(&self, block: &Block) -> &BlockTranspose {
         self.0.get_or_init(|| BlockTranspose::new(block))

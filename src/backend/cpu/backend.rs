@@ -7,8 +7,8 @@ use std::sync::OnceLock;
 
 use super::activation::{Activation, Saved};
 use super::aggregate::{
-    aggregate, aggregate_beside, aggregate_transpose_beside, aggregate_transpose_lazy, EdgeWeights,
-    LazyTranspose,
+    aggregate, aggregate_beside, aggregate_transpose_beside, aggregate_transpose_lazy,
+    BlockTranspose, EdgeWeights, LazyTranspose,
 };
 use super::attention::{self, AttentionInputs};
 use super::dropout::{DropoutMask, KeptBits};
@@ -63,6 +63,10 @@ impl Backend for Cpu {
 
     fn graph(&self, block: Block) -> Block {
         block
+    }
+
+    fn transpose_of(&self, t: BlockTranspose) -> LazyTranspose {
+        LazyTranspose::built(t)
     }
 
     fn block<'g>(&self, graph: &'g Block) -> &'g Block {

@@ -25,8 +25,8 @@ use super::ops::{
 };
 use super::{blas, kernels};
 use crate::backend::{
-    Activation, AdamStep, AttentionArgs, AttentionGrads, Backend, CsrMatrix, DeviceSpan,
-    DropoutMask, EdgeWeights, RowDropout,
+    Activation, AdamStep, AttentionArgs, AttentionGrads, Backend, BlockTranspose, CsrMatrix,
+    DeviceSpan, DropoutMask, EdgeWeights, RowDropout,
 };
 use crate::sample::Block;
 
@@ -158,6 +158,13 @@ impl Backend for Cuda {
 
     fn graph(&self, block: Block) -> DevGraph {
         self.ok("uploading a block", DevGraph::new(&self.device, block))
+    }
+
+    fn transpose_of(&self, t: BlockTranspose) -> DevTranspose {
+        self.ok(
+            "uploading a block's transpose",
+            DevTranspose::uploaded(&self.device, &t),
+        )
     }
 
     fn block<'g>(&self, graph: &'g DevGraph) -> &'g Block {
