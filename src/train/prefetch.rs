@@ -14,10 +14,14 @@
 //! batches in the same order. The workers only read the training data; the backend (the
 //! model, uploads, device gathers) and the main communicators' collectives stay on the main
 //! thread. A plan a worker built names ranks, not a communicator, so the main thread runs it
-//! on its own.
+//! on its own. For a model on a device, GDP's workers also build the blocks' transposes its
+//! backward reads ([`InputSource::transposes`]): on the training thread they were half of a
+//! GPU step's host time.
 //!
 //! One batch's sampling does not keep 16 cores busy (its hops are short parallel loops with
-//! serial joins between them), so several threads prepare whole batches at once: worker `w`
+//! serial joins between them), so several threads prepare whole batches at once, each in a
+//! rayon pool of its own (a share of the rank's threads; in the rank's pool their loops queued
+//! behind one another's and the training thread's): worker `w`
 //! of `W` prepares batches `start + w`, `start + w + W`, …, and the loop takes them in order
 //! from worker `b mod W`. Each worker holds at most the batch it is preparing and the one it
 //! finished, so at most `2W` batches are in memory; that is why the default is one worker
@@ -57,9 +61,9 @@ use std::time::Instant;
 pub const MAX_AUTO_WORKERS: usize = 8;
 
 /// Rank threads per worker under `auto`. Measured on the 16-core GPU host (200k-vertex SBM,
-/// `inputs/sage-bench.toml`, H100), s/epoch: 1 worker 0.98-1.43, 2 workers 0.80-0.91,
-/// 4 workers 0.69-0.80, 8 workers 0.66 in one run and 0.90 in another (Tolokers 0.014 s with
-/// 4, 0.024 with 8): past 4 the workers compete with the batch's own parallel sampling.
+/// `inputs/sage-bench.toml`, H200, each worker in a pool of its own), s/epoch: 2 workers
+/// 0.53, 4 workers 0.28 and 0.37, 8 workers 0.28; Tolokers (12 steps an epoch) 0.009-0.011
+/// with 4 or 8. Past 4 the gain is within the noise and each worker holds batches in memory.
 const THREADS_PER_AUTO_WORKER: usize = 4;
 
 /// How many workers prepare batches at once: `configured` when set, else one when the host
