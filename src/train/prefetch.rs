@@ -46,7 +46,7 @@ use super::strategy::{
 };
 use super::{finish_step, EpochOutcome, EpochTotals, Trainer};
 use crate::backend::Backend;
-use crate::comm::ThreadComm;
+use crate::comm::{Group, ThreadComm};
 use crate::config::TrainConfig;
 use crate::exchange::store::StoreStats;
 use crate::graph::NodeId;
@@ -122,6 +122,85 @@ pub fn prefetches_strategy(strategy: Strategy, ranks: usize) -> bool {
         Strategy::Gdp => true,
         Strategy::Split | Strategy::Hybrid | Strategy::Dnp | Strategy::Snp => ranks > 1,
         _ => false,
+    }
+}
+
+/// A rayon pool for each of `workers` workers, a share of the rank's threads (at least one).
+/// In the rank's own pool every worker's parallel loops queued behind one another's and the
+/// training thread's, and batches came no faster with 4, 8 or 12 workers (200k SBM on an H200,
+/// 0.54-0.57 s an epoch; 8 workers on one rank thread took 128 ms a batch, a serial sample 20).
+fn worker_pools(workers: usize) -> Result<Vec<rayon::ThreadPool>> {
+    let per_worker = (rayon::current_num_threads() / workers).max(1);
+    (0..workers)
+        .map(|w| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(per_worker)
+                .thread_name(move |i| format!("gnnpar-prefetch-{w}.{i}"))
+                .build()
+                .map_err(|e| anyhow!("prefetch worker {w}: starting its {per_worker} threads: {e}"))
+        })
+        .collect()
+}
+
+/// What a worker needs to prepare any batch of an epoch (every worker shares one).
+struct BatchPreparer<'a> {
+    data: &'a TrainData,
+    batches: &'a [Vec<NodeId>],
+    keys: &'a [BatchKey],
+    fanouts: &'a [i32],
+    self_loops: bool,
+    strategy: Strategy,
+    /// This rank's node and the number of nodes (hybrid's share of a batch).
+    node: (usize, usize),
+    input: InputSource,
+    snp_input: Option<SnpInput>,
+    /// SNP's own rows are gathered on a device that keeps them.
+    snp_on_device: bool,
+    /// Keep the blocks as sampled, for `--dump-blocks`.
+    keep_sampled: bool,
+}
+
+impl BatchPreparer<'_> {
+    /// The host side of batch `b` for the strategy, on `group` (the worker's communicator;
+    /// `None` on one rank).
+    fn batch(&self, b: usize, group: Option<&Group>) -> Prepared {
+        let spec = BatchSpec {
+            batch: &self.batches[b],
+            fanouts: self.fanouts,
+            key: self.keys[b],
+            self_loops: self.self_loops,
+        };
+        let several = || group.expect("prefetches on several ranks");
+        let (data, input) = (self.data, self.input);
+        match self.strategy {
+            Strategy::Split | Strategy::Hybrid => {
+                // Hybrid: this node's share of the batch.
+                let seeds = split_seeds(self.strategy, spec.batch, self.node);
+                let spec = BatchSpec {
+                    batch: &seeds,
+                    ..spec
+                };
+                Prepared::Split(split_host_batch(
+                    data,
+                    several(),
+                    spec,
+                    input,
+                    self.keep_sampled,
+                ))
+            }
+            Strategy::Snp => {
+                let snp = self.snp_input.expect("resolved for snp");
+                Prepared::Snp(snp_host_batch(
+                    data,
+                    several(),
+                    spec,
+                    snp,
+                    self.snp_on_device,
+                ))
+            }
+            Strategy::Dnp => Prepared::Dnp(dnp_host_batch(data, several(), spec, input)),
+            _ => Prepared::Gdp(gdp_host_batch(data, group, spec, input, self.keep_sampled)),
+        }
     }
 }
 
@@ -258,26 +337,22 @@ impl<B: Backend> Trainer<'_, B> {
             );
         }
 
-        // Each worker samples in a rayon pool of its own, a share of the rank's threads: in the
-        // rank's pool, every worker's parallel loops queued behind one another (and behind the
-        // training thread's), and batches came no faster with 4, 8 or 12 workers (200k SBM on
-        // an H200, 0.54-0.57 s an epoch; 8 workers on one thread took 128 ms a batch, a serial
-        // sample 20 ms).
-        let per_worker = (rayon::current_num_threads() / workers).max(1);
-        let pools = (0..workers)
-            .map(|w| {
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(per_worker)
-                    .thread_name(move |i| format!("gnnpar-prefetch-{w}.{i}"))
-                    .build()
-                    .map_err(|e| {
-                        anyhow!("prefetch worker {w}: starting its {per_worker} threads: {e}")
-                    })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let pools = worker_pools(workers)?;
         let partitioned = !comms.is_empty();
+        let prepare = &BatchPreparer {
+            data,
+            batches,
+            keys: &keys,
+            fanouts,
+            self_loops,
+            strategy,
+            node,
+            input,
+            snp_input,
+            snp_on_device,
+            keep_sampled,
+        };
         let result = std::thread::scope(|s| -> Result<()> {
-            let keys = &keys;
             // One rendezvous channel per worker: it holds no batch, so a worker keeps the one
             // it finished until the loop takes it, and starts the next only then.
             let mut receivers = Vec::with_capacity(workers);
@@ -291,48 +366,7 @@ impl<B: Backend> Trainer<'_, B> {
                     pool.install(|| {
                         let group = comm.map(ThreadComm::into_group);
                         for b in (start + w..end).step_by(workers) {
-                            let spec = BatchSpec {
-                                batch: &batches[b],
-                                fanouts,
-                                key: keys[b],
-                                self_loops,
-                            };
-                            let several = || group.as_ref().expect("prefetches on several ranks");
-                            let host = match strategy {
-                                Strategy::Split | Strategy::Hybrid => {
-                                    // Hybrid: this node's share of the batch.
-                                    let seeds = split_seeds(strategy, spec.batch, node);
-                                    let spec = BatchSpec {
-                                        batch: &seeds,
-                                        ..spec
-                                    };
-                                    let host = split_host_batch(
-                                        data,
-                                        several(),
-                                        spec,
-                                        input,
-                                        keep_sampled,
-                                    );
-                                    Prepared::Split(host)
-                                }
-                                Strategy::Snp => {
-                                    let input = snp_input.expect("resolved for snp");
-                                    let host =
-                                        snp_host_batch(data, several(), spec, input, snp_on_device);
-                                    Prepared::Snp(host)
-                                }
-                                Strategy::Dnp => {
-                                    Prepared::Dnp(dnp_host_batch(data, several(), spec, input))
-                                }
-                                _ => Prepared::Gdp(gdp_host_batch(
-                                    data,
-                                    group.as_ref(),
-                                    spec,
-                                    input,
-                                    keep_sampled,
-                                )),
-                            };
-                            if tx.send(host).is_err() {
+                            if tx.send(prepare.batch(b, group.as_ref())).is_err() {
                                 break; // the loop stopped early (an error): nothing more is needed
                             }
                         }
