@@ -86,9 +86,13 @@ impl TransposePlan {
 
     /// The transposes of `blocks` (input layer first) that the backward reads; `sparse_input`:
     /// the first layer takes its rows sparse.
-    pub fn build(&self, blocks: &[Block], sparse_input: bool) -> Vec<Option<BlockTranspose>> {
+    pub fn build<'b>(
+        &self,
+        blocks: impl IntoIterator<Item = &'b Block>,
+        sparse_input: bool,
+    ) -> Vec<Option<BlockTranspose>> {
         blocks
-            .iter()
+            .into_iter()
             .enumerate()
             .map(|(l, b)| {
                 self.reads(l, b, sparse_input)

@@ -14,9 +14,9 @@
 //! batches in the same order. The workers only read the training data; the backend (the
 //! model, uploads, device gathers) and the main communicators' collectives stay on the main
 //! thread. A plan a worker built names ranks, not a communicator, so the main thread runs it
-//! on its own. For a model on a device, GDP's workers also build the blocks' transposes its
-//! backward reads ([`InputSource::transposes`]): on the training thread they were half of a
-//! GPU step's host time.
+//! on its own. For a model on a device, GDP's and split's (so hybrid's) workers also build
+//! the blocks' transposes its backward reads ([`InputSource::transposes`]): on the training
+//! thread they were half of a GPU step's host time.
 //!
 //! One batch's sampling does not keep 16 cores busy (its hops are short parallel loops with
 //! serial joins between them), so several threads prepare whole batches at once, each in a

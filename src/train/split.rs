@@ -11,8 +11,10 @@
 use super::data::TrainData;
 use super::dump::BlockDump;
 use super::metrics::PhaseTimes;
-use super::strategy::{place_rows, BatchSpec, InputSource, ResidentFeatures, StepArgs, StepOutput};
-use crate::backend::Backend;
+use super::strategy::{
+    place_rows, transposes_on, BatchSpec, InputSource, ResidentFeatures, StepArgs, StepOutput,
+};
+use crate::backend::{Backend, BlockTranspose};
 use crate::comm::Group;
 use crate::exchange::store::{InputRows, PlacedRows, StoreStats};
 use crate::exchange::RowExchange;
@@ -282,6 +284,9 @@ pub struct SplitHostBatch {
     sampled: Option<Vec<Block>>,
     input: SplitInput,
     stats: Vec<SplitLayerStats>,
+    /// Per layer, its block's transpose when [`InputSource::transposes`] says the backward
+    /// reads it.
+    transposes: Vec<Option<BlockTranspose>>,
     /// The feature store's counters for the input rows, for the thread that owns the store.
     pub store: StoreStats,
     sample_seconds: f64,
@@ -382,14 +387,21 @@ pub fn split_host_batch(
             (SplitInput::All(x), store)
         }
     };
+    let gather_seconds = t.elapsed().as_secs_f64();
+
+    let t = Instant::now();
+    let sparse_input = matches!(input, SplitInput::All(InputRows::Sparse(_)));
+    let blocks = sb.layers.iter().map(|l| &l.block);
+    let transposes = source.transposes.build(blocks, sparse_input);
     SplitHostBatch {
         sb,
         sampled,
         input,
         stats,
+        transposes,
         store,
-        sample_seconds,
-        gather_seconds: t.elapsed().as_secs_f64(),
+        sample_seconds: sample_seconds + t.elapsed().as_secs_f64(),
+        gather_seconds,
     }
 }
 
@@ -436,6 +448,7 @@ pub fn split_train_step<B: Backend>(
         sampled,
         input,
         stats,
+        transposes,
         sample_seconds,
         gather_seconds,
         ..
@@ -471,6 +484,7 @@ pub fn split_train_step<B: Backend>(
         .iter_mut()
         .map(|l| be.graph(std::mem::take(&mut l.block)))
         .collect();
+    let transposes = transposes_on(&be, transposes);
     let num_src = |l: usize| be.block(&graphs[l]).num_src();
     // The input layer's source rows go to the backend once: dense, or as CSR (then the
     // dense slot stays empty until the next layer's rows).
@@ -543,9 +557,9 @@ pub fn split_train_step<B: Backend>(
         .enumerate()
         .rev()
     {
-        let transpose = B::Transpose::default();
         let need_src = l > 0;
-        let d_src = layer.backward_owned(&mut model.params, g, &transpose, cache, d_h, need_src);
+        let d_src =
+            layer.backward_owned(&mut model.params, g, &transposes[l], cache, d_h, need_src);
         let Some(d_src) = d_src else { break };
         d_h = layer_input_backward(group, &be, &sb.layers[l], be.view(&d_src), input_rows[l]);
     }

@@ -363,10 +363,7 @@ pub fn gdp_train_step<B: Backend>(
         input_rows: blocks[0].num_src() as u64,
     };
     let graphs: Vec<B::Graph> = blocks.into_iter().map(|b| be.graph(b)).collect();
-    let transposes: Vec<B::Transpose> = transposes
-        .into_iter()
-        .map(|t| t.map(|t| be.transpose_of(t)).unwrap_or_default())
-        .collect();
+    let transposes = transposes_on(&be, transposes);
     times.gather += t.elapsed().as_secs_f64();
     if seeds.is_empty() {
         x.recycle(&be, data);
@@ -395,6 +392,17 @@ pub fn gdp_train_step<B: Backend>(
     times.backward += t.elapsed().as_secs_f64();
     out.loss_sum = loss_sum;
     Ok(out)
+}
+
+/// The transposes a host batch brought (built ahead by a prefetch worker) on backend `be`,
+/// one per block: those it did not bring are built on first use.
+pub(crate) fn transposes_on<B: Backend>(
+    be: &B,
+    host: Vec<Option<BlockTranspose>>,
+) -> Vec<B::Transpose> {
+    host.into_iter()
+        .map(|t| t.map(|t| be.transpose_of(t)).unwrap_or_default())
+        .collect()
 }
 
 /// A batch's input rows assembled on the device from `features` and the rows `placed` made
