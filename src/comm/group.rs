@@ -4,7 +4,7 @@
 use super::stats::CommStats;
 use crate::backend::DeviceSpan;
 use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
-use mpi::datatype::{Equivalence, Partition, PartitionMut};
+use mpi::datatype::{Equivalence, PartitionMut};
 use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::Count;
@@ -32,6 +32,15 @@ fn displacements(counts: &[Count]) -> Vec<Count> {
             Some(d)
         })
         .collect()
+}
+
+/// `send` holds exactly the elements `send_counts` sends.
+fn check_counts<T>(kind: &str, send: &[T], send_counts: &[usize]) {
+    assert_eq!(
+        send_counts.iter().sum::<usize>(),
+        send.len(),
+        "{kind}: counts sum"
+    );
 }
 
 fn to_counts(counts: &[usize], what: &str) -> Vec<Count> {
@@ -185,46 +194,120 @@ impl Group {
 
     /// All-to-all of variable-length pieces: `send[send_offsets(r)..]` of `send_counts[r]`
     /// elements goes to rank `r`. Returns the received elements (concatenated in rank order)
-    /// and how many came from each rank.
-    pub fn alltoallv<T: Equivalence + Copy + Default>(
+    /// and how many came from each rank (learnt from the ranks first, one small all-to-all;
+    /// [`Group::alltoallv_known`] skips it where a plan knows them).
+    pub fn alltoallv<T: Equivalence + Copy>(
         &self,
         kind: &'static str,
         send: &[T],
         send_counts: &[usize],
     ) -> (Vec<T>, Vec<usize>) {
         assert_eq!(send_counts.len(), self.size, "{kind}: one count per rank");
-        assert_eq!(
-            send_counts.iter().sum::<usize>(),
-            send.len(),
-            "{kind}: counts sum"
-        );
         let Some(c) = &self.comm else {
+            check_counts(kind, send, send_counts);
             return (send.to_vec(), send_counts.to_vec());
         };
         let t = Instant::now();
         let sc = to_counts(send_counts, kind);
         let mut rc: Vec<Count> = vec![0; self.size];
         c.all_to_all_into(&sc[..], &mut rc[..]);
+        let recv_counts: Vec<usize> = rc.iter().map(|&x| x as usize).collect();
+        let recv = self.alltoallv_timed(kind, t, send, send_counts, &recv_counts);
+        (recv, recv_counts)
+    }
+
+    /// [`Group::alltoallv`] where every rank knows what it receives from each rank
+    /// (`recv_counts[r]` is rank `r`'s `send_counts` entry for this rank: both sides of one
+    /// plan), so no counts are exchanged first. Returns the received elements in rank order.
+    pub fn alltoallv_known<T: Equivalence + Copy>(
+        &self,
+        kind: &'static str,
+        send: &[T],
+        send_counts: &[usize],
+        recv_counts: &[usize],
+    ) -> Vec<T> {
+        self.alltoallv_timed(kind, Instant::now(), send, send_counts, recv_counts)
+    }
+
+    /// The exchange of [`Group::alltoallv_known`], accounted from `started`. The receive
+    /// buffer is written by MPI before anything reads it, so it is not zeroed first: at the
+    /// sizes of a hidden layer's rows, zeroing it was a tenth of a CPU step (`memset` under
+    /// `alltoallv` in a profile of SNP at hidden 1024).
+    fn alltoallv_timed<T: Equivalence + Copy>(
+        &self,
+        kind: &'static str,
+        started: Instant,
+        send: &[T],
+        send_counts: &[usize],
+        recv_counts: &[usize],
+    ) -> Vec<T> {
+        check_counts(kind, send, send_counts);
+        assert_eq!(recv_counts.len(), self.size, "{kind}: one count per rank");
+        let Some(c) = &self.comm else {
+            assert_eq!(
+                send_counts, recv_counts,
+                "{kind}: a solo rank receives what it sends"
+            );
+            return send.to_vec();
+        };
+        let mut sc = to_counts(send_counts, kind);
+        let mut rc = to_counts(recv_counts, kind);
         let sd = displacements(&sc);
         let rd = displacements(&rc);
-        let total: usize = rc.iter().map(|&x| x as usize).sum();
-        let mut recv = vec![T::default(); total];
-        {
-            let sp = Partition::new(send, &sc[..], &sd[..]);
-            let mut rp = PartitionMut::new(&mut recv[..], &rc[..], &rd[..]);
-            c.all_to_all_varcount_into(&sp, &mut rp);
+        let total: usize = recv_counts.iter().sum();
+        let _ = to_counts(&[total], kind); // displacements are 32-bit too
+        let me = self.rank;
+        assert_eq!(
+            sc[me], rc[me],
+            "{kind}: a rank receives what it sends itself"
+        );
+        let mut recv: Vec<T> = Vec::with_capacity(total);
+        // This rank's own piece is one copy here, not a message to itself: Open MPI's
+        // pairwise algorithm sends it through its point-to-point layer, which copies it more
+        // than once (a profile of SNP at hidden 1024: `mca_pml_ob1_send` under `alltoallv`).
+        // SAFETY: the piece is `sc[me]` elements of `send` at `sd[me]` (within it: the counts
+        // sum to its length), written at `rd[me]` of `recv`, within its capacity (the counts
+        // sum to `total`); the two buffers do not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                send.as_ptr().add(sd[me] as usize),
+                recv.as_mut_ptr().add(rd[me] as usize),
+                sc[me] as usize,
+            );
         }
+        (sc[me], rc[me]) = (0, 0);
+        // SAFETY: `send` holds Σ send_counts elements (checked) and `recv` has room for
+        // Σ recv_counts; the datatype is `T`'s own; MPI writes every element received from
+        // another rank (the counts of all ranks come from one plan or from the count
+        // exchange), and this rank's own piece is written above, before the length covers
+        // them.
+        let code = unsafe {
+            mpi::ffi::MPI_Alltoallv(
+                send.as_ptr() as *const std::ffi::c_void,
+                sc.as_ptr(),
+                sd.as_ptr(),
+                T::equivalent_datatype().as_raw(),
+                recv.as_mut_ptr() as *mut std::ffi::c_void,
+                rc.as_ptr(),
+                rd.as_ptr(),
+                T::equivalent_datatype().as_raw(),
+                c.as_raw(),
+            )
+        };
+        assert_eq!(code, 0, "{kind}: MPI_Alltoallv failed ({code})");
+        // SAFETY: MPI and the copy above wrote the first `total` elements.
+        unsafe { recv.set_len(total) };
         let elem = std::mem::size_of::<T>();
         // Bytes that stay on this rank are not counted as moved.
-        let own_sent = send_counts[self.rank] * elem;
-        let own_recv = rc[self.rank] as usize * elem;
+        let own_sent = send_counts[me] * elem;
+        let own_recv = recv_counts[me] * elem;
         self.stats.record(
             kind,
-            t,
+            started,
             std::mem::size_of_val(send) - own_sent,
             total * elem - own_recv,
         );
-        (recv, rc.iter().map(|&x| x as usize).collect())
+        recv
     }
 
     /// All-to-all of f32 row blocks of width `dim`: `send_rows[r]` rows go to rank `r`.
@@ -240,6 +323,20 @@ impl Group {
         let (recv, rc) = self.alltoallv(kind, send, &counts);
         let rows = rc.iter().map(|&c| c / dim.max(1)).collect();
         (recv, rows)
+    }
+
+    /// [`Group::alltoallv_rows`] with the rows from each rank known (`recv_rows`, from the
+    /// same plan as every rank's `send_rows`). Returns the received rows, row-major, rank order.
+    pub fn alltoallv_rows_known(
+        &self,
+        kind: &'static str,
+        send: &[f32],
+        dim: usize,
+        send_rows: &[usize],
+        recv_rows: &[usize],
+    ) -> Vec<f32> {
+        let elems = |rows: &[usize]| -> Vec<usize> { rows.iter().map(|&r| r * dim).collect() };
+        self.alltoallv_known(kind, send, &elems(send_rows), &elems(recv_rows))
     }
 
     /// [`Group::allreduce_sum_f32`] on device memory, which a CUDA-aware MPI reads and writes

@@ -60,8 +60,21 @@ fn exchange_hop(
         nbr_counts.push(answer.offsets[q + c] - answer.offsets[q]);
         q += c;
     }
-    let (got_lens, _) = group.alltoallv("sample_counts", &lens, &asked_counts);
-    let (got_nbrs, _) = group.alltoallv("sample_nbrs", &answer.neighbors, &nbr_counts);
+    // One length back per id asked of each owner, then as many neighbours as those say:
+    // both sides know the counts, so none are exchanged.
+    let got_lens = group.alltoallv_known("sample_counts", &lens, &asked_counts, &counts);
+    let mut got_nbr_counts = Vec::with_capacity(ranks);
+    let mut at = 0;
+    for &c in &counts {
+        got_nbr_counts.push(got_lens[at..at + c].iter().map(|&l| l as usize).sum());
+        at += c;
+    }
+    let got_nbrs = group.alltoallv_known(
+        "sample_nbrs",
+        &answer.neighbors,
+        &nbr_counts,
+        &got_nbr_counts,
+    );
 
     // The answers arrive grouped by owner, in the order the queries were sent.
     let mut offsets_out = Vec::with_capacity(got_lens.len() + 1);
