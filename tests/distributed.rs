@@ -598,6 +598,28 @@ fn split_on_2_and_4_ranks_trains_the_same_model_as_1_rank_without_redundant_work
         assert!(d <= 1e-4, "split on {np} ranks: relative difference {d}");
         let line = std::fs::read_to_string(&metrics).unwrap();
         let v: serde_json::Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+        // The hidden rows' exchanges are a phase of their own, counted once: the phases are
+        // disjoint parts of the epoch, so they add up to no more than it.
+        let secs = &v["seconds"];
+        assert!(secs["shuffle"].as_f64().unwrap() > 0.0, "{v}");
+        let phases: f64 = [
+            "sample",
+            "gather",
+            "prefetch_wait",
+            "forward",
+            "backward",
+            "shuffle",
+            "allreduce",
+            "optimizer",
+        ]
+        .iter()
+        .map(|k| secs[k].as_f64().unwrap())
+        .sum();
+        let epoch = v["epoch_seconds"].as_f64().unwrap();
+        assert!(
+            phases <= epoch,
+            "phases sum to {phases} s in an epoch of {epoch} s: {v}"
+        );
         let layers = v["split"]
             .as_array()
             .expect("split statistics in the epoch JSON");
@@ -850,6 +872,16 @@ fn auto_picks_hybrid_on_two_nodes_and_on_one_node_trains_the_same_model_as_gdp()
         let p = &read_summary(&summary)["prediction"];
         assert!(p["measured"]["step_seconds"].as_f64().unwrap() > 0.0, "{p}");
         assert!(p["relative_error"].as_f64().unwrap().is_finite(), "{p}");
+        // ...and each planner phase with the training phases that measure it.
+        for phase in ["build", "load", "shuffle", "train", "sync", "optimizer"] {
+            let pair = &p["phases"][phase];
+            assert!(pair["predicted"].as_f64().unwrap() >= 0.0, "{phase}: {p}");
+            assert!(pair["measured"].as_f64().unwrap() >= 0.0, "{phase}: {p}");
+        }
+        assert!(
+            p["phases"]["train"]["measured"].as_f64().unwrap() > 0.0,
+            "{p}"
+        );
         if rpn.is_some() {
             assert_eq!(chosen, "hybrid", "two nodes: auto must pick hybrid");
             // Priced as what it runs: each node splits its half of the batch over its two

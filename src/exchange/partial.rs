@@ -153,8 +153,16 @@ impl PartialPlan {
             start = end;
         }
         let (in_degrees, received) = group.alltoallv("snp_vdsts", &degrees, &sent);
-        let (in_ids, _) = group.alltoallv("snp_edge_ids", &ids, &edges_to);
-        let (in_weights, _) = group.alltoallv("snp_edge_weights", &weights, &edges_to);
+        // The edges from each rank are the sum of its destinations' degrees.
+        let mut edges_from = Vec::with_capacity(ranks);
+        let mut at = 0;
+        for &n in &received {
+            edges_from.push(in_degrees[at..at + n].iter().map(|&d| d as usize).sum());
+            at += n;
+        }
+        let in_ids = group.alltoallv_known("snp_edge_ids", &ids, &edges_to, &edges_from);
+        let in_weights =
+            group.alltoallv_known("snp_edge_weights", &weights, &edges_to, &edges_from);
         let mut sources = in_ids.clone();
         sources.sort_unstable();
         sources.dedup();
@@ -217,10 +225,23 @@ impl<B: Backend> PartialAggregation<B> {
     /// partial rows travel back and add up per destination (in rank order: a fixed summation
     /// order). Destinations without edges get zeros. Collective.
     pub fn forward(&self, group: &Group, be: &B, y: B::View<'_>) -> B::Mat {
-        let (rows, cols) = be.dim(y);
+        let partial = self.partial_sums(be, y);
+        self.gather_sums(group, be, partial)
+    }
+
+    /// The compute of [`PartialAggregation::forward`]: this rank's weighted partial sums, one
+    /// row per virtual destination it serves as a source owner. Local.
+    pub fn partial_sums(&self, be: &B, y: B::View<'_>) -> B::Mat {
+        let rows = be.dim(y).0;
+        assert_eq!(rows, self.routes.sources.len(), "one row per source");
+        be.aggregate(&self.weights, y, EdgeWeights::PerEdge(&self.routes.values))
+    }
+
+    /// The exchange of [`PartialAggregation::forward`]: the partial sums to their requesters,
+    /// added up per destination there. Collective.
+    pub fn gather_sums(&self, group: &Group, be: &B, partial: B::Mat) -> B::Mat {
         let r = &self.routes;
-        assert_eq!(rows, r.sources.len(), "one row per source");
-        let partial = be.aggregate(&self.weights, y, EdgeWeights::PerEdge(&self.routes.values));
+        let cols = be.mat_dim(&partial).1;
         let back = alltoallv_rows_on(group, be, "snp_partials", partial, &r.received, &r.sent);
         let mut out = be.zeros(r.num_dst, cols);
         be.scatter_add_rows(be.view_mut(&mut out), &r.vdst_row, be.view(&back));
@@ -230,6 +251,14 @@ impl<B: Backend> PartialAggregation<B> {
     /// The reverse of [`PartialAggregation::forward`]: from the gradient of its result
     /// (`num_dst` rows), the gradient of `y` (one row per source). Collective.
     pub fn backward(&self, group: &Group, be: &B, d_out: B::View<'_>) -> B::Mat {
+        let d_partial = self.scatter_grads(group, be, d_out);
+        self.partial_sums_backward(be, d_partial)
+    }
+
+    /// The exchange of [`PartialAggregation::backward`]: each destination's gradient to the
+    /// owners that sent it partial sums, one row per virtual destination they serve.
+    /// Collective.
+    pub fn scatter_grads(&self, group: &Group, be: &B, d_out: B::View<'_>) -> B::Mat {
         let r = &self.routes;
         assert_eq!(
             be.dim(d_out).0,
@@ -237,8 +266,12 @@ impl<B: Backend> PartialAggregation<B> {
             "one gradient row per destination"
         );
         let send = be.gather_rows(d_out, &r.vdst_row);
-        let d_partial =
-            alltoallv_rows_on(group, be, "snp_partial_grads", send, &r.sent, &r.received);
+        alltoallv_rows_on(group, be, "snp_partial_grads", send, &r.sent, &r.received)
+    }
+
+    /// The compute of [`PartialAggregation::backward`]: the gradient of `y` from that of the
+    /// partial sums. Local.
+    pub fn partial_sums_backward(&self, be: &B, d_partial: B::Mat) -> B::Mat {
         be.aggregate_transpose(
             &self.weights,
             &self.transpose,

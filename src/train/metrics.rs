@@ -4,6 +4,7 @@ use ndarray::Array2;
 use serde::Serialize;
 use std::io::Write;
 use std::path::Path;
+use std::time::Instant;
 
 /// Which metric a task is judged by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -105,8 +106,14 @@ pub struct PhaseTimes {
     pub gather: f64,
     /// Seconds the training loop waited for the prefetch thread's next batch.
     pub prefetch_wait: f64,
+    /// The forward and backward passes, without the shuffles inside them.
     pub forward: f64,
     pub backward: f64,
+    /// Exchanges of hidden rows between ranks inside the forward and backward passes, both
+    /// directions: split's layer rows and their gradients, DNP's and SNP's input-layer rows
+    /// (and SNP's partial sums), NFP's partials and their gradients, full-batch halo rows.
+    /// What the planner calls `shuffle`; 0 where a strategy exchanges none (GDP).
+    pub shuffle: f64,
     pub allreduce: f64,
     pub optimizer: f64,
     pub eval: f64,
@@ -125,10 +132,42 @@ impl PhaseTimes {
         self.prefetch_wait += o.prefetch_wait;
         self.forward += o.forward;
         self.backward += o.backward;
+        self.shuffle += o.shuffle;
         self.allreduce += o.allreduce;
         self.optimizer += o.optimizer;
         self.eval += o.eval;
         self.device_blocked += o.device_blocked;
+    }
+
+    /// Run `f`, an exchange of hidden rows between ranks, and count its time as `shuffle`.
+    pub fn time_shuffle<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        let t = Instant::now();
+        let out = f();
+        self.shuffle += t.elapsed().as_secs_f64();
+        out
+    }
+}
+
+/// The clock of a forward or backward pass that leaves out the shuffles timed inside it
+/// ([`PhaseTimes::time_shuffle`]), so that the phases partition a step instead of counting an
+/// exchange twice.
+pub struct PassClock {
+    started: Instant,
+    shuffle_before: f64,
+}
+
+impl PassClock {
+    pub fn start(times: &PhaseTimes) -> PassClock {
+        PassClock {
+            started: Instant::now(),
+            shuffle_before: times.shuffle,
+        }
+    }
+
+    /// Seconds since the start, less the shuffles `times` counted meanwhile.
+    pub fn seconds(&self, times: &PhaseTimes) -> f64 {
+        let shuffled = times.shuffle - self.shuffle_before;
+        (self.started.elapsed().as_secs_f64() - shuffled).max(0.0)
     }
 }
 
@@ -234,6 +273,26 @@ pub fn distributed_metric(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pass_clock_leaves_out_the_shuffles_inside_the_pass() {
+        let mut times = PhaseTimes::default();
+        let clock = PassClock::start(&times);
+        let out = times.time_shuffle(|| 7);
+        assert_eq!(out, 7);
+        assert!(times.shuffle >= 0.0);
+        // A shuffle inside the pass longer than the pass so far leaves it nothing.
+        times.shuffle += 1000.0;
+        assert_eq!(clock.seconds(&times), 0.0);
+        // One counted before a pass started is not that pass's: all its time is its own.
+        let later = PassClock::start(&times);
+        let own = later.seconds(&times);
+        assert!(own >= 0.0 && own <= later.started.elapsed().as_secs_f64());
+        let mut sum = PhaseTimes::default();
+        sum.add(&times);
+        sum.add(&times);
+        assert_eq!(sum.shuffle, 2.0 * times.shuffle);
+    }
 
     #[test]
     fn auc_of_perfect_random_and_reversed_scores() {

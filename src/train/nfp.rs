@@ -29,7 +29,7 @@
 //! scores are a nonlinear function of the whole projected row.
 
 use super::data::TrainData;
-use super::metrics::PhaseTimes;
+use super::metrics::{PassClock, PhaseTimes};
 use super::strategy::{
     dropout_stream, upper_layers_data_parallel, FullGraph, StepArgs, StepOutput,
 };
@@ -287,7 +287,7 @@ impl<B: Backend> Nfp<B> {
         let mine = blocks[0].num_dst;
         times.gather += t.elapsed().as_secs_f64();
 
-        let t = Instant::now();
+        let forward = PassClock::start(times);
         self.load_weights(&model.params);
         let h = self.layer.conv.out_dim();
         let mut partials = Vec::with_capacity(graphs.len());
@@ -304,13 +304,15 @@ impl<B: Backend> Nfp<B> {
         }
         let send = stack_rows(&be, &partials, h);
         drop(partials);
-        let mut z = reduce_scatter_rows(group, &be, "nfp_partials", send, &dst_counts, mine);
+        let mut z = times.time_shuffle(|| {
+            reduce_scatter_rows(group, &be, "nfp_partials", send, &dst_counts, mine)
+        });
         be.add_bias(be.view_mut(&mut z), model.params.view(self.bias));
         let first = &model.layers[0];
         let saved = first
             .activation
             .map(|act| (act, be.activation_forward(act, be.view_mut(&mut z))));
-        times.forward += t.elapsed().as_secs_f64();
+        times.forward += forward.seconds(times);
 
         let labels: Vec<i64> = seeds.iter().map(|&s| data.label(s)).collect();
         let mut d_z = if seeds.is_empty() {
@@ -322,12 +324,13 @@ impl<B: Backend> Nfp<B> {
             d
         };
 
-        let t = Instant::now();
+        let backward = PassClock::start(times);
         if let Some((act, saved)) = &saved {
             be.activation_backward(*act, saved, be.view_mut(&mut d_z));
         }
         accumulate_bias_grad(&mut model.params, self.bias, be.view(&d_z));
-        let d_all = allgather_rows(group, &be, "nfp_grads", be.view(&d_z), &dst_counts);
+        let d_all = times
+            .time_shuffle(|| allgather_rows(group, &be, "nfp_grads", be.view(&d_z), &dst_counts));
         drop(d_z);
         self.params.zero_grads();
         let mut at = 0;
@@ -343,7 +346,7 @@ impl<B: Backend> Nfp<B> {
                 .backward_owned(&mut self.params, g, &transpose, cache, d, false);
         }
         self.store_grads(&mut model.params);
-        times.backward += t.elapsed().as_secs_f64();
+        times.backward += backward.seconds(times);
         Ok(out)
     }
 

@@ -20,7 +20,6 @@ use crate::graph::NodeId;
 use crate::nn::{DropoutCtx, Model};
 use crate::sample::rng::hash_key;
 use crate::sample::{build_block, sample_neighbors, BatchKey, Block, LocalGraph};
-use std::time::Instant;
 
 /// One mini-batch as a first-layer strategy samples it on one rank.
 pub struct OwnerBatch {
@@ -129,19 +128,18 @@ impl OwnerBatch {
         kinds: (&'static str, &'static str),
     ) -> (f64, B::Mat) {
         let be = model.params.backend().clone();
-        let t = Instant::now();
-        let h = self.plan.forward_on(group, &be, kinds.0, h_mine);
-        times.forward += t.elapsed().as_secs_f64();
+        let h = times.time_shuffle(|| self.plan.forward_on(group, &be, kinds.0, h_mine));
         let labels: Vec<i64> = self.seeds.iter().map(|&s| data.label(s)).collect();
         let (loss_sum, d_h) =
             upper_layers_data_parallel(model, upper, h, &labels, ctx, scale, times);
 
-        let t = Instant::now();
-        let (rows, cols) = be.dim(h_mine);
-        let mut d_mine = be.zeros(rows, cols);
-        self.plan
-            .backward_on(group, &be, kinds.1, be.view(&d_h), be.view_mut(&mut d_mine));
-        times.backward += t.elapsed().as_secs_f64();
+        let d_mine = times.time_shuffle(|| {
+            let (rows, cols) = be.dim(h_mine);
+            let mut d_mine = be.zeros(rows, cols);
+            self.plan
+                .backward_on(group, &be, kinds.1, be.view(&d_h), be.view_mut(&mut d_mine));
+            d_mine
+        });
         (loss_sum, d_mine)
     }
 

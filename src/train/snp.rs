@@ -29,7 +29,7 @@
 //! mostly-zero features are multiplied as CSR, as on GDP's path.
 
 use super::data::TrainData;
-use super::metrics::PhaseTimes;
+use super::metrics::{PassClock, PhaseTimes};
 use super::owner_input::OwnerBatch;
 use super::strategy::{BatchSpec, ResidentFeatures, StepArgs, StepOutput};
 use crate::backend::cpu::sparse::CsrMatrix;
@@ -211,18 +211,20 @@ pub fn snp_train_step<B: Backend>(
     let upper = ob.take_upper(&be);
     times.gather += t.elapsed().as_secs_f64();
 
-    let t = Instant::now();
+    let forward = PassClock::start(times);
     let mut h_mine = match &conv {
         InputConv::Sage(c) => {
             let projected = c.project_neighbours(&model.params, &x_src);
-            let mut h = partial.forward(group, &be, be.view(&projected));
+            let sums = partial.partial_sums(&be, be.view(&projected));
+            let mut h = times.time_shuffle(|| partial.gather_sums(group, &be, sums));
             let x_dst = x_dst.as_ref().expect("gathered for sage");
             c.add_root(&model.params, x_dst, be.view_mut(&mut h));
             h
         }
         InputConv::Gcn(c) => {
             let projected = c.project(&model.params, &x_src);
-            let mut h = partial.forward(group, &be, be.view(&projected));
+            let sums = partial.partial_sums(&be, be.view(&projected));
+            let mut h = times.time_shuffle(|| partial.gather_sums(group, &be, sums));
             c.add_bias(&model.params, be.view_mut(&mut h));
             h
         }
@@ -230,7 +232,7 @@ pub fn snp_train_step<B: Backend>(
     let saved = layer
         .activation
         .map(|act| (act, be.activation_forward(act, be.view_mut(&mut h_mine))));
-    times.forward += t.elapsed().as_secs_f64();
+    times.forward += forward.seconds(times);
 
     let (loss_sum, mut d_mine) = ob.upper_layers(
         model,
@@ -245,7 +247,7 @@ pub fn snp_train_step<B: Backend>(
     );
     drop(h_mine);
 
-    let t = Instant::now();
+    let backward = PassClock::start(times);
     if let Some((act, saved)) = &saved {
         be.activation_backward(*act, saved, be.view_mut(&mut d_mine));
     }
@@ -253,16 +255,18 @@ pub fn snp_train_step<B: Backend>(
         InputConv::Sage(c) => {
             let x_dst = x_dst.as_ref().expect("gathered for sage");
             c.accumulate_root_grad(&mut model.params, x_dst, be.view(&d_mine));
-            let d_projected = partial.backward(group, &be, be.view(&d_mine));
+            let d_sums = times.time_shuffle(|| partial.scatter_grads(group, &be, be.view(&d_mine)));
+            let d_projected = partial.partial_sums_backward(&be, d_sums);
             c.accumulate_neighbour_grad(&mut model.params, &x_src, be.view(&d_projected));
         }
         InputConv::Gcn(c) => {
             c.accumulate_bias_grad(&mut model.params, be.view(&d_mine));
-            let d_projected = partial.backward(group, &be, be.view(&d_mine));
+            let d_sums = times.time_shuffle(|| partial.scatter_grads(group, &be, be.view(&d_mine)));
+            let d_projected = partial.partial_sums_backward(&be, d_sums);
             c.accumulate_weight_grad(&mut model.params, &x_src, be.view(&d_projected));
         }
     }
-    times.backward += t.elapsed().as_secs_f64();
+    times.backward += backward.seconds(times);
     Ok(ob.output(loss_sum, partial.sources().len()))
 }
 

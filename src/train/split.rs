@@ -10,7 +10,7 @@
 
 use super::data::TrainData;
 use super::dump::BlockDump;
-use super::metrics::PhaseTimes;
+use super::metrics::{PassClock, PhaseTimes};
 use super::strategy::{
     place_rows, transposes_on, BatchSpec, InputSource, ResidentFeatures, StepArgs, StepOutput,
 };
@@ -502,7 +502,7 @@ pub fn split_train_step<B: Backend>(
     // Rows of each layer's input matrix (the owner-side rows the plans index).
     let mut input_rows: Vec<usize> = vec![data.store.own_rows().nrows()];
     let mut caches = Vec::with_capacity(sb.layers.len());
-    let t_fwd = Instant::now();
+    let forward = PassClock::start(times);
     let last = model.layers.len() - 1;
     let mut h = None;
     for (l, (layer, g)) in model.layers.iter().zip(&graphs).enumerate() {
@@ -529,25 +529,25 @@ pub fn split_train_step<B: Backend>(
             h = Some(out);
             break;
         }
-        let t = Instant::now();
         input_rows.push(be.mat_dim(&out).0);
-        h_src = layer_input(
-            group,
-            &be,
-            &sb.layers[l + 1],
-            num_src(l + 1),
-            be.view(&out),
-            "split_rows",
-        );
-        times.gather += t.elapsed().as_secs_f64();
+        h_src = times.time_shuffle(|| {
+            layer_input(
+                group,
+                &be,
+                &sb.layers[l + 1],
+                num_src(l + 1),
+                be.view(&out),
+                "split_rows",
+            )
+        });
     }
     let h = h.expect("at least one layer");
     let labels: Vec<i64> = sb.seeds.iter().map(|&s| data.label(s)).collect();
     let (loss_sum, mut d_h) = be.cross_entropy(be.view(&h), &labels);
     drop(h);
-    times.forward += t_fwd.elapsed().as_secs_f64();
+    times.forward += forward.seconds(times);
 
-    let t = Instant::now();
+    let backward = PassClock::start(times);
     be.scale(be.view_mut(&mut d_h), scale);
     for (l, ((layer, g), cache)) in model
         .layers
@@ -561,8 +561,10 @@ pub fn split_train_step<B: Backend>(
         let d_src =
             layer.backward_owned(&mut model.params, g, &transposes[l], cache, d_h, need_src);
         let Some(d_src) = d_src else { break };
-        d_h = layer_input_backward(group, &be, &sb.layers[l], be.view(&d_src), input_rows[l]);
+        d_h = times.time_shuffle(|| {
+            layer_input_backward(group, &be, &sb.layers[l], be.view(&d_src), input_rows[l])
+        });
     }
-    times.backward += t.elapsed().as_secs_f64();
+    times.backward += backward.seconds(times);
     Ok((StepOutput { loss_sum, ..out }, stats))
 }

@@ -7,7 +7,7 @@
 
 use super::data::TrainData;
 use super::dump::BlockDump;
-use super::metrics::PhaseTimes;
+use super::metrics::{PassClock, PhaseTimes};
 use crate::backend::{Backend, BlockTranspose};
 use crate::comm::Group;
 use crate::exchange::inference::HaloPlan;
@@ -646,7 +646,7 @@ pub fn full_batch_step<B: Backend>(
         orig_ids: data.orig_ids.as_deref(),
         gcn_degrees: data.gcn_degrees.as_deref(),
     };
-    let t = Instant::now();
+    let forward = PassClock::start(times);
     let mut caches = Vec::with_capacity(model.layers.len());
     // Every rank reaches the first step together, so the collective fetch inside runs on all.
     let input = full.input(group, &be, model, data);
@@ -657,7 +657,7 @@ pub fn full_batch_step<B: Backend>(
     caches.push(first);
     for layer in &model.layers[1..] {
         let out = {
-            let h_src = plan.with_halo(group, &be, be.view(&h), "halo_rows");
+            let h_src = times.time_shuffle(|| plan.with_halo(group, &be, be.view(&h), "halo_rows"));
             layer.forward(&model.params, g, h_src.view(&be), &ctx)
         };
         caches.push(out.1);
@@ -673,9 +673,9 @@ pub fn full_batch_step<B: Backend>(
     let labels: Vec<i64> = rows.iter().map(|&r| data.labels[r]).collect();
     let picked = be.select_rows(be.view(&h), &rows);
     let (loss_sum, mut d_picked) = be.cross_entropy(be.view(&picked), &labels);
-    times.forward += t.elapsed().as_secs_f64();
+    times.forward += forward.seconds(times);
 
-    let t = Instant::now();
+    let backward = PassClock::start(times);
     be.scale(be.view_mut(&mut d_picked), scale);
     let mut d_h = be.scatter_rows(be.view(&d_picked), &rows, be.mat_dim(&h).0);
     drop((h, picked, d_picked));
@@ -684,9 +684,9 @@ pub fn full_batch_step<B: Backend>(
         let d_src =
             layer.backward_owned(&mut model.params, g, &full.transpose, cache, d_h, need_src);
         let Some(d_src) = d_src else { break };
-        d_h = halo_backward(group, &be, plan, d_src, own);
+        d_h = times.time_shuffle(|| halo_backward(group, &be, plan, d_src, own));
     }
-    times.backward += t.elapsed().as_secs_f64();
+    times.backward += backward.seconds(times);
     Ok(StepOutput {
         loss_sum,
         seeds: rows.len() as u64,

@@ -35,6 +35,47 @@ pub struct Measured {
     pub step_seconds_with_first: f64,
 }
 
+/// One planner phase, predicted and measured, seconds per step.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct PhaseError {
+    pub predicted: f64,
+    pub measured: f64,
+    /// `(predicted − measured) / measured`; `None` when nothing was measured.
+    pub relative_error: Option<f64>,
+}
+
+/// Each planner phase against the training phases that measure it: `build` ↔ `sample`,
+/// `load` ↔ `gather`, `shuffle` ↔ `shuffle`, `train` ↔ `forward` + `backward`, `sync` ↔
+/// `allreduce`, `optimizer` ↔ `optimizer`. With prefetch workers the measured `sample` and
+/// `gather` are the workers' (overlapped with training), as the predicted ones are.
+#[derive(Clone, Debug, Serialize)]
+pub struct PhaseErrors {
+    pub build: PhaseError,
+    pub load: PhaseError,
+    pub shuffle: PhaseError,
+    pub train: PhaseError,
+    pub sync: PhaseError,
+    pub optimizer: PhaseError,
+}
+
+impl PhaseErrors {
+    fn new(p: &Phases, m: &PhaseTimes) -> PhaseErrors {
+        let pair = |predicted: f64, measured: f64| PhaseError {
+            predicted,
+            measured,
+            relative_error: (measured > 0.0).then(|| (predicted - measured) / measured),
+        };
+        PhaseErrors {
+            build: pair(p.build, m.sample),
+            load: pair(p.load, m.gather),
+            shuffle: pair(p.shuffle, m.shuffle),
+            train: pair(p.train, m.forward + m.backward),
+            sync: pair(p.sync, m.allreduce),
+            optimizer: pair(p.optimizer, m.optimizer),
+        }
+    }
+}
+
 /// Predicted against measured for the strategy that ran.
 #[derive(Clone, Debug, Serialize)]
 pub struct PredictionReport {
@@ -45,6 +86,8 @@ pub struct PredictionReport {
     pub measured: Measured,
     /// `(predicted − measured) / measured` of the step time.
     pub relative_error: f64,
+    /// The same per phase.
+    pub phases: PhaseErrors,
 }
 
 impl PredictionReport {
@@ -77,6 +120,7 @@ impl PredictionReport {
                 t.prefetch_wait,
                 t.forward,
                 t.backward,
+                t.shuffle,
                 t.allreduce,
                 t.optimizer,
             ]
@@ -93,6 +137,18 @@ impl PredictionReport {
         if steps == 0 {
             return None;
         }
+        let measured = PhaseTimes {
+            sample: m[0],
+            gather: m[1],
+            prefetch_wait: m[2],
+            forward: m[3],
+            backward: m[4],
+            shuffle: m[5],
+            allreduce: m[6],
+            optimizer: m[7],
+            eval: 0.0,
+            device_blocked: 0.0,
+        };
         Some(PredictionReport {
             strategy: entry.to_string(),
             calibration: calibration.display().to_string(),
@@ -101,18 +157,9 @@ impl PredictionReport {
                 step_seconds: p.step_seconds,
                 epoch_seconds: p.epoch_seconds,
             },
+            phases: PhaseErrors::new(&p.phases, &measured),
             measured: Measured {
-                phases: PhaseTimes {
-                    sample: m[0],
-                    gather: m[1],
-                    prefetch_wait: m[2],
-                    forward: m[3],
-                    backward: m[4],
-                    allreduce: m[5],
-                    optimizer: m[6],
-                    eval: 0.0,
-                    device_blocked: 0.0,
-                },
+                phases: measured,
                 step_seconds: step,
                 epoch_seconds: step * epoch_batches as f64,
                 steps: after,
@@ -122,5 +169,42 @@ impl PredictionReport {
             },
             relative_error: (p.step_seconds - step) / step,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_planner_phase_is_compared_with_the_training_phases_that_measure_it() {
+        let p = Phases {
+            build: 1.0,
+            load: 2.0,
+            shuffle: 3.0,
+            train: 4.0,
+            sync: 5.0,
+            optimizer: 6.0,
+        };
+        let m = PhaseTimes {
+            sample: 2.0,
+            gather: 2.0,
+            prefetch_wait: 9.0,
+            forward: 1.0,
+            backward: 3.0,
+            shuffle: 0.0,
+            allreduce: 10.0,
+            optimizer: 3.0,
+            eval: 9.0,
+            device_blocked: 9.0,
+        };
+        let e = PhaseErrors::new(&p, &m);
+        assert_eq!(e.build.relative_error, Some(-0.5));
+        assert_eq!(e.load.relative_error, Some(0.0));
+        // Nothing measured: no ratio.
+        assert_eq!((e.shuffle.measured, e.shuffle.relative_error), (0.0, None));
+        assert_eq!((e.train.measured, e.train.relative_error), (4.0, Some(0.0)));
+        assert_eq!(e.sync.relative_error, Some(-0.5));
+        assert_eq!(e.optimizer.relative_error, Some(1.0));
     }
 }
