@@ -11,6 +11,38 @@ import statistics
 from collections import defaultdict
 
 
+# Each planner phase and the training phases that measure it (the summary's `prediction.phases`).
+PHASES = {"build": ["sample"], "load": ["gather"], "shuffle": ["shuffle"],
+          "train": ["forward", "backward"], "sync": ["allreduce"], "optimizer": ["optimizer"]}
+
+
+def phase_table(cases):
+    """Median measured / predicted per strategy and phase, where the runs timed the hidden
+    rows' shuffles apart (a `shuffle` among the measured phases; older runs counted them in
+    `gather` and `forward`, so their phases do not compare)."""
+    ratios = defaultdict(list)
+    for runs in cases.values():
+        for s, r in runs.items():
+            m, p = r.get("measured_phases") or {}, r.get("predicted_phases") or {}
+            if "shuffle" not in m:
+                continue
+            for phase, parts in PHASES.items():
+                measured = sum(m.get(x, 0.0) for x in parts)
+                if p.get(phase, 0.0) > 0.0 and measured > 0.0:
+                    ratios[(s, phase)].append(measured / p[phase])
+    if not ratios:
+        return []
+    strategies = sorted({s for s, _ in ratios})
+    out = ["", "Median measured / predicted per phase (build = sample, load = gather, "
+           "train = forward + backward, sync = allreduce):", "",
+           "| strategy | " + " | ".join(PHASES) + " |", "|---|" + "---|" * len(PHASES)]
+    for s in strategies:
+        cells = [f"{statistics.median(ratios[(s, ph)]):.2f}" if ratios[(s, ph)] else "-"
+                 for ph in PHASES]
+        out.append(f"| {s} | " + " | ".join(cells) + " |")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("jsonl")
@@ -50,6 +82,7 @@ def main():
                "| strategy | median abs(pred - meas)/meas | cases |", "|---|---|---|"]
     for s in sorted(errors):
         summary.append(f"| {s} | {100 * statistics.median(errors[s]):.0f}% | {len(errors[s])} |")
+    summary += phase_table(cases)
     summary += ["", "Cases where a fixed strategy loses by >= 1.5x to the fastest:", ""]
     summary += [f"- {x}" for x in losses] or ["- none"]
     text = "\n".join(["# Calibrated planner vs measurement", ""] + summary + ["", *lines, ""])

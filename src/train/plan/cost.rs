@@ -417,21 +417,47 @@ pub fn gdp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
     r
 }
 
+/// The local side of a shuffle the calibrated row exchange leaves out (it times only rows
+/// that cross ranks): `copied` bytes of rows gathered or scattered by index on this rank and
+/// `zeroed` bytes of fresh matrices written whole.
+fn local_side(cal: &Calibration, copied: f64, zeroed: f64) -> f64 {
+    cal.op("gather").seconds(copied, 0.0) + cal.op("elementwise").seconds(zeroed, 0.0)
+}
+
 /// Split: each (layer, vertex) on its owner; cross-rank rows of every layer above the input
-/// shuffled forward and their gradients backward.
+/// shuffled forward and their gradients backward. Around each exchange (`layer_input` and
+/// its backward) the layer's own source rows are copied in and their gradients out, its
+/// remote rows' gradients gathered to be sent, and both results start as zeroed matrices
+/// (the layer's sources forward, the previous layer's rows backward).
 pub fn split(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
     let rows = Rows::of_input_block(shape);
     let mut r = load(shape, cal, c, a2a, rows);
     let mut bytes = 0.0;
     let mut calls = 0.0;
+    let (mut copied, mut zeroed) = (0.0, 0.0);
     for l in 1..shape.in_w.len() {
-        bytes += 2.0 * c.rows_in[l] * shape.in_w[l] * 4.0;
+        let row = shape.in_w[l] * 4.0;
+        bytes += 2.0 * c.rows_in[l] * row;
         calls += 2.0;
+        let own = (c.src[l] - c.rows_in[l]).max(0.0);
+        copied += (2.0 * own + c.rows_in[l]) * row;
+        zeroed += (c.src[l] + c.dst[l - 1]) * row;
     }
-    r.phases.shuffle = cal.op(a2a).seconds(bytes, calls);
+    r.phases.shuffle = cal.op(a2a).seconds(bytes, calls) + local_side(cal, copied, zeroed);
     r.phases.train = compute(shape, cal, c, Order::Cheaper, rows != Rows::Csr);
     r.bytes += bytes;
     r
+}
+
+/// The local side of DNP's and SNP's exchange of the input layer's rows
+/// ([`crate::train::owner_input`]'s plan): a rank's own rows of layer 1's sources (its
+/// frontier, `src[1]`, less the `hidden_rows` that cross ranks) travel through the exchange
+/// too — packed, copied to itself and placed forward; their gradients scattered, copied and
+/// added back — six passes over rows the calibrated exchange does not time.
+fn own_hidden_rows(shape: &ModelShape, cal: &Calibration, c: &Counts) -> f64 {
+    let frontier = c.src.get(1).copied().unwrap_or(0.0);
+    let own = (frontier - c.hidden_rows).max(0.0);
+    local_side(cal, 6.0 * own * shape.out_w[0] * 4.0, 0.0)
 }
 
 /// DNP: the input layer on the destinations' owners (their remote feature rows fetched, made
@@ -441,7 +467,7 @@ pub fn dnp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
     let rows = Rows::of_input_block(shape);
     let mut r = load(shape, cal, c, a2a, rows);
     let bytes = 2.0 * c.hidden_rows * shape.out_w[0] * 4.0;
-    r.phases.shuffle = cal.op(a2a).seconds(bytes, 2.0);
+    r.phases.shuffle = cal.op(a2a).seconds(bytes, 2.0) + own_hidden_rows(shape, cal, c);
     r.phases.train = compute(shape, cal, c, Order::Cheaper, rows != Rows::Csr);
     r.bytes += bytes;
     r
@@ -460,7 +486,7 @@ pub fn snp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
     r.phases.build += cal.op("sample").seconds(c.edges[0], 0.0);
     let h = shape.out_w[0] * 4.0;
     let bytes = 2.0 * (c.hidden_rows + c.partial_rows) * h + 8.0 * c.remote_edges;
-    r.phases.shuffle = cal.op(a2a).seconds(bytes, 5.0);
+    r.phases.shuffle = cal.op(a2a).seconds(bytes, 5.0) + own_hidden_rows(shape, cal, c);
     r.phases.train = compute(shape, cal, c, Order::ProjectFirst, rows != Rows::Csr);
     r.bytes += bytes;
     r
@@ -793,13 +819,24 @@ mod tests {
         assert!((r.phases.train - train).abs() < 1e-12, "{:?}", r.phases);
         assert_eq!(r.bytes, 500.0 * 408.0);
 
-        // Split shuffles layer 2's 50 remote rows of width 10 each way.
+        // Split shuffles layer 2's 50 remote rows of width 10 (40 B) each way; around the
+        // exchange its 150 own source rows are copied in and their gradients out, the 50
+        // remote gradients gathered (gather, 10 GB/s), and the 200 source rows and layer 1's
+        // 200 rows start zeroed (elementwise, 10 GB/s).
         let s = split(&shape(), &cal, &c, "alltoallv_world");
-        assert!((s.phases.shuffle - (2e-3 + 2.0 * 50.0 * 40.0 * 1e-9)).abs() < 1e-15);
-        // SNP: hidden and partial rows each way and 8 bytes per remote edge.
+        let local = (2.0 * 150.0 + 50.0) * 40.0 * 1e-10 + 400.0 * 40.0 * 1e-10;
+        let shuffle = 2e-3 + 2.0 * 50.0 * 40.0 * 1e-9 + local;
+        assert!((s.phases.shuffle - shuffle).abs() < 1e-15, "{:?}", s.phases);
+        // DNP: the 20 remote rows of layer 1's width each way, and the rank's 180 own rows of
+        // its 200-row frontier six times through the exchange locally.
+        let own = 6.0 * 180.0 * 40.0 * 1e-10;
+        let d = dnp(&shape(), &cal, &c, "alltoallv_world");
+        let shuffle = 2e-3 + 2.0 * 20.0 * 40.0 * 1e-9 + own;
+        assert!((d.phases.shuffle - shuffle).abs() < 1e-15, "{:?}", d.phases);
+        // SNP: hidden and partial rows each way and 8 bytes per remote edge, own rows as DNP.
         let s = snp(&shape(), &cal, &c, "alltoallv_world");
         let bytes = 2.0 * 50.0 * 40.0 + 320.0;
-        assert!((s.phases.shuffle - (5e-3 + bytes * 1e-9)).abs() < 1e-15);
+        assert!((s.phases.shuffle - (5e-3 + bytes * 1e-9 + own)).abs() < 1e-15);
     }
 
     #[test]
