@@ -94,6 +94,16 @@ fn calibrate_writes_a_file_that_plan_then_uses() {
             "{op}: {v}"
         );
     }
+    // The ranks' drift between collectives is measured on several ranks: three stretches of
+    // work, each with the mean wait it left (never negative: the slowest rank less each).
+    let drift = v["operators"]["drift"]["points"].as_array().unwrap();
+    assert_eq!(drift.len(), 3, "{v}");
+    for p in drift {
+        assert!(
+            p[0].as_f64().unwrap() > 0.0 && p[1].as_f64().unwrap() >= 0.0,
+            "{p}"
+        );
+    }
     for s in ["gdp", "split", "dnp", "snp"] {
         for phase in ["build", "optimizer"] {
             assert!(

@@ -192,6 +192,14 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
     put("optimizer", optimizer_points(be, world));
     put("attention", attention_points(be, world));
     put("elementwise", elementwise_points(be, world));
+    put(
+        "drift",
+        if multi {
+            drift_points(be, world)
+        } else {
+            vec![]
+        },
+    );
     ops.insert(
         "gemm".into(),
         Fit::least_squares_with_bytes("flop", gemm, gemm_bytes),
@@ -421,6 +429,44 @@ fn sample_points(world: &World) -> Vec<[f64; 2]> {
                 let _ = sample_blocks(&graph, &ids, &[10, 5], key);
             });
             [edges as f64, s]
+        })
+        .collect()
+}
+
+/// How far the ranks drift apart over a stretch of the same work between two collectives:
+/// every rank starts together and runs the same products (`x` = its seconds, mean over ranks),
+/// then waits for the slowest (`y` = the slowest rank's seconds less its own, mean over ranks).
+/// In a training step every collective waits so for the ranks' drift since the previous one:
+/// the wait lands in whichever phase holds the next collective (measured on the 2-core VM:
+/// `sample`, `gather` and `allreduce` ran 2-20× their predictions), where the other
+/// operators, each timed after a barrier, never see it. On dedicated cores it is near 0.
+fn drift_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
+    let a = be.upload(Array2::from_shape_fn((1024, 256), |(i, j)| ((i + j) % 7) as f32).view());
+    let b = be.upload(Array2::from_shape_fn((256, 256), |(i, j)| ((i * j) % 5) as f32).view());
+    let work = |products: usize| {
+        for _ in 0..products {
+            let c = be.matmul(be.view(&a), be.view(&b));
+            let _ = be.download(be.rows(be.view(&c), 0..1));
+        }
+    };
+    work(1);
+    let ranks = world.size() as f64;
+    [1usize, 4, 16]
+        .iter()
+        .map(|&products| {
+            let (mut own, mut waited) = (0.0, 0.0);
+            for _ in 0..REPS {
+                world.barrier();
+                let t = Instant::now();
+                work(products);
+                let s = t.elapsed().as_secs_f64();
+                own += s;
+                waited += world.allreduce_max_f64(s) - s;
+            }
+            let mut sums = [own, waited];
+            world.allreduce_sum_f64(&mut sums);
+            let n = REPS as f64 * ranks;
+            [sums[0] / n, sums[1] / n]
         })
         .collect()
 }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 /// `sample` and `spmm` operators, 3 the `optimizer`, 4 GAT's `attention`, 5 the
 /// `elementwise` passes of hidden activations and row exchanges for `alltoallv`, all measured
 /// under training's allocator policy.)
-pub const FORMAT: u32 = 5;
+pub const FORMAT: u32 = 6;
 
 /// Operators every calibration holds, with the unit of their `x`.
 pub const OPERATORS: &[(&str, &str)] = &[
@@ -34,6 +34,7 @@ pub const OPERATORS: &[(&str, &str)] = &[
     ("optimizer", "param"),
     ("attention", "edge_col"),
     ("elementwise", "byte"),
+    ("drift", "second"),
 ];
 
 /// Where and how a calibration was measured. Two runs may share one only when these agree.

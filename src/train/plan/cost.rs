@@ -17,7 +17,8 @@
 //!   hidden layer's activation forward and backward (`elementwise`, bytes streamed);
 //! - sync: the gradient allreduce (`allreduce`, 4 bytes per parameter; on a device without
 //!   CUDA-aware MPI the gradients also go down and back up, `d2h` and `h2d`) and the step's
-//!   small allreduce of counters;
+//!   small allreduce of counters; and the ranks' waits for each other at the step's
+//!   collectives, a calibrated share of the step's work (`drift`);
 //! - optimizer: zeroing the gradients and the Adam update (`optimizer`, per parameter a rank
 //!   holds: NFP's ranks hold a slice of the first layer's weights).
 //!
@@ -632,6 +633,10 @@ pub fn predict(
         phases.optimizer = cal
             .op("optimizer")
             .seconds(params_held(shape, name, ranks), 1.0);
+        // The ranks drift apart over the step's work and wait for each other at its
+        // collectives (`drift`, a share of the work; 0 on one rank). The waits fall in every
+        // phase that ends in a collective; they are charged to sync, where the last falls.
+        phases.sync += cal.op("drift").seconds(phases.total() - phases.sync, 0.0);
         let computed: Vec<f64> = (0..shape.in_w.len())
             .map(|l| counts.iter().map(|c| c.dst[l]).sum())
             .collect();
@@ -889,6 +894,29 @@ mod tests {
         // Not allowed: priced, never picked.
         let p2 = predict(&dry, &shape(), &cal, &["gdp"], "alltoallv_world");
         assert_eq!(p2.choice, "gdp");
+    }
+
+    #[test]
+    fn the_ranks_drift_is_a_share_of_the_steps_work_charged_to_sync() {
+        let dry = DryRun {
+            batches: 1,
+            epoch_batches: 1,
+            ranks: vec![std::array::from_fn(|_| counts(500.0)); 2],
+        };
+        let all = ["gdp", "split", "dnp", "snp"];
+        let still = predict(&dry, &shape(), &machine(), &all, "alltoallv_world");
+        let mut drifting = machine();
+        drifting.operators.get_mut("drift").unwrap().per_unit_s = 0.1;
+        let p = predict(&dry, &shape(), &drifting, &all, "alltoallv_world");
+        for s in all {
+            let (a, b) = (&still.strategies[s].phases, &p.strategies[s].phases);
+            let work = a.total() - a.sync;
+            assert!(
+                (b.sync - a.sync - 0.1 * work).abs() < 1e-15,
+                "{s}: {a:?} {b:?}"
+            );
+            assert_eq!(b.train, a.train);
+        }
     }
 
     #[test]
