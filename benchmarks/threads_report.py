@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-PHASES = ["sample", "gather", "prefetch_wait", "forward", "backward", "allreduce", "optimizer", "eval"]
+PHASES = ["sample", "gather", "prefetch_wait", "forward", "backward", "shuffle", "allreduce", "optimizer", "eval"]
 
 
 def execute(args):

@@ -30,7 +30,7 @@ import json
 import math
 import sys
 
-PHASES = ["sample", "gather", "forward", "backward", "allreduce", "optimizer"]
+PHASES = ["sample", "gather", "forward", "backward", "shuffle", "allreduce", "optimizer"]
 # Operation kinds of `comm`, grouped for the tables and charts.
 SAMPLING_KINDS = {
     "sample_ids", "sample_counts", "sample_nbrs", "split_frontier_ids", "plan_ids", "train_ids",
