@@ -614,3 +614,98 @@ fn a_stores_sparse_copy_gives_the_numbers_of_the_dense_gather() {
         );
     }
 }
+
+/// DNP's and SNP's batches for a device come with their blocks' transposes built on the host
+/// (as a prefetch worker builds them): the loss and gradients of the backward building them
+/// itself, bit for bit, on the emulated device, for SAGE and GCN.
+#[test]
+fn owner_strategies_transposes_built_ahead_give_the_numbers_of_lazy_ones() {
+    use gnnpar::nn::transposes::TransposePlan;
+    use gnnpar::nn::Model;
+    use gnnpar::sample::BatchKey;
+    use gnnpar::train::data::TrainData;
+    use gnnpar::train::dnp::{dnp_host_batch, dnp_train_step};
+    use gnnpar::train::metrics::PhaseTimes;
+    use gnnpar::train::snp::{snp_host_batch, snp_train_step, SnpInput};
+    use gnnpar::train::strategy::{InputSource, ResidentFeatures, StepArgs};
+    let tmp = common::tempdir();
+    let world = World::solo();
+    let cuda = Cuda::emulated().expect("the emulator builds");
+    let path = small_sbm(tmp.path());
+    for kind in [ModelKind::Sage, ModelKind::Gcn] {
+        let cfg = TrainConfig {
+            model: kind,
+            layers: 3,
+            hidden: 16,
+            fanouts: vec![5, 5, 5],
+            batch_size: 200,
+            dropout: 0.5,
+            seed: 4,
+            ..Default::default()
+        };
+        let gcn = kind == ModelKind::Gcn;
+        let mut data = TrainData::load(Some(&path), &cfg, &world).expect("load");
+        if gcn {
+            data.build_gcn_degrees(&world, true).expect("degrees");
+        }
+        let data = data;
+        let batch: Vec<u32> = data.train_all[..cfg.batch_size].to_vec();
+        let args = StepArgs {
+            group: &world,
+            batch: &batch,
+            fanouts: &cfg.fanouts,
+            key: BatchKey {
+                seed: 4,
+                epoch: 0,
+                batch: 1,
+            },
+            self_loops: gcn,
+            scale: 1.0 / batch.len() as f32,
+        };
+        let fresh = || {
+            let config = gnnpar::train::model_config(&cfg, data.feature_dim(), data.num_classes);
+            Model::new(config, cfg.seed)
+                .expect("model")
+                .to_backend(cuda.clone())
+        };
+        let plan = fresh().transpose_plan();
+        let resident = ResidentFeatures {
+            own: cuda.upload(data.store.own_rows().view()),
+            cache: None,
+        };
+        let source = |ahead: bool| InputSource {
+            transposes: if ahead { plan } else { TransposePlan::none() },
+            ..InputSource::of(&fresh(), Some(&resident))
+        };
+        for strategy in ["dnp", "snp"] {
+            let run = |ahead: bool| {
+                let mut model = fresh();
+                let mut times = PhaseTimes::default();
+                let out = if strategy == "dnp" {
+                    let host = dnp_host_batch(&data, &world, args.spec(), source(ahead));
+                    assert_eq!(host.transposes_built() > 0, ahead, "{strategy} {kind:?}");
+                    dnp_train_step(&mut model, &data, Some(&resident), host, &args, &mut times)
+                } else {
+                    let input = SnpInput::of(&model, &data).expect("snp takes the model");
+                    let transposes = source(ahead).transposes;
+                    let host = snp_host_batch(&data, &world, args.spec(), input, true, transposes);
+                    assert_eq!(host.transposes_built() > 0, ahead, "{strategy} {kind:?}");
+                    snp_train_step(&mut model, &data, Some(&resident), host, &args, &mut times)
+                };
+                let out = out.expect("step");
+                (out.loss_sum, model.params.grads_on_host())
+            };
+            let (ahead, lazy) = (run(true), run(false));
+            assert_eq!(
+                ahead.0.to_bits(),
+                lazy.0.to_bits(),
+                "{strategy} {kind:?}: loss"
+            );
+            assert_eq!(
+                common::bits(&ahead.1),
+                common::bits(&lazy.1),
+                "{strategy} {kind:?}: grads"
+            );
+        }
+    }
+}

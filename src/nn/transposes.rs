@@ -91,11 +91,22 @@ impl TransposePlan {
         blocks: impl IntoIterator<Item = &'b Block>,
         sparse_input: bool,
     ) -> Vec<Option<BlockTranspose>> {
+        self.build_from(0, blocks, sparse_input)
+    }
+
+    /// [`TransposePlan::build`] for the blocks of layers `first..` (a strategy whose input
+    /// layer takes no block transpose, SNP's, builds its upper layers' only).
+    pub fn build_from<'b>(
+        &self,
+        first: usize,
+        blocks: impl IntoIterator<Item = &'b Block>,
+        sparse_input: bool,
+    ) -> Vec<Option<BlockTranspose>> {
         blocks
             .into_iter()
             .enumerate()
-            .map(|(l, b)| {
-                self.reads(l, b, sparse_input)
+            .map(|(i, b)| {
+                self.reads(first + i, b, sparse_input)
                     .then(|| BlockTranspose::new(b))
             })
             .collect()

@@ -12,7 +12,10 @@
 use super::data::TrainData;
 use super::metrics::PhaseTimes;
 use super::owner_input::OwnerBatch;
-use super::strategy::{place_rows, BatchSpec, InputSource, ResidentFeatures, StepArgs, StepOutput};
+use super::strategy::{
+    place_rows, transposes_on, BatchSpec, InputSource, ResidentFeatures, StepArgs, StepOutput,
+};
+use crate::backend::cpu::aggregate::BlockTranspose;
 use crate::backend::Backend;
 use crate::comm::Group;
 use crate::exchange::store::{InputRows, PlacedRows, StoreStats};
@@ -27,6 +30,9 @@ pub struct DnpHostBatch {
     input: DnpInput,
     /// The feature store's counters for the input rows, for the thread that owns the store.
     pub store: StoreStats,
+    /// Per layer (the input block, then the upper blocks), its transpose where
+    /// [`InputSource::transposes`] says the backward reads it.
+    transposes: Vec<Option<BlockTranspose>>,
     sample_seconds: f64,
     gather_seconds: f64,
 }
@@ -67,12 +73,25 @@ pub fn dnp_host_batch(
             .gather_input(group, src, source.sparse_first_layer);
         (DnpInput::Host(rows), stats)
     };
+    let gather_seconds = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let sparse_input = matches!(input, DnpInput::Host(InputRows::Sparse(_)));
+    let blocks = std::iter::once(&ob.input_block).chain(&ob.upper);
+    let transposes = source.transposes.build(blocks, sparse_input);
     DnpHostBatch {
         ob,
         input,
         store,
-        sample_seconds,
-        gather_seconds: t.elapsed().as_secs_f64(),
+        transposes,
+        sample_seconds: sample_seconds + t.elapsed().as_secs_f64(),
+        gather_seconds,
+    }
+}
+
+impl DnpHostBatch {
+    /// How many of the batch's blocks came with their transpose built.
+    pub fn transposes_built(&self) -> usize {
+        self.transposes.iter().flatten().count()
     }
 }
 
@@ -118,6 +137,7 @@ pub fn dnp_train_step<B: Backend>(
     let DnpHostBatch {
         mut ob,
         input,
+        transposes,
         sample_seconds,
         gather_seconds,
         ..
@@ -142,6 +162,9 @@ pub fn dnp_train_step<B: Backend>(
     let input_rows = ob.input_block.num_src();
     let input = be.graph(std::mem::take(&mut ob.input_block));
     let upper = ob.take_upper(&be);
+    let mut transposes = transposes_on(&be, transposes).into_iter();
+    let input_transpose = transposes.next().unwrap_or_default();
+    let upper_transposes: Vec<B::Transpose> = transposes.collect();
     times.gather += t.elapsed().as_secs_f64();
 
     let ctx = OwnerBatch::dropout_ctx(data, key);
@@ -156,6 +179,7 @@ pub fn dnp_train_step<B: Backend>(
     let (loss_sum, d_mine) = ob.upper_layers(
         model,
         &upper,
+        &upper_transposes,
         data,
         group,
         be.view(&h_mine),
@@ -166,11 +190,10 @@ pub fn dnp_train_step<B: Backend>(
     );
     drop(h_mine);
     let t = Instant::now();
-    let transpose = B::Transpose::default();
     model.layers[0].backward_owned(
         &mut model.params,
         &input,
-        &transpose,
+        &input_transpose,
         input_cache,
         d_mine,
         false,

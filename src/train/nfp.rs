@@ -319,7 +319,7 @@ impl<B: Backend> Nfp<B> {
             be.zeros(0, h)
         } else {
             let (loss_sum, d) =
-                upper_layers_data_parallel(model, &upper, z, &labels, &ctx, scale, times);
+                upper_layers_data_parallel(model, &upper, &[], z, &labels, &ctx, scale, times);
             out.loss_sum = loss_sum;
             d
         };

@@ -112,13 +112,15 @@ impl OwnerBatch {
     /// From this rank's input-layer rows `h_mine` (one per destination of
     /// [`OwnerBatch::input_block`], on the model's backend): send them to the ranks that asked
     /// (`kinds.0`), run the upper layers (`upper`: [`OwnerBatch::upper`] on the backend) and
-    /// the loss over the seeds, back-propagate, and return the loss sum and the gradient of
-    /// `h_mine` summed over the ranks that read each row (`kinds.1`). Collective.
+    /// the loss over the seeds, back-propagate (with `transposes[i]`, `upper[i]`'s transpose
+    /// where the batch came with it), and return the loss sum and the gradient of `h_mine`
+    /// summed over the ranks that read each row (`kinds.1`). Collective.
     #[allow(clippy::too_many_arguments)]
     pub fn upper_layers<B: Backend>(
         &self,
         model: &mut Model<B>,
         upper: &[B::Graph],
+        transposes: &[B::Transpose],
         data: &TrainData,
         group: &Group,
         h_mine: B::View<'_>,
@@ -131,7 +133,7 @@ impl OwnerBatch {
         let h = times.time_shuffle(|| self.plan.forward_on(group, &be, kinds.0, h_mine));
         let labels: Vec<i64> = self.seeds.iter().map(|&s| data.label(s)).collect();
         let (loss_sum, d_h) =
-            upper_layers_data_parallel(model, upper, h, &labels, ctx, scale, times);
+            upper_layers_data_parallel(model, upper, transposes, h, &labels, ctx, scale, times);
 
         let d_mine = times.time_shuffle(|| {
             let (rows, cols) = be.dim(h_mine);

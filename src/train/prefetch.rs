@@ -196,6 +196,7 @@ impl BatchPreparer<'_> {
                     spec,
                     snp,
                     self.snp_on_device,
+                    input.transposes,
                 ))
             }
             Strategy::Dnp => Prepared::Dnp(dnp_host_batch(data, several(), spec, input)),

@@ -31,7 +31,10 @@
 use super::data::TrainData;
 use super::metrics::{PassClock, PhaseTimes};
 use super::owner_input::OwnerBatch;
-use super::strategy::{BatchSpec, ResidentFeatures, StepArgs, StepOutput};
+use super::strategy::{
+    transposes_on, BatchSpec, InputSource, ResidentFeatures, StepArgs, StepOutput,
+};
+use crate::backend::cpu::aggregate::BlockTranspose;
 use crate::backend::cpu::sparse::CsrMatrix;
 use crate::backend::input_rows::InputRows;
 use crate::backend::{Backend, GcnNorm};
@@ -43,6 +46,7 @@ use crate::graph::NodeId;
 use crate::nn::gcn::GcnConv;
 use crate::nn::layer::Conv;
 use crate::nn::sage::SageConv;
+use crate::nn::transposes::TransposePlan;
 use crate::nn::{DropoutCtx, Layer, Model};
 use anyhow::{bail, Result};
 use ndarray::Array2;
@@ -97,21 +101,34 @@ pub struct SnpHostBatch {
     x_dst: Option<OwnRows>,
     /// The feature store's counters for the rows read, for the thread that owns the store.
     pub store: StoreStats,
+    /// Per upper layer, its block's transpose where the plan the batch was made with says the
+    /// backward reads it (the input layer's partial sums keep their own).
+    transposes: Vec<Option<BlockTranspose>>,
     sample_seconds: f64,
     gather_seconds: f64,
+}
+
+impl SnpHostBatch {
+    /// How many of the upper blocks came with their transpose built.
+    pub fn transposes_built(&self) -> usize {
+        self.transposes.iter().flatten().count()
+    }
 }
 
 /// The host side of SNP's mini-batch: owner sampling ([`OwnerBatch::sample`]), the input
 /// layer's edges routed to their sources' owners with `input`'s weights ([`PartialPlan`]), and
 /// the own rows the plan reads — only their indices where the device keeps this rank's rows
-/// (`on_device`). Collective over `group`, which may be a prefetch worker's communicator: it
-/// only reads `data` and is a pure function of its arguments.
+/// (`on_device`), and the upper blocks' transposes `transposes` says the backward reads (for a
+/// device; [`TransposePlan::none`] on the host). Collective over `group`, which may be a
+/// prefetch worker's communicator: it only reads `data` and is a pure function of its
+/// arguments.
 pub fn snp_host_batch(
     data: &TrainData,
     group: &Group,
     spec: BatchSpec,
     input: SnpInput,
     on_device: bool,
+    transposes: TransposePlan,
 ) -> SnpHostBatch {
     let t = Instant::now();
     let ob = OwnerBatch::sample(group, data, spec);
@@ -131,6 +148,7 @@ pub fn snp_host_batch(
         let src = GcnNorm::source_factors(plan.sources(), table());
         plan.scale_sources(&src);
     }
+    let transposes = transposes.build_from(1, &ob.upper, false);
     let sample_seconds = t.elapsed().as_secs_f64();
 
     // Only own rows: the sources' on their owners, the destinations' (SAGE's root term) here.
@@ -148,6 +166,7 @@ pub fn snp_host_batch(
         x_src,
         x_dst,
         store,
+        transposes,
         sample_seconds,
         gather_seconds: t.elapsed().as_secs_f64(),
     }
@@ -162,7 +181,15 @@ pub fn snp_step<B: Backend>(
     times: &mut PhaseTimes,
 ) -> Result<StepOutput> {
     let input = SnpInput::of(model, data)?;
-    let host = snp_host_batch(data, args.group, args.spec(), input, resident.is_some());
+    let transposes = InputSource::of(model, resident).transposes;
+    let host = snp_host_batch(
+        data,
+        args.group,
+        args.spec(),
+        input,
+        resident.is_some(),
+        transposes,
+    );
     data.store.add_stats(&host.store);
     snp_train_step(model, data, resident, host, args, times)
 }
@@ -189,6 +216,7 @@ pub fn snp_train_step<B: Backend>(
         plan,
         x_src,
         x_dst,
+        transposes,
         sample_seconds,
         gather_seconds,
         ..
@@ -209,6 +237,7 @@ pub fn snp_train_step<B: Backend>(
     let x_src = x_src.on(&be, resident, layer, &ctx, partial.sources());
     let x_dst = x_dst.map(|x| x.on(&be, resident, layer, &ctx, block.dst_nodes()));
     let upper = ob.take_upper(&be);
+    let upper_transposes = transposes_on(&be, transposes);
     times.gather += t.elapsed().as_secs_f64();
 
     let forward = PassClock::start(times);
@@ -237,6 +266,7 @@ pub fn snp_train_step<B: Backend>(
     let (loss_sum, mut d_mine) = ob.upper_layers(
         model,
         &upper,
+        &upper_transposes,
         data,
         group,
         be.view(&h_mine),

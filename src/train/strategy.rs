@@ -727,10 +727,14 @@ fn halo_backward<B: Backend>(
 /// The upper layers of this rank's seeds, data parallel as GDP: forward from `h` (the input
 /// layer's rows of `upper[0]`'s sources), loss over the seeds, backward; returns the loss sum
 /// and the gradient of `h`. Shared by the strategies whose input layer is computed apart
-/// (NFP's column slices; DNP and SNP through [`super::owner_input`]).
+/// (NFP's column slices; DNP and SNP through [`super::owner_input`]). `transposes[i]` is
+/// `upper[i]`'s transpose where the batch came with it (a prefetch worker's, for a device);
+/// a layer without one builds its own when its backward reads it.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn upper_layers_data_parallel<B: Backend>(
     model: &mut Model<B>,
     upper: &[B::Graph],
+    transposes: &[B::Transpose],
     h: B::Mat,
     labels: &[i64],
     ctx: &DropoutCtx,
@@ -752,11 +756,24 @@ pub(crate) fn upper_layers_data_parallel<B: Backend>(
 
     let t = Instant::now();
     be.scale(be.view_mut(&mut d_h), scale);
-    for ((layer, g), cache) in model.layers[1..].iter().zip(upper).zip(caches).rev() {
-        // A transpose caches one block's: a fresh one per layer.
-        let transpose = B::Transpose::default();
+    for (i, ((layer, g), cache)) in model.layers[1..]
+        .iter()
+        .zip(upper)
+        .zip(caches)
+        .enumerate()
+        .rev()
+    {
+        // A transpose caches one block's: a fresh one per layer without one built ahead.
+        let fresh;
+        let transpose = match transposes.get(i) {
+            Some(t) => t,
+            None => {
+                fresh = B::Transpose::default();
+                &fresh
+            }
+        };
         d_h = layer
-            .backward_owned(&mut model.params, g, &transpose, cache, d_h, true)
+            .backward_owned(&mut model.params, g, transpose, cache, d_h, true)
             .expect("asked for the input gradient");
     }
     times.backward += t.elapsed().as_secs_f64();
