@@ -219,7 +219,11 @@ impl Group {
     /// [`Group::alltoallv`] where every rank knows what it receives from each rank
     /// (`recv_counts[r]` is rank `r`'s `send_counts` entry for this rank: both sides of one
     /// plan), so no counts are exchanged first. Returns the received elements in rank order.
-    pub fn alltoallv_known<T: Equivalence + Copy>(
+    ///
+    /// Crate-internal: the receive buffer is not zeroed, so the counts must agree across
+    /// ranks (every caller derives both sides from one plan or from counts it received); a
+    /// disagreement is an erroneous MPI program, not a recoverable input error.
+    pub(crate) fn alltoallv_known<T: Equivalence + Copy>(
         &self,
         kind: &'static str,
         send: &[T],
@@ -327,7 +331,7 @@ impl Group {
 
     /// [`Group::alltoallv_rows`] with the rows from each rank known (`recv_rows`, from the
     /// same plan as every rank's `send_rows`). Returns the received rows, row-major, rank order.
-    pub fn alltoallv_rows_known(
+    pub(crate) fn alltoallv_rows_known(
         &self,
         kind: &'static str,
         send: &[f32],
