@@ -486,6 +486,12 @@ fn one_step<B: Backend>(
     (out.loss_sum, model.params.grads_on_host())
 }
 
+/// Two steps' loss and gradients (as [`one_step`] returns them) are the same, bit for bit.
+fn assert_same_step(a: &(f64, Vec<f32>), b: &(f64, Vec<f32>), what: &str) {
+    assert_eq!(a.0.to_bits(), b.0.to_bits(), "{what}: loss");
+    assert_eq!(common::bits(&a.1), common::bits(&b.1), "{what}: grads");
+}
+
 /// Mostly-zero features are kept as CSR beside the dense rows, and a one-rank mini-batch whose
 /// first layer takes sparse rows is gathered from that copy: the same loss and gradients, bit
 /// for bit, as the dense gather that the layer then converts (CPU), and as the device path that
@@ -566,12 +572,7 @@ fn a_stores_sparse_copy_gives_the_numbers_of_the_dense_gather() {
         }
         let a = one_step(Cpu, &cfg, &data, None, host, &args);
         let b = one_step(Cpu, &cfg, &data, None, dense, &args);
-        assert_eq!(a.0.to_bits(), b.0.to_bits(), "{path:?}: CPU loss");
-        assert_eq!(
-            common::bits(&a.1),
-            common::bits(&b.1),
-            "{path:?}: CPU grads"
-        );
+        assert_same_step(&a, &b, &format!("{path:?}: CPU"));
         // The emulated device: with resident features, the host's choice (CSR rows, or dense
         // rows decided dense) against the layer's own test on the gathered rows.
         let resident = gnnpar::train::strategy::ResidentFeatures {
@@ -596,16 +597,7 @@ fn a_stores_sparse_copy_gives_the_numbers_of_the_dense_gather() {
             (&d, "the layer's own test"),
             (&e, "transposes built lazily"),
         ] {
-            assert_eq!(
-                c.0.to_bits(),
-                other.0.to_bits(),
-                "{path:?}: device loss, {what}"
-            );
-            assert_eq!(
-                common::bits(&c.1),
-                common::bits(&other.1),
-                "{path:?}: device grads, {what}"
-            );
+            assert_same_step(&c, other, &format!("{path:?}: device, {what}"));
         }
         let rel = max_rel_diff(&a.1, &c.1, 1e-3);
         assert!(
@@ -696,16 +688,7 @@ fn owner_strategies_transposes_built_ahead_give_the_numbers_of_lazy_ones() {
                 (out.loss_sum, model.params.grads_on_host())
             };
             let (ahead, lazy) = (run(true), run(false));
-            assert_eq!(
-                ahead.0.to_bits(),
-                lazy.0.to_bits(),
-                "{strategy} {kind:?}: loss"
-            );
-            assert_eq!(
-                common::bits(&ahead.1),
-                common::bits(&lazy.1),
-                "{strategy} {kind:?}: grads"
-            );
+            assert_same_step(&ahead, &lazy, &format!("{strategy} {kind:?}"));
         }
     }
 }
