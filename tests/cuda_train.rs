@@ -679,8 +679,7 @@ fn owner_strategies_transposes_built_ahead_give_the_numbers_of_lazy_ones() {
                     dnp_train_step(&mut model, &data, Some(&resident), host, &args, &mut times)
                 } else {
                     let input = SnpInput::of(&model, &data).expect("snp takes the model");
-                    let transposes = source(ahead).transposes;
-                    let host = snp_host_batch(&data, &world, args.spec(), input, true, transposes);
+                    let host = snp_host_batch(&data, &world, args.spec(), input, source(ahead));
                     assert_eq!(host.transposes_built() > 0, ahead, "{strategy} {kind:?}");
                     snp_train_step(&mut model, &data, Some(&resident), host, &args, &mut times)
                 };

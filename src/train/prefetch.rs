@@ -154,8 +154,6 @@ struct BatchPreparer<'a> {
     node: (usize, usize),
     input: InputSource,
     snp_input: Option<SnpInput>,
-    /// SNP's own rows are gathered on a device that keeps them.
-    snp_on_device: bool,
     /// Keep the blocks as sampled, for `--dump-blocks`.
     keep_sampled: bool,
 }
@@ -190,14 +188,7 @@ impl BatchPreparer<'_> {
             }
             Strategy::Snp => {
                 let snp = self.snp_input.expect("resolved for snp");
-                Prepared::Snp(snp_host_batch(
-                    data,
-                    several(),
-                    spec,
-                    snp,
-                    self.snp_on_device,
-                    input.transposes,
-                ))
+                Prepared::Snp(snp_host_batch(data, several(), spec, snp, input))
             }
             Strategy::Dnp => Prepared::Dnp(dnp_host_batch(data, several(), spec, input)),
             _ => Prepared::Gdp(gdp_host_batch(data, group, spec, input, self.keep_sampled)),
@@ -316,8 +307,6 @@ impl<B: Backend> Trainer<'_, B> {
         // On a device holding the features, dense input rows are gathered there, not on the
         // host; mostly-zero rows come as CSR from the store's sparse copy either way.
         let input = InputSource::of(model, resident.as_ref());
-        // SNP's own rows are gathered on a device that keeps them.
-        let snp_on_device = resident.is_some();
         let strategy = cfg.strategy;
         let node = world.node_index();
         // What SNP's host side needs of the model (checked here, before any collective).
@@ -350,7 +339,6 @@ impl<B: Backend> Trainer<'_, B> {
             node,
             input,
             snp_input,
-            snp_on_device,
             keep_sampled,
         };
         let result = std::thread::scope(|s| -> Result<()> {

@@ -46,7 +46,6 @@ use crate::graph::NodeId;
 use crate::nn::gcn::GcnConv;
 use crate::nn::layer::Conv;
 use crate::nn::sage::SageConv;
-use crate::nn::transposes::TransposePlan;
 use crate::nn::{DropoutCtx, Layer, Model};
 use anyhow::{bail, Result};
 use ndarray::Array2;
@@ -118,18 +117,17 @@ impl SnpHostBatch {
 /// The host side of SNP's mini-batch: owner sampling ([`OwnerBatch::sample`]), the input
 /// layer's edges routed to their sources' owners with `input`'s weights ([`PartialPlan`]), and
 /// the own rows the plan reads — only their indices where the device keeps this rank's rows
-/// (`on_device`), and the upper blocks' transposes `transposes` says the backward reads (for a
-/// device; [`TransposePlan::none`] on the host). Collective over `group`, which may be a
-/// prefetch worker's communicator: it only reads `data` and is a pure function of its
-/// arguments.
+/// (`source.resident`), and the upper blocks' transposes `source.transposes` says the backward
+/// reads. Collective over `group`, which may be a prefetch worker's communicator: it only
+/// reads `data` and is a pure function of its arguments.
 pub fn snp_host_batch(
     data: &TrainData,
     group: &Group,
     spec: BatchSpec,
     input: SnpInput,
-    on_device: bool,
-    transposes: TransposePlan,
+    source: InputSource,
 ) -> SnpHostBatch {
+    let on_device = source.resident;
     let t = Instant::now();
     let ob = OwnerBatch::sample(group, data, spec);
     let block = &ob.input_block;
@@ -148,7 +146,7 @@ pub fn snp_host_batch(
         let src = GcnNorm::source_factors(plan.sources(), table());
         plan.scale_sources(&src);
     }
-    let transposes = transposes.build_from(1, &ob.upper, false);
+    let transposes = source.transposes.build_from(1, &ob.upper, false);
     let sample_seconds = t.elapsed().as_secs_f64();
 
     // Only own rows: the sources' on their owners, the destinations' (SAGE's root term) here.
@@ -181,15 +179,8 @@ pub fn snp_step<B: Backend>(
     times: &mut PhaseTimes,
 ) -> Result<StepOutput> {
     let input = SnpInput::of(model, data)?;
-    let transposes = InputSource::of(model, resident).transposes;
-    let host = snp_host_batch(
-        data,
-        args.group,
-        args.spec(),
-        input,
-        resident.is_some(),
-        transposes,
-    );
+    let source = InputSource::of(model, resident);
+    let host = snp_host_batch(data, args.group, args.spec(), input, source);
     data.store.add_stats(&host.store);
     snp_train_step(model, data, resident, host, args, times)
 }
