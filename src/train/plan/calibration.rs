@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 /// Version of the file layout; a different one is ignored like a different key. (2 added the
 /// `sample` and `spmm` operators, 3 the `optimizer`, 4 GAT's `attention`, 5 the
 /// `elementwise` passes of hidden activations and row exchanges for `alltoallv`, all measured
-/// under training's allocator policy.)
-pub const FORMAT: u32 = 6;
+/// under training's allocator policy, 6 the ranks' `drift`, 7 the `gather` per row and byte,
+/// and the sampler and the gather timed on other inputs every call.)
+pub const FORMAT: u32 = 7;
 
 /// Operators every calibration holds, with the unit of their `x`.
 pub const OPERATORS: &[(&str, &str)] = &[
@@ -24,7 +25,7 @@ pub const OPERATORS: &[(&str, &str)] = &[
     ("alltoallv_leaders", "byte"),
     ("allreduce", "byte"),
     ("allgatherv", "byte"),
-    ("gather", "byte"),
+    ("gather", "row"),
     ("h2d", "byte"),
     ("d2h", "byte"),
     ("gemm", "flop"),
@@ -143,8 +144,31 @@ impl Fit {
     /// of the three terms whose fit has no negative coefficient, the one with the smallest
     /// error wins (the full fit when it is non-negative).
     pub fn least_squares_with_bytes(unit: &str, points: Vec<[f64; 2]>, bytes: Vec<f64>) -> Fit {
+        Fit::two_term_fit(unit, points, bytes, f64::sqrt)
+    }
+
+    /// [`Fit::least_squares_with_bytes`] with every point weighted by 1/seconds: relative
+    /// errors, so that the small points count as much as the large ones. The feature gather
+    /// needs it: with 1/√seconds its widest rows (4 KiB, 16 ms a point) set the line and left
+    /// a 40-byte row at a sixth of its measured 20 ns (2-core VM), and Tolokers' rows are 40
+    /// bytes.
+    pub fn least_squares_relative_with_bytes(
+        unit: &str,
+        points: Vec<[f64; 2]>,
+        bytes: Vec<f64>,
+    ) -> Fit {
+        Fit::two_term_fit(unit, points, bytes, |s| s)
+    }
+
+    /// The fit of both: each point weighted by `1 / scale(seconds)`.
+    fn two_term_fit(
+        unit: &str,
+        points: Vec<[f64; 2]>,
+        bytes: Vec<f64>,
+        scale: impl Fn(f64) -> f64,
+    ) -> Fit {
         assert_eq!(points.len(), bytes.len(), "one byte count per point");
-        let weight = |p: &[f64; 2]| if p[1] > 0.0 { 1.0 / p[1].sqrt() } else { 0.0 };
+        let weight = |p: &[f64; 2]| if p[1] > 0.0 { 1.0 / scale(p[1]) } else { 0.0 };
         let rows: Vec<[f64; 3]> = points
             .iter()
             .zip(&bytes)

@@ -304,7 +304,7 @@ fn sparse_input_layer(
     let k = if kind == ModelKind::Sage { 2.0 } else { 1.0 };
     let products = nnz * o * (ns + (k - 1.0) * nd);
     let scan = if scanned {
-        cal.op("gather").seconds(ns * i * 4.0, 1.0)
+        cal.op("gather").seconds_touching(ns, ns * i * 4.0, 1.0)
     } else {
         0.0
     };
@@ -357,15 +357,19 @@ fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str, rows: Rows
     // A fetched row: its 8-byte id out and the row back, dense or as the store packs it.
     let wire = shape.packed_row_bytes.unwrap_or(row);
     let fetched = c.input_remote * (wire + 8.0);
-    let (gathered, copied_up) = if rows == Rows::Resident {
+    // Every row the rank reads (its own, cached, served) or places (fetched) is looked up
+    // and written once; `gathered` the bytes those reads and writes touch.
+    let (read, gathered, copied_up) = if rows == Rows::Resident {
         // Served rows are still read for the ranks that fetch them.
         (
+            c.input_remote + c.input_served,
             (c.input_remote + c.input_served) * row,
             c.input_remote * row,
         )
     } else if rows == Rows::Csr {
         let entries = shape.input_nnz.unwrap_or(shape.in_w[0]) * 8.0;
         (
+            c.input_local + c.input_served + c.input_remote + c.input_cached,
             (c.input_local + c.input_served + c.input_remote) * entries + c.input_cached * row,
             (c.input_local + c.input_cached + c.input_remote) * (entries + 8.0),
         )
@@ -378,11 +382,12 @@ fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str, rows: Rows
             0.0
         };
         (
+            c.input_local + c.input_cached + c.input_served + c.input_remote,
             (c.input_local + c.input_cached + c.input_served + decoded) * row,
             (c.input_local + c.input_cached + c.input_remote) * row,
         )
     };
-    let mut s = cal.op("gather").seconds(gathered, 2.0);
+    let mut s = cal.op("gather").seconds_touching(read, gathered, 2.0);
     if c.input_remote + c.input_served > 0.0 {
         s += cal.op(a2a).seconds(fetched, 2.0);
     }
@@ -422,7 +427,7 @@ pub fn gdp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
 /// that cross ranks): `copied` bytes of rows gathered or scattered by index on this rank and
 /// `zeroed` bytes of fresh matrices written whole.
 fn local_side(cal: &Calibration, copied: f64, zeroed: f64) -> f64 {
-    cal.op("gather").seconds(copied, 0.0) + cal.op("elementwise").seconds(zeroed, 0.0)
+    cal.op("gather").seconds_touching(0.0, copied, 0.0) + cal.op("elementwise").seconds(zeroed, 0.0)
 }
 
 /// Split: each (layer, vertex) on its owner; cross-rank rows of every layer above the input
@@ -527,7 +532,9 @@ pub fn nfp(
         csr_batches: false,
         ..shape.clone()
     };
-    let mut load = cal.op("gather").seconds(src * slice * 4.0, 1.0);
+    let mut load = cal
+        .op("gather")
+        .seconds_touching(src, src * slice * 4.0, 1.0);
     let upload = if shape.device {
         cal.op("h2d").seconds(src * slice * 4.0, 1.0)
     } else {
@@ -718,14 +725,15 @@ mod tests {
     use super::super::calibration::{Calibration, CalibrationKey, Fit, FORMAT, OPERATORS};
     use super::*;
 
-    /// A synthetic machine: 1 GB/s alltoallv with 1 ms latency, 10 GB/s gather, 2 GB/s
+    /// A synthetic machine: 1 GB/s alltoallv with 1 ms latency, 10 ns a row and 10 GB/s
+    /// gather, 2 GB/s
     /// allreduce, 1 GFLOP/s, 1e8 edge-columns per second, free kernel launches, 10 ns per
     /// parameter of the optimizer (10 µs a call), 10 GB/s device copies (10 µs a call), 10 GB/s
     /// activation passes.
     fn machine() -> Calibration {
         let line = |op: &str| match op {
             "alltoallv_world" | "alltoallv_node" => (1e-3, 1e-9),
-            "gather" => (0.0, 1e-10),
+            "gather" => (0.0, 1e-8),
             "allreduce" => (0.0, 5e-10),
             "allgatherv" => (1e-3, 1e-9),
             "gemm" => (0.0, 1e-9),
@@ -756,6 +764,9 @@ mod tests {
                     let mut f = Fit::free(unit);
                     f.latency_s = a;
                     f.per_unit_s = b;
+                    if *op == "gather" {
+                        f.per_byte_s = 1e-10;
+                    }
                     (op.to_string(), f)
                 })
                 .collect(),
@@ -804,9 +815,9 @@ mod tests {
         let cal = machine();
         let c = counts(500.0);
         let r = gdp(&shape(), &cal, &c, "alltoallv_world");
-        // Gather: (1000 + 500 served) rows × 400 B at 10 GB/s = 60 µs; fetch: 2 ms latency +
-        // 500 × 408 B at 1 GB/s = 204 µs.
-        let load = 1500.0 * 400.0 * 1e-10 + 2e-3 + 500.0 * 408.0 * 1e-9;
+        // Gather: (1000 + 500 served) rows × 400 B at 10 GB/s = 60 µs, and 10 ns for each of
+        // those and the 500 fetched rows placed; fetch: 2 ms latency + 500 × 408 B at 1 GB/s.
+        let load = 1500.0 * 400.0 * 1e-10 + 2000.0 * 1e-8 + 2e-3 + 500.0 * 408.0 * 1e-9;
         assert!((r.phases.load - load).abs() < 1e-12, "{:?}", r.phases);
         // Build: 2200 sampled edges (0.1 ms a call + 1 µs an edge) and 6 id exchanges moving
         // 8000 bytes.
@@ -962,11 +973,13 @@ mod tests {
         let gather = cal.op("gather");
         let expect = dense.phases.load - wire.seconds(500.0 * 408.0, 2.0)
             + wire.seconds(500.0 * 48.0, 2.0)
-            + gather.seconds(
+            + gather.seconds_touching(
+                2000.0,
                 (c.input_local + c.input_cached + c.input_served + 500.0) * 400.0,
                 2.0,
             )
-            - gather.seconds(
+            - gather.seconds_touching(
+                2000.0,
                 (c.input_local + c.input_cached + c.input_served) * 400.0,
                 2.0,
             );
@@ -990,6 +1003,7 @@ mod tests {
         // sources forward and as many for the weight gradient (spmm), aggregation at width 10
         // forward and transposed, its activation; layer 2 as before.
         let layer1 = 1500.0 * 400.0 * 1e-10
+            + 1500.0 * 1e-8
             + 2.0 * 3.0 * 10.0 * 1500.0 * 1e-8
             + 40_000.0 * 1e-8
             + 16.0 * 200.0 * 10.0 * 1e-10;
@@ -1027,12 +1041,12 @@ mod tests {
         assert_eq!(r.bytes, dense.bytes);
         let gather = cal.op("gather");
         let (wire, h2d) = (cal.op("alltoallv_world"), cal.op("h2d"));
-        let load = gather.seconds(2000.0 * 24.0, 2.0)
+        let load = gather.seconds_touching(2000.0, 2000.0 * 24.0, 2.0)
             + wire.seconds(500.0 * 36.0, 2.0)
             + h2d.seconds(1500.0 * 32.0, 1.0);
         assert!((r.phases.load - load).abs() < 1e-12, "{:?}", r.phases);
         // The input layer no longer scans 1500 dense rows of 400 B.
-        let scan = gather.seconds(1500.0 * 400.0, 1.0);
+        let scan = gather.seconds_touching(1500.0, 1500.0 * 400.0, 1.0);
         assert!((dense.phases.train - r.phases.train - scan).abs() < 1e-12);
         // Split's input layer and DNP's owners make their rows the same way.
         for cost in [
@@ -1080,7 +1094,9 @@ mod tests {
         let mut c = counts(500.0);
         (c.input_remote, c.input_cached) = (300.0, 200.0);
         let r = gdp(&shape(), &cal, &c, "alltoallv_world");
-        let load = (1000.0 + 200.0 + 500.0) * 400.0 * 1e-10 + 2e-3 + 300.0 * 408.0 * 1e-9;
+        // 1000 own, 200 cached and 500 served rows read, those and 300 fetched rows placed.
+        let load =
+            (1000.0 + 200.0 + 500.0) * 400.0 * 1e-10 + 2000.0 * 1e-8 + 2e-3 + 300.0 * 408.0 * 1e-9;
         assert!((r.phases.load - load).abs() < 1e-15, "{:?}", r.phases);
         assert_eq!(r.bytes, 300.0 * 408.0);
     }
@@ -1103,13 +1119,13 @@ mod tests {
         // each); up: the 300 fetched rows. Own and cached rows are gathered on the device.
         let r = gdp(&resident, &cal, &c, "alltoallv_world");
         let up = 1e-5 + 300.0 * 400.0 * 1e-10;
-        let load = 800.0 * 400.0 * 1e-10 + fetch + up;
+        let load = 800.0 * (400.0 * 1e-10 + 1e-8) + fetch + up;
         assert!((r.phases.load - load).abs() < 1e-15, "{:?}", r.phases);
         assert!((r.upload - up).abs() < 1e-18);
         // Without: own, cached and served rows read, and every batch row copied up.
         let d = gdp(&device, &cal, &c, "alltoallv_world");
         let up = 1e-5 + 1500.0 * 400.0 * 1e-10;
-        let load = 1700.0 * 400.0 * 1e-10 + fetch + up;
+        let load = 1700.0 * 400.0 * 1e-10 + 2000.0 * 1e-8 + fetch + up;
         assert!((d.phases.load - load).abs() < 1e-15, "{:?}", d.phases);
         assert_eq!(r.bytes, d.bytes, "the same rows cross ranks");
         // DNP's owners and split's input layer place their rows the same way.
@@ -1147,8 +1163,14 @@ mod tests {
         );
         // 1000 own rows × 5 entries of 8 B, against 1000 dense rows of 400 B.
         let gather = cal.op("gather");
-        assert_eq!(c.phases.load, gather.seconds(1000.0 * 5.0 * 8.0, 2.0));
-        assert_eq!(d.phases.load, gather.seconds(1000.0 * 400.0, 2.0));
+        assert_eq!(
+            c.phases.load,
+            gather.seconds_touching(1000.0, 1000.0 * 5.0 * 8.0, 2.0)
+        );
+        assert_eq!(
+            d.phases.load,
+            gather.seconds_touching(1000.0, 1000.0 * 400.0, 2.0)
+        );
         assert!(
             c.phases.train < d.phases.train,
             "no dense rows scanned for their zeros"
@@ -1172,7 +1194,7 @@ mod tests {
         let (a, b) = (counts(500.0), counts(500.0));
         let r = nfp(&shape(), &cal, &[&a, &b], 0, "alltoallv_world");
         // Gather: both ranks' 1500 source rows at 50 columns.
-        assert!((r.phases.load - 3000.0 * 50.0 * 4.0 * 1e-10).abs() < 1e-15);
+        assert!((r.phases.load - 3000.0 * (50.0 * 4.0 * 1e-10 + 1e-8)).abs() < 1e-15);
         // Blocks: 3000 src ids, 4000 edges, 400 dst; partials 200 rows × 40 B each way.
         let blocks = 3000.0 * 8.0 + 4000.0 * 4.0 + 400.0 * 8.0;
         let shuffle = 1e-3 + blocks * 1e-9 + 2e-3 + 2.0 * 200.0 * 40.0 * 1e-9;
