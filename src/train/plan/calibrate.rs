@@ -21,6 +21,8 @@ use std::time::Instant;
 /// Repetitions per point (the median is kept), after one untimed warm-up. Three left the
 /// 2-core VM's calibrations ±20 % apart from one run to the next on most points.
 const REPS: usize = 5;
+/// Sweeps over every operator; each point keeps its median over them ([`median_points`]).
+const SWEEPS: usize = 3;
 /// Message sizes of the communication operators, bytes per rank.
 const MESSAGE_BYTES: &[usize] = &[1 << 10, 1 << 14, 1 << 17, 1 << 19, 1 << 21, 1 << 22];
 
@@ -110,22 +112,15 @@ fn row_exchange_points(world: &World, group: Option<&Group>) -> Vec<[f64; 2]> {
         .collect()
 }
 
-/// Measure every operator (collective over `world`) and fit the lines.
-pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Calibration {
-    // Measure under the allocator policy training runs under (`Model::new` sets it): with
-    // glibc's defaults every large fresh output is a new mapping whose pages fault in, and a
-    // `gnnpar calibrate` of its own timed 8192 × 2 · 2 × 1024 at 11 ms against 1.3 ms with the
-    // freed memory reused, as training reuses it.
-    crate::backend::cpu::memory::keep_freed_memory();
-    let started = Instant::now();
-    let mut ops: BTreeMap<String, Fit> = BTreeMap::new();
-    let mut put = |name: &str, pts: Vec<[f64; 2]>| {
-        let unit = OPERATORS
-            .iter()
-            .find(|(o, _)| *o == name)
-            .map(|(_, u)| *u)
-            .expect("known operator");
-        ops.insert(name.to_string(), Fit::least_squares(unit, pts));
+/// One measurement of every operator: its points, and the bytes of each point for the
+/// operators fitted in two variables (else empty).
+type Sweep = BTreeMap<&'static str, (Vec<[f64; 2]>, Vec<f64>)>;
+
+/// Every operator measured once, in [`OPERATORS`]' units. Collective over `world`.
+fn sweep<B: Backend>(be: &B, world: &World) -> Sweep {
+    let mut ops = Sweep::new();
+    let mut put = |name: &'static str, pts: Vec<[f64; 2]>| {
+        ops.insert(name, (pts, Vec::new()));
     };
     let multi = world.size() > 1;
     // Communication: a single rank moves nothing, so the operators are free there.
@@ -176,7 +171,7 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
             vec![]
         },
     );
-    let (gather, gather_bytes) = gather_points(world);
+    let gather = gather_points(world);
     if B::IS_HOST {
         put("h2d", vec![]);
         put("d2h", vec![]);
@@ -185,7 +180,7 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
         put("h2d", up);
         put("d2h", down);
     }
-    let (gemm, gemm_bytes) = gemm_points(be, world);
+    let gemm = gemm_points(be, world);
     put("aggregate", aggregate_points(be, world));
     put("spmm", spmm_points(be, world));
     put("sample", sample_points(world));
@@ -200,14 +195,54 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
             vec![]
         },
     );
-    ops.insert(
-        "gemm".into(),
-        Fit::least_squares_with_bytes("flop", gemm, gemm_bytes),
-    );
-    ops.insert(
-        "gather".into(),
-        Fit::least_squares_relative_with_bytes("row", gather, gather_bytes),
-    );
+    ops.insert("gemm", gemm);
+    ops.insert("gather", gather);
+    ops
+}
+
+/// Each point's median over the sweeps (its size too: the sampler's edges vary a little
+/// between sweeps). A sustained slowdown of a few seconds — another job's burst on a shared
+/// node — falls in one sweep and leaves the medians alone, where with one sweep it set every
+/// point of the operators it overlapped (a 4-rank calibration of the 2-core VM once timed
+/// the products at twice the flop time of three others run back to back).
+fn median_points<'a>(
+    sweeps: impl Iterator<Item = &'a (Vec<[f64; 2]>, Vec<f64>)>,
+) -> (Vec<[f64; 2]>, Vec<f64>) {
+    let sweeps: Vec<_> = sweeps.collect();
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (first_points, first_bytes) = sweeps[0];
+    let points = (0..first_points.len())
+        .map(|i| [0, 1].map(|k| median(sweeps.iter().map(|(p, _)| p[i][k]).collect())))
+        .collect();
+    let bytes = (0..first_bytes.len())
+        .map(|i| median(sweeps.iter().map(|(_, b)| b[i]).collect()))
+        .collect();
+    (points, bytes)
+}
+
+/// Measure every operator (collective over `world`) in [`SWEEPS`] sweeps, keep each point's
+/// median over them, and fit the lines.
+pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Calibration {
+    // Measure under the allocator policy training runs under (`Model::new` sets it): with
+    // glibc's defaults every large fresh output is a new mapping whose pages fault in, and a
+    // `gnnpar calibrate` of its own timed 8192 × 2 · 2 × 1024 at 11 ms against 1.3 ms with the
+    // freed memory reused, as training reuses it.
+    crate::backend::cpu::memory::keep_freed_memory();
+    let started = Instant::now();
+    let sweeps: Vec<Sweep> = (0..SWEEPS).map(|_| sweep(be, world)).collect();
+    let mut ops: BTreeMap<String, Fit> = BTreeMap::new();
+    for (name, unit) in OPERATORS {
+        let (points, bytes) = median_points(sweeps.iter().map(|s| &s[name]));
+        let fit = match *name {
+            "gemm" => Fit::least_squares_with_bytes(unit, points, bytes),
+            "gather" => Fit::least_squares_relative_with_bytes(unit, points, bytes),
+            _ => Fit::least_squares(unit, points),
+        };
+        ops.insert(name.to_string(), fit);
+    }
     let mut cal = Calibration {
         format: FORMAT,
         key,
