@@ -7,14 +7,14 @@
 use crate::comm::Group;
 use crate::graph::parts::owner_of;
 use crate::graph::NodeId;
-use crate::sample::{sample_blocks_with, sample_neighbors, BatchKey, Block, LocalGraph, Sampled};
+use crate::sample::{sample_blocks_with, sample_neighbors, Adjacency, BatchKey, Block, Sampled};
 
 /// Sample the blocks of `seeds` (any owners) over a partitioned graph. Collective over
 /// `group`: every rank calls it for every mini-batch, also with no seeds, and makes the same
 /// number of exchanges (three per hop), so uneven shares never deadlock.
 pub fn sample_blocks_distributed(
     group: &Group,
-    graph: &LocalGraph,
+    graph: &impl Adjacency,
     offsets: &[u64],
     seeds: &[NodeId],
     fanouts: &[i32],

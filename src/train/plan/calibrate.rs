@@ -11,7 +11,7 @@ use super::calibration::{Calibration, CalibrationKey, Fit, FORMAT, OPERATORS};
 use crate::backend::{AdamStep, Backend, EdgeWeights};
 use crate::comm::{Group, World};
 use crate::exchange::store::FeatureStore;
-use crate::exchange::RowExchange;
+use crate::exchange::{sample_blocks_distributed, RowExchange};
 use crate::graph::NodeId;
 use crate::sample::{sample_blocks, Adjacency, BatchKey, Block};
 use ndarray::Array2;
@@ -458,19 +458,60 @@ impl Adjacency for SyntheticGraph {
     }
 }
 
-/// The sampler (the same `sample_blocks` a rank runs: draws, de-duplication, block building)
-/// on two hops of fanout 10 and 5 from growing seed sets: `x` = edges in the sampled blocks
-/// (the mean over the timed calls). Every call samples other seeds under another batch key,
-/// as training does, so that no call finds the previous one's adjacency in the caches (on
-/// the 2-core VM, whose L3 holds 260 MiB, it timed as repeating one seed set did).
-/// The strategies' id exchanges while sampling are priced apart, by their bytes and calls.
+/// This rank's share of a [`SyntheticGraph`] cut into contiguous ranges, as a partitioned
+/// graph's rank holds its vertices' adjacency only.
+struct OwnedRange<'a> {
+    graph: &'a SyntheticGraph,
+    first: u64,
+    end: u64,
+}
+
+impl Adjacency for OwnedRange<'_> {
+    fn owns(&self, v: NodeId) -> bool {
+        (self.first..self.end).contains(&(v as u64))
+    }
+
+    fn neighbors(&self, v: NodeId) -> &[NodeId] {
+        self.graph.neighbors(v)
+    }
+
+    fn orig_id(&self, v: NodeId) -> u64 {
+        v as u64
+    }
+}
+
+/// The sampler a rank runs, on two hops of fanout 10 and 5 from growing seed sets: `x` =
+/// edges in this rank's blocks (the mean over the timed calls and the ranks). On one rank the
+/// local `sample_blocks` (draws, de-duplication, block building); on several the owner-routed
+/// `sample_blocks_distributed` GDP's ranks run (and DNP's and SNP's upper hops), over the
+/// synthetic graph cut into contiguous ranges, every rank sampling seeds of its own: routing
+/// every frontier to its owners, drawing for the other ranks and merging their answers is
+/// work per edge the local sampler never does, and priced as local sampling the build phase
+/// of 2-rank steps ran 1.5-3.6× its prediction (2-core VM, grid h). Every call samples other
+/// seeds under another batch key, as training does, so that no call finds the previous
+/// one's adjacency in the caches (on the 2-core VM, whose L3 holds 260 MiB, it timed as
+/// repeating one seed set did). The strategies' id exchanges while sampling are also priced
+/// by their bytes and calls (`cost::build`), which counts the bytes GDP's sampler moves here
+/// a second time: 4-12 bytes an edge at the alltoallv's rate, a few ns against the tens an
+/// edge costs.
 fn sample_points(world: &World) -> Vec<[f64; 2]> {
     let (n, degree) = (1usize << 18, 16usize);
     let graph = SyntheticGraph::new(n, degree);
+    let ranks = world.size();
+    let offsets: Vec<u64> = (0..=ranks).map(|r| (r * n / ranks) as u64).collect();
+    let (first, end) = (offsets[world.rank()], offsets[world.rank() + 1]);
+    let mine = OwnedRange {
+        graph: &graph,
+        first,
+        end,
+    };
     [128usize, 512, 1024, 2048]
         .iter()
         .map(|&seeds| {
-            let batches = spread_ids(seeds, n);
+            let batches: Vec<Vec<NodeId>> = spread_ids(seeds, (end - first) as usize)
+                .into_iter()
+                .map(|b| b.into_iter().map(|v| v + first as NodeId).collect())
+                .collect();
             let (mut call, mut edges) = (0, 0usize);
             let s = time_point(world, || {
                 let key = BatchKey {
@@ -478,11 +519,17 @@ fn sample_points(world: &World) -> Vec<[f64; 2]> {
                     epoch: 0,
                     batch: call as u64,
                 };
-                let blocks = sample_blocks(&graph, &batches[call], &[10, 5], key);
+                let blocks = if ranks > 1 {
+                    sample_blocks_distributed(world, &mine, &offsets, &batches[call], &[10, 5], key)
+                } else {
+                    sample_blocks(&graph, &batches[call], &[10, 5], key)
+                };
                 edges += blocks.iter().map(Block::num_edges).sum::<usize>();
                 call += 1;
             });
-            [edges as f64 / call as f64, s]
+            let mut mean = [edges as f64 / call as f64];
+            world.allreduce_sum_f64(&mut mean);
+            [mean[0] / ranks as f64, s]
         })
         .collect()
 }
