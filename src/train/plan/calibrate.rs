@@ -441,25 +441,15 @@ impl SyntheticGraph {
             .collect();
         SyntheticGraph { degree, neighbors }
     }
-}
-
-impl Adjacency for SyntheticGraph {
-    fn owns(&self, _v: NodeId) -> bool {
-        true
-    }
 
     fn neighbors(&self, v: NodeId) -> &[NodeId] {
         let v = v as usize;
         &self.neighbors[v * self.degree..(v + 1) * self.degree]
     }
-
-    fn orig_id(&self, v: NodeId) -> u64 {
-        v as u64
-    }
 }
 
 /// This rank's share of a [`SyntheticGraph`] cut into contiguous ranges, as a partitioned
-/// graph's rank holds its vertices' adjacency only.
+/// graph's rank holds its vertices' adjacency only (on one rank, the whole graph).
 struct OwnedRange<'a> {
     graph: &'a SyntheticGraph,
     first: u64,
@@ -522,7 +512,7 @@ fn sample_points(world: &World) -> Vec<[f64; 2]> {
                 let blocks = if ranks > 1 {
                     sample_blocks_distributed(world, &mine, &offsets, &batches[call], &[10, 5], key)
                 } else {
-                    sample_blocks(&graph, &batches[call], &[10, 5], key)
+                    sample_blocks(&mine, &batches[call], &[10, 5], key)
                 };
                 edges += blocks.iter().map(Block::num_edges).sum::<usize>();
                 call += 1;

@@ -359,6 +359,7 @@ fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str, rows: Rows
     let fetched = c.input_remote * (wire + 8.0);
     // Every row the rank reads (its own, cached, served) or places (fetched) is looked up
     // and written once; `gathered` the bytes those reads and writes touch.
+    let every_row = c.input_local + c.input_cached + c.input_served + c.input_remote;
     let (read, gathered, copied_up) = if rows == Rows::Resident {
         // Served rows are still read for the ranks that fetch them.
         (
@@ -369,7 +370,7 @@ fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str, rows: Rows
     } else if rows == Rows::Csr {
         let entries = shape.input_nnz.unwrap_or(shape.in_w[0]) * 8.0;
         (
-            c.input_local + c.input_served + c.input_remote + c.input_cached,
+            every_row,
             (c.input_local + c.input_served + c.input_remote) * entries + c.input_cached * row,
             (c.input_local + c.input_cached + c.input_remote) * (entries + 8.0),
         )
@@ -382,7 +383,7 @@ fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str, rows: Rows
             0.0
         };
         (
-            c.input_local + c.input_cached + c.input_served + c.input_remote,
+            every_row,
             (c.input_local + c.input_cached + c.input_served + decoded) * row,
             (c.input_local + c.input_cached + c.input_remote) * row,
         )
@@ -726,10 +727,9 @@ mod tests {
     use super::*;
 
     /// A synthetic machine: 1 GB/s alltoallv with 1 ms latency, 10 ns a row and 10 GB/s
-    /// gather, 2 GB/s
-    /// allreduce, 1 GFLOP/s, 1e8 edge-columns per second, free kernel launches, 10 ns per
-    /// parameter of the optimizer (10 µs a call), 10 GB/s device copies (10 µs a call), 10 GB/s
-    /// activation passes.
+    /// gather, 2 GB/s allreduce, 1 GFLOP/s, 1e8 edge-columns per second, free kernel
+    /// launches, 10 ns per parameter of the optimizer (10 µs a call), 10 GB/s device copies
+    /// (10 µs a call), 10 GB/s activation passes.
     fn machine() -> Calibration {
         let line = |op: &str| match op {
             "alltoallv_world" | "alltoallv_node" => (1e-3, 1e-9),
