@@ -13,6 +13,7 @@ use crate::backend::{Backend, Cpu};
 use crate::comm::Group;
 use crate::graph::parts::owner_of;
 use crate::graph::NodeId;
+use crate::util::positions::with_positions;
 use ndarray::{Array2, ArrayView2};
 
 /// All-to-all of rows on backend `be`: `send_rows[r]` rows of `send` (grouped by destination
@@ -152,17 +153,17 @@ impl RowExchange {
     ) -> (RowExchange, Vec<NodeId>) {
         let (request, counts, recv_pos) = route(offsets, group.size(), wanted);
         let (asked, asked_counts) = group.alltoallv("plan_ids", &request, &counts);
+        let first = offsets[group.rank()];
+        let local = (offsets[group.rank() + 1] - first) as usize;
         let mut distinct = Vec::new();
-        let mut slot: std::collections::HashMap<NodeId, u32> = std::collections::HashMap::new();
-        let send_rows = asked
-            .iter()
-            .map(|&v| {
-                *slot.entry(v).or_insert_with(|| {
-                    distinct.push(v);
-                    (distinct.len() - 1) as u32
-                })
-            })
-            .collect();
+        let send_rows = with_positions(first, local, |positions| {
+            let rows = asked
+                .iter()
+                .map(|&v| positions.get_or_push(v, &mut distinct))
+                .collect();
+            positions.clear(&distinct);
+            rows
+        });
         (
             RowExchange {
                 send_rows,

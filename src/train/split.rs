@@ -23,9 +23,9 @@ use crate::graph::NodeId;
 use crate::nn::{DropoutCtx, Model};
 use crate::sample::rng::hash_key;
 use crate::sample::{build_block, sample_neighbors, BatchKey, Block, LocalGraph};
+use crate::util::positions::with_positions;
 use anyhow::Result;
 use serde::Serialize;
-use std::collections::HashMap;
 use std::time::Instant;
 
 /// One layer of a split mini-batch on one rank.
@@ -101,7 +101,11 @@ impl SplitBatch {
     }
 }
 
-/// Cooperative sampling of one global mini-batch. Collective: two exchanges per hop.
+/// Cooperative sampling of one global mini-batch. Collective: two exchanges per hop (the
+/// owners' next frontier, then the hop's row plan), the last hop's plan only.
+///
+/// Each hop's plan is built as soon as the owners' next frontier is final, so one position
+/// table per thread serves every hop ([`with_positions`]).
 pub fn sample_split(
     group: &Group,
     data: &TrainData,
@@ -114,115 +118,125 @@ pub fn sample_split(
     let first = data.part.first_node;
     let seeds: Vec<NodeId> = batch.iter().copied().filter(|&v| data.owns(v)).collect();
     let mut frontier = seeds.clone();
-    // (block, remote source positions) per hop, seeds outward.
-    let mut hops: Vec<(Block, Vec<u32>)> = Vec::with_capacity(fanouts.len());
-    // Position of each vertex in this rank's local frontier, per hop (hop 0 = seeds).
-    let mut frontier_pos: Vec<HashMap<NodeId, u32>> = vec![position_map(&frontier)];
-    for (hop, &fanout) in fanouts.iter().enumerate() {
-        let sampled = sample_neighbors(&graph, &frontier, fanout, key.layer(hop as u32));
-        let block = build_block(&frontier, &sampled);
-        let mut remote_pos = Vec::new();
-        let mut counts = vec![0usize; ranks];
-        let mut next: Vec<NodeId> = Vec::with_capacity(block.num_src());
-        for (p, &v) in block.src_nodes.iter().enumerate() {
-            if data.owns(v) {
-                next.push(v);
-            } else {
-                remote_pos.push(p as u32);
-                counts[owner_of(&data.offsets, v as u64)] += 1;
-            }
-        }
-        // Remote sources grouped by owner (stable), to become the owners' next frontier.
-        let mut by_owner: Vec<(usize, NodeId)> = remote_pos
-            .iter()
-            .map(|&p| {
-                let v = block.src_nodes[p as usize];
-                (owner_of(&data.offsets, v as u64), v)
-            })
-            .collect();
-        by_owner.sort_by_key(|&(o, _)| o);
-        let send: Vec<NodeId> = by_owner.iter().map(|&(_, v)| v).collect();
-        let mut seen = position_map(&next);
-        // The owners' next frontier: none after the last hop, whose sources are feature rows.
-        if hop + 1 < fanouts.len() {
-            let (received, _) = group.alltoallv("split_frontier_ids", &send, &counts);
-            for v in received {
-                if let std::collections::hash_map::Entry::Vacant(e) = seen.entry(v) {
-                    e.insert(next.len() as u32);
+    // Layers seeds outward; reversed (input first) at the end.
+    let mut layers = Vec::with_capacity(fanouts.len());
+    with_positions(first, data.part.local_nodes(), |positions| {
+        for (hop, &fanout) in fanouts.iter().enumerate() {
+            let sampled = sample_neighbors(&graph, &frontier, fanout, key.layer(hop as u32));
+            let block = build_block(&frontier, &sampled);
+            let mut remote_pos = Vec::new();
+            let mut counts = vec![0usize; ranks];
+            let mut next: Vec<NodeId> = Vec::with_capacity(block.num_src());
+            for (p, &v) in block.src_nodes.iter().enumerate() {
+                if data.owns(v) {
                     next.push(v);
+                } else {
+                    remote_pos.push(p as u32);
+                    counts[owner_of(&data.offsets, v as u64)] += 1;
                 }
             }
-        }
-        hops.push((block, remote_pos));
-        frontier_pos.push(seen);
-        frontier = next;
-    }
-    // Plans, input layer first: hop h's sources are rows of hop h+1's local frontier on their
-    // owners (the input layer's sources are feature rows, indexed by local id).
-    let last = fanouts.len();
-    let mut layers = Vec::with_capacity(last);
-    for (hop, (block, remote_pos)) in hops.into_iter().enumerate().rev() {
-        let input_is_features = hop + 1 == last;
-        let row_of = |v: NodeId| -> u32 {
-            if input_is_features {
-                (v as u64 - first) as u32
-            } else {
-                frontier_pos[hop + 1][&v]
+            let input_is_features = hop + 1 == fanouts.len();
+            // The owners' next frontier: own sources, then the remote sources other ranks
+            // send (each once). None after the last hop, whose sources are feature rows.
+            if !input_is_features {
+                // Remote sources grouped by owner (stable).
+                let mut by_owner: Vec<(usize, NodeId)> = remote_pos
+                    .iter()
+                    .map(|&p| {
+                        let v = block.src_nodes[p as usize];
+                        (owner_of(&data.offsets, v as u64), v)
+                    })
+                    .collect();
+                by_owner.sort_by_key(|&(o, _)| o);
+                let send: Vec<NodeId> = by_owner.iter().map(|&(_, v)| v).collect();
+                positions.place(&next);
+                let (received, _) = group.alltoallv("split_frontier_ids", &send, &counts);
+                for v in received {
+                    positions.get_or_push(v, &mut next);
+                }
             }
-        };
-        let mut own_pos = Vec::new();
-        let mut own_rows = Vec::new();
-        let mut r = 0;
-        for (p, &v) in block.src_nodes.iter().enumerate() {
-            if r < remote_pos.len() && remote_pos[r] as usize == p {
-                r += 1;
-                continue;
+            // This hop's sources are rows of the next local frontier on their owners (the
+            // input layer's: feature rows, indexed by local id).
+            let row_of = |v: NodeId| -> u32 {
+                if input_is_features {
+                    (v as u64 - first) as u32
+                } else {
+                    positions
+                        .get(v)
+                        .expect("an asked-for source is in its owner's next frontier")
+                }
+            };
+            layers.push(split_layer(
+                group,
+                data,
+                (block, remote_pos),
+                input_is_features,
+                row_of,
+            ));
+            if !input_is_features {
+                positions.clear(&next);
             }
-            own_pos.push(p as u32);
-            own_rows.push(row_of(v));
+            frontier = next;
         }
-        // Remote feature rows in the cache are read here; the rest are fetched.
-        let (mut cached_pos, mut cached_slots) = (Vec::new(), Vec::new());
-        let remote_pos: Vec<u32> = if input_is_features {
-            remote_pos
-                .into_iter()
-                .filter(
-                    |&p| match data.store.cache_slot(block.src_nodes[p as usize]) {
-                        Some(slot) => {
-                            cached_pos.push(p);
-                            cached_slots.push(slot);
-                            false
-                        }
-                        None => true,
-                    },
-                )
-                .collect()
-        } else {
-            remote_pos
-        };
-        let remote_ids: Vec<NodeId> = remote_pos
-            .iter()
-            .map(|&p| block.src_nodes[p as usize])
-            .collect();
-        let plan = RowExchange::with_rows(group, &data.offsets, &remote_ids, row_of);
-        layers.push(SplitLayer {
-            block,
-            own_pos,
-            own_rows,
-            remote_pos,
-            cached_pos,
-            cached_slots,
-            plan,
-        });
-    }
+    });
+    layers.reverse();
     SplitBatch { layers, seeds }
 }
 
-fn position_map(ids: &[NodeId]) -> HashMap<NodeId, u32> {
-    ids.iter()
-        .enumerate()
-        .map(|(i, &v)| (v, i as u32))
-        .collect()
+/// One hop's layer from its block and remote source positions: own sources' rows
+/// (`row_of`, this rank's row of a vertex it owns), remote ones the feature cache holds (the
+/// input layer's, `input_is_features`), and the plan that brings the rest. Collective.
+fn split_layer(
+    group: &Group,
+    data: &TrainData,
+    (block, remote_pos): (Block, Vec<u32>),
+    input_is_features: bool,
+    row_of: impl Fn(NodeId) -> u32,
+) -> SplitLayer {
+    let mut own_pos = Vec::with_capacity(block.num_src() - remote_pos.len());
+    let mut own_rows = Vec::with_capacity(own_pos.capacity());
+    let mut r = 0;
+    for (p, &v) in block.src_nodes.iter().enumerate() {
+        if r < remote_pos.len() && remote_pos[r] as usize == p {
+            r += 1;
+            continue;
+        }
+        own_pos.push(p as u32);
+        own_rows.push(row_of(v));
+    }
+    // Remote feature rows in the cache are read here; the rest are fetched.
+    let (mut cached_pos, mut cached_slots) = (Vec::new(), Vec::new());
+    let remote_pos: Vec<u32> = if input_is_features {
+        remote_pos
+            .into_iter()
+            .filter(
+                |&p| match data.store.cache_slot(block.src_nodes[p as usize]) {
+                    Some(slot) => {
+                        cached_pos.push(p);
+                        cached_slots.push(slot);
+                        false
+                    }
+                    None => true,
+                },
+            )
+            .collect()
+    } else {
+        remote_pos
+    };
+    let remote_ids: Vec<NodeId> = remote_pos
+        .iter()
+        .map(|&p| block.src_nodes[p as usize])
+        .collect();
+    let plan = RowExchange::with_rows(group, &data.offsets, &remote_ids, row_of);
+    SplitLayer {
+        block,
+        own_pos,
+        own_rows,
+        remote_pos,
+        cached_pos,
+        cached_slots,
+        plan,
+    }
 }
 
 /// Assemble a layer's source rows on backend `be`: owned ones from `input` (this rank's rows

@@ -1,9 +1,11 @@
-//! Small shared helpers: atomic output, logging, prefetch hints, progress reporting, HDF5
+//! Small shared helpers: atomic output, logging, prefetch hints, progress reporting, own
+//! vertices' positions in lists being built, HDF5
 //! access with errors that name the file and the field, and visible skips of test cases.
 
 pub mod atomic;
 pub mod h5;
 pub mod logging;
+pub mod positions;
 pub mod prefetch;
 pub mod progress;
 pub mod rss;
