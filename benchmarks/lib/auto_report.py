@@ -57,7 +57,7 @@ def main():
     lines = ["| dataset | model | hidden | ranks | measured s/step (gdp, split, dnp, snp) "
              "| predicted s/step | pick | fastest | pick/fastest |", "|" + "---|" * 9]
     good, total, losses = 0, 0, []
-    errors = defaultdict(list)
+    errors, signed, spread = defaultdict(list), defaultdict(list), defaultdict(list)
     for key, runs in sorted(cases.items()):
         fastest = min(runs, key=lambda s: runs[s]["measured_step"])
         choice = next(iter(runs.values()))["choice"]
@@ -67,6 +67,13 @@ def main():
         good += ratio <= 1.10
         for s, r in runs.items():
             errors[s].append(abs(r["predicted_step"] - r["measured_step"]) / r["measured_step"])
+            signed[s].append((r["predicted_step"] - r["measured_step"]) / r["measured_step"])
+            # How far the case's single rounds lie from the median reported: the error a
+            # prediction of that median exactly would have against one round.
+            rounds = r.get("measured_rounds") or []
+            if len(rounds) > 1:
+                spread[s].append(statistics.median(
+                    abs(x - r["measured_step"]) / r["measured_step"] for x in rounds))
         worst = max(runs.values(), key=lambda r: r["measured_step"])["measured_step"]
         best_fixed_loss = worst / runs[fastest]["measured_step"]
         if best_fixed_loss >= 1.5:
@@ -78,10 +85,14 @@ def main():
         lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {fmt('measured_step')} "
                      f"| {fmt('predicted_step')} | {choice} | {fastest} | {ratio:.2f} |")
     summary = [f"Pick fastest or within 10%: {good}/{total} cases "
-               f"({100.0 * good / max(total, 1):.0f}%)", "",
-               "| strategy | median abs(pred - meas)/meas | cases |", "|---|---|---|"]
+               f"({100.0 * good / max(total, 1):.1f}%)", "",
+               "| strategy | median abs(pred - meas)/meas | signed median | cases "
+               "| rounds' median spread |", "|---|---|---|---|---|"]
     for s in sorted(errors):
-        summary.append(f"| {s} | {100 * statistics.median(errors[s]):.0f}% | {len(errors[s])} |")
+        noise = f"{100 * statistics.median(spread[s]):.0f}%" if spread[s] else "-"
+        summary.append(f"| {s} | {100 * statistics.median(errors[s]):.0f}% "
+                       f"| {100 * statistics.median(signed[s]):+.0f}% | {len(errors[s])} "
+                       f"| {noise} |")
     summary += phase_table(cases)
     summary += ["", "Cases where a fixed strategy loses by >= 1.5x to the fastest:", ""]
     summary += [f"- {x}" for x in losses] or ["- none"]
