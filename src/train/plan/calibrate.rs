@@ -223,6 +223,23 @@ fn median_points<'a>(
     (points, bytes)
 }
 
+/// The operators priced through their measured points ([`Fit::by_points`]): the transfers,
+/// whose time per byte changes with the message's size (protocols, copies through shared
+/// memory, caches: 0.7 ns a byte for 128-512 KiB row exchanges and 1.8 ns for 4 MiB on a
+/// 2-core EPYC VM). The kernels keep their lines: their points are timed on inputs a call
+/// before left in the caches, and priced through them the optimizer and the element-wise
+/// passes of a training step, whose inputs come cold, came out at 0.4× their measured time
+/// (`auto-replan-2026-11-28*.md`).
+const PRICED_BY_POINTS: &[&str] = &[
+    "alltoallv_world",
+    "alltoallv_node",
+    "alltoallv_leaders",
+    "allreduce",
+    "allgatherv",
+    "h2d",
+    "d2h",
+];
+
 /// Measure every operator (collective over `world`) in [`SWEEPS`] sweeps, keep each point's
 /// median over them, and fit the lines.
 pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Calibration {
@@ -239,6 +256,7 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
         let fit = match *name {
             "gemm" => Fit::least_squares_with_bytes(unit, points, bytes),
             "gather" => Fit::least_squares_relative_with_bytes(unit, points, bytes),
+            _ if PRICED_BY_POINTS.contains(name) => Fit::through_points(unit, points),
             _ => Fit::least_squares(unit, points),
         };
         ops.insert(name.to_string(), fit);
@@ -251,11 +269,24 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
     };
     // Rank 0's numbers everywhere (they are maxima over ranks already; this makes them bitwise
     // the same whatever the reductions' rounding).
-    let mut c = cal.coefficients();
-    world.broadcast_f64_from_root(&mut c);
-    cal.set_coefficients(&c);
+    share_from_root(world, &mut cal);
     cal.seconds_to_calibrate = world.allreduce_max_f64(started.elapsed().as_secs_f64());
     cal
+}
+
+/// Make every rank price with rank 0's calibration, bit for bit ([`Calibration::wire`]; the
+/// other ranks' `cal` needs only its key). Collective.
+pub fn share_from_root(world: &World, cal: &mut Calibration) {
+    let mut wire = if world.rank() == 0 {
+        cal.wire()
+    } else {
+        Vec::new()
+    };
+    let mut len = [wire.len() as f64];
+    world.broadcast_f64_from_root(&mut len);
+    wire.resize(len[0] as usize, 0.0);
+    world.broadcast_f64_from_root(&mut wire);
+    cal.set_wire(&wire);
 }
 
 /// The feature gather (rows by id from this rank's store into a batch matrix), with the real

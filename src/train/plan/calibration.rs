@@ -15,8 +15,9 @@ use std::path::{Path, PathBuf};
 /// `sample` and `spmm` operators, 3 the `optimizer`, 4 GAT's `attention`, 5 the
 /// `elementwise` passes of hidden activations and row exchanges for `alltoallv`, all measured
 /// under training's allocator policy, 6 the ranks' `drift`, 7 the `gather` per row and byte,
-/// and the sampler and the gather timed on other inputs every call.)
-pub const FORMAT: u32 = 7;
+/// and the sampler and the gather timed on other inputs every call, 8 the one-variable
+/// operators priced through their measured points, [`Fit::by_points`].)
+pub const FORMAT: u32 = 8;
 
 /// Operators every calibration holds, with the unit of their `x`.
 pub const OPERATORS: &[(&str, &str)] = &[
@@ -88,9 +89,6 @@ fn sanitize(s: &str) -> String {
         .collect()
 }
 
-/// Coefficients per operator in [`Calibration::coefficients`]: latency, per unit, per byte.
-pub const COEFFICIENTS_PER_OPERATOR: usize = 3;
-
 /// One operator's line: `seconds = latency_s + x · per_unit_s` for `x` units of work per call,
 /// `+ bytes · per_byte_s` for an operator whose time also follows the bytes it touches (dense
 /// products: a skinny one is bound by its matrices' bytes, not its flops — an 8192 × 1024
@@ -112,6 +110,13 @@ pub struct Fit {
     /// The bytes of each point, for a fit with `per_byte_s`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub point_bytes: Vec<f64>,
+    /// Price a call through the measured points (increasing `x`) rather than the line: a
+    /// transfer's time per byte changes with the message's size (row exchanges at 0.7 ns a byte
+    /// for 128-512 KiB and 1.8 ns for 4 MiB, a 2-core EPYC VM), and one line priced the
+    /// middle of the range at up to 2.5× its measured time. See [`Fit::seconds`]; which
+    /// operators do is `calibrate::PRICED_BY_POINTS`.
+    #[serde(default)]
+    pub by_points: bool,
 }
 
 fn is_zero(x: &f64) -> bool {
@@ -128,6 +133,7 @@ impl Fit {
             unit: unit.into(),
             points: Vec::new(),
             point_bytes: Vec::new(),
+            by_points: false,
         }
     }
 
@@ -200,15 +206,58 @@ impl Fit {
             unit: unit.into(),
             points,
             point_bytes: bytes,
+            by_points: false,
         }
     }
 
-    /// Seconds for `calls` calls moving `units` in all.
+    /// Seconds for `calls` calls moving `units` in all (each call an equal share; `calls` 0:
+    /// work inside another call, no latency of its own). Through the measured points where
+    /// the fit is [`Fit::by_points`] ([`Fit::per_call`]), else by the line.
     pub fn seconds(&self, units: f64, calls: f64) -> f64 {
         if units <= 0.0 && calls <= 0.0 {
             return 0.0;
         }
+        if self.by_points && self.points.len() >= 2 {
+            return if calls > 0.0 {
+                calls * self.per_call(units / calls)
+            } else {
+                self.per_call(units) - self.per_call(0.0)
+            };
+        }
         calls * self.latency_s + units * self.per_unit_s
+    }
+
+    /// Seconds of one call of `x` units through the measured points (sorted by `x`; their
+    /// seconds taken non-decreasing, so that more work never prices cheaper): straight lines
+    /// between neighbours, from the line's latency at 0 to the smallest point, and beyond the
+    /// largest along the line's slope.
+    fn per_call(&self, x: f64) -> f64 {
+        let mut prev = [0.0, self.latency_s.min(self.points[0][1])];
+        let mut floor = prev[1];
+        for p in &self.points {
+            let y = p[1].max(floor);
+            if x <= p[0] {
+                let span = p[0] - prev[0];
+                return if span > 0.0 {
+                    prev[1] + (y - prev[1]) * (x - prev[0]) / span
+                } else {
+                    y
+                };
+            }
+            floor = y;
+            prev = [p[0], y];
+        }
+        prev[1] + (x - prev[0]) * self.per_unit_s
+    }
+
+    /// [`Fit::least_squares`]'s line, pricing through the points ([`Fit::by_points`]), which
+    /// it keeps sorted by `x`.
+    pub fn through_points(unit: &str, mut points: Vec<[f64; 2]>) -> Fit {
+        points.sort_by(|a, b| a[0].total_cmp(&b[0]));
+        Fit {
+            by_points: true,
+            ..Fit::least_squares(unit, points)
+        }
     }
 
     /// Least-squares line through `points` (`x`, seconds). A negative intercept or slope (noise
@@ -246,6 +295,7 @@ impl Fit {
             unit: unit.into(),
             points,
             point_bytes: Vec::new(),
+            by_points: false,
         }
     }
 }
@@ -346,27 +396,34 @@ impl Calibration {
         Ok(())
     }
 
-    /// The fitted coefficients in [`OPERATORS`] order (what rank 0 broadcasts).
-    pub fn coefficients(&self) -> Vec<f64> {
-        OPERATORS
-            .iter()
-            .flat_map(|(op, _)| {
-                let f = self.op(op);
-                [f.latency_s, f.per_unit_s, f.per_byte_s]
-            })
-            .collect()
+    /// Every operator's pricing in [`OPERATORS`] order, as numbers (what rank 0 broadcasts):
+    /// latency, per unit, per byte, whether by points, the point count, then each point's `x`
+    /// and seconds.
+    pub fn wire(&self) -> Vec<f64> {
+        let mut w = Vec::new();
+        for (op, _) in OPERATORS {
+            let f = self.op(op);
+            w.extend([f.latency_s, f.per_unit_s, f.per_byte_s]);
+            w.extend([f.by_points as u8 as f64, f.points.len() as f64]);
+            w.extend(f.points.iter().flatten());
+        }
+        w
     }
 
-    /// Replace the coefficients by `c` (from [`Calibration::coefficients`] on rank 0), so that
-    /// every rank prices with bit-identical numbers.
-    pub fn set_coefficients(&mut self, c: &[f64]) {
-        for (i, (op, unit)) in OPERATORS.iter().enumerate() {
+    /// Price as `w` says (from [`Calibration::wire`] on rank 0), so that every rank prices with
+    /// bit-identical numbers.
+    pub fn set_wire(&mut self, w: &[f64]) {
+        let mut it = w.iter().copied();
+        let mut next = || it.next().expect("a whole calibration on the wire");
+        for (op, unit) in OPERATORS {
             let f = self
                 .operators
                 .entry(op.to_string())
                 .or_insert_with(|| Fit::free(unit));
-            let k = COEFFICIENTS_PER_OPERATOR * i;
-            (f.latency_s, f.per_unit_s, f.per_byte_s) = (c[k], c[k + 1], c[k + 2]);
+            (f.latency_s, f.per_unit_s, f.per_byte_s) = (next(), next(), next());
+            f.by_points = next() == 1.0;
+            let n = next() as usize;
+            f.points = (0..n).map(|_| [next(), next()]).collect();
         }
     }
 
@@ -530,6 +587,62 @@ mod tests {
             f.latency_s >= 0.0 && f.per_unit_s >= 0.0 && f.per_byte_s >= 0.0,
             "{f:?}"
         );
+    }
+
+    #[test]
+    fn points_price_between_neighbours_and_along_the_line_beyond() {
+        // Cheap per unit while the work fits the caches, dearer beyond (x = bytes).
+        let f = Fit::through_points("byte", vec![[4e6, 8e-3], [1e3, 4e-6], [1e5, 7e-5]]);
+        assert!(f.by_points);
+        assert_eq!(f.points[0], [1e3, 4e-6], "kept sorted");
+        let per = f.per_unit_s;
+        // One call at a point costs the point; between two, the straight line joining them.
+        assert_eq!(f.seconds(1e5, 1.0), 7e-5);
+        let mid = 7e-5 + (8e-3 - 7e-5) * (1e6 - 1e5) / (4e6 - 1e5);
+        assert!((f.seconds(1e6, 1.0) - mid).abs() < 1e-15);
+        // Calls share the units: two calls of 1e5 cost two points.
+        assert_eq!(f.seconds(2e5, 2.0), 2.0 * 7e-5);
+        // Below the smallest point, towards the line's latency at 0 (here 0: through the origin).
+        assert_eq!(f.latency_s, 0.0);
+        assert!((f.seconds(500.0, 1.0) - 2e-6).abs() < 1e-18);
+        // Beyond the largest, the line's slope from it.
+        assert!((f.seconds(5e6, 1.0) - (8e-3 + 1e6 * per)).abs() < 1e-15);
+        // The line alone would price the middle point differently.
+        let line = Fit {
+            by_points: false,
+            ..f.clone()
+        };
+        assert_ne!(line.seconds(1e5, 1.0), f.seconds(1e5, 1.0));
+        // Work inside another call (no calls of its own): the points less a call's latency.
+        assert_eq!(f.seconds(1e5, 0.0), 7e-5);
+        // More work never prices cheaper, whatever the noise of the points.
+        let noisy = Fit::through_points("byte", vec![[1.0, 5.0], [2.0, 3.0], [4.0, 6.0]]);
+        assert_eq!(noisy.seconds(2.0, 1.0), 5.0);
+        assert!(noisy.seconds(3.0, 1.0) >= 5.0);
+    }
+
+    #[test]
+    fn the_wire_carries_every_operators_pricing() {
+        let mut cal = calibration();
+        cal.operators.insert(
+            "aggregate".into(),
+            Fit::through_points("edge_col", vec![[1.0, 2.0], [4.0, 3.0]]),
+        );
+        let mut other = Calibration {
+            operators: BTreeMap::new(),
+            ..cal.clone()
+        };
+        other.set_wire(&cal.wire());
+        for (op, _) in OPERATORS {
+            let (a, b) = (cal.op(op), other.op(op));
+            assert_eq!(
+                (a.latency_s, a.per_unit_s, a.per_byte_s, a.by_points),
+                (b.latency_s, b.per_unit_s, b.per_byte_s, b.by_points),
+                "{op}"
+            );
+            assert_eq!(a.points, b.points, "{op}");
+            assert_eq!(a.seconds(3.0, 1.0), b.seconds(3.0, 1.0), "{op}");
+        }
     }
 
     #[test]

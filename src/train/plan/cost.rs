@@ -240,13 +240,21 @@ pub fn gat_layer_work(
 
 /// Train-phase seconds of `c`'s layers, the input layer computed in `order`; `scanned`: a
 /// sparse input layer first finds the non-zeros of dense rows (else its rows came as CSR).
+/// Products are priced together (one line in flops and bytes); aggregations, attention and
+/// activations layer by layer, each call at its own size (their operators price through the
+/// measured points, where the time per unit depends on the size).
 fn compute(shape: &ModelShape, cal: &Calibration, c: &Counts, order: Order, scanned: bool) -> f64 {
-    let (mut flops, mut bytes, mut cols, mut layers) = (0.0, 0.0, 0.0, 0.0);
-    let (mut attention, mut attention_layers) = (0.0, 0.0);
+    let (mut flops, mut bytes, mut layers) = (0.0, 0.0, 0.0);
     let mut seconds = 0.0;
+    let hidden = shape.in_w.len().saturating_sub(1);
     for l in 0..shape.in_w.len() {
         let (i, o) = (shape.in_w[l], shape.out_w[l]);
         let (nd, ns, e) = (c.dst[l], c.src[l], c.edges[l]);
+        // Every layer but the last activates its output rows, and backward scales their
+        // gradient by what the activation kept: two passes over `dst × out` values each way.
+        if l < hidden {
+            seconds += cal.op("elementwise").seconds(16.0 * nd * o, 2.0);
+        }
         if l == 0 {
             if let Some(nnz) = shape.input_nnz {
                 seconds += sparse_input_layer(shape.kind, cal, (i, o), (nd, ns, e), nnz, scanned);
@@ -263,28 +271,16 @@ fn compute(shape: &ModelShape, cal: &Calibration, c: &Counts, order: Order, scan
         flops += w.flops;
         bytes += w.bytes;
         layers += 1.0;
-        if w.attention_cols > 0.0 {
-            attention += w.attention_cols;
-            attention_layers += 1.0;
+        // About two aggregations per layer and step (forward and backward); GAT's layers run
+        // one attention (forward and backward) each instead.
+        seconds += if w.attention_cols > 0.0 {
+            cal.op("attention").seconds(w.attention_cols, 1.0)
         } else {
-            cols += w.edge_cols;
-        }
+            cal.op("aggregate").seconds(w.edge_cols, 2.0)
+        };
     }
-    // Every layer but the last activates its output rows, and backward scales their
-    // gradient by what the activation kept: two passes over `dst × out` values each way.
-    let hidden = shape.in_w.len().saturating_sub(1);
-    let activated: f64 = (0..hidden).map(|l| c.dst[l] * shape.out_w[l]).sum();
-    seconds += cal
-        .op("elementwise")
-        .seconds(16.0 * activated, 2.0 * hidden as f64);
-    // About three products and two aggregations per layer and step (forward and backward);
-    // GAT's layers run one attention (forward and backward) each instead of aggregations.
-    seconds
-        + cal.op("gemm").seconds_touching(flops, bytes, 3.0 * layers)
-        + cal
-            .op("aggregate")
-            .seconds(cols, 2.0 * (layers - attention_layers))
-        + cal.op("attention").seconds(attention, attention_layers)
+    // About three products per layer and step (forward and backward).
+    seconds + cal.op("gemm").seconds_touching(flops, bytes, 3.0 * layers)
 }
 
 /// An input layer on sparse rows (`nnz` stored per row, `i` columns dense): the scan that
@@ -390,7 +386,9 @@ fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str, rows: Rows
     };
     let mut s = cal.op("gather").seconds_touching(read, gathered, 2.0);
     if c.input_remote + c.input_served > 0.0 {
-        s += cal.op(a2a).seconds(fetched, 2.0);
+        // Two exchanges: the ids out, the rows back.
+        let ids = 8.0 * c.input_remote;
+        s += cal.op(a2a).seconds(ids, 1.0) + cal.op(a2a).seconds(fetched - ids, 1.0);
     }
     // Nothing goes up where the device holds every row (a call per batch otherwise).
     let upload = if shape.device && copied_up > 0.0 {
@@ -439,18 +437,18 @@ fn local_side(cal: &Calibration, copied: f64, zeroed: f64) -> f64 {
 pub fn split(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
     let rows = Rows::of_input_block(shape);
     let mut r = load(shape, cal, c, a2a, rows);
-    let mut bytes = 0.0;
-    let mut calls = 0.0;
+    let (mut bytes, mut exchanges) = (0.0, 0.0);
     let (mut copied, mut zeroed) = (0.0, 0.0);
     for l in 1..shape.in_w.len() {
         let row = shape.in_w[l] * 4.0;
+        // The layer's rows forward and their gradients back: two exchanges of its size.
         bytes += 2.0 * c.rows_in[l] * row;
-        calls += 2.0;
+        exchanges += cal.op(a2a).seconds(2.0 * c.rows_in[l] * row, 2.0);
         let own = (c.src[l] - c.rows_in[l]).max(0.0);
         copied += (2.0 * own + c.rows_in[l]) * row;
         zeroed += (c.src[l] + c.dst[l - 1]) * row;
     }
-    r.phases.shuffle = cal.op(a2a).seconds(bytes, calls) + local_side(cal, copied, zeroed);
+    r.phases.shuffle = exchanges + local_side(cal, copied, zeroed);
     r.phases.train = compute(shape, cal, c, Order::Cheaper, rows != Rows::Csr);
     r.bytes += bytes;
     r
@@ -481,19 +479,26 @@ pub fn dnp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
 }
 
 /// SNP: DNP's exchange of hidden rows, no feature fetch, and partial sums of layer-1 width
-/// from the sources' owners (gradients back) plus the remote edges routed to them; own rows
-/// read as GDP reads them (CSR, dense on the host, or on the device). Building the partial
-/// sums' plan routes every input edge to its source's owner and de-duplicates the sources per
-/// owner, a block build's work per edge: priced as sampling the input block's edges once more
-/// (unpriced, SNP's build phase measured 2-4× its prediction on Facebook's 2-rank grid).
+/// from the sources' owners (gradients back); own rows read as GDP reads them (CSR, dense on
+/// the host, or on the device). Building the partial sums' plan (while the batch is
+/// prepared) routes every input edge to its source's owner — an id and a weight, 8 bytes an
+/// edge, in two exchanges — and de-duplicates the sources per owner, a block build's work per
+/// edge: priced as sampling the input block's edges once more (unpriced, SNP's build phase
+/// measured 2-4× its prediction on Facebook's 2-rank grid). Each exchange is priced at its
+/// own size.
 pub fn snp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
     // Sparse rows come from the store's CSR copy as GDP's do, never dense.
     let rows = Rows::of_input_block(shape);
     let mut r = load(shape, cal, c, a2a, rows);
-    r.phases.build += cal.op("sample").seconds(c.edges[0], 0.0);
+    let exchange = cal.op(a2a);
+    r.phases.build += cal.op("sample").seconds(c.edges[0], 0.0)
+        + 2.0 * exchange.seconds(4.0 * c.remote_edges, 1.0);
     let h = shape.out_w[0] * 4.0;
     let bytes = 2.0 * (c.hidden_rows + c.partial_rows) * h + 8.0 * c.remote_edges;
-    r.phases.shuffle = cal.op(a2a).seconds(bytes, 5.0) + own_hidden_rows(shape, cal, c);
+    // Hidden rows and partial sums forward, and their gradients back.
+    r.phases.shuffle = 2.0 * exchange.seconds(c.hidden_rows * h, 1.0)
+        + 2.0 * exchange.seconds(c.partial_rows * h, 1.0)
+        + own_hidden_rows(shape, cal, c);
     r.phases.train = compute(shape, cal, c, Order::ProjectFirst, rows != Rows::Csr);
     r.bytes += bytes;
     r
@@ -849,10 +854,15 @@ mod tests {
         let d = dnp(&shape(), &cal, &c, "alltoallv_world");
         let shuffle = 2e-3 + 2.0 * 20.0 * 40.0 * 1e-9 + own;
         assert!((d.phases.shuffle - shuffle).abs() < 1e-15, "{:?}", d.phases);
-        // SNP: hidden and partial rows each way and 8 bytes per remote edge, own rows as DNP.
+        // SNP: hidden and partial rows each way (four exchanges), own rows as DNP; routing its
+        // 40 remote edges to their sources' owners (an id and a weight each, two exchanges)
+        // and building the plan are the batch's preparation.
         let s = snp(&shape(), &cal, &c, "alltoallv_world");
-        let bytes = 2.0 * 50.0 * 40.0 + 320.0;
-        assert!((s.phases.shuffle - (5e-3 + bytes * 1e-9 + own)).abs() < 1e-15);
+        let bytes = 2.0 * 50.0 * 40.0;
+        assert!((s.phases.shuffle - (4e-3 + bytes * 1e-9 + own)).abs() < 1e-15);
+        let routing = 2.0 * (1e-3 + 40.0 * 4.0 * 1e-9);
+        let plan = cal.op("sample").seconds(c.edges[0], 0.0);
+        assert!((s.phases.build - r.phases.build - plan - routing).abs() < 1e-15);
     }
 
     #[test]
@@ -941,9 +951,11 @@ mod tests {
         let train = (6_000_000.0 + 1200.0) * 1e-9 + (40_000.0 + 4000.0) * 1e-8 + activation;
         let s = snp(&shape(), &cal, &c, "alltoallv_world");
         assert!((s.phases.train - train).abs() < 1e-12, "{:?}", s.phases);
-        // Its partial sums' plan costs the input block's 2000 edges at the sampler's 1 µs.
+        // Its partial sums' plan costs the input block's 2000 edges at the sampler's 1 µs, and
+        // routing the 40 remote edges two exchanges.
         let g = gdp(&shape(), &cal, &c, "alltoallv_world");
-        assert!((s.phases.build - g.phases.build - 2000.0 * 1e-6).abs() < 1e-15);
+        let routing = 2.0 * cal.op("alltoallv_world").seconds(40.0 * 4.0, 1.0);
+        assert!((s.phases.build - g.phases.build - 2000.0 * 1e-6 - routing).abs() < 1e-15);
         // GDP aggregates first there, which is cheaper on these counts.
         assert!(gdp(&shape(), &cal, &c, "alltoallv_world").phases.train < s.phases.train);
     }

@@ -85,13 +85,7 @@ pub fn obtain<B: Backend>(
             seconds_to_calibrate: 0.0,
             operators: Default::default(),
         });
-        let mut c = if world.rank() == 0 {
-            cal.coefficients()
-        } else {
-            vec![0.0; calibration::COEFFICIENTS_PER_OPERATOR * calibration::OPERATORS.len()]
-        };
-        world.broadcast_f64_from_root(&mut c);
-        cal.set_coefficients(&c);
+        calibrate::share_from_root(world, &mut cal);
         return Ok(Some(Calibrated {
             calibration: cal,
             path,
