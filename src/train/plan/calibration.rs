@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 /// `sample` and `spmm` operators, 3 the `optimizer`, 4 GAT's `attention`, 5 the
 /// `elementwise` passes of hidden activations and row exchanges for `alltoallv`, all measured
 /// under training's allocator policy, 6 the ranks' `drift`, 7 the `gather` per row and byte,
-/// and the sampler and the gather timed on other inputs every call, 8 the one-variable
-/// operators priced through their measured points, [`Fit::by_points`].)
+/// and the sampler and the gather timed on other inputs every call, 8 the transfers priced
+/// through their measured points, [`Fit::by_points`].)
 pub const FORMAT: u32 = 8;
 
 /// Operators every calibration holds, with the unit of their `x`.
@@ -386,6 +386,14 @@ impl Calibration {
                     );
                 }
             }
+            let sorted = f.points.windows(2).all(|w| w[0][0] <= w[1][0]);
+            let valid = |p: &[f64; 2]| p.iter().all(|v| v.is_finite() && *v >= 0.0);
+            if f.by_points && !(sorted && f.points.iter().all(valid)) {
+                bail!(
+                    "calibration {origin}: field `operators.{op}.points` must be pairs of finite \
+                     numbers ≥ 0 in increasing x for an operator priced by its points"
+                );
+            }
             if f.unit != *unit {
                 bail!(
                     "calibration {origin}: field `operators.{op}.unit` is {:?}, expected {unit:?}",
@@ -676,6 +684,24 @@ mod tests {
         std::fs::write(&path, "{not json").unwrap();
         let err = format!("{:#}", load(&path, &key()).unwrap_err());
         assert!(err.contains("cal.json") && err.contains("JSON"), "{err}");
+
+        let mut unsorted = calibration();
+        unsorted.operators.insert(
+            "allreduce".into(),
+            Fit::through_points("byte", vec![[1.0, 1.0], [2.0, 2.0]]),
+        );
+        unsorted
+            .operators
+            .get_mut("allreduce")
+            .unwrap()
+            .points
+            .reverse();
+        std::fs::write(&path, serde_json::to_string(&unsorted).unwrap()).unwrap();
+        let err = format!("{:#}", load(&path, &key()).unwrap_err());
+        assert!(
+            err.contains("cal.json") && err.contains("operators.allreduce.points"),
+            "{err}"
+        );
 
         let mut v = serde_json::to_value(calibration()).unwrap();
         v["operators"]["gemm"]
