@@ -68,7 +68,7 @@ thread_local! {
 /// what it set. The table is taken out of its cell for the call, so a nested call gets a
 /// fresh one instead of a borrow error.
 pub fn with_positions<R>(first: u64, local: usize, f: impl FnOnce(&mut Positions) -> R) -> R {
-    let mut table = TABLE.with(|t| std::mem::take(&mut *t.borrow_mut()));
+    let mut table = TABLE.with(RefCell::take);
     if table.first != first || table.slot.len() != local {
         table = Positions {
             first,
@@ -80,7 +80,7 @@ pub fn with_positions<R>(first: u64, local: usize, f: impl FnOnce(&mut Positions
         table.slot.iter().all(|&p| p == Positions::ABSENT),
         "every position set was cleared"
     );
-    TABLE.with(|t| *t.borrow_mut() = table);
+    TABLE.with(|t| t.replace(table));
     r
 }
 

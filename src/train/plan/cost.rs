@@ -241,8 +241,8 @@ pub fn gat_layer_work(
 /// Train-phase seconds of `c`'s layers, the input layer computed in `order`; `scanned`: a
 /// sparse input layer first finds the non-zeros of dense rows (else its rows came as CSR).
 /// Products are priced together (one line in flops and bytes); aggregations, attention and
-/// activations layer by layer, each call at its own size (their operators price through the
-/// measured points, where the time per unit depends on the size).
+/// activations layer by layer (with lines, as their calibrated operators are, the sum is the
+/// same as pricing them together).
 fn compute(shape: &ModelShape, cal: &Calibration, c: &Counts, order: Order, scanned: bool) -> f64 {
     let (mut flops, mut bytes, mut layers) = (0.0, 0.0, 0.0);
     let mut seconds = 0.0;
