@@ -16,14 +16,17 @@ use std::path::{Path, PathBuf};
 /// `elementwise` passes of hidden activations and row exchanges for `alltoallv`, all measured
 /// under training's allocator policy, 6 the ranks' `drift`, 7 the `gather` per row and byte,
 /// and the sampler and the gather timed on other inputs every call, 8 the transfers priced
-/// through their measured points, [`Fit::by_points`].)
-pub const FORMAT: u32 = 8;
+/// through their measured points, [`Fit::by_points`], 9 the `partial_sums` exchanges of rows
+/// sent ready and added on receipt.)
+pub const FORMAT: u32 = 9;
 
 /// Operators every calibration holds, with the unit of their `x`.
 pub const OPERATORS: &[(&str, &str)] = &[
     ("alltoallv_world", "byte"),
     ("alltoallv_node", "byte"),
     ("alltoallv_leaders", "byte"),
+    ("partial_sums_world", "byte"),
+    ("partial_sums_node", "byte"),
     ("allreduce", "byte"),
     ("allgatherv", "byte"),
     ("gather", "row"),

@@ -8,8 +8,9 @@
 //! - load: input feature rows — the local gather (`gather`, bytes of the rows this rank reads
 //!   for itself, from the feature cache, and serves to others), the fetch of remote rows (`alltoallv`, 8-byte ids out
 //!   and the rows back) and, on a device backend, the copy of the input rows to it (`h2d`);
-//! - shuffle: hidden rows between ranks (`alltoallv`, forward and their gradients back, or an
-//!   `allgatherv`);
+//! - shuffle: hidden rows between ranks (`alltoallv`, row exchanges forward and their
+//!   gradients back, or an `allgatherv`); partial sums sent as ready rows and added on receipt
+//!   (`partial_sums`: SNP's and NFP's);
 //! - train: per layer the dense products (`gemm`, flops) and the aggregation (`aggregate`,
 //!   edges × columns) of forward and backward, in the order the layer itself picks (SNP's input
 //!   layer always projects first, on the sources' owners); an input layer on mostly-zero
@@ -407,6 +408,19 @@ fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str, rows: Rows
     }
 }
 
+/// The operator of partial sums exchanged among the ranks whose row exchanges are `a2a`:
+/// rows sent as they were computed and added into their destinations on receipt, gradients
+/// gathered and sent back (SNP's and NFP's partial sums). Priced apart from the row exchange,
+/// which packs and places rows by id on both sides: on the 2-core VM the ready rows cost 0.6×
+/// a row exchange of the same bytes, and SNP's 4-rank shuffle, priced as row exchanges, came
+/// out at 1.6× its measured time (`auto-replan-2026-11-28.md`).
+pub fn partial_sums_op(a2a: &str) -> &'static str {
+    match a2a {
+        "alltoallv_node" => "partial_sums_node",
+        _ => "partial_sums_world",
+    }
+}
+
 /// The build phase: sampling the blocks' edges and the id exchanges while sampling.
 fn build(cal: &Calibration, c: &Counts, a2a: &str) -> f64 {
     cal.op("sample").seconds(c.sampled_edges, 1.0)
@@ -485,7 +499,7 @@ pub fn dnp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
 /// edge, in two exchanges — and de-duplicates the sources per owner, a block build's work per
 /// edge: priced as sampling the input block's edges once more (unpriced, SNP's build phase
 /// measured 2-4× its prediction on Facebook's 2-rank grid). Each exchange is priced at its
-/// own size.
+/// own size; the partial sums by [`partial_sums_op`], as they travel.
 pub fn snp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
     // Sparse rows come from the store's CSR copy as GDP's do, never dense.
     let rows = Rows::of_input_block(shape);
@@ -495,9 +509,18 @@ pub fn snp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
         + 2.0 * exchange.seconds(4.0 * c.remote_edges, 1.0);
     let h = shape.out_w[0] * 4.0;
     let bytes = 2.0 * (c.hidden_rows + c.partial_rows) * h + 8.0 * c.remote_edges;
-    // Hidden rows and partial sums forward, and their gradients back.
+    // Hidden rows and partial sums forward, and their gradients back. The rank's own
+    // partial sums pass through the exchange too: copied to itself and added forward,
+    // gathered and copied backward (four passes the calibrated exchange, which times only
+    // rows that cross ranks, leaves out), into sums that start as zeros, a row per
+    // destination.
+    let own_partials = local_side(cal, 4.0 * c.own_partials * h, c.dst[0] * h);
     r.phases.shuffle = 2.0 * exchange.seconds(c.hidden_rows * h, 1.0)
-        + 2.0 * exchange.seconds(c.partial_rows * h, 1.0)
+        + 2.0
+            * cal
+                .op(partial_sums_op(a2a))
+                .seconds(c.partial_rows * h, 1.0)
+        + own_partials
         + own_hidden_rows(shape, cal, c);
     r.phases.train = compute(shape, cal, c, Order::ProjectFirst, rows != Rows::Csr);
     r.bytes += bytes;
@@ -548,7 +571,8 @@ pub fn nfp(
     };
     load += upload;
     let shuffle = if p > 1.0 {
-        cal.op("allgatherv").seconds(blocks, 1.0) + cal.op(a2a).seconds(partials, 2.0)
+        cal.op("allgatherv").seconds(blocks, 1.0)
+            + cal.op(partial_sums_op(a2a)).seconds(partials, 2.0)
     } else {
         0.0
     };
@@ -738,6 +762,7 @@ mod tests {
     fn machine() -> Calibration {
         let line = |op: &str| match op {
             "alltoallv_world" | "alltoallv_node" => (1e-3, 1e-9),
+            "partial_sums_world" | "partial_sums_node" => (1e-3, 5e-10),
             "gather" => (0.0, 1e-8),
             "allreduce" => (0.0, 5e-10),
             "allgatherv" => (1e-3, 1e-9),
@@ -809,6 +834,7 @@ mod tests {
             hidden_rows: 20.0,
             partial_rows: 30.0,
             remote_edges: 40.0,
+            own_partials: 120.0,
             dst: vec![200.0, 10.0],
             src: vec![1000.0 + remote, 200.0],
             edges: vec![2000.0, 200.0],
@@ -854,12 +880,17 @@ mod tests {
         let d = dnp(&shape(), &cal, &c, "alltoallv_world");
         let shuffle = 2e-3 + 2.0 * 20.0 * 40.0 * 1e-9 + own;
         assert!((d.phases.shuffle - shuffle).abs() < 1e-15, "{:?}", d.phases);
-        // SNP: hidden and partial rows each way (four exchanges), own rows as DNP; routing its
-        // 40 remote edges to their sources' owners (an id and a weight each, two exchanges)
-        // and building the plan are the batch's preparation.
+        // SNP: the 20 hidden rows each way as row exchanges (1 GB/s) and the 30 partial
+        // sums each way as ready rows (2 GB/s), four calls; its 120 own partial sums four
+        // times through the exchange locally (10 GB/s) into 200 zeroed rows (10 GB/s); own
+        // hidden rows as DNP; routing its 40 remote edges to their sources' owners (an id
+        // and a weight each, two exchanges) and building the plan are the batch's
+        // preparation.
         let s = snp(&shape(), &cal, &c, "alltoallv_world");
-        let bytes = 2.0 * 50.0 * 40.0;
-        assert!((s.phases.shuffle - (4e-3 + bytes * 1e-9 + own)).abs() < 1e-15);
+        let exchanges = 4e-3 + 2.0 * 20.0 * 40.0 * 1e-9 + 2.0 * 30.0 * 40.0 * 5e-10;
+        let own_partials = 4.0 * 120.0 * 40.0 * 1e-10 + 200.0 * 40.0 * 1e-10;
+        let shuffle = exchanges + own_partials + own;
+        assert!((s.phases.shuffle - shuffle).abs() < 1e-15, "{:?}", s.phases);
         let routing = 2.0 * (1e-3 + 40.0 * 4.0 * 1e-9);
         let plan = cal.op("sample").seconds(c.edges[0], 0.0);
         assert!((s.phases.build - r.phases.build - plan - routing).abs() < 1e-15);
@@ -1207,9 +1238,10 @@ mod tests {
         let r = nfp(&shape(), &cal, &[&a, &b], 0, "alltoallv_world");
         // Gather: both ranks' 1500 source rows at 50 columns.
         assert!((r.phases.load - 3000.0 * (50.0 * 4.0 * 1e-10 + 1e-8)).abs() < 1e-15);
-        // Blocks: 3000 src ids, 4000 edges, 400 dst; partials 200 rows × 40 B each way.
+        // Blocks: 3000 src ids, 4000 edges, 400 dst; partials 200 rows × 40 B each way, as
+        // ready rows (2 GB/s).
         let blocks = 3000.0 * 8.0 + 4000.0 * 4.0 + 400.0 * 8.0;
-        let shuffle = 1e-3 + blocks * 1e-9 + 2e-3 + 2.0 * 200.0 * 40.0 * 1e-9;
+        let shuffle = 1e-3 + blocks * 1e-9 + 2e-3 + 2.0 * 200.0 * 40.0 * 5e-10;
         assert!((r.phases.shuffle - shuffle).abs() < 1e-15, "{:?}", r.phases);
     }
 

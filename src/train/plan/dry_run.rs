@@ -56,6 +56,9 @@ pub struct Counts {
     /// back), and input edges routed to a remote source owner (8 bytes each).
     pub partial_rows: f64,
     pub remote_edges: f64,
+    /// SNP: partial rows this rank computes for its own destinations (those with a source of
+    /// its own): they pass through the exchange to itself and are added with the rest.
+    pub own_partials: f64,
     /// What this rank computes per layer.
     pub dst: Vec<f64>,
     pub src: Vec<f64>,
@@ -85,7 +88,12 @@ impl Counts {
         ];
         v.extend(&self.requests_to);
         v.extend(&self.rows_in);
-        v.extend([self.hidden_rows, self.partial_rows, self.remote_edges]);
+        v.extend([
+            self.hidden_rows,
+            self.partial_rows,
+            self.remote_edges,
+            self.own_partials,
+        ]);
         v.extend(&self.dst);
         v.extend(&self.src);
         v.extend(&self.edges);
@@ -98,7 +106,7 @@ impl Counts {
         let head = take(6);
         let requests_to = take(ranks);
         let rows_in = take(layers);
-        let mid = take(3);
+        let mid = take(4);
         Counts {
             sampled_edges: head[0],
             sample_bytes: head[1],
@@ -112,6 +120,7 @@ impl Counts {
             hidden_rows: mid[0],
             partial_rows: mid[1],
             remote_edges: mid[2],
+            own_partials: mid[3],
             dst: take(layers),
             src: take(layers),
             edges: take(layers),
@@ -128,6 +137,7 @@ impl Counts {
         self.hidden_rows *= k;
         self.partial_rows *= k;
         self.remote_edges *= k;
+        self.own_partials *= k;
         for v in [
             &mut self.requests_to,
             &mut self.rows_in,
@@ -442,9 +452,12 @@ fn sample_batch(
         let mut owners = Vec::new();
         for v in 0..input_block.num_dst {
             owners.clear();
+            let mut own = false;
             for &u in &input_block.indices[input_block.indptr[v]..input_block.indptr[v + 1]] {
                 let u = input_block.src_nodes[u as usize];
-                if !data.owns(u) {
+                if data.owns(u) {
+                    own = true;
+                } else {
                     snp.remote_edges += 1.0;
                     owners.push(owner_of(&data.offsets, u as u64));
                 }
@@ -452,6 +465,7 @@ fn sample_batch(
             owners.sort_unstable();
             owners.dedup();
             snp.partial_rows += owners.len() as f64;
+            snp.own_partials += own as u8 as f64;
         }
     }
 
@@ -487,6 +501,7 @@ mod tests {
         c.requests_to = vec![0.0, 7.0];
         c.rows_in = vec![1.0, 2.0, 3.0];
         c.partial_rows = 4.0;
+        c.own_partials = 2.0;
         c.dst = vec![5.0, 6.0, 7.0];
         c.src = vec![8.0, 9.0, 10.0];
         c.edges = vec![11.0, 12.0, 13.0];
