@@ -615,6 +615,13 @@ fn sample_points(world: &World) -> Vec<[f64; 2]> {
         .collect()
 }
 
+/// Repetitions of each drift point. The wait is a mean over them, set by a few long stalls
+/// (a rank descheduled for milliseconds), and a step pays it as a share of its work. On the
+/// 2-core VM four calibrations with [`REPS`] (5) spread 2.1× (2 ranks) and 3.2× (4 ranks) in
+/// drift, which moves a step's prediction by up to a tenth; three with 20 spread 1.7× and
+/// 1.45×, for 2-7 s more of calibration.
+const DRIFT_REPS: usize = 20;
+
 /// How far the ranks drift apart over a stretch of the same work between two collectives:
 /// every rank starts together and runs the same products (`x` = its seconds, mean over ranks),
 /// then waits for the slowest (`y` = the slowest rank's seconds less its own, mean over ranks).
@@ -637,7 +644,7 @@ fn drift_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
         .iter()
         .map(|&products| {
             let (mut own, mut waited) = (0.0, 0.0);
-            for _ in 0..REPS {
+            for _ in 0..DRIFT_REPS {
                 world.barrier();
                 let t = Instant::now();
                 work(products);
@@ -647,7 +654,7 @@ fn drift_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
             }
             let mut sums = [own, waited];
             world.allreduce_sum_f64(&mut sums);
-            let n = REPS as f64 * ranks;
+            let n = DRIFT_REPS as f64 * ranks;
             [sums[0] / n, sums[1] / n]
         })
         .collect()
