@@ -7,7 +7,10 @@
 //! maximum over ranks (a collective waits for its slowest rank; so does a step), and rank 0's
 //! result is what every rank uses. Sizes are kept small so that it takes seconds.
 
-use super::calibration::{Calibration, CalibrationKey, Fit, FORMAT, OPERATORS};
+use super::calibration::{
+    Calibration, CalibrationKey, Fit, FORMAT, OPERATORS, ROW_EXCHANGE_NARROW_WIDTH,
+    ROW_EXCHANGE_WIDTH,
+};
 use crate::backend::{AdamStep, Backend, EdgeWeights};
 use crate::comm::{Group, World};
 use crate::exchange::plan::alltoallv_rows_on;
@@ -71,7 +74,8 @@ fn comm_points(world: &World, group: Option<&Group>, op: impl Fn(&Group, usize))
         .collect()
 }
 
-/// Points of the `alltoallv` operators over `group` (when this rank is in it): a row
+/// Points of the `alltoallv` operators over `group` (when this rank is in it), rows of
+/// `width` columns: a row
 /// exchange as the strategies run theirs, planned for the batch at hand ([`RowExchange::new`]:
 /// the wanted ids to their owners), made ([`RowExchange::forward`]: rows packed by id on their
 /// owners, exchanged, and placed in the order asked for) and reversed
@@ -80,14 +84,13 @@ fn comm_points(world: &World, group: Option<&Group>, op: impl Fn(&Group, usize))
 /// ranks, ids spread over the owners' rows; half the time is one call's. A bare alltoallv of
 /// one ready buffer measured 3-4× faster per byte on the 2-core VM than the exchanges inside
 /// training steps, whose shuffles and fetches this operator prices.
-fn row_exchange_points(world: &World, group: Option<&Group>) -> Vec<[f64; 2]> {
-    const WIDTH: usize = 64;
+fn row_exchange_points(world: &World, group: Option<&Group>, width: usize) -> Vec<[f64; 2]> {
     MESSAGE_BYTES
         .iter()
         .map(|&bytes| {
             let prepared = group.map(|g| {
                 let (ranks, peers) = (g.size(), g.size().saturating_sub(1).max(1));
-                let wanted_rows = (bytes / 4 / WIDTH).max(1);
+                let wanted_rows = (bytes / 4 / width).max(1);
                 let held = 2 * wanted_rows;
                 let offsets: Vec<u64> = (0..=ranks).map(|r| (r * held) as u64).collect();
                 let wanted: Vec<NodeId> = (0..wanted_rows)
@@ -97,7 +100,7 @@ fn row_exchange_points(world: &World, group: Option<&Group>) -> Vec<[f64; 2]> {
                         (offsets[owner] + row) as NodeId
                     })
                     .collect();
-                (offsets, wanted, Array2::from_elem((held, WIDTH), 1.0f32))
+                (offsets, wanted, Array2::from_elem((held, width), 1.0f32))
             });
             let s = time_point(world, || {
                 if let (Some(g), Some((offsets, wanted, local))) = (group, &prepared) {
@@ -167,22 +170,47 @@ fn sweep<B: Backend>(be: &B, world: &World) -> Sweep {
         ops.insert(name, (pts, Vec::new()));
     };
     let multi = world.size() > 1;
-    // Communication: a single rank moves nothing, so the operators are free there.
-    let world_a2a = if multi {
-        row_exchange_points(world, Some(world))
-    } else {
-        vec![]
-    };
+    // Communication: a single rank moves nothing, so the operators are free there. Row
+    // exchanges at two widths: the bytes' price, and the rows' ([`per_row`]).
     let node = world.node();
-    let node_a2a = if node.size() > 1 && node.size() < world.size() {
-        row_exchange_points(world, Some(node))
-    } else if node.size() > 1 {
-        world_a2a.clone() // the node is the world: the same line
-    } else {
-        vec![]
-    };
-    put("alltoallv_world", world_a2a);
-    put("alltoallv_node", node_a2a);
+    for (width, [world_name, node_name, leaders_name]) in [
+        (
+            ROW_EXCHANGE_WIDTH,
+            ["alltoallv_world", "alltoallv_node", "alltoallv_leaders"],
+        ),
+        (
+            ROW_EXCHANGE_NARROW_WIDTH,
+            [
+                "alltoallv_world_narrow",
+                "alltoallv_node_narrow",
+                "alltoallv_leaders_narrow",
+            ],
+        ),
+    ] {
+        let world_a2a = if multi {
+            row_exchange_points(world, Some(world), width)
+        } else {
+            vec![]
+        };
+        let node_a2a = if node.size() > 1 && node.size() < world.size() {
+            row_exchange_points(world, Some(node), width)
+        } else if node.size() > 1 {
+            world_a2a.clone() // the node is the world: the same line
+        } else {
+            vec![]
+        };
+        put(world_name, world_a2a);
+        put(node_name, node_a2a);
+        let leaders = world.leaders().filter(|l| l.size() > 1);
+        put(
+            leaders_name,
+            if world.node_index().1 > 1 {
+                row_exchange_points(world, leaders, width)
+            } else {
+                vec![]
+            },
+        );
+    }
     let world_partials = if multi {
         partial_sums_points(be, world, Some(world))
     } else {
@@ -197,15 +225,6 @@ fn sweep<B: Backend>(be: &B, world: &World) -> Sweep {
     };
     put("partial_sums_world", world_partials);
     put("partial_sums_node", node_partials);
-    let leaders = world.leaders().filter(|l| l.size() > 1);
-    put(
-        "alltoallv_leaders",
-        if world.node_index().1 > 1 {
-            row_exchange_points(world, leaders)
-        } else {
-            vec![]
-        },
-    );
     put(
         "allreduce",
         if multi {
@@ -300,6 +319,26 @@ const PRICED_BY_POINTS: &[&str] = &[
     "d2h",
 ];
 
+/// A row exchange's seconds per row from its points at [`ROW_EXCHANGE_WIDTH`] columns
+/// (`wide`) and at [`ROW_EXCHANGE_NARROW_WIDTH`] (`narrow`), the same bytes point by point:
+/// the median over the points of the extra time over the extra rows (none below 0).
+fn per_row(wide: &[[f64; 2]], narrow: &[[f64; 2]]) -> f64 {
+    let rows = |bytes: f64, width: usize| bytes / (4 * width) as f64;
+    let mut each: Vec<f64> = wide
+        .iter()
+        .zip(narrow)
+        .map(|(w, n)| {
+            let extra = rows(w[0], ROW_EXCHANGE_NARROW_WIDTH) - rows(w[0], ROW_EXCHANGE_WIDTH);
+            ((n[1] - w[1]) / extra).max(0.0)
+        })
+        .collect();
+    if each.is_empty() {
+        return 0.0;
+    }
+    each.sort_by(f64::total_cmp);
+    each[each.len() / 2]
+}
+
 /// Measure every operator (collective over `world`) in [`SWEEPS`] sweeps, keep each point's
 /// median over them, and fit the lines.
 pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Calibration {
@@ -318,6 +357,17 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
             "gather" => Fit::least_squares_relative_with_bytes(unit, points, bytes),
             _ if PRICED_BY_POINTS.contains(name) => Fit::through_points(unit, points),
             _ => Fit::least_squares(unit, points),
+        };
+        let fit = match *name {
+            "alltoallv_world" | "alltoallv_node" | "alltoallv_leaders" => {
+                let narrow_name = format!("{name}_narrow");
+                let (narrow, _) = median_points(sweeps.iter().map(|s| &s[narrow_name.as_str()]));
+                Fit {
+                    per_row_s: per_row(&fit.points, &narrow),
+                    ..fit
+                }
+            }
+            _ => fit,
         };
         ops.insert(name.to_string(), fit);
     }
@@ -764,4 +814,25 @@ fn attention_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
             [(edges * w) as f64, s]
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cost_per_row_is_the_median_extra_time_over_the_extra_rows() {
+        // At 1 MiB: 4096 rows of 64 columns, 16384 of 16: 12288 more rows. Extra times of
+        // 1.2288 ms, 2.4576 ms and (noise) less than the wide rows' give 100 ns, 200 ns and 0.
+        let mib = 1048576.0;
+        let wide = [[mib, 1e-3], [mib, 1e-3], [mib, 1e-3]];
+        let narrow = [
+            [mib, 1e-3 + 1.2288e-3],
+            [mib, 1e-3 + 2.4576e-3],
+            [mib, 0.9e-3],
+        ];
+        assert!((per_row(&wide, &narrow) - 1e-7).abs() < 1e-15);
+        // One rank (no points): no cost per row.
+        assert_eq!(per_row(&[], &[]), 0.0);
+    }
 }

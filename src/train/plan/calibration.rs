@@ -17,8 +17,9 @@ use std::path::{Path, PathBuf};
 /// under training's allocator policy, 6 the ranks' `drift`, 7 the `gather` per row and byte,
 /// and the sampler and the gather timed on other inputs every call, 8 the transfers priced
 /// through their measured points, [`Fit::by_points`], 9 the `partial_sums` exchanges of rows
-/// sent ready and added on receipt.)
-pub const FORMAT: u32 = 9;
+/// sent ready and added on receipt, 10 the row exchanges' cost per row,
+/// [`Fit::per_row_s`].)
+pub const FORMAT: u32 = 10;
 
 /// Operators every calibration holds, with the unit of their `x`.
 pub const OPERATORS: &[(&str, &str)] = &[
@@ -41,6 +42,13 @@ pub const OPERATORS: &[(&str, &str)] = &[
     ("elementwise", "byte"),
     ("drift", "second"),
 ];
+
+/// Columns of the rows the `alltoallv_*` points exchange (4 bytes each): their byte prices
+/// hold for rows of this width, and [`Fit::per_row_s`] prices the difference in rows.
+pub const ROW_EXCHANGE_WIDTH: usize = 64;
+/// Columns of the narrower rows the row exchanges are also timed with, at the same bytes, to
+/// find their cost per row.
+pub const ROW_EXCHANGE_NARROW_WIDTH: usize = 16;
 
 /// Where and how a calibration was measured. Two runs may share one only when these agree.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,6 +110,13 @@ pub struct Fit {
     pub per_unit_s: f64,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub per_byte_s: f64,
+    /// Row exchanges: seconds per row beyond what their bytes cost at
+    /// [`ROW_EXCHANGE_WIDTH`] columns (routing, packing and placing each row by id), from
+    /// the same exchanges timed at [`ROW_EXCHANGE_NARROW_WIDTH`] columns. Between two ranks of
+    /// the EPYC VM about 80-160 ns: Tolokers' 40-byte feature rows, priced by their bytes
+    /// alone, were fetched in 2-5× their predicted time. See [`Fit::seconds_rows`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub per_row_s: f64,
     /// What `x` counts: bytes, flops, edges × columns (aggregation), stored non-zeros × output
     /// columns (products with sparse input rows), sampled edges (block building), bytes
     /// streamed (activation passes), or
@@ -133,11 +148,22 @@ impl Fit {
             latency_s: 0.0,
             per_unit_s: 0.0,
             per_byte_s: 0.0,
+            per_row_s: 0.0,
             unit: unit.into(),
             points: Vec::new(),
             point_bytes: Vec::new(),
             by_points: false,
         }
+    }
+
+    /// Seconds of `calls` row exchanges moving `bytes` in `rows` rows in all: their bytes'
+    /// price ([`Fit::seconds`], rows of [`ROW_EXCHANGE_WIDTH`] columns) plus
+    /// [`Fit::per_row_s`] for every row more (or less) than rows of that width would make,
+    /// never under half the bytes' price (rows far wider than the calibrated ones).
+    pub fn seconds_rows(&self, bytes: f64, rows: f64, calls: f64) -> f64 {
+        let base = self.seconds(bytes, calls);
+        let calibrated_rows = bytes / (4 * ROW_EXCHANGE_WIDTH) as f64;
+        (base + self.per_row_s * (rows - calibrated_rows)).max(0.5 * base)
     }
 
     /// Seconds for `calls` calls doing `units` of work and touching `bytes` in all.
@@ -206,6 +232,7 @@ impl Fit {
             latency_s: c[0],
             per_unit_s: c[1],
             per_byte_s: c[2],
+            per_row_s: 0.0,
             unit: unit.into(),
             points,
             point_bytes: bytes,
@@ -295,6 +322,7 @@ impl Fit {
             latency_s: a,
             per_unit_s: b,
             per_byte_s: 0.0,
+            per_row_s: 0.0,
             unit: unit.into(),
             points,
             point_bytes: Vec::new(),
@@ -381,6 +409,7 @@ impl Calibration {
                 ("latency_s", f.latency_s),
                 ("per_unit_s", f.per_unit_s),
                 ("per_byte_s", f.per_byte_s),
+                ("per_row_s", f.per_row_s),
             ] {
                 if !v.is_finite() || v < 0.0 {
                     bail!(
@@ -408,13 +437,13 @@ impl Calibration {
     }
 
     /// Every operator's pricing in [`OPERATORS`] order, as numbers (what rank 0 broadcasts):
-    /// latency, per unit, per byte, whether by points, the point count, then each point's `x`
-    /// and seconds.
+    /// latency, per unit, per byte, per row, whether by points, the point count, then each
+    /// point's `x` and seconds.
     pub fn wire(&self) -> Vec<f64> {
         let mut w = Vec::new();
         for (op, _) in OPERATORS {
             let f = self.op(op);
-            w.extend([f.latency_s, f.per_unit_s, f.per_byte_s]);
+            w.extend([f.latency_s, f.per_unit_s, f.per_byte_s, f.per_row_s]);
             w.extend([f.by_points as u8 as f64, f.points.len() as f64]);
             w.extend(f.points.iter().flatten());
         }
@@ -431,7 +460,8 @@ impl Calibration {
                 .operators
                 .entry(op.to_string())
                 .or_insert_with(|| Fit::free(unit));
-            (f.latency_s, f.per_unit_s, f.per_byte_s) = (next(), next(), next());
+            (f.latency_s, f.per_unit_s, f.per_byte_s, f.per_row_s) =
+                (next(), next(), next(), next());
             f.by_points = next() == 1.0;
             let n = next() as usize;
             f.points = (0..n).map(|_| [next(), next()]).collect();
@@ -633,12 +663,36 @@ mod tests {
     }
 
     #[test]
+    fn a_row_exchange_pays_per_row_beyond_its_calibrated_rows() {
+        // 1 ns a byte through the points, 100 ns a row beyond rows of 64 columns (256 B).
+        let mut f = Fit::through_points("byte", vec![[0.0, 0.0], [1e6, 1e-3]]);
+        f.per_row_s = 1e-7;
+        let bytes = 256_000.0;
+        // Rows of the calibrated width: the bytes' price alone.
+        assert!((f.seconds_rows(bytes, 1000.0, 1.0) - 256e-6).abs() < 1e-15);
+        // 40-byte rows: 6400 rows, 5400 more than the calibrated 1000.
+        let narrow = f.seconds_rows(bytes, 6400.0, 1.0);
+        assert!(
+            (narrow - (256e-6 + 5400.0 * 1e-7)).abs() < 1e-15,
+            "{narrow}"
+        );
+        // Rows wider than the calibrated ones cost less, never under half the bytes' price.
+        assert!((f.seconds_rows(bytes, 1.0, 1.0) - (256e-6 - 999.0 * 1e-7)).abs() < 1e-15);
+        f.per_row_s = 1e-6;
+        assert_eq!(f.seconds_rows(bytes, 1.0, 1.0), 128e-6);
+        // No rows' cost without one measured.
+        f.per_row_s = 0.0;
+        assert_eq!(f.seconds_rows(bytes, 6400.0, 1.0), f.seconds(bytes, 1.0));
+    }
+
+    #[test]
     fn the_wire_carries_every_operators_pricing() {
         let mut cal = calibration();
         cal.operators.insert(
             "aggregate".into(),
             Fit::through_points("edge_col", vec![[1.0, 2.0], [4.0, 3.0]]),
         );
+        cal.operators.get_mut("alltoallv_world").unwrap().per_row_s = 1e-7;
         let mut other = Calibration {
             operators: BTreeMap::new(),
             ..cal.clone()
@@ -647,8 +701,20 @@ mod tests {
         for (op, _) in OPERATORS {
             let (a, b) = (cal.op(op), other.op(op));
             assert_eq!(
-                (a.latency_s, a.per_unit_s, a.per_byte_s, a.by_points),
-                (b.latency_s, b.per_unit_s, b.per_byte_s, b.by_points),
+                (
+                    a.latency_s,
+                    a.per_unit_s,
+                    a.per_byte_s,
+                    a.per_row_s,
+                    a.by_points
+                ),
+                (
+                    b.latency_s,
+                    b.per_unit_s,
+                    b.per_byte_s,
+                    b.per_row_s,
+                    b.by_points
+                ),
                 "{op}"
             );
             assert_eq!(a.points, b.points, "{op}");

@@ -389,7 +389,8 @@ fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str, rows: Rows
     if c.input_remote + c.input_served > 0.0 {
         // Two exchanges: the ids out, the rows back.
         let ids = 8.0 * c.input_remote;
-        s += cal.op(a2a).seconds(ids, 1.0) + cal.op(a2a).seconds(fetched - ids, 1.0);
+        s += cal.op(a2a).seconds(ids, 1.0)
+            + cal.op(a2a).seconds_rows(fetched - ids, c.input_remote, 1.0);
     }
     // Nothing goes up where the device holds every row (a call per batch otherwise).
     let upload = if shape.device && copied_up > 0.0 {
@@ -457,7 +458,9 @@ pub fn split(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Ra
         let row = shape.in_w[l] * 4.0;
         // The layer's rows forward and their gradients back: two exchanges of its size.
         bytes += 2.0 * c.rows_in[l] * row;
-        exchanges += cal.op(a2a).seconds(2.0 * c.rows_in[l] * row, 2.0);
+        exchanges += cal
+            .op(a2a)
+            .seconds_rows(2.0 * c.rows_in[l] * row, 2.0 * c.rows_in[l], 2.0);
         let own = (c.src[l] - c.rows_in[l]).max(0.0);
         copied += (2.0 * own + c.rows_in[l]) * row;
         zeroed += (c.src[l] + c.dst[l - 1]) * row;
@@ -486,7 +489,8 @@ pub fn dnp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
     let rows = Rows::of_input_block(shape);
     let mut r = load(shape, cal, c, a2a, rows);
     let bytes = 2.0 * c.hidden_rows * shape.out_w[0] * 4.0;
-    r.phases.shuffle = cal.op(a2a).seconds(bytes, 2.0) + own_hidden_rows(shape, cal, c);
+    r.phases.shuffle =
+        cal.op(a2a).seconds_rows(bytes, 2.0 * c.hidden_rows, 2.0) + own_hidden_rows(shape, cal, c);
     r.phases.train = compute(shape, cal, c, Order::Cheaper, rows != Rows::Csr);
     r.bytes += bytes;
     r
@@ -515,7 +519,7 @@ pub fn snp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
     // rows that cross ranks, leaves out), into sums that start as zeros, a row per
     // destination.
     let own_partials = local_side(cal, 4.0 * c.own_partials * h, c.dst[0] * h);
-    r.phases.shuffle = 2.0 * exchange.seconds(c.hidden_rows * h, 1.0)
+    r.phases.shuffle = 2.0 * exchange.seconds_rows(c.hidden_rows * h, c.hidden_rows, 1.0)
         + 2.0
             * cal
                 .op(partial_sums_op(a2a))
@@ -839,6 +843,19 @@ mod tests {
             src: vec![1000.0 + remote, 200.0],
             edges: vec![2000.0, 200.0],
         }
+    }
+
+    #[test]
+    fn row_exchanges_of_narrow_rows_pay_per_row() {
+        let mut cal = machine();
+        let c = counts(500.0);
+        let before = split(&shape(), &cal, &c, "alltoallv_world").phases.shuffle;
+        cal.operators.get_mut("alltoallv_world").unwrap().per_row_s = 1e-7;
+        let after = split(&shape(), &cal, &c, "alltoallv_world").phases.shuffle;
+        // Layer 2's 50 rows of 10 columns each way: 100 rows of 4000 bytes, where rows of the
+        // calibrated 64 columns would be 15.625.
+        let extra = (100.0 - 4000.0 / 256.0) * 1e-7;
+        assert!((after - before - extra).abs() < 1e-15, "{before} {after}");
     }
 
     #[test]
