@@ -121,8 +121,8 @@ fn row_exchange_points(world: &World, group: Option<&Group>, width: usize) -> Ve
 /// columns made ready on the backend, sent, and added into one destination row per peer's
 /// row on receipt; backward, the destinations' gradients gathered back into one row per
 /// partial and sent back. Every rank receives `bytes` in all, evenly from the other ranks;
-/// half the time is one call's. No rows are packed or placed by id: on the 2-core VM this
-/// costs 0.6× a row exchange of the same bytes.
+/// half the time is one call's. No rows are packed or placed by id: at 4 MiB on the 2-core
+/// EPYC VM this costs 0.5× a row exchange of the same bytes between 2 ranks, 0.35× among 4.
 fn partial_sums_points<B: Backend>(be: &B, world: &World, group: Option<&Group>) -> Vec<[f64; 2]> {
     const WIDTH: usize = 256;
     MESSAGE_BYTES

@@ -7,7 +7,8 @@
 //!   (`alltoallv`, the bytes and calls the dry run counted);
 //! - load: input feature rows — the local gather (`gather`, bytes of the rows this rank reads
 //!   for itself, from the feature cache, and serves to others), the fetch of remote rows (`alltoallv`, 8-byte ids out
-//!   and the rows back) and, on a device backend, the copy of the input rows to it (`h2d`);
+//!   and the rows back, each row exchange priced by its bytes and its rows) and, on a device
+//!   backend, the copy of the input rows to it (`h2d`);
 //! - shuffle: hidden rows between ranks (`alltoallv`, row exchanges forward and their
 //!   gradients back, or an `allgatherv`); partial sums sent as ready rows and added on receipt
 //!   (`partial_sums`: SNP's and NFP's);
@@ -412,9 +413,9 @@ fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str, rows: Rows
 /// The operator of partial sums exchanged among the ranks whose row exchanges are `a2a`:
 /// rows sent as they were computed and added into their destinations on receipt, gradients
 /// gathered and sent back (SNP's and NFP's partial sums). Priced apart from the row exchange,
-/// which packs and places rows by id on both sides: on the 2-core VM the ready rows cost 0.6×
-/// a row exchange of the same bytes, and SNP's 4-rank shuffle, priced as row exchanges, came
-/// out at 1.6× its measured time (`auto-replan-2026-11-28.md`).
+/// which packs and places rows by id on both sides: at 4 MiB on the 2-core EPYC VM the ready
+/// rows cost 0.35-0.5× a row exchange of the same bytes, and SNP's 4-rank shuffle, priced as
+/// row exchanges, came out at 1.6× its measured time (`auto-replan-2026-11-28c.md`).
 pub fn partial_sums_op(a2a: &str) -> &'static str {
     match a2a {
         "alltoallv_node" => "partial_sums_node",
