@@ -163,6 +163,29 @@ fn partial_sums_points<B: Backend>(be: &B, world: &World, group: Option<&Group>)
 /// operators fitted in two variables (else empty).
 type Sweep = BTreeMap<&'static str, (Vec<[f64; 2]>, Vec<f64>)>;
 
+/// The points of a collective operator over the world and over each rank's node
+/// (`measure(Some(group))`, every rank at once): none on one rank, and the node's are the
+/// world's where the node is the world. Collective over `world`.
+fn world_and_node(
+    world: &World,
+    mut measure: impl FnMut(Option<&Group>) -> Vec<[f64; 2]>,
+) -> (Vec<[f64; 2]>, Vec<[f64; 2]>) {
+    let node = world.node();
+    let world_points = if world.size() > 1 {
+        measure(Some(world))
+    } else {
+        vec![]
+    };
+    let node_points = if node.size() > 1 && node.size() < world.size() {
+        measure(Some(node))
+    } else if node.size() > 1 {
+        world_points.clone() // the node is the world: the same points
+    } else {
+        vec![]
+    };
+    (world_points, node_points)
+}
+
 /// Every operator measured once, in [`OPERATORS`]' units. Collective over `world`.
 fn sweep<B: Backend>(be: &B, world: &World) -> Sweep {
     let mut ops = Sweep::new();
@@ -172,7 +195,6 @@ fn sweep<B: Backend>(be: &B, world: &World) -> Sweep {
     let multi = world.size() > 1;
     // Communication: a single rank moves nothing, so the operators are free there. Row
     // exchanges at two widths: the bytes' price, and the rows' ([`per_row`]).
-    let node = world.node();
     for (width, [world_name, node_name, leaders_name]) in [
         (
             ROW_EXCHANGE_WIDTH,
@@ -187,18 +209,7 @@ fn sweep<B: Backend>(be: &B, world: &World) -> Sweep {
             ],
         ),
     ] {
-        let world_a2a = if multi {
-            row_exchange_points(world, Some(world), width)
-        } else {
-            vec![]
-        };
-        let node_a2a = if node.size() > 1 && node.size() < world.size() {
-            row_exchange_points(world, Some(node), width)
-        } else if node.size() > 1 {
-            world_a2a.clone() // the node is the world: the same line
-        } else {
-            vec![]
-        };
+        let (world_a2a, node_a2a) = world_and_node(world, |g| row_exchange_points(world, g, width));
         put(world_name, world_a2a);
         put(node_name, node_a2a);
         let leaders = world.leaders().filter(|l| l.size() > 1);
@@ -211,18 +222,8 @@ fn sweep<B: Backend>(be: &B, world: &World) -> Sweep {
             },
         );
     }
-    let world_partials = if multi {
-        partial_sums_points(be, world, Some(world))
-    } else {
-        vec![]
-    };
-    let node_partials = if node.size() > 1 && node.size() < world.size() {
-        partial_sums_points(be, world, Some(node))
-    } else if node.size() > 1 {
-        world_partials.clone()
-    } else {
-        vec![]
-    };
+    let (world_partials, node_partials) =
+        world_and_node(world, |g| partial_sums_points(be, world, g));
     put("partial_sums_world", world_partials);
     put("partial_sums_node", node_partials);
     put(
@@ -358,17 +359,13 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
             _ if PRICED_BY_POINTS.contains(name) => Fit::through_points(unit, points),
             _ => Fit::least_squares(unit, points),
         };
-        let fit = match *name {
-            "alltoallv_world" | "alltoallv_node" | "alltoallv_leaders" => {
-                let narrow_name = format!("{name}_narrow");
-                let (narrow, _) = median_points(sweeps.iter().map(|s| &s[narrow_name.as_str()]));
-                Fit {
-                    per_row_s: per_row(&fit.points, &narrow),
-                    ..fit
-                }
-            }
-            _ => fit,
-        };
+        let mut fit = fit;
+        let narrow = format!("{name}_narrow");
+        if sweeps[0].contains_key(narrow.as_str()) {
+            // A row exchange, timed on narrower rows too: its cost per row.
+            let (narrow, _) = median_points(sweeps.iter().map(|s| &s[narrow.as_str()]));
+            fit.per_row_s = per_row(&fit.points, &narrow);
+        }
         ops.insert(name.to_string(), fit);
     }
     let mut cal = Calibration {
