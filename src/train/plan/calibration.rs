@@ -291,9 +291,11 @@ impl Fit {
         }
     }
 
-    /// Least-squares line through `points` (`x`, seconds). A negative intercept or slope (noise
-    /// on a flat or tiny range) is refitted with that term at zero, so that no prediction is
-    /// ever negative.
+    /// Least-squares line through `points` (`x`, seconds). A negative intercept or a slope that
+    /// is not positive (noise on a flat or tiny range) is refitted through the origin, so that
+    /// no prediction is ever negative and more work is never priced as no dearer: the plan tests'
+    /// calibrations side by side on the 16-core GPU host once left the optimizer's or the
+    /// activations' points falling with their size, and a flat line priced that work as free.
     pub fn least_squares(unit: &str, points: Vec<[f64; 2]>) -> Fit {
         let n = points.len() as f64;
         if points.is_empty() {
@@ -311,9 +313,7 @@ impl Fit {
         } else {
             (my, 0.0)
         };
-        if b < 0.0 {
-            (a, b) = (my, 0.0);
-        } else if a < 0.0 {
+        if sxx > 0.0 && (b <= 0.0 || a < 0.0) {
             // Through the origin: b = Σxy / Σx².
             let sxx0: f64 = points.iter().map(|p| p[0] * p[0]).sum();
             let sxy0: f64 = points.iter().map(|p| p[0] * p[1]).sum();
@@ -592,8 +592,12 @@ mod tests {
         let f = Fit::least_squares("byte", pts);
         assert!((f.latency_s - 1e-5).abs() < 1e-12, "{f:?}");
         assert!((f.per_unit_s - 2e-10).abs() < 1e-18, "{f:?}");
-        // Decreasing noise: flat line at the mean, not a negative slope.
+        // Decreasing noise: through the origin (Σxy / Σx² = 5 / 5), neither a negative slope
+        // nor a flat line that prices more work as no dearer.
         let f = Fit::least_squares("byte", vec![[1.0, 3.0], [2.0, 1.0]]);
+        assert_eq!((f.latency_s, f.per_unit_s), (0.0, 1.0));
+        // One size only: its mean, as a latency.
+        let f = Fit::least_squares("byte", vec![[2.0, 3.0], [2.0, 1.0]]);
         assert_eq!((f.latency_s, f.per_unit_s), (2.0, 0.0));
         // Negative intercept: refitted through the origin.
         let f = Fit::least_squares("byte", vec![[1.0, 0.5], [2.0, 2.0], [3.0, 3.5]]);
