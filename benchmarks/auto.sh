@@ -188,6 +188,10 @@ for s in strategies:
         "measured_first_step": p.get("first_step_seconds"),
         "measured_step_with_first": p.get("step_seconds_with_first"),
         "measured_rounds": sorted(q["step_seconds"] for _, q in runs),
+        # The host's time blocked on the GPU per step of that run (0 on the CPU): the step's
+        # waits for the device, which the per-step phases above do not carry.
+        "measured_device_blocked_per_step": (j.get("seconds") or {}).get("device_blocked", 0.0)
+        / max(j.get("steps") or 1, 1),
         "failed": not runs,
     }))
 PY
