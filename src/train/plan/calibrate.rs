@@ -43,10 +43,16 @@ pub fn run_key(world: &World, device: String, threads: usize) -> CalibrationKey 
     }
 }
 
+/// The middle value of `v` (the upper one of an even count). `v` must not be empty.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 /// Median of `REPS` timed runs of `f` (after a warm-up), the maximum over `world`. Collective.
 fn time_point(world: &World, mut f: impl FnMut()) -> f64 {
     f();
-    let mut t: Vec<f64> = (0..REPS)
+    let t: Vec<f64> = (0..REPS)
         .map(|_| {
             world.barrier();
             let s = Instant::now();
@@ -54,8 +60,7 @@ fn time_point(world: &World, mut f: impl FnMut()) -> f64 {
             s.elapsed().as_secs_f64()
         })
         .collect();
-    t.sort_by(f64::total_cmp);
-    world.allreduce_max_f64(t[REPS / 2])
+    world.allreduce_max_f64(median(t))
 }
 
 /// Points of a collective over `group` (when this rank is in it) for every message size;
@@ -287,10 +292,6 @@ fn median_points<'a>(
     sweeps: impl Iterator<Item = &'a (Vec<[f64; 2]>, Vec<f64>)>,
 ) -> (Vec<[f64; 2]>, Vec<f64>) {
     let sweeps: Vec<_> = sweeps.collect();
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let (first_points, first_bytes) = sweeps[0];
     let points = (0..first_points.len())
         .map(|i| [0, 1].map(|k| median(sweeps.iter().map(|(p, _)| p[i][k]).collect())))
@@ -325,7 +326,7 @@ const PRICED_BY_POINTS: &[&str] = &[
 /// the median over the points of the extra time over the extra rows (none below 0).
 fn per_row(wide: &[[f64; 2]], narrow: &[[f64; 2]]) -> f64 {
     let rows = |bytes: f64, width: usize| bytes / (4 * width) as f64;
-    let mut each: Vec<f64> = wide
+    let each: Vec<f64> = wide
         .iter()
         .zip(narrow)
         .map(|(w, n)| {
@@ -336,8 +337,7 @@ fn per_row(wide: &[[f64; 2]], narrow: &[[f64; 2]]) -> f64 {
     if each.is_empty() {
         return 0.0;
     }
-    each.sort_by(f64::total_cmp);
-    each[each.len() / 2]
+    median(each)
 }
 
 /// Measure every operator (collective over `world`) in [`SWEEPS`] sweeps, keep each point's
@@ -353,13 +353,12 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
     let mut ops: BTreeMap<String, Fit> = BTreeMap::new();
     for (name, unit) in OPERATORS {
         let (points, bytes) = median_points(sweeps.iter().map(|s| &s[name]));
-        let fit = match *name {
+        let mut fit = match *name {
             "gemm" => Fit::least_squares_with_bytes(unit, points, bytes),
             "gather" => Fit::least_squares_relative_with_bytes(unit, points, bytes),
             _ if PRICED_BY_POINTS.contains(name) => Fit::through_points(unit, points),
             _ => Fit::least_squares(unit, points),
         };
-        let mut fit = fit;
         let narrow = format!("{name}_narrow");
         if sweeps[0].contains_key(narrow.as_str()) {
             // A row exchange, timed on narrower rows too: its cost per row.
