@@ -264,7 +264,9 @@ fn allreduce_grads<B: Backend>(
         let mut done = true;
         for seg in &segments {
             let len = seg.len();
-            // MPI has no portable in-place flag through these bindings: reduce from a copy.
+            // Reduce from a copy: the host path sums in place (`MPI_IN_PLACE`), but in place on
+            // device pointers has never run on a CUDA-aware MPI here, so this keeps the form
+            // that has.
             let send = be.to_owned(be.buffer_view(&params.grads, seg.start, 1, len));
             let spans = (
                 be.device_span(be.view(&send)),
