@@ -37,9 +37,10 @@ enum Element {
 }
 
 /// `buf` (`len` elements) summed over `comm`'s ranks, in place (`MPI_IN_PLACE`). Reducing from
-/// a copy put the gradients' size in fresh pages every step: on the 2-core VM, Facebook with
-/// SAGE at hidden 1024 (39 MB of gradients) spent 39-41 ms a step in the allreduce at 2 ranks
-/// and 155 at 4; in place 28-31 and 66, with the same sums bit for bit.
+/// a copy added a pass over the gradients every step (training keeps freed memory, so the copy
+/// reused its pages; the pass itself cost, and ranks sharing cores make it at once): on the
+/// 2-core VM, Facebook with SAGE at hidden 1024 (39 MB of gradients) spent 39-41 ms a step in
+/// the allreduce at 2 ranks and 155 at 4; in place 20-31 and 66, with the same sums bit for bit.
 ///
 /// # Safety
 /// `buf` must be `len` live, initialised elements of `element`'s type for the whole call.
