@@ -29,40 +29,23 @@ extern "C" {
     static gnnpar_mpi_in_place: *mut c_void;
 }
 
-/// Element types of [`allreduce_sum_in_place`].
-#[derive(Clone, Copy)]
-enum Element {
-    Float,
-    Double,
-}
-
-/// `buf` (`len` elements) summed over `comm`'s ranks, in place (`MPI_IN_PLACE`). Reducing from
-/// a copy added a pass over the gradients every step (training keeps freed memory, so the copy
-/// reused its pages; the pass itself cost, and ranks sharing cores make it at once): on the
-/// 2-core VM, Facebook with SAGE at hidden 1024 (39 MB of gradients) spent 39-41 ms a step in
-/// the allreduce at 2 ranks and 155 at 4; in place 20-31 and 66, with the same sums bit for bit.
-///
-/// # Safety
-/// `buf` must be `len` live, initialised elements of `element`'s type for the whole call.
-unsafe fn allreduce_sum_in_place(
-    comm: &SimpleCommunicator,
-    buf: *mut c_void,
-    len: usize,
-    element: Element,
-) {
+/// `buf` summed over `comm`'s ranks, in place (`MPI_IN_PLACE`). Reducing from a copy added a
+/// pass over the gradients every step (training keeps freed memory, so the copy reused its
+/// pages; the pass itself cost, and ranks sharing cores make it at once): on the 2-core VM,
+/// Facebook with SAGE at hidden 1024 (39 MB of gradients) spent 39-41 ms a step in the
+/// allreduce at 2 ranks and 155 at 4; in place 20-31 and 66, with the same sums bit for bit.
+fn allreduce_sum_in_place<T: Equivalence>(comm: &SimpleCommunicator, buf: &mut [T]) {
+    let len = buf.len();
     let count = Count::try_from(len)
         .unwrap_or_else(|_| panic!("allreduce of {len} values exceeds MPI's 32-bit count"));
-    let datatype = match element {
-        Element::Float => mpi::ffi::RSMPI_FLOAT,
-        Element::Double => mpi::ffi::RSMPI_DOUBLE,
-    };
-    // SAFETY: the caller guarantees `buf`; `gnnpar_mpi_in_place` is a constant of the C shim.
+    // SAFETY: `buf` is `count` live, initialised values of `T`'s MPI datatype for the whole
+    // (blocking) call; `gnnpar_mpi_in_place` is a constant of the C shim.
     let rc = unsafe {
         mpi::ffi::MPI_Allreduce(
             gnnpar_mpi_in_place,
-            buf,
+            buf.as_mut_ptr().cast(),
             count,
-            datatype,
+            T::equivalent_datatype().as_raw(),
             mpi::ffi::RSMPI_SUM,
             comm.as_raw(),
         )
@@ -167,8 +150,7 @@ impl Group {
             return; // nothing to move; recording bytes here would mislead the reports
         }
         let t = Instant::now();
-        // SAFETY: `buf` is live, initialised `f32`s for the whole (blocking) call.
-        unsafe { allreduce_sum_in_place(c, buf.as_mut_ptr().cast(), buf.len(), Element::Float) };
+        allreduce_sum_in_place(c, buf);
         let bytes = std::mem::size_of_val(buf);
         self.stats.record("allreduce", t, bytes, bytes);
     }
@@ -180,8 +162,7 @@ impl Group {
             return;
         }
         let t = Instant::now();
-        // SAFETY: as in `allreduce_sum_f32`.
-        unsafe { allreduce_sum_in_place(c, buf.as_mut_ptr().cast(), buf.len(), Element::Double) };
+        allreduce_sum_in_place(c, buf);
         let bytes = std::mem::size_of_val(buf);
         self.stats.record("allreduce_small", t, bytes, bytes);
     }
