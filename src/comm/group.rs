@@ -143,6 +143,23 @@ impl Group {
         }
     }
 
+    /// Wait for every rank of the group asleep: test a non-blocking barrier every `poll`.
+    /// MPI's blocking calls wait spinning, which on cores the ranks share takes them from the
+    /// ranks still working (the calibration's turns, [`crate::train::plan::core_share`]).
+    pub fn barrier_sleeping(&self, poll: std::time::Duration) {
+        let Some(c) = &self.comm else { return };
+        let mut request = c.immediate_barrier();
+        loop {
+            match request.test() {
+                Ok(_) => return,
+                Err(pending) => {
+                    request = pending;
+                    std::thread::sleep(poll);
+                }
+            }
+        }
+    }
+
     /// Sum `buf` element-wise over the group, in place (gradient allreduce).
     pub fn allreduce_sum_f32(&self, buf: &mut [f32]) {
         let Some(c) = &self.comm else { return };
