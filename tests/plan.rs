@@ -205,6 +205,25 @@ fn auto_picks_the_same_strategy_on_every_rank_with_a_given_calibration() {
     }
     let (dir, cal, _) = calibrated(4);
     let cal_s = cal.to_str().unwrap();
+    // Four single-thread ranks on fewer cores (CI's 2) time the kernels in turns and price
+    // them at their share of the cores; on 4 cores or more every rank has its own.
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cal).unwrap()).unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores < 4 {
+        assert_eq!(
+            written["shared_cores"]["turns"],
+            4usize.div_ceil(cores),
+            "{written}"
+        );
+        assert_eq!(
+            written["shared_cores"]["factor"].as_f64(),
+            Some(4.0 / cores as f64),
+            "{written}"
+        );
+    } else {
+        assert!(written.get("shared_cores").is_none(), "{written}");
+    }
     let summary = dir.path().join("summary.json");
     let (_, stderr) = mpirun_ok(
         4,

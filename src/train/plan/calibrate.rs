@@ -3,14 +3,16 @@
 //!
 //! Every rank measures at the same time (a barrier before each point), so what ranks sharing a
 //! host's cores or memory bandwidth do to each other — 4 ranks on 2 cores are oversubscribed —
-//! is in the numbers. Each point is the median of a few repetitions on each rank, then the
+//! is in the numbers; only the kernels of a host with more rank threads than cores are timed
+//! in turns and priced at each rank's share of the cores ([`super::core_share`]). Each point is the median of a few repetitions on each rank, then the
 //! maximum over ranks (a collective waits for its slowest rank; so does a step), and rank 0's
 //! result is what every rank uses. Sizes are kept small so that it takes seconds.
 
 use super::calibration::{
-    Calibration, CalibrationKey, Fit, FORMAT, OPERATORS, ROW_EXCHANGE_NARROW_WIDTH,
+    Calibration, CalibrationKey, Fit, SharedCores, FORMAT, OPERATORS, ROW_EXCHANGE_NARROW_WIDTH,
     ROW_EXCHANGE_WIDTH,
 };
+use super::core_share::CoreShare;
 use crate::backend::{AdamStep, Backend, EdgeWeights};
 use crate::comm::{Group, World};
 use crate::exchange::plan::alltoallv_rows_on;
@@ -20,7 +22,7 @@ use crate::graph::NodeId;
 use crate::sample::{sample_blocks, Adjacency, BatchKey, Block};
 use ndarray::Array2;
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Repetitions per point (the median is kept), after one untimed warm-up. Three left the
 /// 2-core VM's calibrations ±20 % apart from one run to the next on most points.
@@ -61,6 +63,45 @@ fn time_point(world: &World, mut f: impl FnMut()) -> f64 {
         })
         .collect();
     world.allreduce_max_f64(median(t))
+}
+
+/// How often a rank waiting for its turn looks whether the round is over.
+const TURN_POLL: Duration = Duration::from_micros(200);
+
+/// Times the kernels' points: every rank at once ([`time_point`]), or, on a host whose cores
+/// its ranks share, in turns priced at the rank's share of the cores ([`CoreShare`]).
+#[derive(Clone, Copy)]
+struct KernelTimer<'a> {
+    world: &'a World,
+    share: CoreShare,
+}
+
+impl KernelTimer<'_> {
+    /// Seconds of `f` (collective over the world): the maximum over ranks of the median of
+    /// [`REPS`] runs after a warm-up, each rank's times its share's factor. In turns, the
+    /// ranks of a round run their repetitions back to back while the others wait asleep.
+    fn point(&self, mut f: impl FnMut()) -> f64 {
+        if self.share.turns == 1 {
+            return time_point(self.world, f);
+        }
+        let mut mine = 0.0;
+        for round in 0..self.share.turns {
+            self.world.barrier_sleeping(TURN_POLL);
+            if round == self.share.round {
+                f();
+                let t: Vec<f64> = (0..REPS)
+                    .map(|_| {
+                        let s = Instant::now();
+                        f();
+                        s.elapsed().as_secs_f64()
+                    })
+                    .collect();
+                mine = median(t) * self.share.factor;
+            }
+        }
+        self.world.barrier_sleeping(TURN_POLL);
+        self.world.allreduce_max_f64(mine)
+    }
 }
 
 /// Points of a collective over `group` (when this rank is in it) for every message size;
@@ -192,7 +233,7 @@ fn world_and_node(
 }
 
 /// Every operator measured once, in [`OPERATORS`]' units. Collective over `world`.
-fn sweep<B: Backend>(be: &B, world: &World) -> Sweep {
+fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
     let mut ops = Sweep::new();
     let mut put = |name: &'static str, pts: Vec<[f64; 2]>| {
         ops.insert(name, (pts, Vec::new()));
@@ -254,7 +295,18 @@ fn sweep<B: Backend>(be: &B, world: &World) -> Sweep {
             vec![]
         },
     );
-    let gather = gather_points(world);
+    // The host's work in turns where its ranks share its cores; a device's kernels all at once
+    // (ranks sharing a GPU is another matter than sharing cores).
+    let host = KernelTimer { world, share };
+    let kernels = if B::IS_HOST {
+        host
+    } else {
+        KernelTimer {
+            world,
+            share: CoreShare::NONE,
+        }
+    };
+    let gather = gather_points(host);
     if B::IS_HOST {
         put("h2d", vec![]);
         put("d2h", vec![]);
@@ -263,13 +315,15 @@ fn sweep<B: Backend>(be: &B, world: &World) -> Sweep {
         put("h2d", up);
         put("d2h", down);
     }
-    let gemm = gemm_points(be, world);
-    put("aggregate", aggregate_points(be, world));
-    put("spmm", spmm_points(be, world));
+    let gemm = gemm_points(be, kernels);
+    put("aggregate", aggregate_points(be, kernels));
+    put("spmm", spmm_points(be, kernels));
+    // The sampler of several ranks is collective (owners answer for their vertices): timed
+    // with every rank at once.
     put("sample", sample_points(world));
-    put("optimizer", optimizer_points(be, world));
-    put("attention", attention_points(be, world));
-    put("elementwise", elementwise_points(be, world));
+    put("optimizer", optimizer_points(be, kernels));
+    put("attention", attention_points(be, kernels));
+    put("elementwise", elementwise_points(be, kernels));
     put(
         "drift",
         if multi {
@@ -349,7 +403,18 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
     // freed memory reused, as training reuses it.
     crate::backend::cpu::memory::keep_freed_memory();
     let started = Instant::now();
-    let sweeps: Vec<Sweep> = (0..SWEEPS).map(|_| sweep(be, world)).collect();
+    let share = CoreShare::measure(world, key.threads_per_rank);
+    if share.turns > 1 && world.rank() == 0 {
+        log::info!(
+            "calibration: {} ranks of {} thread(s) share this host's cores: kernels timed in {} \
+             turns, priced at {:.2}× their time (a step's share of the cores)",
+            world.ranks_on_host(),
+            key.threads_per_rank,
+            share.turns,
+            share.factor
+        );
+    }
+    let sweeps: Vec<Sweep> = (0..SWEEPS).map(|_| sweep(be, world, share)).collect();
     let mut ops: BTreeMap<String, Fit> = BTreeMap::new();
     for (name, unit) in OPERATORS {
         let (points, bytes) = median_points(sweeps.iter().map(|s| &s[name]));
@@ -372,6 +437,10 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
         key,
         seconds_to_calibrate: 0.0,
         operators: ops,
+        shared_cores: (share.turns > 1).then_some(SharedCores {
+            turns: share.turns,
+            factor: share.factor,
+        }),
     };
     // Rank 0's numbers everywhere (they are maxima over ranks already; this makes them bitwise
     // the same whatever the reductions' rounding).
@@ -399,7 +468,7 @@ pub fn share_from_root(world: &World, cal: &mut Calibration) {
 /// store's code path, at three row widths: `x` = rows, and the bytes of each point. A row
 /// costs its lookup (ownership, cache) and placement whatever its width, which bytes alone
 /// missed: Tolokers' 40-byte rows gathered at 2-5× their bytes' prediction (2-core VM).
-fn gather_points(world: &World) -> (Vec<[f64; 2]>, Vec<f64>) {
+fn gather_points(timer: KernelTimer) -> (Vec<[f64; 2]>, Vec<f64>) {
     let (mut points, mut bytes) = (Vec::new(), Vec::new());
     for (table_rows, width) in [(1usize << 15, 8usize), (1 << 15, 128), (1 << 13, 1024)] {
         let table = Array2::from_shape_fn((table_rows, width), |(i, j)| (i * 7 + j) as f32);
@@ -408,7 +477,7 @@ fn gather_points(world: &World) -> (Vec<[f64; 2]>, Vec<f64>) {
             // Other ids every call, as every batch reads other rows.
             let batches = spread_ids(n, table_rows);
             let mut call = 0;
-            let s = time_point(world, || {
+            let s = timer.point(|| {
                 let (x, _) = store.gather_local(&batches[call]);
                 store.recycle(x);
                 call += 1;
@@ -458,7 +527,7 @@ fn copy_points<B: Backend>(be: &B, world: &World) -> (Vec<[f64; 2]>, Vec<[f64; 2
 /// 2 classes, out of 10 features, and their gradients), bound by the bytes they touch
 /// (4·(m·k + k·n + m·n), writing the output included). Both terms
 /// are fitted together.
-fn gemm_points<B: Backend>(be: &B, world: &World) -> (Vec<[f64; 2]>, Vec<f64>) {
+fn gemm_points<B: Backend>(be: &B, timer: KernelTimer) -> (Vec<[f64; 2]>, Vec<f64>) {
     let shapes = [
         (1024, 32, 32),
         (1024, 64, 64),
@@ -480,7 +549,7 @@ fn gemm_points<B: Backend>(be: &B, world: &World) -> (Vec<[f64; 2]>, Vec<f64>) {
     for &(m, k, n) in &shapes {
         let a = be.upload(Array2::from_shape_fn((m, k), |(i, j)| ((i + j) % 7) as f32).view());
         let b = be.upload(Array2::from_shape_fn((k, n), |(i, j)| ((i * j) % 5) as f32).view());
-        let s = time_point(world, || {
+        let s = timer.point(|| {
             let c = be.matmul(be.view(&a), be.view(&b));
             let _ = be.download(be.rows(be.view(&c), 0..1));
         });
@@ -507,7 +576,7 @@ fn synthetic_block() -> Block {
     }
 }
 
-fn aggregate_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
+fn aggregate_points<B: Backend>(be: &B, timer: KernelTimer) -> Vec<[f64; 2]> {
     let block = synthetic_block();
     let (dst, src, fanout) = (block.num_dst, block.num_src(), 10usize);
     let g = be.graph(block);
@@ -516,7 +585,7 @@ fn aggregate_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
         .map(|&w| {
             let x =
                 be.upload(Array2::from_shape_fn((src, w), |(i, j)| ((i + j) % 3) as f32).view());
-            let s = time_point(world, || {
+            let s = timer.point(|| {
                 let out = be.aggregate(&g, be.view(&x), EdgeWeights::Mean);
                 let _ = be.download(be.rows(be.view(&out), 0..1));
             });
@@ -529,7 +598,7 @@ fn aggregate_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
 /// forward `x·w` and the weight gradient `xᵀ·d` together, at growing output widths: `x` =
 /// 2 × stored non-zeros × output columns. A backend without a sparse path (it multiplies
 /// such rows densely, priced by `gemm`) has no points: the operator is free and unused.
-fn spmm_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
+fn spmm_points<B: Backend>(be: &B, timer: KernelTimer) -> Vec<[f64; 2]> {
     let (rows, cols, per_row) = (4096usize, 4096usize, 41usize);
     let mut dense = Array2::<f32>::zeros((rows, cols));
     for i in 0..rows {
@@ -552,7 +621,7 @@ fn spmm_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
             let d =
                 be.upload(Array2::from_shape_fn((rows, n), |(i, j)| ((i * j) % 3) as f32).view());
             let mut g = be.upload(Array2::<f32>::zeros((cols, n)).view());
-            let s = time_point(world, || {
+            let s = timer.point(|| {
                 let y = be.spmm(&x, rows, be.view(&w));
                 be.add_spmm_tn(&x, rows, be.view(&d), be.view_mut(&mut g));
                 let _ = be.download(be.rows(be.view(&y), 0..1));
@@ -710,7 +779,7 @@ fn drift_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
 /// buffers of growing parameter counts (`x` = parameters). Every strategy pays it once per
 /// step on every rank, and at a hidden width of 1024 it is a tenth of a CPU step (Facebook's
 /// SAGE has 12M parameters: 28 bytes of moments, values and gradients read or written each).
-fn optimizer_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
+fn optimizer_points<B: Backend>(be: &B, timer: KernelTimer) -> Vec<[f64; 2]> {
     let step = AdamStep {
         beta1: 0.9,
         beta2: 0.999,
@@ -729,7 +798,7 @@ fn optimizer_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
             let mut grads = be.buffer_from_host(&start);
             let mut m = be.buffer_from_host(&start);
             let mut v = be.buffer_from_host(&start);
-            let s = time_point(world, || {
+            let s = timer.point(|| {
                 be.buffer_zero(&mut grads);
                 be.adam_step(&mut values, &grads, &mut m, &mut v, step);
                 // One value back: the host waits for the device's queue.
@@ -744,7 +813,7 @@ fn optimizer_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
 /// gradient scaled by them in place), over hidden rows of 256 columns: `x` = the bytes the
 /// two passes read and write (16 per value). At a wide hidden layer these passes stream more
 /// bytes than the layer's products touch.
-fn elementwise_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
+fn elementwise_points<B: Backend>(be: &B, timer: KernelTimer) -> Vec<[f64; 2]> {
     let act = crate::backend::Activation::Relu;
     [1024usize, 4096, 16384, 65536]
         .iter()
@@ -753,7 +822,7 @@ fn elementwise_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
             let values = || Array2::from_shape_fn((rows, cols), |(i, j)| (i as f32) - (j as f32));
             let mut h = be.upload(values().view());
             let mut g = be.upload(values().view());
-            let s = time_point(world, || {
+            let s = timer.point(|| {
                 let saved = be.activation_forward(act, be.view_mut(&mut h));
                 be.activation_backward(act, &saved, be.view_mut(&mut g));
                 let _ = be.download(be.rows(be.view(&g), 0..1));
@@ -766,7 +835,7 @@ fn elementwise_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
 /// GAT's attention, forward and backward as a layer runs it (node logits of sources and
 /// destinations, edge softmax, weighted aggregation, then `attention_backward`), on the
 /// synthetic block with 4 heads: `x` = edges × all heads' columns.
-fn attention_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
+fn attention_points<B: Backend>(be: &B, timer: KernelTimer) -> Vec<[f64; 2]> {
     let block = synthetic_block();
     let (dst, src, edges) = (block.num_dst, block.num_src(), block.num_edges());
     let heads = 4usize;
@@ -785,7 +854,7 @@ fn attention_points<B: Backend>(be: &B, world: &World) -> Vec<[f64; 2]> {
             let d_out = be.upload(
                 Array2::from_shape_fn((dst, w), |(i, j)| ((i * j) % 7) as f32 * 0.1).view(),
             );
-            let s = time_point(world, || {
+            let s = timer.point(|| {
                 let el = be.node_logits(be.view(&wh), be.view(&att), src);
                 let er = be.node_logits(be.view(&wh), be.view(&att), dst);
                 let alpha = be.edge_softmax(&g, be.view(&el), be.view(&er), 0.2);

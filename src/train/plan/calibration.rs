@@ -18,8 +18,9 @@ use std::path::{Path, PathBuf};
 /// and the sampler and the gather timed on other inputs every call, 8 the transfers priced
 /// through their measured points, [`Fit::by_points`], 9 the `partial_sums` exchanges of rows
 /// sent ready and added on receipt, 10 the row exchanges' cost per row,
-/// [`Fit::per_row_s`].)
-pub const FORMAT: u32 = 10;
+/// [`Fit::per_row_s`], 11 the kernels timed in turns where ranks share a host's cores,
+/// [`SharedCores`].)
+pub const FORMAT: u32 = 11;
 
 /// Operators every calibration holds, with the unit of their `x`.
 pub const OPERATORS: &[(&str, &str)] = &[
@@ -387,6 +388,20 @@ pub struct Calibration {
     /// Seconds the measuring took.
     pub seconds_to_calibrate: f64,
     pub operators: BTreeMap<String, Fit>,
+    /// Where rank 0's host runs more rank threads than it has cores: how its kernels were
+    /// timed and priced ([`super::core_share`]). Absent where every rank had cores of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_cores: Option<SharedCores>,
+}
+
+/// The kernels of a calibration timed in turns on a host whose ranks share its cores.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SharedCores {
+    /// Rounds the host's ranks took turns in, as many ranks at once as it has cores for.
+    pub turns: usize,
+    /// What the kernels' prices are of their times on cores of their own: ranks × their
+    /// cores each / the host's cores.
+    pub factor: f64,
 }
 
 impl Calibration {
@@ -581,6 +596,7 @@ mod tests {
                 .iter()
                 .map(|(op, unit)| (op.to_string(), Fit::least_squares(unit, vec![[1.0, 2.0]])))
                 .collect(),
+            shared_cores: None,
         }
     }
 

@@ -805,6 +805,7 @@ mod tests {
                     (op.to_string(), f)
                 })
                 .collect(),
+            shared_cores: None,
         }
     }
 

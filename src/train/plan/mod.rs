@@ -10,6 +10,7 @@
 
 pub mod calibrate;
 pub mod calibration;
+pub mod core_share;
 pub mod cost;
 pub mod dry_run;
 pub mod report;
@@ -84,6 +85,7 @@ pub fn obtain<B: Backend>(
             key: key.clone(),
             seconds_to_calibrate: 0.0,
             operators: Default::default(),
+            shared_cores: None,
         });
         calibrate::share_from_root(world, &mut cal);
         return Ok(Some(Calibrated {
