@@ -4,9 +4,10 @@
 //! Every rank measures at the same time (a barrier before each point), so what ranks sharing a
 //! host's cores or memory bandwidth do to each other — 4 ranks on 2 cores are oversubscribed —
 //! is in the numbers; only the kernels of a host with more rank threads than cores are timed
-//! in turns and priced at each rank's share of the cores ([`super::core_share`]). Each point is the median of a few repetitions on each rank, then the
-//! maximum over ranks (a collective waits for its slowest rank; so does a step), and rank 0's
-//! result is what every rank uses. Sizes are kept small so that it takes seconds.
+//! in turns and priced at each rank's share of the cores ([`super::core_share`]). Each point
+//! is the median of a few repetitions on each rank, then the maximum over ranks (a collective
+//! waits for its slowest rank; so does a step), and rank 0's result is what every rank uses.
+//! Sizes are kept small so that it takes seconds.
 
 use super::calibration::{
     Calibration, CalibrationKey, Fit, SharedCores, FORMAT, OPERATORS, ROW_EXCHANGE_NARROW_WIDTH,

@@ -3,7 +3,7 @@
 //! Where a host runs more rank threads than it has cores (4 ranks on the 2-core VM), timing a
 //! kernel with every rank at it at once (as the communication operators are timed) gives
 //! points that are not what a training step sees. A short call can finish within the time
-//! slice the kernel gives it and time at the speed of a core of its own, a long one is shared
+//! slice the scheduler gives it and time at the speed of a core of its own, a long one is shared
 //! with the other ranks: in the 4-rank calibration of the 2-core VM a 134 MFLOP product took
 //! 3.0 ms (2.5 at 2 ranks) and an 8.6 GFLOP one 371 ms (173 at 2 ranks). The line fitted
 //! through them follows the long points and prices short calls at twice what they cost
