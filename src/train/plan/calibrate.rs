@@ -318,7 +318,7 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
     }
     let gemm = gemm_points(be, kernels);
     put("aggregate", aggregate_points(be, kernels));
-    put("spmm", spmm_points(be, kernels));
+    let spmm = spmm_points(be, kernels);
     // The sampler of several ranks is collective (owners answer for their vertices): timed
     // with every rank at once.
     put("sample", sample_points(world));
@@ -334,6 +334,7 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
         },
     );
     ops.insert("gemm", gemm);
+    ops.insert("spmm", spmm);
     ops.insert("gather", gather);
     ops
 }
@@ -420,7 +421,7 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
     for (name, unit) in OPERATORS {
         let (points, bytes) = median_points(sweeps.iter().map(|s| &s[name]));
         let mut fit = match *name {
-            "gemm" => Fit::least_squares_with_bytes(unit, points, bytes),
+            "gemm" | "spmm" => Fit::least_squares_with_bytes(unit, points, bytes),
             "gather" => Fit::least_squares_relative_with_bytes(unit, points, bytes),
             _ if PRICED_BY_POINTS.contains(name) => Fit::through_points(unit, points),
             _ => Fit::least_squares(unit, points),
@@ -596,10 +597,16 @@ fn aggregate_points<B: Backend>(be: &B, timer: KernelTimer) -> Vec<[f64; 2]> {
 }
 
 /// Products with sparse input rows (bag-of-words features at 1 % density, 4096 columns), the
-/// forward `x·w` and the weight gradient `xᵀ·d` together, at growing output widths: `x` =
-/// 2 × stored non-zeros × output columns. A backend without a sparse path (it multiplies
-/// such rows densely, priced by `gemm`) has no points: the operator is free and unused.
-fn spmm_points<B: Backend>(be: &B, timer: KernelTimer) -> Vec<[f64; 2]> {
+/// forward `x·w` and the weight gradient `xᵀ·d` together, at growing output widths and over
+/// 1024 and 4096 of the rows: `x` = 2 × stored non-zeros × output columns, and the bytes of
+/// the entries both products read (8 per non-zero each: its column and value). Each non-zero
+/// costs its entry whatever the width (on the 2-core VM a product of width 16 cost 0.46 ns per
+/// non-zero × column, one of width 256 0.25), which a call's latency priced at the
+/// calibration's 168k non-zeros: SNP's owners, projecting a share of a batch's rows each,
+/// were priced at 2-3× their model phase on Facebook at 4 ranks. A backend without a sparse
+/// path (it multiplies such rows densely, priced by `gemm`) has no points: the operator is
+/// free and unused.
+fn spmm_points<B: Backend>(be: &B, timer: KernelTimer) -> (Vec<[f64; 2]>, Vec<f64>) {
     let (rows, cols, per_row) = (4096usize, 4096usize, 41usize);
     let mut dense = Array2::<f32>::zeros((rows, cols));
     for i in 0..rows {
@@ -611,25 +618,31 @@ fn spmm_points<B: Backend>(be: &B, timer: KernelTimer) -> Vec<[f64; 2]> {
     let dev = be.upload(dense.view());
     let Some(x) = be.sparse_from_dense(be.view(&dev)) else {
         // Every rank takes this branch alike (same backend kind), so no collective is skipped.
-        return vec![];
+        return (vec![], vec![]);
     };
-    let nnz: usize = dense.iter().filter(|&&v| v != 0.0).count();
-    [16usize, 64, 128, 256]
-        .iter()
-        .map(|&n| {
+    let (mut points, mut bytes) = (Vec::new(), Vec::new());
+    for used in [rows / 4, rows] {
+        let nnz = dense
+            .slice(ndarray::s![..used, ..])
+            .iter()
+            .filter(|&&v| v != 0.0)
+            .count();
+        for n in [16usize, 64, 128, 256] {
             let w =
                 be.upload(Array2::from_shape_fn((cols, n), |(i, j)| ((i + j) % 5) as f32).view());
             let d =
-                be.upload(Array2::from_shape_fn((rows, n), |(i, j)| ((i * j) % 3) as f32).view());
+                be.upload(Array2::from_shape_fn((used, n), |(i, j)| ((i * j) % 3) as f32).view());
             let mut g = be.upload(Array2::<f32>::zeros((cols, n)).view());
             let s = timer.point(|| {
-                let y = be.spmm(&x, rows, be.view(&w));
-                be.add_spmm_tn(&x, rows, be.view(&d), be.view_mut(&mut g));
+                let y = be.spmm(&x, used, be.view(&w));
+                be.add_spmm_tn(&x, used, be.view(&d), be.view_mut(&mut g));
                 let _ = be.download(be.rows(be.view(&y), 0..1));
             });
-            [(2 * nnz * n) as f64, s]
-        })
-        .collect()
+            points.push([(2 * nnz * n) as f64, s]);
+            bytes.push((2 * 8 * nnz) as f64);
+        }
+    }
+    (points, bytes)
 }
 
 /// A synthetic adjacency for timing the sampler: `n` vertices of `degree` pseudo-random

@@ -19,8 +19,9 @@ use std::path::{Path, PathBuf};
 /// through their measured points, [`Fit::by_points`], 9 the `partial_sums` exchanges of rows
 /// sent ready and added on receipt, 10 the row exchanges' cost per row,
 /// [`Fit::per_row_s`], 11 the kernels timed in turns where ranks share a host's cores,
-/// [`SharedCores`].)
-pub const FORMAT: u32 = 11;
+/// [`SharedCores`], 12 the products with sparse rows timed over two row counts and priced by
+/// the bytes of their entries too.)
+pub const FORMAT: u32 = 12;
 
 /// Operators every calibration holds, with the unit of their `x`.
 pub const OPERATORS: &[(&str, &str)] = &[
@@ -104,7 +105,8 @@ fn sanitize(s: &str) -> String {
 /// One operator's line: `seconds = latency_s + x · per_unit_s` for `x` units of work per call,
 /// `+ bytes · per_byte_s` for an operator whose time also follows the bytes it touches (dense
 /// products: a skinny one is bound by its matrices' bytes, not its flops — an 8192 × 1024
-/// output of `dy·Wᵀ` from 2 classes takes as long as products of 16 times its flops).
+/// output of `dy·Wᵀ` from 2 classes takes as long as products of 16 times its flops; products
+/// with sparse rows: each non-zero's entry is read whatever the width).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Fit {
     pub latency_s: f64,

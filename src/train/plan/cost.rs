@@ -289,7 +289,8 @@ fn compute(shape: &ModelShape, cal: &Calibration, c: &Counts, order: Order, scan
 /// finds the non-zeros when they came dense (`scanned`: the dense rows read once, priced as
 /// the gather's bytes), the products
 /// with the non-zeros only (`spmm`: forward `x·W` of every source, SAGE's root term on the
-/// destinations too, and the weight gradients `xᵀ·d` as many), and the aggregation at the
+/// destinations too, and the weight gradients `xᵀ·d` as many; by their non-zeros × columns and
+/// the bytes of the entries they read), and the aggregation at the
 /// output width forward and transposed backward (always projected first). No input gradient.
 fn sparse_input_layer(
     kind: ModelKind,
@@ -306,7 +307,10 @@ fn sparse_input_layer(
     } else {
         0.0
     };
-    scan + cal.op("spmm").seconds(2.0 * products, k) + cal.op("aggregate").seconds(2.0 * e * o, 2.0)
+    // Both products read every entry of their rows (8 bytes: column and value).
+    let entries = 2.0 * 8.0 * nnz * (ns + (k - 1.0) * nd);
+    scan + cal.op("spmm").seconds_touching(2.0 * products, entries, k)
+        + cal.op("aggregate").seconds(2.0 * e * o, 2.0)
 }
 
 /// How a batch's input rows are made ([`load`]).
@@ -1077,6 +1081,14 @@ mod tests {
         );
         // Dense rows of 100 columns would cost more.
         assert!(gdp(&shape(), &cal, &c, "alltoallv_world").phases.train > r.phases.train);
+        // Each product reads the 8-byte entries of its rows: 2 × 8 × 3 × 1500 bytes.
+        let mut per_entry = cal.clone();
+        per_entry.operators.get_mut("spmm").unwrap().per_byte_s = 1e-9;
+        let extra = gdp(&sparse, &per_entry, &c, "alltoallv_world").phases.train - r.phases.train;
+        assert!(
+            (extra - 2.0 * 8.0 * 3.0 * 1500.0 * 1e-9).abs() < 1e-12,
+            "{extra}"
+        );
     }
 
     #[test]
