@@ -17,6 +17,7 @@ mod stats;
 pub use group::Group;
 pub use stats::{CommStats, OpStats};
 
+use mpi::collective::Root;
 use mpi::environment::Threading;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use std::cell::Cell;
@@ -89,6 +90,9 @@ pub struct World {
     host_ranks: usize,
     /// This rank's index among them (its node-local rank).
     host_rank: usize,
+    /// The world rank of its host's first rank: the same on every rank of a host, so it names
+    /// the host.
+    host_leader: usize,
     /// `Some(k)` when nodes are pretend groups of `k` consecutive ranks.
     pretend_ranks_per_node: Option<usize>,
     stats: Rc<CommStats>,
@@ -156,6 +160,10 @@ impl World {
         let host_comm = world_comm.split_shared(rank);
         let host_ranks = host_comm.size() as usize;
         let host_rank = host_comm.rank() as usize;
+        let mut host_leader = rank;
+        host_comm
+            .process_at_rank(0)
+            .broadcast_into(&mut host_leader);
         let node_comm = match ranks_per_node {
             Some(k) => world_comm
                 .split_by_color(mpi::topology::Color::with_value(rank / k as i32))
@@ -185,6 +193,7 @@ impl World {
             num_nodes: ids[1] as usize,
             host_ranks,
             host_rank,
+            host_leader: host_leader as usize,
             pretend_ranks_per_node: ranks_per_node,
             stats,
             device_pointers,
@@ -204,6 +213,7 @@ impl World {
             num_nodes: 1,
             host_ranks: 1,
             host_rank: 0,
+            host_leader: 0,
             pretend_ranks_per_node: None,
             stats,
             device_pointers,
@@ -236,6 +246,12 @@ impl World {
     /// shared-memory communicator): it picks the rank's GPU.
     pub fn host_rank(&self) -> usize {
         self.host_rank
+    }
+
+    /// The world rank of the first rank of this rank's physical host: it names the host (the
+    /// ranks sharing its cores), whatever the node grouping.
+    pub fn host_leader(&self) -> usize {
+        self.host_leader
     }
 
     /// `Some(k)` when nodes are pretend groups of `k` consecutive ranks (`--ranks-per-node`).

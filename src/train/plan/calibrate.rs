@@ -52,18 +52,24 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Median of `REPS` timed runs of `f` (after a warm-up), the maximum over `world`. Collective.
-fn time_point(world: &World, mut f: impl FnMut()) -> f64 {
+/// Median of [`REPS`] timed runs of `f` after an untimed warm-up, `before` run ahead of each
+/// (untimed).
+fn median_of_reps(mut before: impl FnMut(), mut f: impl FnMut()) -> f64 {
     f();
     let t: Vec<f64> = (0..REPS)
         .map(|_| {
-            world.barrier();
+            before();
             let s = Instant::now();
             f();
             s.elapsed().as_secs_f64()
         })
         .collect();
-    world.allreduce_max_f64(median(t))
+    median(t)
+}
+
+/// Median of `REPS` timed runs of `f` (after a warm-up), the maximum over `world`. Collective.
+fn time_point(world: &World, f: impl FnMut()) -> f64 {
+    world.allreduce_max_f64(median_of_reps(|| world.barrier(), f))
 }
 
 /// How often a rank waiting for its turn looks whether the round is over.
@@ -89,15 +95,7 @@ impl KernelTimer<'_> {
         for round in 0..self.share.turns {
             self.world.barrier_sleeping(TURN_POLL);
             if round == self.share.round {
-                f();
-                let t: Vec<f64> = (0..REPS)
-                    .map(|_| {
-                        let s = Instant::now();
-                        f();
-                        s.elapsed().as_secs_f64()
-                    })
-                    .collect();
-                mine = median(t) * self.share.factor;
+                mine = median_of_reps(|| {}, &mut f) * self.share.factor;
             }
         }
         self.world.barrier_sleeping(TURN_POLL);

@@ -3,8 +3,8 @@
 //! Where a host runs more rank threads than it has cores (4 ranks on the 2-core VM), timing a
 //! kernel with every rank at it at once (as the communication operators are timed) gives
 //! points that are not what a training step sees. A short call can finish within the time
-//! slice the scheduler gives it and time at the speed of a core of its own, a long one is shared
-//! with the other ranks: in the 4-rank calibration of the 2-core VM a 134 MFLOP product took
+//! slice the scheduler gives it and time at the speed of a core of its own, a long one is
+//! shared with the other ranks: in the 4-rank calibration of the 2-core VM a 134 MFLOP product took
 //! 3.0 ms (2.5 at 2 ranks) and an 8.6 GFLOP one 371 ms (173 at 2 ranks). The line fitted
 //! through them follows the long points and prices short calls at twice what they cost
 //! measured alone, and the 4-rank steps came out 15-19 % over their measured time. Over a whole
@@ -17,7 +17,6 @@
 //! [`CoreShare::factor`] (ranks × their cores each / the host's cores).
 
 use crate::comm::World;
-use std::hash::{Hash, Hasher};
 
 /// How a rank's host shares its cores among its ranks while kernels are timed.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -100,14 +99,13 @@ fn affinity_mask() -> Option<[u64; MASK_WORDS]> {
     None
 }
 
-/// The cores this rank's host lets its ranks run on: the union of their affinity masks (ranks
-/// bound to a core each see one core apiece, unbound ranks all see every core), or, where a
-/// rank cannot read its mask, what the standard library sees. Collective over `world`.
+/// The cores this rank's host (MPI's shared-memory domain, [`World::host_leader`]) lets its
+/// ranks run on: the union of their affinity masks (ranks bound to a core each see one core
+/// apiece, unbound ranks all see every core), or, where a rank cannot read its mask, what the
+/// standard library sees. Collective over `world`.
 fn host_cores(world: &World) -> usize {
-    let mut host = std::collections::hash_map::DefaultHasher::new();
-    super::calibration::host_name().hash(&mut host);
     let mask = affinity_mask();
-    let mut mine = vec![host.finish(), mask.is_some() as u64];
+    let mut mine = vec![world.host_leader() as u64, mask.is_some() as u64];
     mine.extend(mask.unwrap_or_default());
     let (all, _) = world.allgatherv("core_share", &mine);
     let entry = MASK_WORDS + 2;

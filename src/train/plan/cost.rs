@@ -301,14 +301,15 @@ fn sparse_input_layer(
     scanned: bool,
 ) -> f64 {
     let k = if kind == ModelKind::Sage { 2.0 } else { 1.0 };
-    let products = nnz * o * (ns + (k - 1.0) * nd);
+    let rows = ns + (k - 1.0) * nd;
+    let products = nnz * o * rows;
     let scan = if scanned {
         cal.op("gather").seconds_touching(ns, ns * i * 4.0, 1.0)
     } else {
         0.0
     };
     // Both products read every entry of their rows (8 bytes: column and value).
-    let entries = 2.0 * 8.0 * nnz * (ns + (k - 1.0) * nd);
+    let entries = 2.0 * 8.0 * nnz * rows;
     scan + cal.op("spmm").seconds_touching(2.0 * products, entries, k)
         + cal.op("aggregate").seconds(2.0 * e * o, 2.0)
 }
