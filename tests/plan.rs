@@ -94,6 +94,12 @@ fn calibrate_writes_a_file_that_plan_then_uses() {
             "{op}: {v}"
         );
     }
+    // Mostly-zero input rows are gathered as CSR on a path of their own, timed on its own:
+    // 4 row counts at 2 non-zero counts.
+    let sparse_gather = v["operators"]["gather_sparse"]["points"]
+        .as_array()
+        .unwrap();
+    assert_eq!(sparse_gather.len(), 8, "{v}");
     // The ranks' drift between collectives is measured on several ranks: three stretches of
     // work, each with the mean wait it left (never negative: the slowest rank less each).
     let drift = v["operators"]["drift"]["points"].as_array().unwrap();

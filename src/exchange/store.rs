@@ -296,6 +296,29 @@ impl FeatureStore {
         })
     }
 
+    /// [`FeatureStore::gather_input`] of rows that must all be own or cached: the same
+    /// lookups and the same CSR assembly, without communication (the calibration times the
+    /// input rows' path with it).
+    ///
+    /// # Panics
+    /// If a row would have to be fetched from another rank.
+    pub fn gather_local_input(
+        &self,
+        ids: &[NodeId],
+        sparse_first_layer: bool,
+    ) -> (InputRows, StoreStats) {
+        let (from, fetched, stats) = self.locate_and_fetch(ids, |missing| {
+            assert!(
+                missing.is_empty(),
+                "gather_local_input: {} rows live on other ranks (first: vertex {})",
+                missing.len(),
+                missing[0]
+            );
+            PackedRows::default()
+        });
+        (self.fill_input(&from, &fetched, sparse_first_layer), stats)
+    }
+
     /// Count rows served elsewhere ([`FeatureStore::gather_local`]) in [`FeatureStore::stats`].
     pub fn add_stats(&mut self, s: &StoreStats) {
         self.stats.local_rows += s.local_rows;
@@ -906,5 +929,42 @@ mod tests {
     #[should_panic(expected = "live on other ranks")]
     fn a_local_gather_refuses_rows_of_other_ranks() {
         store(10, 3).gather_local(&[100, 5]);
+    }
+
+    #[test]
+    fn a_local_input_gather_makes_the_rows_of_the_dense_gather_in_the_form_asked() {
+        let (rows, d) = (50, 128);
+        let own = Array2::from_shape_fn((rows, d), |(r, c)| {
+            if (c * 5 + r) % 41 == 0 {
+                r as f32 + 0.25
+            } else {
+                0.0
+            }
+        });
+        let s = FeatureStore::new(vec![0, rows as u64], 0, own);
+        assert!(s.has_sparse_copy());
+        let ids = [7, 0, 49, 7, 23];
+        let (dense, _) = s.gather_local(&ids);
+        match s.gather_local_input(&ids, true) {
+            (InputRows::Sparse(m), stats) => {
+                assert_eq!(stats.local_rows, ids.len() as u64);
+                let want = CsrMatrix::from_dense(dense.view());
+                assert_eq!(
+                    (m.indptr, m.indices, m.values),
+                    (want.indptr, want.indices, want.values)
+                );
+            }
+            other => panic!("mostly-zero rows for a sparse layer came {other:?}"),
+        }
+        match s.gather_local_input(&ids, false) {
+            (InputRows::Dense(m), _) => assert_eq!(m, dense),
+            other => panic!("rows for a dense layer came {other:?}"),
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "live on other ranks")]
+    fn a_local_input_gather_refuses_rows_of_other_ranks() {
+        store(10, 3).gather_local_input(&[100, 5], true);
     }
 }

@@ -306,6 +306,7 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
         }
     };
     let gather = gather_points(host);
+    let sparse_gather = sparse_gather_points(host);
     if B::IS_HOST {
         put("h2d", vec![]);
         put("d2h", vec![]);
@@ -334,6 +335,7 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
     ops.insert("gemm", gemm);
     ops.insert("spmm", spmm);
     ops.insert("gather", gather);
+    ops.insert("gather_sparse", sparse_gather);
     ops
 }
 
@@ -420,7 +422,9 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
         let (points, bytes) = median_points(sweeps.iter().map(|s| &s[name]));
         let mut fit = match *name {
             "gemm" | "spmm" => Fit::least_squares_with_bytes(unit, points, bytes),
-            "gather" => Fit::least_squares_relative_with_bytes(unit, points, bytes),
+            "gather" | "gather_sparse" => {
+                Fit::least_squares_relative_with_bytes(unit, points, bytes)
+            }
             _ if PRICED_BY_POINTS.contains(name) => Fit::through_points(unit, points),
             _ => Fit::least_squares(unit, points),
         };
@@ -484,6 +488,44 @@ fn gather_points(timer: KernelTimer) -> (Vec<[f64; 2]>, Vec<f64>) {
             });
             points.push([n as f64, s]);
             bytes.push((n * width * 4) as f64);
+        }
+    }
+    (points, bytes)
+}
+
+/// The feature gather of mostly-zero rows a first layer takes as CSR (GDP's batches on
+/// bag-of-words features), with the real store's code path: rows by id assembled from the
+/// store's CSR copy, at 8 and 64 non-zeros a row; `x` = rows, and the bytes of each point's
+/// entries (a column and a value each). Priced as the dense gather, Facebook's batches (~14
+/// non-zeros a row) gathered at 2.5× their prediction on one rank (2-core VM): the sparse
+/// path looks every row up, counts its entries and places them, more per row than a copy.
+fn sparse_gather_points(timer: KernelTimer) -> (Vec<[f64; 2]>, Vec<f64>) {
+    let (table_rows, width) = (1usize << 13, 1024usize);
+    let (mut points, mut bytes) = (Vec::new(), Vec::new());
+    for nonzeros in [8usize, 64] {
+        let every = width / nonzeros;
+        let table = Array2::from_shape_fn((table_rows, width), |(i, j)| {
+            if (i * 7 + j) % every == 0 {
+                (i + j) as f32 + 1.0
+            } else {
+                0.0
+            }
+        });
+        let store = FeatureStore::new(vec![0, table_rows as u64], 0, table);
+        assert!(
+            store.has_sparse_copy(),
+            "calibration: the sparse table is kept as CSR"
+        );
+        for n in [256usize, 1024, 4096, 16384] {
+            let batches = spread_ids(n, table_rows);
+            let mut call = 0;
+            let s = timer.point(|| {
+                let rows = store.gather_local_input(&batches[call], true);
+                std::hint::black_box(rows);
+                call += 1;
+            });
+            points.push([n as f64, s]);
+            bytes.push((n * nonzeros * 8) as f64);
         }
     }
     (points, bytes)

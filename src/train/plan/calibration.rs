@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 /// sent ready and added on receipt, 10 the row exchanges' cost per row,
 /// [`Fit::per_row_s`], 11 the kernels timed in turns where ranks share a host's cores,
 /// [`SharedCores`], 12 the products with sparse rows timed over two row counts and priced by
-/// the bytes of their entries too.)
-pub const FORMAT: u32 = 12;
+/// the bytes of their entries too, 13 the `gather_sparse` of mostly-zero rows as CSR.)
+pub const FORMAT: u32 = 13;
 
 /// Operators every calibration holds, with the unit of their `x`.
 pub const OPERATORS: &[(&str, &str)] = &[
@@ -33,6 +33,7 @@ pub const OPERATORS: &[(&str, &str)] = &[
     ("allreduce", "byte"),
     ("allgatherv", "byte"),
     ("gather", "row"),
+    ("gather_sparse", "row"),
     ("h2d", "byte"),
     ("d2h", "byte"),
     ("gemm", "flop"),

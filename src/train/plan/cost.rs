@@ -391,7 +391,13 @@ fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str, rows: Rows
             (c.input_local + c.input_cached + c.input_remote) * row,
         )
     };
-    let mut s = cal.op("gather").seconds_touching(read, gathered, 2.0);
+    // CSR rows are assembled from the store's sparse copy, a path of its own per row.
+    let gather = if rows == Rows::Csr {
+        "gather_sparse"
+    } else {
+        "gather"
+    };
+    let mut s = cal.op(gather).seconds_touching(read, gathered, 2.0);
     if c.input_remote + c.input_served > 0.0 {
         // Two exchanges: the ids out, the rows back.
         let ids = 8.0 * c.input_remote;
@@ -766,7 +772,7 @@ mod tests {
     use super::*;
 
     /// A synthetic machine: 1 GB/s alltoallv with 1 ms latency, 10 ns a row and 10 GB/s
-    /// gather, 2 GB/s allreduce, 1 GFLOP/s, 1e8 edge-columns per second, free kernel
+    /// gather (30 ns a row as CSR), 2 GB/s allreduce, 1 GFLOP/s, 1e8 edge-columns per second, free kernel
     /// launches, 10 ns per parameter of the optimizer (10 µs a call), 10 GB/s device copies
     /// (10 µs a call), 10 GB/s activation passes.
     fn machine() -> Calibration {
@@ -774,6 +780,7 @@ mod tests {
             "alltoallv_world" | "alltoallv_node" => (1e-3, 1e-9),
             "partial_sums_world" | "partial_sums_node" => (1e-3, 5e-10),
             "gather" => (0.0, 1e-8),
+            "gather_sparse" => (0.0, 3e-8),
             "allreduce" => (0.0, 5e-10),
             "allgatherv" => (1e-3, 1e-9),
             "gemm" => (0.0, 1e-9),
@@ -804,7 +811,7 @@ mod tests {
                     let mut f = Fit::free(unit);
                     f.latency_s = a;
                     f.per_unit_s = b;
-                    if *op == "gather" {
+                    if *op == "gather" || *op == "gather_sparse" {
                         f.per_byte_s = 1e-10;
                     }
                     (op.to_string(), f)
@@ -1114,9 +1121,9 @@ mod tests {
         // the 1000 own, 500 served and 500 fetched rows instead of 400-byte rows, and 32 bytes
         // a row to the device (entries and an offset).
         assert_eq!(r.bytes, dense.bytes);
-        let gather = cal.op("gather");
+        let (gather, sparse_gather) = (cal.op("gather"), cal.op("gather_sparse"));
         let (wire, h2d) = (cal.op("alltoallv_world"), cal.op("h2d"));
-        let load = gather.seconds_touching(2000.0, 2000.0 * 24.0, 2.0)
+        let load = sparse_gather.seconds_touching(2000.0, 2000.0 * 24.0, 2.0)
             + wire.seconds(500.0 * 36.0, 2.0)
             + h2d.seconds(1500.0 * 32.0, 1.0);
         assert!((r.phases.load - load).abs() < 1e-12, "{:?}", r.phases);
@@ -1240,7 +1247,8 @@ mod tests {
         let gather = cal.op("gather");
         assert_eq!(
             c.phases.load,
-            gather.seconds_touching(1000.0, 1000.0 * 5.0 * 8.0, 2.0)
+            cal.op("gather_sparse")
+                .seconds_touching(1000.0, 1000.0 * 5.0 * 8.0, 2.0)
         );
         assert_eq!(
             d.phases.load,
