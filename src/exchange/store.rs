@@ -285,15 +285,7 @@ impl FeatureStore {
     /// # Panics
     /// If a row would have to be fetched from another rank.
     pub fn gather_local(&self, ids: &[NodeId]) -> (Array2<f32>, StoreStats) {
-        self.gather_with(ids, |missing| {
-            assert!(
-                missing.is_empty(),
-                "gather_local: {} rows live on other ranks (first: vertex {})",
-                missing.len(),
-                missing[0]
-            );
-            PackedRows::default()
-        })
+        self.gather_with(ids, no_fetch("gather_local"))
     }
 
     /// [`FeatureStore::gather_input`] of rows that must all be own or cached: the same
@@ -307,15 +299,7 @@ impl FeatureStore {
         ids: &[NodeId],
         sparse_first_layer: bool,
     ) -> (InputRows, StoreStats) {
-        let (from, fetched, stats) = self.locate_and_fetch(ids, |missing| {
-            assert!(
-                missing.is_empty(),
-                "gather_local_input: {} rows live on other ranks (first: vertex {})",
-                missing.len(),
-                missing[0]
-            );
-            PackedRows::default()
-        });
+        let (from, fetched, stats) = self.locate_and_fetch(ids, no_fetch("gather_local_input"));
         (self.fill_input(&from, &fetched, sparse_first_layer), stats)
     }
 
@@ -697,6 +681,20 @@ impl FeatureStore {
     }
 }
 
+/// The fetch of a gather that must find every row on this rank: none, and a panic naming
+/// `caller` where a row would have to come from another rank.
+fn no_fetch(caller: &'static str) -> impl FnOnce(&[NodeId]) -> PackedRows {
+    move |missing| {
+        assert!(
+            missing.is_empty(),
+            "{caller}: {} rows live on other ranks (first: vertex {})",
+            missing.len(),
+            missing[0]
+        );
+        PackedRows::default()
+    }
+}
+
 /// A batch's input rows as [`FeatureStore::gather_input`] gathered them.
 #[derive(Debug)]
 pub enum InputRows {
@@ -874,19 +872,25 @@ mod tests {
         assert_eq!(s.prefers_sparse_rows(&[100, 7]), Some(false), "too narrow");
     }
 
+    /// Rows about 1 in 37 of whose values are set (bag-of-words-like: a store keeps them as
+    /// CSR too when they are wide enough).
+    fn mostly_zero(rows: usize, d: usize) -> Array2<f32> {
+        Array2::from_shape_fn((rows, d), |(r, c)| {
+            if (c * 7 + r) % 37 == 0 {
+                r as f32 + 0.5
+            } else {
+                0.0
+            }
+        })
+    }
+
     #[test]
     fn sparse_batches_hold_the_entries_of_the_dense_batch_from_every_source() {
         use super::super::packed_rows::encode;
         // Own rows mostly zero (a sparse copy is kept); a cache row and fetched rows with a
         // -0.0 (a zero to CSR, though it travels as a value) and a NaN (a value).
         let (rows, d) = (40, 80);
-        let own = Array2::from_shape_fn((rows, d), |(r, c)| {
-            if (c * 7 + r) % 37 == 0 {
-                r as f32 + 0.5
-            } else {
-                0.0
-            }
-        });
+        let own = mostly_zero(rows, d);
         let mut s = FeatureStore::new(vec![0, rows as u64], 0, own.clone());
         assert!(s.has_sparse_copy());
         let mut remote = Array2::<f32>::zeros((3, d));
@@ -934,14 +938,7 @@ mod tests {
     #[test]
     fn a_local_input_gather_makes_the_rows_of_the_dense_gather_in_the_form_asked() {
         let (rows, d) = (50, 128);
-        let own = Array2::from_shape_fn((rows, d), |(r, c)| {
-            if (c * 5 + r) % 41 == 0 {
-                r as f32 + 0.25
-            } else {
-                0.0
-            }
-        });
-        let s = FeatureStore::new(vec![0, rows as u64], 0, own);
+        let s = FeatureStore::new(vec![0, rows as u64], 0, mostly_zero(rows, d));
         assert!(s.has_sparse_copy());
         let ids = [7, 0, 49, 7, 23];
         let (dense, _) = s.gather_local(&ids);

@@ -477,18 +477,16 @@ fn gather_points(timer: KernelTimer) -> (Vec<[f64; 2]>, Vec<f64>) {
     for (table_rows, width) in [(1usize << 15, 8usize), (1 << 15, 128), (1 << 13, 1024)] {
         let table = Array2::from_shape_fn((table_rows, width), |(i, j)| (i * 7 + j) as f32);
         let store = FeatureStore::new(vec![0, table_rows as u64], 0, table);
-        for n in [256usize, 1024, 4096, 16384] {
-            // Other ids every call, as every batch reads other rows.
-            let batches = spread_ids(n, table_rows);
-            let mut call = 0;
-            let s = timer.point(|| {
-                let (x, _) = store.gather_local(&batches[call]);
+        time_gathers(
+            timer,
+            table_rows,
+            width * 4,
+            (&mut points, &mut bytes),
+            |ids| {
+                let (x, _) = store.gather_local(ids);
                 store.recycle(x);
-                call += 1;
-            });
-            points.push([n as f64, s]);
-            bytes.push((n * width * 4) as f64);
-        }
+            },
+        );
     }
     (points, bytes)
 }
@@ -516,19 +514,40 @@ fn sparse_gather_points(timer: KernelTimer) -> (Vec<[f64; 2]>, Vec<f64>) {
             store.has_sparse_copy(),
             "calibration: the sparse table is kept as CSR"
         );
-        for n in [256usize, 1024, 4096, 16384] {
-            let batches = spread_ids(n, table_rows);
-            let mut call = 0;
-            let s = timer.point(|| {
-                let rows = store.gather_local_input(&batches[call], true);
-                std::hint::black_box(rows);
-                call += 1;
-            });
-            points.push([n as f64, s]);
-            bytes.push((n * nonzeros * 8) as f64);
-        }
+        time_gathers(
+            timer,
+            table_rows,
+            nonzeros * 8,
+            (&mut points, &mut bytes),
+            |ids| {
+                std::hint::black_box(store.gather_local_input(ids, true));
+            },
+        );
     }
     (points, bytes)
+}
+
+/// Times `gather` of 256 to 16,384 ids among `table_rows`, other ids every call (as every
+/// batch reads other rows), adding each point (rows, seconds) and the bytes it touches
+/// (`row_bytes` a row) to `out`.
+fn time_gathers(
+    timer: KernelTimer,
+    table_rows: usize,
+    row_bytes: usize,
+    out: (&mut Vec<[f64; 2]>, &mut Vec<f64>),
+    mut gather: impl FnMut(&[NodeId]),
+) {
+    let (points, bytes) = out;
+    for n in [256usize, 1024, 4096, 16384] {
+        let batches = spread_ids(n, table_rows);
+        let mut call = 0;
+        let s = timer.point(|| {
+            gather(&batches[call]);
+            call += 1;
+        });
+        points.push([n as f64, s]);
+        bytes.push((n * row_bytes) as f64);
+    }
 }
 
 /// One set of `n` ids among `range` for every call [`time_point`] makes, each a fixed
