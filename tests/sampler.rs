@@ -719,6 +719,9 @@ fn host_phases_of_a_gdp_step() {
     use gnnpar::exchange::FeatureStore;
     use gnnpar::sample::build_block_forced;
     use std::time::Instant;
+    // Under training's allocator policy (`Model::new` sets it): blocks and gathered rows
+    // reuse freed memory instead of faulting fresh pages in at every batch.
+    gnnpar::backend::cpu::memory::keep_freed_memory();
     let (n, d) = (200_000usize, 128usize);
     let ds = whole(random_csr(n, 20, 12));
     let adj = LocalGraph::new(&ds, None);
