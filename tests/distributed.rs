@@ -812,7 +812,8 @@ fn ranks_per_node_that_does_not_divide_the_ranks_and_a_wrong_part_count_are_refu
 }
 
 #[test]
-fn auto_picks_hybrid_on_two_nodes_and_on_one_node_trains_the_same_model_as_gdp() {
+fn auto_picks_hybrid_on_two_nodes_and_the_cheapest_plan_on_one_and_trains_the_same_model_as_one_rank(
+) {
     if !have_mpirun() {
         return;
     }
@@ -894,13 +895,18 @@ fn auto_picks_hybrid_on_two_nodes_and_on_one_node_trains_the_same_model_as_gdp()
             // The nodes agree on one prediction (the slowest node's), logged once.
             assert_eq!(stderr.matches("planner: {").count(), 1, "{stderr}");
         } else {
-            assert!(
-                ["gdp", "split", "dnp"].contains(&chosen.as_str()),
-                "{chosen}"
-            );
+            // Which single-node strategy is cheapest depends on this host's calibration (on
+            // the 2-core CI VM it has been SNP once in many runs), so the test holds the
+            // planner to its contract instead of to a strategy: it runs its choice, and that
+            // is the cheapest pickable candidate of the plan it logged.
             assert_eq!(e["choice"], chosen.as_str(), "{e}");
-            for s in ["gdp", "split", "dnp", "snp"] {
-                assert!(e["strategies"][s]["step_seconds"].as_f64().unwrap() >= 0.0);
+            let step = |s: &str| e["strategies"][s]["step_seconds"].as_f64().unwrap();
+            assert_eq!(e["strategies"][chosen.as_str()]["pickable"], true, "{e}");
+            for s in ["gdp", "split", "dnp", "snp", "nfp"] {
+                assert!(step(s) >= 0.0, "{s}: {e}");
+                if e["strategies"][s]["pickable"] == true {
+                    assert!(step(chosen.as_str()) <= step(s), "{chosen} over {s}: {e}");
+                }
             }
             // Split computes no row twice; GDP recomputes shared rows on several ranks.
             assert_eq!(e["strategies"]["split"]["redundant_rows"], 0.0, "{e}");
