@@ -422,9 +422,12 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
         let (points, bytes) = median_points(sweeps.iter().map(|s| &s[name]));
         let mut fit = match *name {
             "gemm" | "spmm" => Fit::least_squares_with_bytes(unit, points, bytes),
-            "gather" | "gather_sparse" => {
-                Fit::least_squares_relative_with_bytes(unit, points, bytes)
-            }
+            // Priced through their points by rows and row size (`Fit::by_grid`); the line
+            // is kept for reading.
+            "gather" | "gather_sparse" => Fit {
+                by_points: true,
+                ..Fit::least_squares_relative_with_bytes(unit, points, bytes)
+            },
             _ if PRICED_BY_POINTS.contains(name) => Fit::through_points(unit, points),
             _ => Fit::least_squares(unit, points),
         };

@@ -20,8 +20,9 @@ use std::path::{Path, PathBuf};
 /// sent ready and added on receipt, 10 the row exchanges' cost per row,
 /// [`Fit::per_row_s`], 11 the kernels timed in turns where ranks share a host's cores,
 /// [`SharedCores`], 12 the products with sparse rows timed over two row counts and priced by
-/// the bytes of their entries too, 13 the `gather_sparse` of mostly-zero rows as CSR.)
-pub const FORMAT: u32 = 13;
+/// the bytes of their entries too, 13 the `gather_sparse` of mostly-zero rows as CSR, 14 the
+/// gathers priced through their measured points by rows and row size, [`Fit::by_points`].)
+pub const FORMAT: u32 = 14;
 
 /// Operators every calibration holds, with the unit of their `x`.
 pub const OPERATORS: &[(&str, &str)] = &[
@@ -137,7 +138,8 @@ pub struct Fit {
     /// transfer's time per byte changes with the message's size (row exchanges at 0.7 ns a byte
     /// for 128-512 KiB and 1.8 ns for 4 MiB, a 2-core EPYC VM), and one line priced the
     /// middle of the range at up to 2.5× its measured time. See [`Fit::seconds`]; which
-    /// operators do is `calibrate::PRICED_BY_POINTS`.
+    /// operators do is `calibrate::PRICED_BY_POINTS`. With [`Fit::point_bytes`] (the
+    /// gathers), through the points of each row size measured ([`Fit::seconds_touching`]).
     #[serde(default)]
     pub by_points: bool,
 }
@@ -171,9 +173,90 @@ impl Fit {
         (base + self.per_row_s * (rows - calibrated_rows)).max(0.5 * base)
     }
 
-    /// Seconds for `calls` calls doing `units` of work and touching `bytes` in all.
+    /// Seconds for `calls` calls doing `units` of work and touching `bytes` in all. A fit
+    /// [`Fit::by_grid`] prices each call of `units / calls` rows of `bytes / units` bytes
+    /// through its measured points ([`Fit::per_call_grid`]; `calls` 0: work inside another
+    /// call, as one call less its latency); bytes counted without their rows (copies around
+    /// an exchange) are priced by the line.
     pub fn seconds_touching(&self, units: f64, bytes: f64, calls: f64) -> f64 {
+        if self.by_grid() && units > 0.0 {
+            let row = bytes / units;
+            return if calls > 0.0 {
+                calls * self.per_call_grid(units / calls, row)
+            } else {
+                self.per_call_grid(units, row) - self.per_call_grid(0.0, row)
+            };
+        }
         self.seconds(units, calls) + bytes * self.per_byte_s
+    }
+
+    /// Priced through points of rows (`x`) and their bytes, several row sizes each timed over
+    /// several row counts (the gathers). A gather's time per byte is not one number: rows that
+    /// fill a small batch matrix are written within the core's caches, rows of a large one
+    /// are not (2-core Intel VM: 512-byte rows at 126 ns each for 256 rows and 188 ns each for
+    /// 16,384), and the line through all the points priced the large ones under: grid g's
+    /// 2-rank calibration left its own largest 512-byte point at 1.5× the line, and one 1-rank
+    /// calibration priced SBM's and RMAT's whole-step gathers at 0.72× their measured time
+    /// (through the points: 1.11× and 0.87×, `auto-replan-2026-11-29i.md`).
+    pub fn by_grid(&self) -> bool {
+        self.by_points
+            && !self.point_bytes.is_empty()
+            && self.point_bytes.len() == self.points.len()
+    }
+
+    /// Seconds of one call of `rows` rows of `row_bytes` bytes each: through the points of
+    /// each measured row size (as [`Fit::per_call`] along rows, but beyond the largest count
+    /// along its last segment, the large gathers' own cost per row), then linearly in the row
+    /// size between the two measured sizes around `row_bytes` (beyond them, along the nearest
+    /// two), never below the smaller of the two.
+    fn per_call_grid(&self, rows: f64, row_bytes: f64) -> f64 {
+        let mut sizes: Vec<f64> = Vec::new();
+        for (p, &b) in self.points.iter().zip(&self.point_bytes) {
+            let size = if p[0] > 0.0 { b / p[0] } else { 0.0 };
+            if !sizes
+                .iter()
+                .any(|&s| (s - size).abs() <= 1e-9 * size.max(1.0))
+            {
+                sizes.push(size);
+            }
+        }
+        sizes.sort_by(f64::total_cmp);
+        let along = |size: f64| -> f64 {
+            let mut series: Vec<[f64; 2]> = self
+                .points
+                .iter()
+                .zip(&self.point_bytes)
+                .filter(|(p, &b)| p[0] > 0.0 && (b / p[0] - size).abs() <= 1e-9 * size.max(1.0))
+                .map(|(p, _)| *p)
+                .collect();
+            series.sort_by(|a, b| a[0].total_cmp(&b[0]));
+            let mut prev = [0.0, self.latency_s.min(series[0][1])];
+            let mut slope = 0.0;
+            for p in &series {
+                let y = p[1].max(prev[1]);
+                if p[0] <= prev[0] {
+                    // A repeated count (an edited file): keep the larger time.
+                    prev[1] = y;
+                    continue;
+                }
+                if rows <= p[0] {
+                    return prev[1] + (y - prev[1]) * (rows - prev[0]) / (p[0] - prev[0]);
+                }
+                slope = (y - prev[1]) / (p[0] - prev[0]);
+                prev = [p[0], y];
+            }
+            prev[1] + (rows - prev[0]) * slope
+        };
+        if sizes.len() == 1 {
+            return along(sizes[0]);
+        }
+        let hi = sizes
+            .partition_point(|&s| s < row_bytes)
+            .clamp(1, sizes.len() - 1);
+        let (s0, s1) = (sizes[hi - 1], sizes[hi]);
+        let (t0, t1) = (along(s0), along(s1));
+        let t = t0 + (t1 - t0) * (row_bytes - s0) / (s1 - s0);
+        t.max(t0.min(t1)).max(0.0)
     }
 
     /// Least squares of `seconds = latency + x · per_unit + bytes · per_byte` over `points`
@@ -252,7 +335,7 @@ impl Fit {
         if units <= 0.0 && calls <= 0.0 {
             return 0.0;
         }
-        if self.by_points && self.points.len() >= 2 {
+        if self.by_points && self.point_bytes.is_empty() && self.points.len() >= 2 {
             return if calls > 0.0 {
                 calls * self.per_call(units / calls)
             } else {
@@ -439,7 +522,17 @@ impl Calibration {
             }
             let sorted = f.points.windows(2).all(|w| w[0][0] <= w[1][0]);
             let valid = |p: &[f64; 2]| p.iter().all(|v| v.is_finite() && *v >= 0.0);
-            if f.by_points && !(sorted && f.points.iter().all(valid)) {
+            if f.by_points && !f.point_bytes.is_empty() {
+                let sized = f.point_bytes.len() == f.points.len()
+                    && f.point_bytes.iter().all(|b| b.is_finite() && *b >= 0.0);
+                if !(sized && f.points.iter().all(valid)) {
+                    bail!(
+                        "calibration {origin}: fields `operators.{op}.points` and `point_bytes` \
+                         must be finite numbers ≥ 0, one byte count per point, for an operator \
+                         priced by its points"
+                    );
+                }
+            } else if f.by_points && !(sorted && f.points.iter().all(valid)) {
                 bail!(
                     "calibration {origin}: field `operators.{op}.points` must be pairs of finite \
                      numbers ≥ 0 in increasing x for an operator priced by its points"
@@ -457,7 +550,7 @@ impl Calibration {
 
     /// Every operator's pricing in [`OPERATORS`] order, as numbers (what rank 0 broadcasts):
     /// latency, per unit, per byte, per row, whether by points, the point count, then each
-    /// point's `x` and seconds.
+    /// point's `x` and seconds, then the count of point bytes and each of them.
     pub fn wire(&self) -> Vec<f64> {
         let mut w = Vec::new();
         for (op, _) in OPERATORS {
@@ -465,6 +558,8 @@ impl Calibration {
             w.extend([f.latency_s, f.per_unit_s, f.per_byte_s, f.per_row_s]);
             w.extend([f.by_points as u8 as f64, f.points.len() as f64]);
             w.extend(f.points.iter().flatten());
+            w.push(f.point_bytes.len() as f64);
+            w.extend(&f.point_bytes);
         }
         w
     }
@@ -484,6 +579,8 @@ impl Calibration {
             f.by_points = next() == 1.0;
             let n = next() as usize;
             f.points = (0..n).map(|_| [next(), next()]).collect();
+            let n = next() as usize;
+            f.point_bytes = (0..n).map(|_| next()).collect();
         }
     }
 
@@ -717,6 +814,7 @@ mod tests {
             Fit::through_points("edge_col", vec![[1.0, 2.0], [4.0, 3.0]]),
         );
         cal.operators.get_mut("alltoallv_world").unwrap().per_row_s = 1e-7;
+        cal.operators.insert("gather".into(), gather_grid());
         let mut other = Calibration {
             operators: BTreeMap::new(),
             ..cal.clone()
@@ -742,8 +840,76 @@ mod tests {
                 "{op}"
             );
             assert_eq!(a.points, b.points, "{op}");
+            assert_eq!(a.point_bytes, b.point_bytes, "{op}");
             assert_eq!(a.seconds(3.0, 1.0), b.seconds(3.0, 1.0), "{op}");
+            assert_eq!(
+                a.seconds_touching(300.0, 3e4, 1.0),
+                b.seconds_touching(300.0, 3e4, 1.0),
+                "{op}"
+            );
         }
+    }
+
+    /// A gather measured at 32- and 512-byte rows over 100 and 1000 rows, 512-byte rows
+    /// dearer per row in the larger gather (its batch matrix no longer in the caches).
+    fn gather_grid() -> Fit {
+        let points = vec![
+            [100.0, 3e-6],
+            [1000.0, 3e-5],
+            [100.0, 1e-5],
+            [1000.0, 1.5e-4],
+        ];
+        let bytes = vec![3200.0, 32000.0, 51200.0, 512000.0];
+        Fit {
+            by_points: true,
+            ..Fit::least_squares_relative_with_bytes("row", points, bytes)
+        }
+    }
+
+    #[test]
+    fn gathers_price_through_their_points_by_rows_and_row_size() {
+        let f = gather_grid();
+        assert!(f.by_grid());
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs().max(1e-9);
+        // A measured point costs what it measured, in one call or shared by calls.
+        assert!(close(f.seconds_touching(1000.0, 512000.0, 1.0), 1.5e-4));
+        assert!(close(f.seconds_touching(200.0, 6400.0, 2.0), 6e-6));
+        // Between two counts of one row size, the straight line joining them.
+        let mid = 1e-5 + (1.5e-4 - 1e-5) * 400.0 / 900.0;
+        assert!(close(f.seconds_touching(500.0, 256000.0, 1.0), mid));
+        // Beyond the largest count, along the last segment (the large gathers' own cost per
+        // row, 155 ns here), not the line through every point.
+        let beyond = 1.5e-4 + 9000.0 * (1.5e-4 - 1e-5) / 900.0;
+        assert!(close(f.seconds_touching(1e4, 5.12e6, 1.0), beyond));
+        let line = Fit {
+            by_points: false,
+            ..f.clone()
+        };
+        assert!(line.seconds_touching(1e4, 5.12e6, 1.0) < 0.8 * beyond);
+        // Between two row sizes, linear in the row's bytes.
+        let (small, large) = (3e-5, 1.5e-4);
+        let t = (272.0 - 32.0) / (512.0 - 32.0);
+        assert!(close(
+            f.seconds_touching(1000.0, 272000.0, 1.0),
+            small + (large - small) * t
+        ));
+        // Beyond the largest size, along the two largest; below the smallest, never under it.
+        let wide = small + (large - small) * (1024.0 - 32.0) / 480.0;
+        assert!(close(f.seconds_touching(1000.0, 1024000.0, 1.0), wide));
+        assert!(close(f.seconds_touching(1000.0, 8000.0, 1.0), small));
+        // Nothing gathered costs nothing; bytes without rows are priced by the line; work
+        // inside another call pays no latency of its own.
+        assert_eq!(f.seconds_touching(0.0, 0.0, 0.0), 0.0);
+        assert_eq!(f.seconds_touching(0.0, 1e6, 0.0), 1e6 * f.per_byte_s);
+        let inside = f.seconds_touching(1000.0, 32000.0, 0.0);
+        assert!(close(inside, 3e-5 - f.latency_s.min(3e-6)));
+        // A calibration whose bytes do not match its points is refused.
+        let mut cal = calibration();
+        let mut broken = gather_grid();
+        broken.point_bytes.pop();
+        cal.operators.insert("gather".into(), broken);
+        let err = cal.check("c.json").unwrap_err().to_string();
+        assert!(err.contains("operators.gather.points"), "{err}");
     }
 
     #[test]
