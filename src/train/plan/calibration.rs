@@ -210,42 +210,34 @@ impl Fit {
     /// size between the two measured sizes around `row_bytes` (beyond them, along the nearest
     /// two), never below the smaller of the two.
     fn per_call_grid(&self, rows: f64, row_bytes: f64) -> f64 {
-        let mut sizes: Vec<f64> = Vec::new();
-        for (p, &b) in self.points.iter().zip(&self.point_bytes) {
-            let size = if p[0] > 0.0 { b / p[0] } else { 0.0 };
-            if !sizes
+        // Each point's row size (points of no rows, which an edited file could hold, price
+        // nothing); sizes within rounding of each other are one.
+        let sized = || {
+            self.points
                 .iter()
-                .any(|&s| (s - size).abs() <= 1e-9 * size.max(1.0))
-            {
+                .zip(&self.point_bytes)
+                .filter(|(p, _)| p[0] > 0.0)
+                .map(|(p, &b)| (*p, b / p[0]))
+        };
+        let same = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.max(1.0);
+        let mut sizes: Vec<f64> = Vec::new();
+        for (_, size) in sized() {
+            if !sizes.iter().any(|&s| same(s, size)) {
                 sizes.push(size);
             }
         }
+        if sizes.is_empty() {
+            return self.latency_s;
+        }
         sizes.sort_by(f64::total_cmp);
         let along = |size: f64| -> f64 {
-            let mut series: Vec<[f64; 2]> = self
-                .points
-                .iter()
-                .zip(&self.point_bytes)
-                .filter(|(p, &b)| p[0] > 0.0 && (b / p[0] - size).abs() <= 1e-9 * size.max(1.0))
-                .map(|(p, _)| *p)
+            let mut series: Vec<[f64; 2]> = sized()
+                .filter(|&(_, s)| same(s, size))
+                .map(|(p, _)| p)
                 .collect();
             series.sort_by(|a, b| a[0].total_cmp(&b[0]));
-            let mut prev = [0.0, self.latency_s.min(series[0][1])];
-            let mut slope = 0.0;
-            for p in &series {
-                let y = p[1].max(prev[1]);
-                if p[0] <= prev[0] {
-                    // A repeated count (an edited file): keep the larger time.
-                    prev[1] = y;
-                    continue;
-                }
-                if rows <= p[0] {
-                    return prev[1] + (y - prev[1]) * (rows - prev[0]) / (p[0] - prev[0]);
-                }
-                slope = (y - prev[1]) / (p[0] - prev[0]);
-                prev = [p[0], y];
-            }
-            prev[1] + (rows - prev[0]) * slope
+            let at_zero = self.latency_s.min(series[0][1]);
+            through_sorted(&series, at_zero, rows, None)
         };
         if sizes.len() == 1 {
             return along(sizes[0]);
@@ -345,27 +337,11 @@ impl Fit {
         calls * self.latency_s + units * self.per_unit_s
     }
 
-    /// Seconds of one call of `x` units through the measured points (sorted by `x`; their
-    /// seconds taken non-decreasing, so that more work never prices cheaper): straight lines
-    /// between neighbours, from the line's latency at 0 to the smallest point, and beyond the
-    /// largest along the line's slope.
+    /// Seconds of one call of `x` units through the measured points ([`through_sorted`]),
+    /// from the line's latency at 0 and beyond the largest along the line's slope.
     fn per_call(&self, x: f64) -> f64 {
-        let mut prev = [0.0, self.latency_s.min(self.points[0][1])];
-        let mut floor = prev[1];
-        for p in &self.points {
-            let y = p[1].max(floor);
-            if x <= p[0] {
-                let span = p[0] - prev[0];
-                return if span > 0.0 {
-                    prev[1] + (y - prev[1]) * (x - prev[0]) / span
-                } else {
-                    y
-                };
-            }
-            floor = y;
-            prev = [p[0], y];
-        }
-        prev[1] + (x - prev[0]) * self.per_unit_s
+        let at_zero = self.latency_s.min(self.points[0][1]);
+        through_sorted(&self.points, at_zero, x, Some(self.per_unit_s))
     }
 
     /// [`Fit::least_squares`]'s line, pricing through the points ([`Fit::by_points`]), which
@@ -417,6 +393,31 @@ impl Fit {
             by_points: false,
         }
     }
+}
+
+/// Seconds at `x` through `points` (sorted by `x`; their seconds taken non-decreasing, so that
+/// more work never prices cheaper): straight lines between neighbours, from `at_zero` at 0 to
+/// the smallest point, and beyond the largest along `beyond` seconds per unit (`None`: the
+/// slope of the last segment).
+fn through_sorted(points: &[[f64; 2]], at_zero: f64, x: f64, beyond: Option<f64>) -> f64 {
+    let mut prev = [0.0, at_zero];
+    let mut slope = 0.0;
+    for p in points {
+        let y = p[1].max(prev[1]);
+        let span = p[0] - prev[0];
+        if x <= p[0] {
+            return if span > 0.0 {
+                prev[1] + (y - prev[1]) * (x - prev[0]) / span
+            } else {
+                y
+            };
+        }
+        if span > 0.0 {
+            slope = (y - prev[1]) / span;
+        }
+        prev = [p[0], y];
+    }
+    prev[1] + (x - prev[0]) * beyond.unwrap_or(slope)
 }
 
 /// Least squares over the columns of `rows` selected by `mask` (bit j: column j), by the
