@@ -72,6 +72,12 @@ fn calibrate_writes_a_file_that_plan_then_uses() {
         assert!(stdout.lines().any(|l| l.starts_with(s)), "{s}:\n{stdout}");
     }
     let json: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    // A cached calibration is checked against the host: a few of its products timed again.
+    assert!(
+        stderr.contains("calibration: checked")
+            || stderr.contains("now runs the calibration's products"),
+        "{stderr}"
+    );
     let choice = json["plan"]["choice"].as_str().unwrap();
     assert!(stdout.contains(&format!("choice: {choice}")), "{stdout}");
     assert!(["gdp", "split", "dnp", "snp"].contains(&choice), "{choice}");
@@ -190,6 +196,60 @@ fn a_calibration_of_another_host_or_version_is_ignored_with_a_log_line() {
         assert_eq!(now["key"][field], good["key"][field]);
         assert!(now["operators"]["gemm"]["per_unit_s"].as_f64().unwrap() < 1e-3);
     }
+}
+
+#[test]
+fn a_calibration_far_from_the_host_is_used_and_the_log_and_summary_say_so() {
+    if !have_mpirun() {
+        return;
+    }
+    let (dir, cal, _) = calibrated(2);
+    let cal_s = cal.to_str().unwrap();
+    // As if measured on a machine state 1000× slower at products: no noise comes near that.
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cal).unwrap()).unwrap();
+    for p in v["operators"]["gemm"]["points"].as_array_mut().unwrap() {
+        p[1] = serde_json::json!(p[1].as_f64().unwrap() * 1000.0);
+    }
+    let slow = v.to_string();
+    std::fs::write(&cal, &slow).unwrap();
+    let (stdout, stderr) = mpirun_ok(2, &with(&["plan"], &["--calibration", cal_s]));
+    assert!(stderr.contains("using cached"), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "now runs the calibration's products in 0.00× the time `{cal_s}` holds"
+        )) && stderr.contains("slower state of the machine"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("choice: "), "{stdout}");
+    // Used as it is, not measured again behind the user's back.
+    assert_eq!(std::fs::read_to_string(&cal).unwrap(), slow);
+    // A training run with that calibration carries the check in its summary's prediction.
+    let summary = dir.path().join("summary.json");
+    mpirun_ok(
+        2,
+        &with(
+            &["train"],
+            &[
+                "--strategy",
+                "gdp",
+                "--max-steps",
+                "2",
+                "--epochs",
+                "1",
+                "--eval-every",
+                "0",
+                "--calibration",
+                cal_s,
+                "--summary",
+                summary.to_str().unwrap(),
+            ],
+        ),
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let now = v["prediction"]["calibration_products_now"].as_f64();
+    assert!(now.is_some_and(|r| r < 0.01), "{v}");
 }
 
 /// Every rank's "strategy auto: chose X" line.

@@ -14,7 +14,7 @@ struct PlanJob {
 }
 
 impl Job for PlanJob {
-    type Out = Option<(crate::train::plan::cost::Prediction, std::path::PathBuf)>;
+    type Out = Option<crate::train::plan::Planned>;
     fn run<B: Backend>(self, backend: B, world: &World) -> Result<Self::Out> {
         let t = Trainer::on(backend, self.cfg, self.files, world)?;
         Ok(t.planned.clone())
@@ -31,13 +31,16 @@ pub fn run(args: TrainArgs) -> Result<()> {
     let (planned, world) = with_backend(&cfg.clone(), PlanJob { cfg, files })?;
     if world.rank() == 0 {
         match planned {
-            Some((p, path)) => {
-                print!("{}", crate::train::plan::table(&p, &path));
+            Some(planned) => {
+                let (p, path) = (&planned.prediction, &planned.calibration);
+                print!("{}", crate::train::plan::table(p, path));
                 match &p.scope {
                     // Its split row is hybrid: split inside each node.
                     Some(_) => println!("choice: hybrid"),
                     None => println!("choice: {}", p.choice),
                 }
+                // The calibration's check against the host is in the log, not here: this
+                // line is the same for the same seed, data and calibration, bit for bit.
                 println!("{}", serde_json::json!({ "plan": p, "calibration": path }));
             }
             None => println!("not planned (see the log for why)"),

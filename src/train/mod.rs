@@ -231,7 +231,7 @@ pub struct Trainer<'w, B: Backend = Cpu> {
     /// `--strategy nfp`: this rank's sliced input layer.
     nfp: Option<nfp::Nfp<B>>,
     /// The planner's prediction of every candidate and its calibration file, when planned.
-    pub planned: Option<(plan::cost::Prediction, PathBuf)>,
+    pub planned: Option<plan::Planned>,
     /// Why the run was not planned.
     unplanned: Option<String>,
     /// Bytes of remote feature rows each rank may cache (`--cache-mb`), sized once so that
@@ -687,15 +687,13 @@ impl<'w, B: Backend> Trainer<'w, B> {
         let planned = self
             .planned
             .as_ref()
-            .and_then(|(p, path)| Some((p, path, plan::entry_of(self.cfg.strategy)?)));
+            .and_then(|planned| Some((planned, plan::entry_of(self.cfg.strategy)?)));
         let (prediction, prediction_skipped) = match planned {
-            Some((p, path, entry)) => {
+            Some((planned, entry)) => {
                 let report = plan::report::PredictionReport::new(
                     self.world,
                     entry,
-                    &p.strategies[entry],
-                    path,
-                    p.epoch_batches,
+                    planned,
                     &total,
                     epoch_times.iter().sum(),
                     self.pos.step - first_step,
@@ -968,7 +966,7 @@ fn plan_run<B: Backend>(
     world: &World,
     group: &crate::comm::Group,
     cache_budget: usize,
-) -> Result<(Option<(plan::cost::Prediction, PathBuf)>, Option<String>)> {
+) -> Result<(Option<plan::Planned>, Option<String>)> {
     let (node, nodes) = world.node_index();
     let why_not = plan::applies(cfg);
     if let Err(why) = why_not {
@@ -1021,7 +1019,14 @@ fn plan_run<B: Backend>(
         // Every rank says what it chose: the tests check that all agree.
         log::info!("strategy auto: chose {} (calibrated planner)", p.choice);
     }
-    Ok((Some((p, cal.path)), None))
+    Ok((
+        Some(plan::Planned {
+            prediction: p,
+            calibration: cal.path,
+            products_now: cal.products_now,
+        }),
+        None,
+    ))
 }
 
 /// Running totals of an epoch's steps.

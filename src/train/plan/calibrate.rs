@@ -456,6 +456,48 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
     cal
 }
 
+/// The products a cached calibration is checked on ([`GEMM_SHAPES`]' 3rd to 5th: 33 to 268
+/// MFLOP, about 35 ms in all with their repetitions on one core of the 2-core VM).
+const CHECK_SHAPES: std::ops::Range<usize> = 2..5;
+
+/// How fast this host runs a few of the calibration's products now, against the times `cal`
+/// holds for them: the median over them of (seconds now / seconds then), timed as the
+/// calibration timed them. `None` when `cal` has no such points. Collective; every rank gets
+/// rank 0's ratio (each point is the maximum over ranks already).
+///
+/// A calibration is seconds of one machine state: on the shared 2-core VM one was taken in a
+/// slow stretch (its products at 1.36× the previous calibration's), and every prediction made
+/// from it came out 1.38× too slow while training ran at its usual speed. Predictions keep
+/// using the cached numbers (the same calibration gives the same plan); this says when they
+/// no longer describe the host.
+pub fn products_against<B: Backend>(be: &B, world: &World, cal: &Calibration) -> Option<f64> {
+    let then = &cal.operators.get("gemm")?.points;
+    if then.len() != GEMM_SHAPES.len() {
+        return None;
+    }
+    let threads = cal.key.threads_per_rank;
+    let share = if B::IS_HOST {
+        CoreShare::measure(world, threads)
+    } else {
+        CoreShare::NONE
+    };
+    let (now, _) = products_of(be, KernelTimer { world, share }, &GEMM_SHAPES[CHECK_SHAPES]);
+    let ratios: Vec<f64> = now
+        .iter()
+        .zip(&then[CHECK_SHAPES])
+        // The same product (its flops) timed then, and timed at all.
+        .filter(|(n, t)| n[0] == t[0] && t[1] > 0.0)
+        .map(|(n, t)| n[1] / t[1])
+        .collect();
+    let mut ratio = [if ratios.is_empty() {
+        f64::NAN
+    } else {
+        median(ratios)
+    }];
+    world.broadcast_f64_from_root(&mut ratio);
+    ratio[0].is_finite().then_some(ratio[0])
+}
+
 /// Make every rank price with rank 0's calibration, bit for bit ([`Calibration::wire`]; the
 /// other ranks' `cal` needs only its key). Collective.
 pub fn share_from_root(world: &World, cal: &mut Calibration) {
@@ -590,27 +632,37 @@ fn copy_points<B: Backend>(be: &B, world: &World) -> (Vec<[f64; 2]>, Vec<[f64; 2
 /// layer's are: square-ish ones, bound by their flops (2·m·k·n), and skinny ones (a layer into
 /// 2 classes, out of 10 features, and their gradients), bound by the bytes they touch
 /// (4·(m·k + k·n + m·n), writing the output included). Both terms
-/// are fitted together.
+/// are fitted together. The `gemm` operator's points are in this order.
+const GEMM_SHAPES: [(usize, usize, usize); 12] = [
+    (1024, 32, 32),
+    (1024, 64, 64),
+    (1024, 128, 128),
+    (1024, 256, 256),
+    (1024, 512, 256),
+    (1024, 1024, 256),
+    (8192, 1024, 2),
+    (8192, 2, 1024),
+    (8192, 10, 512),
+    (8192, 512, 16),
+    // A hidden width of 1024: outputs of 32 MB. With 1024 × 1024 × 256 the largest shape,
+    // the 2-core grid's steps at hidden 1024 came out 14-34 % under their measured time.
+    (8192, 256, 1024),
+    (8192, 1024, 512),
+];
+
 fn gemm_points<B: Backend>(be: &B, timer: KernelTimer) -> (Vec<[f64; 2]>, Vec<f64>) {
-    let shapes = [
-        (1024, 32, 32),
-        (1024, 64, 64),
-        (1024, 128, 128),
-        (1024, 256, 256),
-        (1024, 512, 256),
-        (1024, 1024, 256),
-        (8192, 1024, 2),
-        (8192, 2, 1024),
-        (8192, 10, 512),
-        (8192, 512, 16),
-        // A hidden width of 1024: outputs of 32 MB. With 1024 × 1024 × 256 the largest shape,
-        // the 2-core grid's steps at hidden 1024 came out 14-34 % under their measured time.
-        (8192, 256, 1024),
-        (8192, 1024, 512),
-    ];
+    products_of(be, timer, &GEMM_SHAPES)
+}
+
+/// The points of the products `shapes` (`(flops, seconds)`) and the bytes each touches.
+fn products_of<B: Backend>(
+    be: &B,
+    timer: KernelTimer,
+    shapes: &[(usize, usize, usize)],
+) -> (Vec<[f64; 2]>, Vec<f64>) {
     let mut points = Vec::new();
     let mut bytes = Vec::new();
-    for &(m, k, n) in &shapes {
+    for &(m, k, n) in shapes {
         let a = be.upload(Array2::from_shape_fn((m, k), |(i, j)| ((i + j) % 7) as f32).view());
         let b = be.upload(Array2::from_shape_fn((k, n), |(i, j)| ((i * j) % 5) as f32).view());
         let s = timer.point(|| {

@@ -1,12 +1,12 @@
 //! Every planned run reports its own error: the prediction for the strategy that ran against
 //! the measured step time and phases, in the run summary.
 
-use super::cost::{Phases, StrategyPrediction};
+use super::cost::Phases;
+use super::Planned;
 use crate::comm::World;
 use crate::train::metrics::PhaseTimes;
 use crate::train::FirstStep;
 use serde::Serialize;
-use std::path::Path;
 
 /// The predicted side: seconds per phase and per step, and the epoch's.
 #[derive(Clone, Debug, Serialize)]
@@ -82,6 +82,11 @@ pub struct PredictionReport {
     /// The planner's entry the run is compared with (hybrid on one node is split's).
     pub strategy: String,
     pub calibration: String,
+    /// A few of the calibration's products timed at the start of the run against the time
+    /// the calibration holds for them (absent when the run measured its calibration): far from
+    /// 1, the calibration did not describe the host the run had, nor its predictions the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calibration_products_now: Option<f64>,
     pub predicted: Predicted,
     pub measured: Measured,
     /// `(predicted − measured) / measured` of the step time.
@@ -91,21 +96,21 @@ pub struct PredictionReport {
 }
 
 impl PredictionReport {
-    /// Compare `p` with the run's totals: `total` this rank's phase seconds, `train_seconds`
-    /// the epochs' wall-clock seconds without evaluation, over `steps` steps, of which
-    /// `first` was the first. Collective (the slowest rank's phases); `None` when no step ran.
-    #[allow(clippy::too_many_arguments)]
+    /// Compare `planned`'s prediction for `entry` with the run's totals: `total` this rank's
+    /// phase seconds, `train_seconds` the epochs' wall-clock seconds without evaluation, over
+    /// `steps` steps, of which `first` was the first. Collective (the slowest rank's phases);
+    /// `None` when no step ran.
     pub fn new(
         world: &World,
         entry: &str,
-        p: &StrategyPrediction,
-        calibration: &Path,
-        epoch_batches: usize,
+        planned: &Planned,
         total: &PhaseTimes,
         train_seconds: f64,
         steps: u64,
         first: Option<&FirstStep>,
     ) -> Option<PredictionReport> {
+        let p = &planned.prediction.strategies[entry];
+        let epoch_batches = planned.prediction.epoch_batches;
         let first = first.cloned().unwrap_or_default();
         // Leave the first step out when there are steps after it.
         let (skip, after) = if steps >= 2 {
@@ -151,7 +156,8 @@ impl PredictionReport {
         };
         Some(PredictionReport {
             strategy: entry.to_string(),
-            calibration: calibration.display().to_string(),
+            calibration: planned.calibration.display().to_string(),
+            calibration_products_now: planned.products_now,
             predicted: Predicted {
                 phases: p.phases,
                 step_seconds: p.step_seconds,
