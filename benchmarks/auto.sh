@@ -125,6 +125,8 @@ for line in open(src):
     j = json.loads(line) if line.strip() else None
     if j and (j["dataset"], j["model"], j["hidden"], j["ranks"]) == (d, m, int(h), int(r)):
         s = plan["strategies"][j["strategy"]]
+        # The measured run's check was of the calibration it ran with, not of this one.
+        j.pop("calibration_products_now", None)
         j.update(choice=plan["choice"], predicted_step=s["step_seconds"],
                  predicted_phases=s["phases"],
                  predicted_nfp_step=plan["strategies"]["nfp"]["step_seconds"])
@@ -192,6 +194,9 @@ for s in strategies:
         # waits for the device, which the per-step phases above do not carry.
         "measured_device_blocked_per_step": (j.get("seconds") or {}).get("device_blocked", 0.0)
         / max(j.get("steps") or 1, 1),
+        # That run's check of the calibration against the host (its products timed again /
+        # the times it holds): far from 1, the predictions are off by about as much.
+        "calibration_products_now": (j.get("prediction") or {}).get("calibration_products_now"),
         "failed": not runs,
     }))
 PY
