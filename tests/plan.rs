@@ -44,6 +44,31 @@ fn with<'a>(head: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
     head.iter().chain(MODEL).chain(extra).copied().collect()
 }
 
+/// Two GDP steps on 2 ranks with `--calibration cal`, writing `summary`; its JSON.
+fn train_gdp_two_steps(cal: &str, summary: &Path) -> serde_json::Value {
+    mpirun_ok(
+        2,
+        &with(
+            &["train"],
+            &[
+                "--strategy",
+                "gdp",
+                "--max-steps",
+                "2",
+                "--epochs",
+                "1",
+                "--eval-every",
+                "0",
+                "--calibration",
+                cal,
+                "--summary",
+                summary.to_str().unwrap(),
+            ],
+        ),
+    );
+    serde_json::from_str(&std::fs::read_to_string(summary).unwrap()).unwrap()
+}
+
 #[test]
 fn calibrate_writes_a_file_that_plan_then_uses() {
     if !have_mpirun() {
@@ -225,29 +250,7 @@ fn a_calibration_far_from_the_host_is_used_and_the_log_and_summary_say_so() {
     // Used as it is, not measured again behind the user's back.
     assert_eq!(std::fs::read_to_string(&cal).unwrap(), slow);
     // A training run with that calibration carries the check in its summary's prediction.
-    let summary = dir.path().join("summary.json");
-    mpirun_ok(
-        2,
-        &with(
-            &["train"],
-            &[
-                "--strategy",
-                "gdp",
-                "--max-steps",
-                "2",
-                "--epochs",
-                "1",
-                "--eval-every",
-                "0",
-                "--calibration",
-                cal_s,
-                "--summary",
-                summary.to_str().unwrap(),
-            ],
-        ),
-    );
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let v = train_gdp_two_steps(cal_s, &dir.path().join("summary.json"));
     let now = v["prediction"]["calibration_products_now"].as_f64();
     assert!(now.is_some_and(|r| r < 0.01), "{v}");
 }
@@ -353,33 +356,11 @@ fn a_fixed_strategy_without_a_cached_calibration_says_why_it_has_no_prediction()
     }
     let dir = tempfile::tempdir().unwrap();
     let cal = dir.path().join("none.json");
-    let summary = dir.path().join("summary.json");
-    mpirun_ok(
-        2,
-        &with(
-            &["train"],
-            &[
-                "--strategy",
-                "gdp",
-                "--max-steps",
-                "2",
-                "--epochs",
-                "1",
-                "--eval-every",
-                "0",
-                "--calibration",
-                cal.to_str().unwrap(),
-                "--summary",
-                summary.to_str().unwrap(),
-            ],
-        ),
-    );
+    let v = train_gdp_two_steps(cal.to_str().unwrap(), &dir.path().join("summary.json"));
     assert!(
         !Path::new(&cal).exists(),
         "a fixed strategy must not calibrate"
     );
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
     assert!(v["prediction"].is_null(), "{v}");
     assert!(
         v["prediction_skipped"]

@@ -230,7 +230,8 @@ pub struct Trainer<'w, B: Backend = Cpu> {
     dump: Option<dump::BlockDump>,
     /// `--strategy nfp`: this rank's sliced input layer.
     nfp: Option<nfp::Nfp<B>>,
-    /// The planner's prediction of every candidate and its calibration file, when planned.
+    /// The planner's prediction of every candidate, its calibration file and that file's
+    /// check against the host, when planned.
     pub planned: Option<plan::Planned>,
     /// Why the run was not planned.
     unplanned: Option<String>,
