@@ -14,6 +14,7 @@ use super::calibration::{
     ROW_EXCHANGE_WIDTH,
 };
 use super::core_share::CoreShare;
+use super::evict::Evictor;
 use crate::backend::{AdamStep, Backend, EdgeWeights};
 use crate::comm::{Group, World};
 use crate::exchange::plan::alltoallv_rows_on;
@@ -69,7 +70,18 @@ fn median_of_reps(mut before: impl FnMut(), mut f: impl FnMut()) -> f64 {
 
 /// Median of `REPS` timed runs of `f` (after a warm-up), the maximum over `world`. Collective.
 fn time_point(world: &World, f: impl FnMut()) -> f64 {
-    world.allreduce_max_f64(median_of_reps(|| world.barrier(), f))
+    time_point_after(world, || {}, f)
+}
+
+/// [`time_point`] with `before` run ahead of every call (untimed, before the barrier).
+fn time_point_after(world: &World, mut before: impl FnMut(), f: impl FnMut()) -> f64 {
+    world.allreduce_max_f64(median_of_reps(
+        || {
+            before();
+            world.barrier()
+        },
+        f,
+    ))
 }
 
 /// How often a rank waiting for its turn looks whether the round is over.
@@ -319,8 +331,8 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
     put("aggregate", aggregate_points(be, kernels));
     let spmm = spmm_points(be, kernels);
     // The sampler of several ranks is collective (owners answer for their vertices): timed
-    // with every rank at once.
-    put("sample", sample_points(world));
+    // with every rank at once; from cold caches where every rank has cores of its own.
+    put("sample", sample_points(world, share.turns == 1));
     put("optimizer", optimizer_points(be, kernels));
     put("attention", attention_points(be, kernels));
     put("elementwise", elementwise_points(be, kernels));
@@ -812,13 +824,20 @@ impl Adjacency for OwnedRange<'_> {
 /// every frontier to its owners, drawing for the other ranks and merging their answers is
 /// work per edge the local sampler never does, and priced as local sampling the build phase
 /// of 2-rank steps ran 1.5-3.6× its prediction (2-core VM, grid h). Every call samples other
-/// seeds under another batch key, as training does, so that no call finds the previous
-/// one's adjacency in the caches (on the 2-core VM, whose L3 holds 260 MiB, it timed as
-/// repeating one seed set did). The strategies' id exchanges while sampling are also priced
+/// seeds under another batch key, as training does, and the host's caches are evicted ahead
+/// of every call ([`Evictor`]): in a step the model's phases run between two batches'
+/// sampling and leave none of the adjacency or the sampler's tables in the caches, where
+/// back to back the calls found them there (a 16 MiB synthetic graph in a 105 MiB L3) and
+/// priced the build phase of the 2-rank grid at 1.2-1.9× less than it measured (2-core VM,
+/// grid j; one thread sampling real graphs after such an eviction took 1.1-1.7× as long as
+/// back to back). Where ranks share cores (`cold` false) the calls run back to back as
+/// before: 4 ranks on the 2 cores, all evicting, priced the build phase of GDP and DNP at
+/// 2-3× what it measured, and the same calibration their model phase at 1.4-1.7×. The
+/// strategies' id exchanges while sampling are also priced
 /// by their bytes and calls (`cost::build`), which counts the bytes GDP's sampler moves here
 /// a second time: 4-12 bytes an edge at the alltoallv's rate, a few ns against the tens an
 /// edge costs.
-fn sample_points(world: &World) -> Vec<[f64; 2]> {
+fn sample_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
     let (n, degree) = (1usize << 18, 16usize);
     let graph = SyntheticGraph::new(n, degree);
     let ranks = world.size();
@@ -829,6 +848,7 @@ fn sample_points(world: &World) -> Vec<[f64; 2]> {
         first,
         end,
     };
+    let mut evictor = cold.then(Evictor::for_host);
     [128usize, 512, 1024, 2048]
         .iter()
         .map(|&seeds| {
@@ -837,20 +857,31 @@ fn sample_points(world: &World) -> Vec<[f64; 2]> {
                 .map(|b| b.into_iter().map(|v| v + first as NodeId).collect())
                 .collect();
             let (mut call, mut edges) = (0, 0usize);
-            let s = time_point(world, || {
-                let key = BatchKey {
-                    seed: 7,
-                    epoch: 0,
-                    batch: call as u64,
-                };
-                let blocks = if ranks > 1 {
-                    sample_blocks_distributed(world, &mine, &offsets, &batches[call], &[10, 5], key)
-                } else {
-                    sample_blocks(&mine, &batches[call], &[10, 5], key)
-                };
-                edges += blocks.iter().map(Block::num_edges).sum::<usize>();
-                call += 1;
-            });
+            let s = time_point_after(
+                world,
+                || evictor.as_mut().map_or((), Evictor::evict),
+                || {
+                    let key = BatchKey {
+                        seed: 7,
+                        epoch: 0,
+                        batch: call as u64,
+                    };
+                    let blocks = if ranks > 1 {
+                        sample_blocks_distributed(
+                            world,
+                            &mine,
+                            &offsets,
+                            &batches[call],
+                            &[10, 5],
+                            key,
+                        )
+                    } else {
+                        sample_blocks(&mine, &batches[call], &[10, 5], key)
+                    };
+                    edges += blocks.iter().map(Block::num_edges).sum::<usize>();
+                    call += 1;
+                },
+            );
             let mut mean = [edges as f64 / call as f64];
             world.allreduce_sum_f64(&mut mean);
             [mean[0] / ranks as f64, s]

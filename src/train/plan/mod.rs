@@ -13,6 +13,7 @@ pub mod calibration;
 pub mod core_share;
 pub mod cost;
 pub mod dry_run;
+mod evict;
 pub mod report;
 
 use super::data::TrainData;
