@@ -667,9 +667,6 @@ fn dnp_and_split_with_sage_and_gat_on_2_and_4_ranks_train_the_same_model_as_1_ra
 }
 
 /// Read a run's summary JSON.
-fn read_summary(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
 
 #[test]
 fn hybrid_on_pretend_nodes_trains_the_same_model_as_1_rank_gdp() {
@@ -696,7 +693,7 @@ fn hybrid_on_pretend_nodes_trains_the_same_model_as_1_rank_gdp() {
         ]),
     );
     let reference = read_params(&ref_ck);
-    let ref_val = read_summary(&ref_summary)["val"].as_f64().unwrap();
+    let ref_val = common::read_json(&ref_summary)["val"].as_f64().unwrap();
     // (ranks, ranks per node, data): 2 nodes × 2 ranks on METIS parts and on a sliced file,
     // 2 × 1 (GDP with replicated data), 1 × 2 (split).
     let runs = [
@@ -757,7 +754,7 @@ fn hybrid_on_pretend_nodes_trains_the_same_model_as_1_rank_gdp() {
         let d = rel_diff(&reference, &read_params(&ck));
         eprintln!("hybrid {tag}: relative parameter difference {d:.2e}");
         assert!(d <= 1e-4, "hybrid {tag}: relative difference {d}");
-        let s = read_summary(&summary);
+        let s = common::read_json(&summary);
         assert_eq!(s["strategy"], "hybrid", "{s}");
         let val = s["val"].as_f64().unwrap();
         assert!(
@@ -854,7 +851,7 @@ fn auto_picks_hybrid_on_two_nodes_and_the_cheapest_plan_on_one_and_trains_the_sa
         args.extend(["--calibration", cal.to_str().unwrap()]);
         let out = mpirun_ok(4, &args);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let chosen = read_summary(&summary)["strategy"]
+        let chosen = common::read_json(&summary)["strategy"]
             .as_str()
             .unwrap()
             .to_string();
@@ -870,7 +867,7 @@ fn auto_picks_hybrid_on_two_nodes_and_the_cheapest_plan_on_one_and_trains_the_sa
         let est: serde_json::Value = serde_json::from_str(est).unwrap();
         let e = &est["plan"];
         // Every run compares its prediction with the measured step, hybrid's too.
-        let p = &read_summary(&summary)["prediction"];
+        let p = &common::read_json(&summary)["prediction"];
         assert!(p["measured"]["step_seconds"].as_f64().unwrap() > 0.0, "{p}");
         assert!(p["relative_error"].as_f64().unwrap().is_finite(), "{p}");
         // ...and each planner phase with the training phases that measure it.
@@ -1131,8 +1128,7 @@ fn train_gcn(
     ]);
     args.extend_from_slice(extra);
     mpirun_ok(np, &args);
-    let s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let s = common::read_json(&summary);
     let metric = |k: &str| {
         s[k].as_f64()
             .unwrap_or_else(|| panic!("{name}: no {k} in {s}"))

@@ -66,7 +66,7 @@ fn train_gdp_two_steps(cal: &str, summary: &Path) -> serde_json::Value {
             ],
         ),
     );
-    serde_json::from_str(&std::fs::read_to_string(summary).unwrap()).unwrap()
+    common::read_json(summary)
 }
 
 #[test]
@@ -77,8 +77,7 @@ fn calibrate_writes_a_file_that_plan_then_uses() {
     let (_dir, cal, stdout) = calibrated(2);
     let cal_s = cal.to_str().unwrap();
     assert!(stdout.contains("alltoallv_world"), "{stdout}");
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&cal).unwrap()).unwrap();
+    let v = common::read_json(&cal);
     assert_eq!(v["key"]["ranks"], 2, "{v}");
     assert!(
         v["operators"]["gemm"]["per_unit_s"].as_f64().unwrap() > 0.0,
@@ -201,8 +200,7 @@ fn a_calibration_of_another_host_or_version_is_ignored_with_a_log_line() {
     }
     let (_dir, cal, _) = calibrated(2);
     let cal_s = cal.to_str().unwrap();
-    let good: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&cal).unwrap()).unwrap();
+    let good = common::read_json(&cal);
     for (field, value) in [("host", "another-host"), ("version", "0.0.0-other")] {
         let mut v = good.clone();
         v["key"][field] = serde_json::json!(value);
@@ -216,8 +214,7 @@ fn a_calibration_of_another_host_or_version_is_ignored_with_a_log_line() {
         );
         assert!(!stderr.contains("using cached"), "{stderr}");
         // Measured again for this host and version, and written over the foreign file.
-        let now: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&cal).unwrap()).unwrap();
+        let now = common::read_json(&cal);
         assert_eq!(now["key"][field], good["key"][field]);
         assert!(now["operators"]["gemm"]["per_unit_s"].as_f64().unwrap() < 1e-3);
     }
@@ -231,8 +228,7 @@ fn a_calibration_far_from_the_host_is_used_and_the_log_and_summary_say_so() {
     let (dir, cal, _) = calibrated(2);
     let cal_s = cal.to_str().unwrap();
     // As if measured on a machine state 1000× slower at products: no noise comes near that.
-    let mut v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&cal).unwrap()).unwrap();
+    let mut v = common::read_json(&cal);
     for p in v["operators"]["gemm"]["points"].as_array_mut().unwrap() {
         p[1] = serde_json::json!(p[1].as_f64().unwrap() * 1000.0);
     }
@@ -276,8 +272,7 @@ fn auto_picks_the_same_strategy_on_every_rank_with_a_given_calibration() {
     let cal_s = cal.to_str().unwrap();
     // Four single-thread ranks on fewer cores (CI's 2) time the kernels in turns and price
     // them at their share of the cores; on 4 cores or more every rank has its own.
-    let written: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&cal).unwrap()).unwrap();
+    let written = common::read_json(&cal);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cores < 4 {
         assert_eq!(
@@ -324,8 +319,7 @@ fn auto_picks_the_same_strategy_on_every_rank_with_a_given_calibration() {
         picked.iter().all(|(_, s)| *s == picked[0].1),
         "ranks disagree: {picked:?}"
     );
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let v = common::read_json(&summary);
     assert_eq!(v["strategy"], picked[0].1.as_str());
     let p = &v["prediction"];
     assert_eq!(p["strategy"], picked[0].1.as_str(), "{p}");

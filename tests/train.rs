@@ -397,8 +397,7 @@ fn metrics_lines_and_summary_report_the_best_validation_epoch() {
         })
         .unwrap();
     let printed = out.last_json();
-    let written: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&summary_path).unwrap()).unwrap();
+    let written = common::read_json(&summary_path);
     for summary in [&printed, &written] {
         assert_eq!(summary["best_epoch"], best["epoch"], "{summary}");
         assert_eq!(summary["val"], best["val"], "{summary}");

@@ -227,6 +227,11 @@ pub fn prepare(input: &Path, dir: &Path, name: &str) -> PathBuf {
     out
 }
 
+/// A JSON file a run wrote (a summary, a calibration), parsed.
+pub fn read_json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
 /// A float dataset of a checkpoint (`params`, `adam_m`, `adam_v`), read with the `hdf5` crate.
 pub fn read_f32s(checkpoint: &Path, name: &str) -> Vec<f32> {
     let file = hdf5::File::open(checkpoint)
