@@ -859,7 +859,7 @@ fn sample_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
             let (mut call, mut edges) = (0, 0usize);
             let s = time_point_after(
                 world,
-                || evictor.as_mut().map_or((), Evictor::evict),
+                || evictor.iter_mut().for_each(Evictor::evict),
                 || {
                     let key = BatchKey {
                         seed: 7,
