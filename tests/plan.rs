@@ -1,6 +1,6 @@
 //! The calibrated planner end to end: `calibrate` writes a file that `plan` then uses (and says
 //! so, and twice gives the same prediction), a calibration of another host or version is ignored
-//! with a log line, and `auto` picks the same strategy on every rank. Every `mpirun` runs with `--oversubscribe` and a timeout.
+//! with a log line, `auto` picks the same strategy on every rank, and all of it runs on emulated CUDA ranks. Every `mpirun` runs with `--oversubscribe` and a timeout.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -363,4 +363,106 @@ fn a_fixed_strategy_without_a_cached_calibration_says_why_it_has_no_prediction()
             .contains("no calibration"),
         "{v}"
     );
+}
+
+/// `mpirun -np N gnnpar ARGS --device cuda` on the CPU emulator of the device (killed after
+/// `TIMEOUT`); must succeed.
+fn mpirun_emulated_ok(np: usize, args: &[&str]) -> (String, String) {
+    let mut cmd = common::mpirun_command(np, args);
+    cmd.args(["--device", "cuda"])
+        .env("GNNPAR_CUDA_EMULATOR", "1");
+    let out = common::run_with_timeout(cmd, TIMEOUT).expect_ok(&format!("mpirun {args:?}"));
+    (out.stdout, out.stderr)
+}
+
+/// The planner on CUDA ranks end to end, on the device's CPU emulator: `calibrate` times the
+/// host↔device copies and the device's kernels (once each: an emulator's timings describe no
+/// GPU, and its log says so), `plan` prices every candidate as a prefetched step, and `train
+/// --strategy auto` checks the cached file on the device, runs its pick and reports its own
+/// error. The same calls run on a real GPU; what this holds is the device path through the
+/// planner, not its numbers.
+#[test]
+fn calibrate_plan_and_auto_run_on_emulated_cuda_ranks() {
+    if !have_mpirun() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cal = dir.path().join("cal.json");
+    let cal_s = cal.to_str().unwrap();
+    let (_, stderr) = mpirun_emulated_ok(2, &["calibrate", "--calibration", cal_s]);
+    assert!(
+        stderr.contains("the device is emulated on the CPU"),
+        "{stderr}"
+    );
+    let v = common::read_json(&cal);
+    let device = v["key"]["device"].as_str().unwrap();
+    assert!(device.starts_with("CUDA on CUDA emulator"), "{v}");
+    // Copies both ways at every message size, each taking time; the host keeps none.
+    for op in ["h2d", "d2h"] {
+        let points = v["operators"][op]["points"].as_array().unwrap();
+        assert_eq!(points.len(), 6, "{op}: {v}");
+        assert!(
+            points.iter().all(|p| p[1].as_f64().unwrap() > 0.0),
+            "{op}: {v}"
+        );
+    }
+    // The device's products at every shape (a cached file is checked on some of them).
+    let gemm = v["operators"]["gemm"]["points"].as_array().unwrap();
+    assert_eq!(gemm.len(), 12, "{v}");
+    assert!(gemm.iter().all(|p| p[1].as_f64().unwrap() > 0.0), "{v}");
+
+    let (stdout, stderr) = mpirun_emulated_ok(2, &with(&["plan"], &["--calibration", cal_s]));
+    assert!(
+        stderr.contains(&format!("calibration: using cached `{cal_s}`")),
+        "{stderr}"
+    );
+    let json: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let choice = json["plan"]["choice"].as_str().unwrap();
+    assert!(["gdp", "split", "dnp", "snp"].contains(&choice), "{choice}");
+    // Device ranks prefetch: their step is the slower of the preparing and the training side.
+    for s in ["gdp", "split", "dnp", "snp"] {
+        let p = &json["plan"]["strategies"][s];
+        assert!(
+            p["note"].as_str().unwrap().contains("prefetch worker"),
+            "{s}: {p}"
+        );
+        assert!(p["step_seconds"].as_f64().unwrap() > 0.0, "{s}: {p}");
+    }
+
+    let summary = dir.path().join("summary.json");
+    let (_, stderr) = mpirun_emulated_ok(
+        2,
+        &with(
+            &["train"],
+            &[
+                "--strategy",
+                "auto",
+                "--max-steps",
+                "3",
+                "--epochs",
+                "1",
+                "--eval-every",
+                "0",
+                "--calibration",
+                cal_s,
+                "--summary",
+                summary.to_str().unwrap(),
+            ],
+        ),
+    );
+    assert!(
+        stderr.contains("calibration: checked")
+            || stderr.contains("now runs the calibration's products"),
+        "{stderr}"
+    );
+    let picked = choices(&stderr);
+    assert_eq!(picked.len(), 2, "one line per rank:\n{stderr}");
+    assert!(picked.iter().all(|(_, s)| s == choice), "{picked:?}");
+    let s = common::read_json(&summary);
+    assert!(s["device"].as_str().unwrap().contains("emulator"), "{s}");
+    let p = &s["prediction"];
+    assert_eq!(p["strategy"], choice, "{p}");
+    assert!(p["calibration_products_now"].as_f64().unwrap() > 0.0, "{p}");
+    assert!(p["measured"]["step_seconds"].as_f64().unwrap() > 0.0, "{p}");
+    assert!(p["relative_error"].as_f64().is_some(), "{p}");
 }

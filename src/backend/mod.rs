@@ -151,6 +151,11 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
 
     /// What this backend computes on, for the log.
     fn describe(&self) -> String;
+    /// Whether the device is emulated on the CPU (tests), so that timing it describes no
+    /// hardware.
+    fn is_emulated(&self) -> bool {
+        false
+    }
     /// Whether `bytes` more may be kept resident (whole-graph features on a device), leaving
     /// room for a step's work.
     fn fits(&self, bytes: usize) -> bool;

@@ -134,6 +134,10 @@ impl Backend for Cuda {
         format!("CUDA on {}", self.device.gpu.describe())
     }
 
+    fn is_emulated(&self) -> bool {
+        self.device.gpu.is_emulated()
+    }
+
     fn fits(&self, bytes: usize) -> bool {
         match self.device.gpu.total_memory() {
             // Resident data may take half the device: the rest is the step's working memory.

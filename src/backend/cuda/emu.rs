@@ -757,6 +757,10 @@ impl Gpu for EmuGpu {
         )
     }
 
+    fn is_emulated(&self) -> bool {
+        true
+    }
+
     fn alloc(&self, bytes: usize) -> Result<DevPtr> {
         let size = bytes.max(1);
         // SAFETY: a non-zero size.

@@ -126,6 +126,12 @@ pub trait Gpu: Send + Sync + 'static {
         None
     }
 
+    /// Whether this runs the kernels on the CPU in place of a GPU (the emulator): its timings
+    /// describe no GPU.
+    fn is_emulated(&self) -> bool {
+        false
+    }
+
     /// Seconds the calling threads have spent blocked on the device so far: waiting for a
     /// download, for a staging buffer's copy to finish, or in a synchronize. Host time spent
     /// queueing work is not in it, so a step whose host time is mostly this waits for the GPU

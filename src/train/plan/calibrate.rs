@@ -31,6 +31,13 @@ use std::time::{Duration, Instant};
 const REPS: usize = 5;
 /// Sweeps over every operator; each point keeps its median over them ([`median_points`]).
 const SWEEPS: usize = 3;
+/// Sweeps, and repetitions of each kernel point, on an emulated device ([`Backend::is_emulated`]:
+/// the CUDA emulator of the tests). Its timings describe no GPU, so precision buys nothing,
+/// and its kernels run as fibers at up to 2.5 s a point: with [`SWEEPS`] × [`REPS`] a 2-rank
+/// calibration took 225 s on the 2-core VM. It still runs every operator through the device
+/// seam, which is what a calibration on emulated ranks is for.
+const EMULATED_SWEEPS: usize = 1;
+const EMULATED_KERNEL_REPS: usize = 1;
 /// Message sizes of the communication operators, bytes per rank.
 const MESSAGE_BYTES: &[usize] = &[1 << 10, 1 << 14, 1 << 17, 1 << 19, 1 << 21, 1 << 22];
 
@@ -53,11 +60,11 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Median of [`REPS`] timed runs of `f` after an untimed warm-up, `before` run ahead of each
+/// Median of `reps` timed runs of `f` after an untimed warm-up, `before` run ahead of each
 /// (untimed).
-fn median_of_reps(mut before: impl FnMut(), mut f: impl FnMut()) -> f64 {
+fn median_of_reps(reps: usize, mut before: impl FnMut(), mut f: impl FnMut()) -> f64 {
     f();
-    let t: Vec<f64> = (0..REPS)
+    let t: Vec<f64> = (0..reps)
         .map(|_| {
             before();
             let s = Instant::now();
@@ -76,6 +83,7 @@ fn time_point(world: &World, f: impl FnMut()) -> f64 {
 /// [`time_point`] with `before` run ahead of every call (untimed, before the barrier).
 fn time_point_after(world: &World, mut before: impl FnMut(), f: impl FnMut()) -> f64 {
     world.allreduce_max_f64(median_of_reps(
+        REPS,
         || {
             before();
             world.barrier()
@@ -93,21 +101,52 @@ const TURN_POLL: Duration = Duration::from_micros(200);
 struct KernelTimer<'a> {
     world: &'a World,
     share: CoreShare,
+    /// Timed runs per point.
+    reps: usize,
 }
 
-impl KernelTimer<'_> {
+impl<'a> KernelTimer<'a> {
+    /// The timer of the host's work (the feature gathers), in turns where ranks share cores.
+    fn host(world: &'a World, share: CoreShare) -> Self {
+        KernelTimer {
+            world,
+            share,
+            reps: REPS,
+        }
+    }
+
+    /// The timer of `be`'s kernels: the host's where `be` computes on the host; a device's
+    /// all at once (ranks sharing a GPU is another matter than sharing cores), once a point
+    /// where the device is emulated.
+    fn kernels<B: Backend>(be: &B, world: &'a World, share: CoreShare) -> Self {
+        if B::IS_HOST {
+            Self::host(world, share)
+        } else {
+            KernelTimer {
+                world,
+                share: CoreShare::NONE,
+                reps: if be.is_emulated() {
+                    EMULATED_KERNEL_REPS
+                } else {
+                    REPS
+                },
+            }
+        }
+    }
+
     /// Seconds of `f` (collective over the world): the maximum over ranks of the median of
-    /// [`REPS`] runs after a warm-up, each rank's times its share's factor. In turns, the
+    /// `reps` runs after a warm-up, each rank's times its share's factor. In turns, the
     /// ranks of a round run their repetitions back to back while the others wait asleep.
     fn point(&self, mut f: impl FnMut()) -> f64 {
         if self.share.turns == 1 {
-            return time_point(self.world, f);
+            let world = self.world;
+            return world.allreduce_max_f64(median_of_reps(self.reps, || world.barrier(), f));
         }
         let mut mine = 0.0;
         for round in 0..self.share.turns {
             self.world.barrier_sleeping(TURN_POLL);
             if round == self.share.round {
-                mine = median_of_reps(|| {}, &mut f) * self.share.factor;
+                mine = median_of_reps(self.reps, || {}, &mut f) * self.share.factor;
             }
         }
         self.world.barrier_sleeping(TURN_POLL);
@@ -306,17 +345,8 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
             vec![]
         },
     );
-    // The host's work in turns where its ranks share its cores; a device's kernels all at once
-    // (ranks sharing a GPU is another matter than sharing cores).
-    let host = KernelTimer { world, share };
-    let kernels = if B::IS_HOST {
-        host
-    } else {
-        KernelTimer {
-            world,
-            share: CoreShare::NONE,
-        }
-    };
+    let host = KernelTimer::host(world, share);
+    let kernels = KernelTimer::kernels(be, world, share);
     let gather = gather_points(host);
     let sparse_gather = sparse_gather_points(host);
     if B::IS_HOST {
@@ -428,7 +458,18 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
             share.factor
         );
     }
-    let sweeps: Vec<Sweep> = (0..SWEEPS).map(|_| sweep(be, world, share)).collect();
+    let sweeps = if be.is_emulated() {
+        if world.rank() == 0 {
+            log::info!(
+                "calibration: the device is emulated on the CPU: its timings describe no GPU, so \
+                 {EMULATED_SWEEPS} sweep and {EMULATED_KERNEL_REPS} timed run per kernel point"
+            );
+        }
+        EMULATED_SWEEPS
+    } else {
+        SWEEPS
+    };
+    let sweeps: Vec<Sweep> = (0..sweeps).map(|_| sweep(be, world, share)).collect();
     let mut ops: BTreeMap<String, Fit> = BTreeMap::new();
     for (name, unit) in OPERATORS {
         let (points, bytes) = median_points(sweeps.iter().map(|s| &s[name]));
@@ -493,7 +534,8 @@ pub fn products_against<B: Backend>(be: &B, world: &World, cal: &Calibration) ->
     } else {
         CoreShare::NONE
     };
-    let (now, _) = products_of(be, KernelTimer { world, share }, &GEMM_SHAPES[CHECK_SHAPES]);
+    let timer = KernelTimer::kernels(be, world, share);
+    let (now, _) = products_of(be, timer, &GEMM_SHAPES[CHECK_SHAPES]);
     let ratios: Vec<f64> = now
         .iter()
         .zip(&then[CHECK_SHAPES])
@@ -596,7 +638,7 @@ fn time_gathers(
 ) {
     let (points, bytes) = out;
     for n in [256usize, 1024, 4096, 16384] {
-        let batches = spread_ids(n, table_rows);
+        let batches = spread_ids(n, table_rows, timer.reps + 1);
         let mut call = 0;
         let s = timer.point(|| {
             gather(&batches[call]);
@@ -607,10 +649,11 @@ fn time_gathers(
     }
 }
 
-/// One set of `n` ids among `range` for every call [`time_point`] makes, each a fixed
-/// pseudo-random spread (as a batch's sampled vertices are) and each another.
-fn spread_ids(n: usize, range: usize) -> Vec<Vec<NodeId>> {
-    (0..=REPS as u64)
+/// `calls` sets of `n` ids among `range`, one for every call a timer's point makes (its
+/// warm-up and repetitions), each a fixed pseudo-random spread (as a batch's sampled vertices
+/// are) and each another.
+fn spread_ids(n: usize, range: usize, calls: usize) -> Vec<Vec<NodeId>> {
+    (0..calls as u64)
         .map(|call| {
             (0..n as u64)
                 .map(|i| ((i + call * n as u64) * 2_654_435_761 % range as u64) as NodeId)
@@ -852,7 +895,7 @@ fn sample_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
     [128usize, 512, 1024, 2048]
         .iter()
         .map(|&seeds| {
-            let batches: Vec<Vec<NodeId>> = spread_ids(seeds, (end - first) as usize)
+            let batches: Vec<Vec<NodeId>> = spread_ids(seeds, (end - first) as usize, REPS + 1)
                 .into_iter()
                 .map(|b| b.into_iter().map(|v| v + first as NodeId).collect())
                 .collect();
