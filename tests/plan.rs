@@ -1,6 +1,7 @@
 //! The calibrated planner end to end: `calibrate` writes a file that `plan` then uses (and says
 //! so, and twice gives the same prediction), a calibration of another host or version is ignored
-//! with a log line, `auto` picks the same strategy on every rank, and all of it runs on emulated CUDA ranks. Every `mpirun` runs with `--oversubscribe` and a timeout.
+//! with a log line, `auto` picks the same strategy on every rank, and all of it runs on
+//! emulated CUDA ranks. Every `mpirun` runs with `--oversubscribe` and a timeout.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
