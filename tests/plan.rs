@@ -411,6 +411,12 @@ fn calibrate_plan_and_auto_run_on_emulated_cuda_ranks() {
     let gemm = v["operators"]["gemm"]["points"].as_array().unwrap();
     assert_eq!(gemm.len(), 12, "{v}");
     assert!(gemm.iter().all(|p| p[1].as_f64().unwrap() > 0.0), "{v}");
+    // The device's products with sparse input rows (2 row counts × 4 widths) and the host's
+    // gather of CSR rows (4 row counts × 2 non-zero counts), which price bag-of-words inputs.
+    for op in ["spmm", "gather_sparse"] {
+        let points = v["operators"][op]["points"].as_array().unwrap();
+        assert_eq!(points.len(), 8, "{op}: {v}");
+    }
 
     let (stdout, stderr) = mpirun_emulated_ok(2, &with(&["plan"], &["--calibration", cal_s]));
     assert!(
