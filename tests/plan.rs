@@ -45,29 +45,42 @@ fn with<'a>(head: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
     head.iter().chain(MODEL).chain(extra).copied().collect()
 }
 
+/// `train` of the small model under `strategy` for `steps` steps (one epoch, no evaluation)
+/// with calibration `cal`, writing its summary to `summary`.
+fn train_args<'a>(
+    strategy: &'a str,
+    steps: &'a str,
+    cal: &'a str,
+    summary: &'a str,
+) -> Vec<&'a str> {
+    with(
+        &["train"],
+        &[
+            "--strategy",
+            strategy,
+            "--max-steps",
+            steps,
+            "--epochs",
+            "1",
+            "--eval-every",
+            "0",
+            "--calibration",
+            cal,
+            "--summary",
+            summary,
+        ],
+    )
+}
+
 /// Two GDP steps on 2 ranks with `--calibration cal`, writing `summary`; its JSON.
 fn train_gdp_two_steps(cal: &str, summary: &Path) -> serde_json::Value {
-    mpirun_ok(
-        2,
-        &with(
-            &["train"],
-            &[
-                "--strategy",
-                "gdp",
-                "--max-steps",
-                "2",
-                "--epochs",
-                "1",
-                "--eval-every",
-                "0",
-                "--calibration",
-                cal,
-                "--summary",
-                summary.to_str().unwrap(),
-            ],
-        ),
-    );
+    mpirun_ok(2, &train_args("gdp", "2", cal, summary.to_str().unwrap()));
     common::read_json(summary)
+}
+
+/// `train --strategy auto` for 3 steps with calibration `cal`, writing `summary`.
+fn auto_three_steps<'a>(cal: &'a str, summary: &'a str) -> Vec<&'a str> {
+    train_args("auto", "3", cal, summary)
 }
 
 #[test]
@@ -290,26 +303,7 @@ fn auto_picks_the_same_strategy_on_every_rank_with_a_given_calibration() {
         assert!(written.get("shared_cores").is_none(), "{written}");
     }
     let summary = dir.path().join("summary.json");
-    let (_, stderr) = mpirun_ok(
-        4,
-        &with(
-            &["train"],
-            &[
-                "--strategy",
-                "auto",
-                "--max-steps",
-                "3",
-                "--epochs",
-                "1",
-                "--eval-every",
-                "0",
-                "--calibration",
-                cal_s,
-                "--summary",
-                summary.to_str().unwrap(),
-            ],
-        ),
-    );
+    let (_, stderr) = mpirun_ok(4, &auto_three_steps(cal_s, summary.to_str().unwrap()));
     assert!(stderr.contains("calibration: using cached"), "{stderr}");
     let picked = choices(&stderr);
     assert_eq!(picked.len(), 4, "one line per rank:\n{stderr}");
@@ -437,26 +431,7 @@ fn calibrate_plan_and_auto_run_on_emulated_cuda_ranks() {
     }
 
     let summary = dir.path().join("summary.json");
-    let (_, stderr) = mpirun_emulated_ok(
-        2,
-        &with(
-            &["train"],
-            &[
-                "--strategy",
-                "auto",
-                "--max-steps",
-                "3",
-                "--epochs",
-                "1",
-                "--eval-every",
-                "0",
-                "--calibration",
-                cal_s,
-                "--summary",
-                summary.to_str().unwrap(),
-            ],
-        ),
-    );
+    let (_, stderr) = mpirun_emulated_ok(2, &auto_three_steps(cal_s, summary.to_str().unwrap()));
     assert!(
         stderr.contains("calibration: checked")
             || stderr.contains("now runs the calibration's products"),
