@@ -77,13 +77,14 @@ fn median_of_reps(reps: usize, mut before: impl FnMut(), mut f: impl FnMut()) ->
 
 /// Median of `REPS` timed runs of `f` (after a warm-up), the maximum over `world`. Collective.
 fn time_point(world: &World, f: impl FnMut()) -> f64 {
-    time_point_after(world, || {}, f)
+    time_point_after(world, REPS, || {}, f)
 }
 
-/// [`time_point`] with `before` run ahead of every call (untimed, before the barrier).
-fn time_point_after(world: &World, mut before: impl FnMut(), f: impl FnMut()) -> f64 {
+/// [`time_point`] of `reps` runs, with `before` run ahead of every call (untimed, before the
+/// barrier).
+fn time_point_after(world: &World, reps: usize, mut before: impl FnMut(), f: impl FnMut()) -> f64 {
     world.allreduce_max_f64(median_of_reps(
-        REPS,
+        reps,
         || {
             before();
             world.barrier()
@@ -139,8 +140,7 @@ impl<'a> KernelTimer<'a> {
     /// ranks of a round run their repetitions back to back while the others wait asleep.
     fn point(&self, mut f: impl FnMut()) -> f64 {
         if self.share.turns == 1 {
-            let world = self.world;
-            return world.allreduce_max_f64(median_of_reps(self.reps, || world.barrier(), f));
+            return time_point_after(self.world, self.reps, || {}, f);
         }
         let mut mine = 0.0;
         for round in 0..self.share.turns {
@@ -458,7 +458,7 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
             share.factor
         );
     }
-    let sweeps = if be.is_emulated() {
+    let count = if be.is_emulated() {
         if world.rank() == 0 {
             log::info!(
                 "calibration: the device is emulated on the CPU: its timings describe no GPU, so \
@@ -469,7 +469,7 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
     } else {
         SWEEPS
     };
-    let sweeps: Vec<Sweep> = (0..sweeps).map(|_| sweep(be, world, share)).collect();
+    let sweeps: Vec<Sweep> = (0..count).map(|_| sweep(be, world, share)).collect();
     let mut ops: BTreeMap<String, Fit> = BTreeMap::new();
     for (name, unit) in OPERATORS {
         let (points, bytes) = median_points(sweeps.iter().map(|s| &s[name]));
@@ -902,6 +902,7 @@ fn sample_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
             let (mut call, mut edges) = (0, 0usize);
             let s = time_point_after(
                 world,
+                REPS,
                 || evictor.iter_mut().for_each(Evictor::evict),
                 || {
                     let key = BatchKey {
