@@ -16,8 +16,13 @@ fn have_mpirun() -> bool {
 
 /// `mpirun -np N gnnpar ARGS` to completion (killed after `TIMEOUT`); must succeed.
 fn mpirun_ok(np: usize, args: &[&str]) -> (String, String) {
-    let out = common::run_with_timeout(common::mpirun_command(np, args), TIMEOUT)
-        .expect_ok(&format!("mpirun {args:?}"));
+    succeeded(common::mpirun_command(np, args), args)
+}
+
+/// `cmd` (an `mpirun` of `gnnpar args`) run to completion (killed after `TIMEOUT`); its
+/// stdout and stderr. It must succeed.
+fn succeeded(cmd: std::process::Command, args: &[&str]) -> (String, String) {
+    let out = common::run_with_timeout(cmd, TIMEOUT).expect_ok(&format!("mpirun {args:?}"));
     (out.stdout, out.stderr)
 }
 
@@ -76,11 +81,6 @@ fn train_args<'a>(
 fn train_gdp_two_steps(cal: &str, summary: &Path) -> serde_json::Value {
     mpirun_ok(2, &train_args("gdp", "2", cal, summary.to_str().unwrap()));
     common::read_json(summary)
-}
-
-/// `train --strategy auto` for 3 steps with calibration `cal`, writing `summary`.
-fn auto_three_steps<'a>(cal: &'a str, summary: &'a str) -> Vec<&'a str> {
-    train_args("auto", "3", cal, summary)
 }
 
 #[test]
@@ -303,7 +303,10 @@ fn auto_picks_the_same_strategy_on_every_rank_with_a_given_calibration() {
         assert!(written.get("shared_cores").is_none(), "{written}");
     }
     let summary = dir.path().join("summary.json");
-    let (_, stderr) = mpirun_ok(4, &auto_three_steps(cal_s, summary.to_str().unwrap()));
+    let (_, stderr) = mpirun_ok(
+        4,
+        &train_args("auto", "3", cal_s, summary.to_str().unwrap()),
+    );
     assert!(stderr.contains("calibration: using cached"), "{stderr}");
     let picked = choices(&stderr);
     assert_eq!(picked.len(), 4, "one line per rank:\n{stderr}");
@@ -366,8 +369,7 @@ fn mpirun_emulated_ok(np: usize, args: &[&str]) -> (String, String) {
     let mut cmd = common::mpirun_command(np, args);
     cmd.args(["--device", "cuda"])
         .env("GNNPAR_CUDA_EMULATOR", "1");
-    let out = common::run_with_timeout(cmd, TIMEOUT).expect_ok(&format!("mpirun {args:?}"));
-    (out.stdout, out.stderr)
+    succeeded(cmd, args)
 }
 
 /// The planner on CUDA ranks end to end, on the device's CPU emulator: `calibrate` times the
@@ -431,7 +433,10 @@ fn calibrate_plan_and_auto_run_on_emulated_cuda_ranks() {
     }
 
     let summary = dir.path().join("summary.json");
-    let (_, stderr) = mpirun_emulated_ok(2, &auto_three_steps(cal_s, summary.to_str().unwrap()));
+    let (_, stderr) = mpirun_emulated_ok(
+        2,
+        &train_args("auto", "3", cal_s, summary.to_str().unwrap()),
+    );
     assert!(
         stderr.contains("calibration: checked")
             || stderr.contains("now runs the calibration's products"),
