@@ -82,7 +82,8 @@ pub struct TrainConfig {
     /// device rows through host memory (`off`), or `auto`: `on` when MPI says it is
     /// CUDA-aware. Matters only with a device backend on several ranks.
     pub cuda_aware_mpi: CudaAwareMpi,
-    /// Rayon threads per rank (default: cores of the node / ranks on the node).
+    /// Rayon threads per rank (default: `SLURM_CPUS_PER_TASK` when set, else cores of the node
+    /// / ranks on the node).
     pub threads: Option<usize>,
     /// Prepare the next GDP mini-batch on a second thread while one trains: `auto` (on with a
     /// device backend, off on the CPU), `on` or `off`. Changes no number: the batch key fixes

@@ -85,8 +85,9 @@ pub struct TrainArgs {
     /// Stop after N optimizer steps.
     #[arg(long)]
     pub max_steps: Option<u64>,
-    /// Parallel strategy: gdp, split, dnp, snp, hybrid (GDP across nodes, split inside a node)
-    /// or auto (hybrid on several nodes, else the cheapest by a dry-run estimate).
+    /// Parallel strategy: gdp, split, dnp, snp, nfp (feature columns sliced over the ranks),
+    /// hybrid (GDP across nodes, split inside a node), slicegcn (the SliceGCN model) or auto
+    /// (hybrid on several nodes, else the cheapest by the calibrated planner's dry run).
     #[arg(long, value_enum)]
     pub strategy: Option<Strategy>,
     /// Where each rank computes: cpu, cuda (its node-local GPU), or auto (CUDA when a driver
@@ -100,7 +101,8 @@ pub struct TrainArgs {
     /// (stage device rows through host memory), or auto (on when MPI says it is CUDA-aware).
     #[arg(long, value_enum, value_name = "on|off|auto")]
     pub cuda_aware_mpi: Option<CudaAwareMpi>,
-    /// Rayon threads per rank (default: cores of the node / ranks on the node).
+    /// Rayon threads per rank (default: SLURM_CPUS_PER_TASK when set, else cores of the node
+    /// / ranks on the node).
     #[arg(long)]
     pub threads: Option<usize>,
     /// Mini-batches of every strategy but NFP (split, DNP, SNP and hybrid on several ranks):

@@ -19,7 +19,7 @@ pub struct SliceLayout {
     pub gcn_in: usize,
     /// Width of every rank's GCN (`⌈hidden/p⌉`): its hidden layers and its output.
     pub width: usize,
-    /// Feature fusion (a shared 2-layer MLP `d' → fused → fused`) instead of direct slicing.
+    /// Feature fusion (a shared 2-layer MLP `d' → hidden → gcn_in`) instead of direct slicing.
     pub fusion: bool,
 }
 
