@@ -574,6 +574,46 @@ fn datasets_missing_what_training_needs_are_refused() {
     );
 }
 
+/// One part file of a partition directory is not a dataset to train on: every strategy and
+/// `plan` refuse it up front, naming the file and what to pass (they used to index its rows by
+/// global id and panic deep inside sampling or the gather).
+#[test]
+fn a_part_file_is_refused_with_what_to_pass() {
+    let tmp = common::tempdir();
+    let data = small_sbm(tmp.path());
+    let parts = tmp.path().join("parts");
+    gnnpar(
+        &[
+            "partition",
+            s(&data),
+            "--parts",
+            "2",
+            "--method",
+            "random",
+            "-o",
+            s(&parts),
+        ],
+        RUN_TIMEOUT,
+    )
+    .expect_ok("gnnpar partition");
+    let part = parts.join("part-00001.h5");
+    let p = s(&part);
+    for extra in [
+        &["--max-steps", "1"][..],
+        &["--full-batch"],
+        &["--strategy", "nfp", "--max-steps", "1"],
+        &["--strategy", "slicegcn", "--model", "gcn"],
+    ] {
+        let mut args = vec!["train", "--data", p, "--epochs", "1"];
+        args.extend_from_slice(extra);
+        expect_failure(&args, &["part-00001.h5", "one part of a partition"]);
+    }
+    expect_failure(
+        &["plan", "--data", p],
+        &["part-00001.h5", "partition directory"],
+    );
+}
+
 /// The error line of a run whose loss diverged, `gnnpar: error: … loss is X at epoch E step S
 /// …`, as (X, E, S); panics unless stderr has exactly one error line and it matches
 /// `loss is (NaN|inf|-inf) at epoch <E> step <S>`. (INFO lines name losses, epochs and steps

@@ -42,17 +42,9 @@ pub struct ExportArgs {
 /// Run `gnnpar export`.
 pub fn run(args: ExportArgs) -> Result<()> {
     let started = Instant::now();
+    format::read_header(&args.input)?
+        .require_whole(&args.input, "export the whole dataset.h5 instead")?;
     let ds = format::read_dataset(&args.input)?;
-    if !ds.is_whole() {
-        bail!(
-            "`{}` is one part of a partition (vertices {}..{} of {}); export the whole \
-             dataset.h5 instead",
-            args.input.display(),
-            ds.first_node,
-            ds.first_node + ds.local_nodes() as u64,
-            ds.num_nodes
-        );
-    }
     let source = args.input.display().to_string();
     let (what, detail) = match args.format {
         ExportFormat::Metis => {

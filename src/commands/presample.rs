@@ -109,15 +109,7 @@ pub fn run(args: PresampleArgs) -> Result<PresampleReport> {
     }
     let spec = args.spec()?;
     let header = format::read_header(&args.input)?;
-    if header.first_node != 0 || header.local_nodes != header.num_nodes {
-        bail!(
-            "`{}` holds vertices {}..{} of {}: a part file; pre-sample the whole dataset",
-            args.input.display(),
-            header.first_node,
-            header.first_node + header.local_nodes,
-            header.num_nodes
-        );
-    }
+    header.require_whole(&args.input, "pre-sample the whole dataset")?;
     // Check the partition before the (long) sampling.
     let part = match &args.evaluate {
         Some(dir) => {

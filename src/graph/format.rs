@@ -72,6 +72,25 @@ pub struct Header {
     pub directed: bool,
 }
 
+impl Header {
+    /// Refuse a part file (`path`, read into this header) where a command needs the whole
+    /// graph: its rows are a range of the vertices, and code that indexes rows by vertex id
+    /// would fail deep inside. `instead` says what to pass.
+    pub fn require_whole(&self, path: &Path, instead: &str) -> Result<()> {
+        if self.first_node != 0 || self.local_nodes != self.num_nodes {
+            bail!(
+                "`{}` holds vertices {}..{} of {}: it is one part of a partition directory; \
+                 {instead}",
+                path.display(),
+                self.first_node,
+                self.first_node + self.local_nodes,
+                self.num_nodes
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Read and check the header of `path`.
 pub fn read_header(path: &Path) -> Result<Header> {
     let file = h5::open(path)?;

@@ -79,15 +79,7 @@ pub fn partition_dataset(opts: &PartitionOptions) -> Result<PartitionStats> {
     check_options(opts)?;
     let out = writer::prepare_output(&opts.output)?;
     let header = format::read_header(&opts.input)?;
-    if header.first_node != 0 || header.local_nodes != header.num_nodes {
-        bail!(
-            "`{}` holds vertices {}..{} of {}: a part file, not a whole dataset",
-            opts.input.display(),
-            header.first_node,
-            header.first_node + header.local_nodes,
-            header.num_nodes
-        );
-    }
+    header.require_whole(&opts.input, "partition the whole dataset")?;
     if opts.parts as u64 > header.num_nodes {
         bail!(
             "--parts {} exceeds the {} vertices of `{}` (every part needs a vertex)",

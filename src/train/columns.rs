@@ -60,7 +60,9 @@ pub fn load_sliced(path: Option<&Path>, cfg: &TrainConfig, group: &Group) -> Res
             p.display()
         ),
         Some(p) => {
-            let total = format::read_header(p)?.feature_dim;
+            let header = format::read_header(p)?;
+            header.require_whole(p, super::data::TRAIN_ON_WHOLE_FILE)?;
+            let total = header.feature_dim;
             let columns = slice_for(total, rank, ranks, &p.display().to_string())?;
             (
                 format::read_dataset_columns(p, columns.range.clone())?,

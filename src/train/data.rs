@@ -39,6 +39,14 @@ pub struct TrainData {
     pub sliced: Option<super::columns::SlicedInput>,
 }
 
+/// What to pass instead of one part file: training reads a whole dataset file or all parts.
+pub(crate) const TRAIN_ON_WHOLE: &str =
+    "train on the partition directory that holds it (parts/), or on the whole dataset.h5";
+
+/// The same for the strategies that read column slices of a dataset file (nfp, slicegcn).
+pub(crate) const TRAIN_ON_WHOLE_FILE: &str =
+    "this strategy reads column slices of the whole dataset.h5: pass that file";
+
 impl TrainData {
     /// Load this rank's data, partitioned over `group`: the world for most strategies, the
     /// node for `hybrid` (every node holds a full replica of the graph, split over its ranks).
@@ -70,7 +78,10 @@ impl TrainData {
                     (part, meta.offsets, Some(meta.orig_id))
                 }
             }
-            Some(p) => split_contiguous(format::read_dataset(p)?, rank, ranks),
+            Some(p) => {
+                format::read_header(p)?.require_whole(p, TRAIN_ON_WHOLE)?;
+                split_contiguous(format::read_dataset(p)?, rank, ranks)
+            }
         };
         let source = path.map_or("the synthetic default".to_string(), |p| {
             format!("`{}`", p.display())

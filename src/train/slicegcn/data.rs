@@ -26,7 +26,11 @@ pub fn feature_dim(path: Option<&Path>, seed: u64) -> Result<(usize, Option<Data
              rank, so give it the dataset file (`gnnpar prepare`'s output) instead",
             p.display()
         ),
-        Some(p) => Ok((format::read_header(p)?.feature_dim, None)),
+        Some(p) => {
+            let header = format::read_header(p)?;
+            header.require_whole(p, crate::train::data::TRAIN_ON_WHOLE_FILE)?;
+            Ok((header.feature_dim, None))
+        }
     }
 }
 
