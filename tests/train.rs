@@ -614,6 +614,65 @@ fn a_part_file_is_refused_with_what_to_pass() {
     );
 }
 
+/// An output option naming one of the command's inputs is refused before anything is written:
+/// the finished output would be renamed over the input (`--checkpoint data.h5` replaced the
+/// dataset with a checkpoint). The inputs come out unchanged.
+#[test]
+fn an_output_that_names_an_input_is_refused_and_the_input_kept() {
+    let tmp = common::tempdir();
+    let dir = tmp.path();
+    let data = small_sbm(dir);
+    let config = dir.join("run.toml");
+    std::fs::write(&config, "epochs = 1\n").unwrap();
+    let edges = dir.join("edges.csv");
+    std::fs::write(&edges, "0,1\n1,2\n2,0\n").unwrap();
+    let link = dir.join("link.h5");
+    std::os::unix::fs::symlink(&data, &link).unwrap();
+    let before = |p: &Path| std::fs::read(p).unwrap();
+    let (data_bytes, config_bytes, edge_bytes) = (before(&data), before(&config), before(&edges));
+    let (d, c) = (s(&data), s(&config));
+    for (args, needles) in [
+        (
+            vec!["train", "--data", d, "--checkpoint", d],
+            ["--checkpoint", "--data"],
+        ),
+        (
+            vec!["train", "--data", d, "--checkpoint", s(&link)],
+            ["--checkpoint", "--data"],
+        ),
+        (
+            vec!["train", "--data", d, "--config", c, "--summary", c],
+            ["--summary", "--config"],
+        ),
+        (
+            vec!["train", "--data", d, "--metrics", d],
+            ["--metrics", "--data"],
+        ),
+        (
+            vec!["plan", "--data", d, "--calibration", d],
+            ["--calibration", "--data"],
+        ),
+        (
+            vec!["prepare", s(&edges), "-o", s(&edges)],
+            ["-o", "the input"],
+        ),
+        (
+            vec!["export", d, "--format", "npz", "-o", d],
+            ["-o", "the input"],
+        ),
+        (
+            vec!["presample", d, "--epochs", "1", "-o", d],
+            ["-o", "the input"],
+        ),
+    ] {
+        expect_failure(&args, &needles);
+        expect_failure(&args, &["same file", "choose another path"]);
+    }
+    assert_eq!(before(&data), data_bytes);
+    assert_eq!(before(&config), config_bytes);
+    assert_eq!(before(&edges), edge_bytes);
+}
+
 /// The error line of a run whose loss diverged, `gnnpar: error: … loss is X at epoch E step S
 /// …`, as (X, E, S); panics unless stderr has exactly one error line and it matches
 /// `loss is (NaN|inf|-inf) at epoch <E> step <S>`. (INFO lines name losses, epochs and steps

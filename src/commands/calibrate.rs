@@ -33,6 +33,7 @@ impl Job for CalibrateJob {
 /// Run `gnnpar calibrate` (the device, thread and node options of `train` apply; the data and
 /// model options are not used).
 pub fn run(args: TrainArgs) -> Result<()> {
+    args.refuse_overwriting_inputs()?;
     let cfg = args.resolve()?;
     let ((cal, path), world) = with_backend(
         &cfg,

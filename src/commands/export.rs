@@ -4,6 +4,7 @@
 //! last line on stdout is a JSON object `{"export": {…}}` for benchmarks.
 
 use crate::graph::{export, export_npz, format};
+use crate::util::atomic::refuse_overwriting_inputs;
 use crate::util::rss::peak_rss_mb;
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
@@ -42,6 +43,11 @@ pub struct ExportArgs {
 /// Run `gnnpar export`.
 pub fn run(args: ExportArgs) -> Result<()> {
     let started = Instant::now();
+    refuse_overwriting_inputs(
+        &args.output,
+        "-o",
+        &[("the input", Some(args.input.as_path()))],
+    )?;
     format::read_header(&args.input)?
         .require_whole(&args.input, "export the whole dataset.h5 instead")?;
     let ds = format::read_dataset(&args.input)?;

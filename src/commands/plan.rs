@@ -24,6 +24,7 @@ impl Job for PlanJob {
 /// Run `gnnpar plan`: the same data and configuration options as `train` (the strategy is
 /// the planner's to choose). Prints the table, then the prediction as one JSON line.
 pub fn run(args: TrainArgs) -> Result<()> {
+    args.refuse_overwriting_inputs()?;
     let mut cfg = args.resolve()?;
     cfg.strategy = Strategy::Auto;
     let mut files = args.files();

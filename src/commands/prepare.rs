@@ -3,6 +3,7 @@
 
 use crate::graph::import::{self, EdgeOptions, Format, ImportOptions, SelfLoops};
 use crate::graph::{format, summary::Summary};
+use crate::util::atomic::refuse_overwriting_inputs;
 use anyhow::{bail, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -83,6 +84,15 @@ impl PrepareArgs {
 /// Run `gnnpar prepare`.
 pub fn run(args: PrepareArgs) -> Result<()> {
     check_output_dir(&args.output)?;
+    refuse_overwriting_inputs(
+        &args.output,
+        "-o",
+        &[
+            ("the input", Some(args.input.as_path())),
+            ("--labels", args.labels.as_deref()),
+            ("--features", args.features.as_deref()),
+        ],
+    )?;
     let started = Instant::now();
     let ds = import::import(&args.input, &args.import_options())?;
     let imported = started.elapsed().as_secs_f64();

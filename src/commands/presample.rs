@@ -14,6 +14,7 @@ use crate::partition::weights::write_weights;
 use crate::presample::{
     self, part_of_original_ids, LayerCounts, SamplerSpec, SplitStats, SplitStatsAccumulator,
 };
+use crate::util::atomic::refuse_overwriting_inputs;
 use crate::util::rss::peak_rss_mb;
 use anyhow::{bail, Result};
 use clap::Args;
@@ -106,6 +107,16 @@ pub fn run(args: PresampleArgs) -> Result<PresampleReport> {
     let started = Instant::now();
     if args.output.is_none() && args.evaluate.is_none() {
         bail!("nothing to do: give -o weights.h5, --evaluate parts/, or both");
+    }
+    if let Some(output) = &args.output {
+        refuse_overwriting_inputs(
+            output,
+            "-o",
+            &[
+                ("the input", Some(args.input.as_path())),
+                ("--config", args.config.as_deref()),
+            ],
+        )?;
     }
     let spec = args.spec()?;
     let header = format::read_header(&args.input)?;

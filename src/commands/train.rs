@@ -11,6 +11,7 @@ use crate::nn::NormKind;
 use crate::train::device::{self, Chosen};
 use crate::train::slicegcn::SliceTrainer;
 use crate::train::{RunFiles, Trainer};
+use crate::util::atomic::refuse_overwriting_inputs;
 use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;
@@ -323,6 +324,29 @@ pub(crate) fn with_backend<J: Job>(cfg: &TrainConfig, job: J) -> Result<(J::Out,
 }
 
 impl TrainArgs {
+    /// Refuse an output option that names the dataset file or the configuration: the output
+    /// would be renamed over it. (`--calibration` is read and rewritten by design; it is only
+    /// checked against the inputs.)
+    pub fn refuse_overwriting_inputs(&self) -> Result<()> {
+        let inputs = [
+            ("--data", self.data.as_deref()),
+            ("--config", self.config.as_deref()),
+        ];
+        let outputs = [
+            ("--checkpoint", &self.checkpoint),
+            ("--summary", &self.summary),
+            ("--metrics", &self.metrics),
+            ("--dump-blocks", &self.dump_blocks),
+            ("--calibration", &self.calibration),
+        ];
+        for (what, path) in outputs {
+            if let Some(path) = path {
+                refuse_overwriting_inputs(path, what, &inputs)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Where the run reads and writes.
     pub fn files(&self) -> RunFiles {
         RunFiles {
@@ -356,6 +380,7 @@ impl Job for TrainJob {
 
 /// Run `gnnpar train`.
 pub fn run(args: TrainArgs) -> Result<()> {
+    args.refuse_overwriting_inputs()?;
     let cfg = args.resolve()?;
     let files = args.files();
     let (summary, world) = with_backend(&cfg.clone(), TrainJob { cfg, files })?;

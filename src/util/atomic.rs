@@ -106,3 +106,61 @@ fn remove_any(path: &Path) {
         let _ = std::fs::remove_file(path);
     }
 }
+
+/// Refuse to write `output` (named by its option, `what`) where it is the same file as one of
+/// the command's `inputs` (option, path): the finished output would be renamed over that input,
+/// which would be lost (the audit found `--checkpoint data.h5` and `prepare x.npz -o x.npz` doing
+/// exactly that). Links count: two paths of one file are the same file.
+pub fn refuse_overwriting_inputs(
+    output: &Path,
+    what: &str,
+    inputs: &[(&str, Option<&Path>)],
+) -> Result<()> {
+    for (name, input) in inputs {
+        if let Some(input) = input {
+            if same_file(output, input) {
+                anyhow::bail!(
+                    "{what} `{}` is the same file as {name} `{}`: writing it would replace that \
+                     input; choose another path",
+                    output.display(),
+                    input.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether two paths name one existing file (same device and inode).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_output_naming_an_input_is_refused_links_included() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("data.h5");
+        std::fs::write(&input, b"x").unwrap();
+        let link = dir.path().join("link.h5");
+        std::os::unix::fs::symlink(&input, &link).unwrap();
+        let other = dir.path().join("out.h5");
+        let inputs = [("--data", Some(input.as_path())), ("--config", None)];
+        let e = refuse_overwriting_inputs(&link, "--checkpoint", &inputs).unwrap_err();
+        let e = e.to_string();
+        assert!(e.contains("--checkpoint") && e.contains("--data"), "{e}");
+        assert!(refuse_overwriting_inputs(&input, "-o", &inputs).is_err());
+        // A new file, or an existing one that is not an input, is fine.
+        assert!(refuse_overwriting_inputs(&other, "-o", &inputs).is_ok());
+        std::fs::write(&other, b"y").unwrap();
+        assert!(refuse_overwriting_inputs(&other, "-o", &inputs).is_ok());
+        assert_eq!(std::fs::read(&input).unwrap(), b"x");
+    }
+}
