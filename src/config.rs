@@ -112,6 +112,9 @@ pub struct TrainConfig {
     pub dataset: Option<String>,
 }
 
+/// The most rayon threads per rank `validate` accepts, per core of the host.
+pub const MAX_THREADS_PER_CORE: usize = 16;
+
 impl Default for TrainConfig {
     fn default() -> Self {
         TrainConfig {
@@ -254,6 +257,18 @@ impl TrainConfig {
         }
         if self.threads == Some(0) {
             bail!("config: `threads` must be positive");
+        }
+        if let Some(t) = self.threads {
+            // Oversubscribing a few times is a fair test; thousands of threads per rank are a
+            // typo (5,000 on 2 cores did not start training within two minutes).
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let most = MAX_THREADS_PER_CORE * cores;
+            if t > most {
+                bail!(
+                    "config: `threads` (--threads) is {t}, more than {MAX_THREADS_PER_CORE} per \
+                     core of this host ({cores} cores, so at most {most})"
+                );
+            }
         }
         if self.prefetch_workers == Some(0) {
             bail!("config: `prefetch_workers` (--prefetch-workers) must be at least 1");

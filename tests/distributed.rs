@@ -526,6 +526,48 @@ fn a_failure_on_one_rank_ends_the_job_naming_that_rank() {
     eprintln!("failed job ended after {:?}", start.elapsed());
 }
 
+/// Errors before MPI starts (a bad option: every rank fails alike) still name the rank, from
+/// the launcher's variables; and a one-process command started as several ranks is refused
+/// (each would write the same output at once).
+#[test]
+fn errors_before_mpi_name_the_rank_and_one_process_commands_refuse_several() {
+    if !have_mpirun() {
+        return;
+    }
+    let out = mpirun(2, &["train", "--epochs", "1", "--lr", "-1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    for rank in 0..2 {
+        assert!(
+            stderr.contains(&format!("error on rank {rank} of 2 (before MPI started)"))
+                && stderr.contains("`lr`"),
+            "rank {rank} not named:\n{stderr}"
+        );
+    }
+    let dir = common::tempdir();
+    let out_file = dir.path().join("g.h5");
+    let out = mpirun(
+        2,
+        &[
+            "generate",
+            "sbm",
+            "--nodes",
+            "100",
+            "--edges",
+            "400",
+            "-o",
+            out_file.to_str().unwrap(),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("`gnnpar generate` runs as one process") && stderr.contains("mpirun"),
+        "{stderr}"
+    );
+    assert!(!out_file.exists(), "a refused generate wrote its output");
+}
+
 #[test]
 fn split_on_2_and_4_ranks_trains_the_same_model_as_1_rank_without_redundant_work() {
     if !have_mpirun() {

@@ -468,6 +468,10 @@ fn bad_input_fails_clearly_and_leaves_nothing() {
         ),
         (vec![input_s, "--parts", "0", "-o", out_s], vec!["--parts"]),
         (
+            vec![input_s, "--parts", "2", "--ufactor", "0", "-o", out_s],
+            vec!["--ufactor", "at least 1"],
+        ),
+        (
             vec![input_s, "--parts", "51", "-o", out_s],
             vec!["--parts 51", "50 vertices"],
         ),

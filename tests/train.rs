@@ -461,6 +461,12 @@ fn inconsistent_options_are_refused_by_name() {
         // A negative value after a space parses (exit 1 from validation, not 2 from clap).
         (&["--lr", "-0.01"], &["`lr` = -0.01"]),
         (&["--weight-decay", "-1"], &["`weight_decay` = -1"]),
+        (&["--threads", "100000"], &["`threads`", "per core"]),
+        // A model too large for the host is refused before any allocation aborts the run.
+        (
+            &["--hidden", "100000000000"],
+            &["hidden", "parameters", "MiB"],
+        ),
     ];
     for (extra, needles) in cases {
         let mut args = vec!["train", "--data", d, "--epochs", "1"];
@@ -855,6 +861,30 @@ fn resume_refuses_a_different_model_and_needs_a_checkpoint() {
         &["train", "--data", s(&data), "--epochs", "1", "--resume"],
         &["--resume", "--checkpoint"],
     );
+    // A period with nowhere to write is refused, not ignored.
+    expect_failure(
+        &[
+            "train",
+            "--data",
+            s(&data),
+            "--epochs",
+            "1",
+            "--checkpoint-every",
+            "1",
+        ],
+        &["checkpoint_every", "--checkpoint"],
+    );
+    // A damaged checkpoint (a NaN among the parameters) is refused, naming the entry.
+    {
+        let file = hdf5::File::open_rw(&ck).unwrap();
+        let params = file.dataset("params").unwrap();
+        let mut values: Vec<f32> = params.read_raw().unwrap();
+        values[5] = f32::NAN;
+        params.write_raw(&values).unwrap();
+    }
+    let mut resume: Vec<&str> = vec!["train", "--data", s(&data), "--config", s(&config)];
+    resume.extend_from_slice(&["--epochs", "2", "--checkpoint", s(&ck), "--resume"]);
+    expect_failure(&resume, &["sage.h5", "`params`[5] is NaN", "damaged"]);
 }
 
 #[test]

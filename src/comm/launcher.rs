@@ -76,6 +76,41 @@ pub fn run_hint(ranks: usize) -> String {
     format!("`{}`", launcher().command_for(ranks))
 }
 
+/// This process's rank and the job's size as the launcher set them, before (or without) MPI:
+/// `None` when started directly. For messages of errors that happen before MPI starts (a bad
+/// option fails on every rank alike) and to refuse one-process commands started as many.
+pub fn env_rank_and_size() -> Option<(usize, usize)> {
+    rank_and_size_with(launcher(), |k| std::env::var(k).ok())
+}
+
+fn rank_and_size_with(
+    launcher: Launcher,
+    var: impl Fn(&str) -> Option<String>,
+) -> Option<(usize, usize)> {
+    let num = |k: &str| var(k).and_then(|v| v.trim().parse::<usize>().ok());
+    let pair = |rank: &str, size: &str| Some((num(rank)?, num(size)?));
+    match launcher {
+        Launcher::Mpirun => pair("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+        Launcher::Srun => pair("SLURM_PROCID", "SLURM_STEP_NUM_TASKS"),
+        Launcher::Mpiexec => pair("PMI_RANK", "PMI_SIZE"),
+        Launcher::Direct => None,
+    }
+}
+
+/// Refuse to run `command`, a one-process command (it writes one output), as one of several
+/// processes a launcher started: every rank would write the same file at once.
+pub fn refuse_many_processes(command: &str) -> anyhow::Result<()> {
+    match env_rank_and_size() {
+        Some((_, size)) if size > 1 => anyhow::bail!(
+            "`gnnpar {command}` runs as one process, but {} started {size} of it: each would \
+             write the same output. Run it directly, once (only train, calibrate, plan and \
+             info join an MPI job)",
+            launcher().program()
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// Tasks Slurm started in this job step, when more than one.
 fn slurm_step_tasks(var: impl Fn(&str) -> Option<String>) -> Option<usize> {
     var("SLURM_STEP_NUM_TASKS")
@@ -140,6 +175,18 @@ mod tests {
             Launcher::from_env(env(&[("PMI_SIZE", "2"), ("PMI_RANK", "0")])),
             Launcher::Mpiexec
         );
+    }
+
+    #[test]
+    fn rank_and_size_come_from_the_launcher_in_use() {
+        let mpirun = env(&[("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "4")]);
+        assert_eq!(rank_and_size_with(Launcher::Mpirun, mpirun), Some((1, 4)));
+        let srun = env(&[("SLURM_PROCID", "2"), ("SLURM_STEP_NUM_TASKS", "3")]);
+        assert_eq!(rank_and_size_with(Launcher::Srun, srun), Some((2, 3)));
+        let hydra = env(&[("PMI_RANK", "0"), ("PMI_SIZE", "2")]);
+        assert_eq!(rank_and_size_with(Launcher::Mpiexec, hydra), Some((0, 2)));
+        assert_eq!(rank_and_size_with(Launcher::Direct, env(&[])), None);
+        assert_eq!(rank_and_size_with(Launcher::Mpirun, env(&[])), None);
     }
 
     #[test]

@@ -349,7 +349,14 @@ pub fn fail_job(err: &anyhow::Error) -> ! {
         ));
         comm.abort(1);
     }
-    say(&format!("gnnpar: error: {err:#}\n"));
+    // Before MPI started (a bad option or file, the same on every rank) the launcher's
+    // variables still say which rank this is.
+    match launcher::env_rank_and_size() {
+        Some((rank, size)) if size > 1 => say(&format!(
+            "gnnpar: error on rank {rank} of {size} (before MPI started): {err:#}\n"
+        )),
+        _ => say(&format!("gnnpar: error: {err:#}\n")),
+    }
     std::process::exit(1);
 }
 

@@ -89,7 +89,12 @@ pub struct RmatArgs {
     #[command(flatten)]
     pub common: CommonArgs,
     /// Quadrant probabilities a,b,c,d (sum 1, `a` the largest).
-    #[arg(long, value_parser = parse_abcd, default_value = "0.57,0.19,0.19,0.05")]
+    #[arg(
+        long,
+        value_parser = parse_abcd,
+        default_value = "0.57,0.19,0.19,0.05",
+        allow_hyphen_values = true
+    )]
     pub abcd: [f64; 4],
 }
 

@@ -72,6 +72,17 @@ fn command() -> clap::Command {
 
 /// Run the parsed command line.
 pub fn run(cli: Cli) -> Result<()> {
+    let one_process = match &cli.command {
+        Command::Generate(_) => Some("generate"),
+        Command::Prepare(_) => Some("prepare"),
+        Command::Partition(_) => Some("partition"),
+        Command::Presample(_) => Some("presample"),
+        Command::Export(_) => Some("export"),
+        Command::Info(_) | Command::Train(_) | Command::Calibrate(_) | Command::Plan(_) => None,
+    };
+    if let Some(command) = one_process {
+        crate::comm::launcher::refuse_many_processes(command)?;
+    }
     match cli.command {
         Command::Info(args) => info::run(args),
         Command::Generate(args) => generate::run(args),

@@ -140,6 +140,58 @@ impl ModelConfig {
             "model: input_dropout must be in [0, 1), got {}",
             self.input_dropout
         );
+        self.check_fits(crate::util::rss::available_memory_mb())
+    }
+
+    /// A lower bound on the parameter count: the convolutions' weight matrices alone (a SAGE
+    /// layer has two, biases, norms and attention vectors come on top). Exact arithmetic in
+    /// `f64`, so that absurd widths do not overflow.
+    pub fn min_parameters(&self) -> f64 {
+        let (in_dim, out_dim, hidden) =
+            (self.in_dim as f64, self.out_dim as f64, self.hidden as f64);
+        let heads = if self.kind == ModelKind::Gat {
+            self.heads as f64
+        } else {
+            1.0
+        };
+        if self.layers == 1 {
+            return in_dim * out_dim * heads;
+        }
+        // Hidden rows are `heads · hidden` wide under GAT's concatenation.
+        let width = if self.kind == ModelKind::Gat && self.gat_concat {
+            heads * hidden
+        } else {
+            hidden
+        };
+        in_dim * heads * hidden
+            + (self.layers - 2) as f64 * width * heads * hidden
+            + width * out_dim
+    }
+
+    /// Refuse a model whose parameters, gradients and Adam's two moments (4 × 4 bytes a
+    /// parameter, at least) cannot fit in `available_mb` (`MemAvailable`; not checked where
+    /// unknown): the allocation would abort the process with no word of which setting did it.
+    fn check_fits(&self, available_mb: Option<f64>) -> Result<()> {
+        let Some(available_mb) = available_mb else {
+            return Ok(());
+        };
+        let params = self.min_parameters();
+        let need_mb = params * 16.0 / (1024.0 * 1024.0);
+        ensure!(
+            need_mb <= available_mb,
+            "model: `hidden` = {}, `layers` = {}{} over {} input features and {} classes make at \
+             least {params:.3e} parameters, {need_mb:.0} MiB with their gradients and Adam's \
+             moments, more than the {available_mb:.0} MiB available (MemAvailable)",
+            self.hidden,
+            self.layers,
+            if self.kind == ModelKind::Gat {
+                format!(", `heads` = {}", self.heads)
+            } else {
+                String::new()
+            },
+            self.in_dim,
+            self.out_dim,
+        );
         Ok(())
     }
 }
@@ -491,6 +543,54 @@ mod tests {
     use crate::nn::cross_entropy;
     use crate::sample::Block;
     use ndarray::Array2;
+
+    /// `min_parameters` never exceeds the parameters a model really has, for every kind and
+    /// option, so the memory check refuses no model that fits; and it refuses absurd widths.
+    #[test]
+    fn the_parameter_bound_is_a_lower_bound_and_refuses_absurd_widths() {
+        for kind in [
+            ModelKind::Sage,
+            ModelKind::Gcn,
+            ModelKind::Gat,
+            ModelKind::Mlp,
+        ] {
+            for layers in 1..=4 {
+                for (input_proj, linear_output, concat, heads) in [
+                    (false, false, true, 1),
+                    (false, false, true, 3),
+                    (false, false, false, 3),
+                    (true, true, true, 2),
+                ] {
+                    let cfg = ModelConfig {
+                        input_proj: input_proj && layers >= 2,
+                        linear_output: linear_output && layers >= 2,
+                        gat_concat: concat,
+                        heads,
+                        ..ModelConfig::plain(kind, 9, 6, 4, layers, 0.0)
+                    };
+                    let real = Model::new(cfg.clone(), 1).unwrap().params.values.len() as f64;
+                    assert!(
+                        cfg.min_parameters() <= real,
+                        "{cfg:?}: {} > {real}",
+                        cfg.min_parameters()
+                    );
+                    assert!(cfg.min_parameters() > 0.0);
+                }
+            }
+        }
+        let huge = ModelConfig::plain(ModelKind::Sage, 16, 100_000_000_000, 4, 3, 0.0);
+        let e = huge.check_fits(Some(24_000.0)).unwrap_err().to_string();
+        assert!(
+            e.contains("`hidden` = 100000000000") && e.contains("MiB"),
+            "{e}"
+        );
+        assert!(
+            huge.check_fits(None).is_ok(),
+            "unknown memory is not checked"
+        );
+        let fine = ModelConfig::plain(ModelKind::Sage, 4714, 1024, 4, 3, 0.0);
+        assert!(fine.check_fits(Some(1_000.0)).is_ok());
+    }
 
     /// `init` reaches every layer's weights and biases (the input projection and a linear
     /// output layer included): fan-in starts every bias off zero and keeps weights within

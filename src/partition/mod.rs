@@ -166,6 +166,10 @@ fn check_options(opts: &PartitionOptions) -> Result<()> {
     if opts.parts == 0 {
         bail!("--parts must be at least 1 (got 0)");
     }
+    if opts.ufactor == Some(0) {
+        // METIS answers a zero imbalance with a bare "invalid input".
+        bail!("--ufactor must be at least 1 (the allowed imbalance is 1 + ufactor/1000)");
+    }
     if opts.method != Method::Metis {
         if opts.weights.is_some() {
             bail!(

@@ -169,6 +169,22 @@ pub fn read(path: &Path, cfg: &TrainConfig) -> Result<Checkpoint> {
             path.display()
         );
     }
+    // A diverged loss stops a run before its checkpoint, so a non-finite value here is damage
+    // (or a model already lost), which a resume would otherwise carry on silently.
+    for (field, values) in [
+        ("params", &params),
+        ("adam_m", &adam_m),
+        ("adam_v", &adam_v),
+    ] {
+        if let Some(i) = values.iter().position(|x| !x.is_finite()) {
+            bail!(
+                "checkpoint `{}`: `{field}`[{i}] is {}: the checkpoint is damaged; resume \
+                 from another checkpoint or start without --resume",
+                path.display(),
+                values[i]
+            );
+        }
+    }
     let best_epoch: i64 = h5::read_attr(&f, "best_epoch").with_context(ctx)?;
     Ok(Checkpoint {
         config_hash: hash,

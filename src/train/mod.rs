@@ -61,6 +61,27 @@ pub struct RunFiles {
     pub plan_only: bool,
 }
 
+impl RunFiles {
+    /// Check the checkpoint options before any data loads: `--resume` and a checkpoint period
+    /// need a checkpoint file, and a new one must be writable (found out now, not after the
+    /// first epochs).
+    pub fn check_checkpoint(&self, cfg: &TrainConfig) -> Result<()> {
+        if self.plan_only {
+            return Ok(()); // `gnnpar plan` trains nothing and writes no checkpoint
+        }
+        match &self.checkpoint {
+            None if self.resume => bail!("--resume needs --checkpoint <file.h5> to resume from"),
+            None if cfg.checkpoint_every > 0 => bail!(
+                "config: `checkpoint_every` (--checkpoint-every) is {}, but no --checkpoint \
+                 <file.h5> was given to write to",
+                cfg.checkpoint_every
+            ),
+            Some(path) if !self.resume => checkpoint::check_writable(path),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// The summary of a run (also printed as the last JSON line).
 #[derive(Clone, Debug, Serialize)]
 pub struct RunSummary {
@@ -335,14 +356,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
         if world.rank() == 0 {
             log::info!("MPI and device memory: {why}");
         }
-        if files.resume && files.checkpoint.is_none() {
-            bail!("--resume needs --checkpoint <file.h5> to resume from");
-        }
-        if let Some(path) = &files.checkpoint {
-            if !files.resume {
-                checkpoint::check_writable(path)?;
-            }
-        }
+        files.check_checkpoint(&cfg)?;
         let group = hybrid::data_group(world, cfg.strategy);
         let mut data = TrainData::load(files.data.as_deref(), &cfg, group)?;
         let kind = cfg.model;

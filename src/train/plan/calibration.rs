@@ -627,21 +627,26 @@ pub fn load(path: &Path, run: &CalibrationKey) -> Result<Loaded> {
     let origin = format!("`{}`", path.display());
     let value: serde_json::Value = serde_json::from_str(&text)
         .with_context(|| format!("calibration {origin} is not valid JSON"))?;
-    let format = value.get("format").and_then(|f| f.as_u64());
-    if format != Some(FORMAT as u64) {
+    // Every calibration gnnpar ever wrote has an integer `format`: a file without one is
+    // something else, which a new calibration must not overwrite.
+    let Some(format) = value.get("format").and_then(|f| f.as_u64()) else {
+        bail!(
+            "{origin} is not a gnnpar calibration: it has no integer field `format`; give \
+             --calibration another path, or remove the file"
+        );
+    };
+    if format != FORMAT as u64 {
         return Ok(Loaded::Foreign(format!(
-            "field `format` is {}, this gnnpar reads {FORMAT}",
-            value
-                .get("format")
-                .map_or("missing".into(), |f| f.to_string())
+            "it is of calibration format {format}, and this gnnpar reads format {FORMAT}"
         )));
     }
     let cal: Calibration = serde_json::from_value(value)
         .with_context(|| format!("calibration {origin} has a bad or missing field"))?;
-    if let Some(why) = cal.key.mismatch(run) {
-        return Ok(Loaded::Foreign(why));
-    }
+    // A damaged file is reported, whatever it was measured for.
     cal.check(&origin)?;
+    if let Some(why) = cal.key.mismatch(run) {
+        return Ok(Loaded::Foreign(format!("it was measured for {why}")));
+    }
     Ok(Loaded::Usable(cal))
 }
 
@@ -990,6 +995,33 @@ mod tests {
         std::fs::write(&path, v.to_string()).unwrap();
         let err = format!("{:#}", load(&path, &key()).unwrap_err());
         assert!(err.contains("operators.h2d"), "{err}");
+
+        // JSON that is no calibration at all is an error, not a foreign calibration to
+        // measure again over it.
+        for text in ["[1, 2, 3]", r#"{"format": "15"}"#, r#"{"name": "x"}"#] {
+            std::fs::write(&path, text).unwrap();
+            let err = format!("{:#}", load(&path, &key()).unwrap_err());
+            assert!(
+                err.contains("cal.json") && err.contains("not a gnnpar calibration"),
+                "{text}: {err}"
+            );
+        }
+        // A damaged file is reported even when it was measured for another layout.
+        let mut other = key();
+        other.ranks += 1;
+        let mut v = serde_json::to_value(calibration()).unwrap();
+        v["operators"]["allreduce"]["latency_s"] = serde_json::json!(-1.0);
+        std::fs::write(&path, v.to_string()).unwrap();
+        let err = format!("{:#}", load(&path, &other).unwrap_err());
+        assert!(err.contains("latency_s"), "{err}");
+        // Another format number is a foreign file, said in a sentence.
+        let mut v = serde_json::to_value(calibration()).unwrap();
+        v["format"] = serde_json::json!(3);
+        std::fs::write(&path, v.to_string()).unwrap();
+        match load(&path, &key()).unwrap() {
+            Loaded::Foreign(why) => assert!(why.contains("calibration format 3"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

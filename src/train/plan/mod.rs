@@ -88,10 +88,7 @@ pub fn obtain<B: Backend>(
                 );
                 found = Some(c);
             }
-            Loaded::Foreign(why) => log::info!(
-                "calibration: ignoring `{}`: it was measured for {why}",
-                path.display()
-            ),
+            Loaded::Foreign(why) => log::info!("calibration: ignoring `{}`: {why}", path.display()),
             Loaded::Missing => log::info!("calibration: none at `{}`", path.display()),
         }
     }

@@ -49,14 +49,7 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
         world: &'w World,
     ) -> Result<SliceTrainer<'w, B>> {
         cfg.validate()?;
-        if files.resume && files.checkpoint.is_none() {
-            bail!("--resume needs --checkpoint <file.h5> to resume from");
-        }
-        if let Some(path) = &files.checkpoint {
-            if !files.resume {
-                checkpoint::check_writable(path)?;
-            }
-        }
+        files.check_checkpoint(&cfg)?;
         let (rank, ranks) = (world.rank(), world.size());
         let (d, generated) = data::feature_dim(files.data.as_deref(), cfg.seed)?;
         let layout = SliceLayout::new(
