@@ -621,3 +621,47 @@ fn truncated_hdf5_is_refused() {
         info_fails(&path, &["good.h5"]);
     }
 }
+
+/// Replace dataset `name` of the dataset file `path` by `data` (stored with `data`'s type).
+fn replace_dataset<T: hdf5::H5Type>(path: &Path, name: &str, data: &[T]) {
+    let file = hdf5::File::open_rw(path).unwrap();
+    file.unlink(name).unwrap();
+    file.new_dataset_builder()
+        .with_data(data)
+        .create(name)
+        .unwrap();
+}
+
+/// HDF5 converts a stored int64 −1 read as u64 to 0 and a stored 1.5 read as int64 to 1,
+/// silently: the reader checks stored values instead, naming the file, field and entry.
+#[test]
+fn stored_types_are_checked_not_converted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = prepared(dir.path());
+    let good = std::fs::read(&path).unwrap();
+
+    replace_dataset(&path, "train_idx", &[-1i64]);
+    info_fails(&path, &["good.h5", "`train_idx`", "entry 0", "-1"]);
+
+    std::fs::write(&path, &good).unwrap();
+    replace_dataset(&path, "labels", &[0.0f64, 1.5, 0.0]);
+    info_fails(
+        &path,
+        &["good.h5", "`labels`", "entry 1", "1.5", "whole number"],
+    );
+
+    std::fs::write(&path, &good).unwrap();
+    let indices = format::read_dataset(&path).unwrap().graph.indices;
+    let mut signed: Vec<i64> = indices.iter().map(|&v| v as i64).collect();
+    signed[1] = -1;
+    replace_dataset(&path, "indices", &signed);
+    info_fails(&path, &["good.h5", "`indices`", "entry 1", "-1"]);
+
+    // Stored as whole floats and as int64, the same values read as before.
+    std::fs::write(&path, &good).unwrap();
+    replace_dataset(&path, "labels", &[0.0f64, 1.0, 0.0]);
+    let wide: Vec<i64> = indices.iter().map(|&v| v as i64).collect();
+    replace_dataset(&path, "indices", &wide);
+    let ds = format::read_dataset(&path).unwrap();
+    assert_eq!(ds.graph.indices, indices);
+}
