@@ -665,3 +665,57 @@ fn stored_types_are_checked_not_converted() {
     let ds = format::read_dataset(&path).unwrap();
     assert_eq!(ds.graph.indices, indices);
 }
+
+/// A stray huge label would make C = label + 1 absurd (and `train` abort allocating C-wide
+/// arrays): more classes than vertices is refused at import and on read.
+#[test]
+fn more_classes_than_vertices_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let huge = 1_000_000_000_000i64;
+    let src = npz(
+        dir.path(),
+        "labels.npz",
+        &with(
+            "node_labels",
+            npy::encode("<i8", &[3], &i64_bytes(&[0, huge, 1])),
+        ),
+    );
+    prepare_fails(
+        &src,
+        &[],
+        &[
+            "labels.npz",
+            "node_labels",
+            "entry 1",
+            "1000000000000",
+            "3 vertices",
+        ],
+    );
+
+    let edges = text(dir.path(), "e.csv", "0,1\n1,2\n");
+    let labels = text(
+        dir.path(),
+        "lab.csv",
+        "id,label\n0,0\n2,1\n1,1000000000000\n",
+    );
+    prepare_fails(
+        &edges,
+        &["--labels", s(&labels)],
+        &["lab.csv", "line 4", "vertex 1", "1000000000000"],
+    );
+
+    let ogb = dir.path().join("ogb");
+    write_gz(&ogb.join("raw/edge.csv.gz"), "0,1\n1,2\n");
+    write_gz(&ogb.join("raw/node-label.csv.gz"), "0\n1\n1000000000000\n");
+    prepare_fails(&ogb, &[], &["node-label.csv.gz", "row 2", "1000000000000"]);
+
+    let path = prepared(dir.path());
+    {
+        let file = hdf5::File::open_rw(&path).unwrap();
+        file.attr("num_classes")
+            .unwrap()
+            .write_scalar(&(1u64 << 40))
+            .unwrap();
+    }
+    info_fails(&path, &["good.h5", "num_classes", "1099511627776"]);
+}

@@ -212,6 +212,17 @@ fn read_from(file: &hdf5::File, cols: Option<Range<usize>>) -> Result<Dataset> {
     } else {
         None
     };
+    // A class per vertex at the most (the file's `n × C` matrix bounds C for multi-label
+    // labels): an absurd `num_classes` would make `train` abort allocating C-wide arrays.
+    let multi_label = h5::has(file, "labels") && h5::shape(file, "labels")?.len() == 2;
+    if !multi_label && header.num_classes as u64 > header.num_nodes {
+        bail!(
+            "`{fname}`: attribute `num_classes` is {}, more than the {} vertices (`num_nodes`); \
+             a graph has at most one class per vertex",
+            header.num_classes,
+            header.num_nodes
+        );
+    }
     let labels = if h5::has(file, "labels") {
         Some(read_labels(file, rows, header.num_classes)?)
     } else {

@@ -91,9 +91,12 @@ pub fn import(path: &Path, opts: &ImportOptions) -> Result<Dataset> {
         bail!("`{}` holds no edge", path.display());
     }
 
-    let labels = match labels {
-        Some(t) => Some(t.into_labels(num_nodes)?),
-        None => None,
+    let (labels, num_classes) = match labels {
+        Some(t) => {
+            let (labels, classes) = t.into_labels(num_nodes)?;
+            (Some(labels), classes)
+        }
+        None => (None, 0),
     };
     let features = match features {
         Some(t) => Some(t.into_matrix(num_nodes)?),
@@ -106,10 +109,6 @@ pub fn import(path: &Path, opts: &ImportOptions) -> Result<Dataset> {
         Splits::default()
     };
     let graph = build_csr(num_nodes, edges, opts.edges);
-    let num_classes = labels
-        .as_ref()
-        .and_then(|l| l.iter().max())
-        .map_or(0, |&m| m as usize + 1);
     Ok(Dataset {
         name: opts.dataset_name(path),
         num_nodes: num_nodes as u64,

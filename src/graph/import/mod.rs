@@ -179,3 +179,36 @@ pub(crate) fn check_node_count(num_nodes: u64, what: &str) -> Result<()> {
     }
     Ok(())
 }
+
+/// The class count C = largest label + 1 of class-id `labels` (non-negative, checked by the
+/// caller), refusing C above `num_nodes`: a class per vertex at the most. A stray huge label
+/// would otherwise make C absurd and `train` abort allocating C-wide arrays. `entry(i)` names
+/// entry `i` (file and position) in the error.
+pub(crate) fn class_count(
+    labels: &[i64],
+    num_nodes: usize,
+    entry: impl FnOnce(usize) -> String,
+) -> Result<usize> {
+    // The first occurrence of the largest label.
+    let Some((i, max)) =
+        labels
+            .iter()
+            .copied()
+            .enumerate()
+            .fold(None, |best: Option<(usize, i64)>, (i, v)| match best {
+                Some((_, b)) if b >= v => best,
+                _ => Some((i, v)),
+            })
+    else {
+        return Ok(0);
+    };
+    let classes = max.max(-1) as i128 + 1;
+    if classes > num_nodes as i128 {
+        bail!(
+            "{} is label {max}, which makes {classes} classes for {num_nodes} vertices; labels \
+             are class ids in [0, C) and a graph has at most one class per vertex",
+            entry(i)
+        );
+    }
+    Ok(classes as usize)
+}

@@ -17,6 +17,8 @@ const UNSET: i64 = -1;
 pub struct LabelTable {
     pub file: String,
     pub labels: Vec<i64>,
+    /// `lines[v]`: the line of the label of `v`.
+    lines: Vec<usize>,
 }
 
 impl LabelTable {
@@ -98,11 +100,16 @@ impl LabelTable {
             first_line[v] = tf.line_no;
         }
         tf.finish();
-        Ok(LabelTable { file, labels })
+        Ok(LabelTable {
+            file,
+            labels,
+            lines: first_line,
+        })
     }
 
-    /// The labels of vertices `0..num_nodes`; every one must have a row.
-    pub fn into_labels(mut self, num_nodes: usize) -> Result<Vec<i64>> {
+    /// The labels of vertices `0..num_nodes` (every one must have a row) and the class count
+    /// (largest label + 1, at most `num_nodes`).
+    pub fn into_labels(mut self, num_nodes: usize) -> Result<(Vec<i64>, usize)> {
         self.labels.resize(num_nodes.max(self.labels.len()), UNSET);
         if let Some(v) = self.labels.iter().position(|&l| l == UNSET) {
             bail!(
@@ -110,7 +117,11 @@ impl LabelTable {
                 self.file
             );
         }
-        Ok(self.labels)
+        let (file, lines) = (&self.file, &self.lines);
+        let classes = super::class_count(&self.labels, num_nodes, |v| {
+            format!("`{file}` line {} (vertex {v})", lines[v])
+        })?;
+        Ok((self.labels, classes))
     }
 }
 

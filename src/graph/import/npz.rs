@@ -118,7 +118,9 @@ pub fn import(path: &Path, opts: &ImportOptions) -> Result<Dataset> {
             self_loops: opts.edges.self_loops,
         },
     );
-    let num_classes = labels.iter().max().map_or(0, |&m| m as usize + 1);
+    let num_classes = super::class_count(&labels, num_nodes, |i| {
+        format!("`{fname}`: array `node_labels` entry {i}")
+    })?;
     Ok(Dataset {
         name: opts.dataset_name(path),
         num_nodes: num_nodes as u64,

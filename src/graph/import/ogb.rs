@@ -198,7 +198,7 @@ fn labels_to_dataset(rows: LabelRows, num_nodes: usize) -> Result<(Labels, usize
         bail!("`{file}` has {count} label rows, expected one per vertex ({num_nodes})");
     }
     if width <= 1 {
-        let classes = values.iter().max().map_or(0, |&m| m as usize + 1);
+        let classes = super::class_count(&values, num_nodes, |i| format!("`{file}` row {i}"))?;
         return Ok((Labels::Class(values), classes));
     }
     if let Some(i) = values.iter().position(|&v| v > 1) {
