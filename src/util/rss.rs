@@ -13,6 +13,32 @@ pub fn available_memory_mb() -> Option<f64> {
     parse_kib_field(&info, "MemAvailable:").map(|kib| kib as f64 / 1024.0)
 }
 
+/// Refuse, before allocating, work that needs about `need_bytes` when less memory is available
+/// (an allocation failure would abort the process without a message). `what` says what needs
+/// it; where the available memory is unknown, nothing is refused.
+pub fn check_available(need_bytes: u64, what: impl FnOnce() -> String) -> anyhow::Result<()> {
+    check_fits(need_bytes, available_memory_mb(), what)
+}
+
+/// [`check_available`] against `available_mb` MiB.
+pub fn check_fits(
+    need_bytes: u64,
+    available_mb: Option<f64>,
+    what: impl FnOnce() -> String,
+) -> anyhow::Result<()> {
+    let need_mb = need_bytes as f64 / (1024.0 * 1024.0);
+    if let Some(available_mb) = available_mb {
+        if need_mb > available_mb {
+            anyhow::bail!(
+                "{} needs about {need_mb:.0} MiB but only {available_mb:.0} MiB of memory are \
+                 available",
+                what()
+            );
+        }
+    }
+    Ok(())
+}
+
 fn from_proc_status() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     parse_kib_field(&status, "VmHWM:").map(|kib| kib as f64 / 1024.0)
@@ -48,6 +74,16 @@ fn from_getrusage() -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refuses_more_than_is_available() {
+        let e = check_fits(3 << 30, Some(1024.0), || "importing `x`".to_string()).unwrap_err();
+        let e = e.to_string();
+        assert!(e.contains("importing `x` needs about 3072 MiB"), "{e}");
+        assert!(e.contains("only 1024 MiB"), "{e}");
+        assert!(check_fits(1 << 30, Some(1024.0), || unreachable!()).is_ok());
+        assert!(check_fits(u64::MAX, None, || unreachable!()).is_ok());
+    }
 
     #[test]
     fn parses_vm_hwm() {

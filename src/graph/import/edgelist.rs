@@ -6,17 +6,31 @@ use super::edges::{build_csr, EdgeList};
 use super::node_table::{parse_id, FeatureTable, LabelTable};
 use super::text::{self, Delim, TextFile};
 use super::{check_node_count, ImportOptions};
-use crate::graph::{Dataset, Labels, Splits};
+use crate::graph::{Dataset, Labels, NodeId, Splits};
+use crate::util::rss;
 use anyhow::{bail, Result};
 use std::path::Path;
 
 /// Read the edges of `path` in file order.
 pub fn read_edges(path: &Path) -> Result<EdgeList> {
+    Ok(read_edges_and_max(path)?.0)
+}
+
+/// The largest vertex id of an edge list and the line that names it first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaxId {
+    pub id: NodeId,
+    pub line: usize,
+}
+
+/// [`read_edges`], with the largest id and its line (for messages about the vertex count).
+fn read_edges_and_max(path: &Path) -> Result<(EdgeList, Option<MaxId>)> {
     let mut tf = TextFile::open(path)?;
     let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     // About 12 bytes per line in typical files; a guess that saves most re-allocations.
     let mut edges = EdgeList::with_capacity((size / 12) as usize);
     let mut delim: Option<Delim> = None;
+    let mut max: Option<MaxId> = None;
     while tf.next_line()? {
         let d = match delim {
             Some(d) => d,
@@ -52,6 +66,12 @@ pub fn read_edges(path: &Path) -> Result<EdgeList> {
                 tf.line_no
             );
         }
+        if max.is_none_or(|m| s.max(t) > m.id) {
+            max = Some(MaxId {
+                id: s.max(t),
+                line: tf.line_no,
+            });
+        }
         edges.push(s, t);
     }
     let secs = tf.finish();
@@ -60,7 +80,14 @@ pub fn read_edges(path: &Path) -> Result<EdgeList> {
         path.display(),
         edges.len()
     );
-    Ok(edges)
+    Ok((edges, max))
+}
+
+/// Bytes per vertex that importing an edge list allocates (CSR row pointers and their fill
+/// cursors, 8 + 8; with `--symmetrize` the duplicate stamps, 4; with `--labels` the labels and
+/// their lines, 8 + 8; the random split, 4), not counting the edges already read nor features.
+fn bytes_per_vertex(opts: &ImportOptions) -> u64 {
+    16 + if opts.edges.symmetrize { 4 } else { 0 } + if opts.labels.is_some() { 16 } else { 0 } + 4
 }
 
 /// Import an edge list (with `--labels` / `--features` tables when given).
@@ -68,7 +95,21 @@ pub fn read_edges(path: &Path) -> Result<EdgeList> {
 /// The vertex count is one past the largest id named by the edges, the labels or the features.
 /// Without `--symmetrize` the edges are directed as written.
 pub fn import(path: &Path, opts: &ImportOptions) -> Result<Dataset> {
-    let edges = read_edges(path)?;
+    let (edges, max) = read_edges_and_max(path)?;
+    // The vertex count is the largest id + 1: one stray huge id (a typo, a hash used as an id)
+    // makes every per-vertex array huge. Refuse it before allocating any of them.
+    if let Some(m) = max {
+        let n = m.id as u64 + 1;
+        rss::check_available(n.saturating_mul(bytes_per_vertex(opts)), || {
+            format!(
+                "`{}` line {}: the largest vertex id is {} (vertex ids must be dense: the graph \
+                 gets one vertex per id up to it, {n} vertices); importing it",
+                path.display(),
+                m.line,
+                m.id
+            )
+        })?;
+    }
     let labels = match &opts.labels {
         Some(p) => Some(LabelTable::read(p, opts.label_column.as_deref())?),
         None => None,

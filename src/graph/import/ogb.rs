@@ -55,6 +55,18 @@ pub fn import(dir: &Path, opts: &ImportOptions) -> Result<Dataset> {
     let edges = read_edges(&edge_path, known)?;
     let num_nodes = known.unwrap_or_else(|| edges.max_id().map_or(0, |m| m as u64 + 1));
     check_node_count(num_nodes, &format!("`{}`", raw.display()))?;
+    if known.is_none() {
+        // The vertex count comes from the largest edge id: refuse a stray huge one before
+        // allocating the per-vertex arrays (row pointers and cursors, split: about 20 bytes).
+        crate::util::rss::check_available(num_nodes.saturating_mul(20), || {
+            format!(
+                "`{}`: the largest vertex id is {} and no `num-node-list.csv.gz` gives the \
+                 vertex count, so the graph gets {num_nodes} vertices; importing it",
+                edge_path.display(),
+                num_nodes - 1
+            )
+        })?;
+    }
     let num_nodes = num_nodes as usize;
 
     let features = match features {
