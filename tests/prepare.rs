@@ -376,6 +376,52 @@ fn ogb_directory_round_trip() {
     );
 }
 
+/// Run `gnnpar prepare` with `args`, expecting a clean failure; returns its stderr.
+fn prepare_fails(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_gnnpar"))
+        .arg("prepare")
+        .args(args)
+        .output()
+        .expect("run gnnpar");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "prepare {args:?} should fail");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stderr
+}
+
+/// An OGB download has `split/` beside `raw/`, not inside it: the split there is read (given
+/// the dataset directory or its `raw/`), and a bad split file there is refused.
+#[test]
+fn ogb_split_beside_raw_as_downloaded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = ogb_dir(tmp.path());
+    std::fs::rename(dir.join("raw").join("split"), dir.join("split")).unwrap();
+    for (i, input) in [dir.clone(), dir.join("raw")].iter().enumerate() {
+        let out = tmp.path().join(format!("sib{i}.h5"));
+        prepare(&[s(input), "-o", s(&out), "--format", "ogb"]);
+        let ds = format::read_dataset(&out).unwrap();
+        assert_eq!(ds.splits.train, vec![0, 1, 3], "{input:?}");
+        assert_eq!(ds.splits.val, vec![4], "{input:?}");
+        assert_eq!(ds.splits.test, vec![2, 5], "{input:?}");
+    }
+
+    let out = tmp.path().join("bad.h5");
+    let err = prepare_fails(&[s(&dir), "-o", s(&out), "--split-name", "nope"]);
+    assert!(err.contains("nope"), "{err}");
+    assert!(err.contains(s(&dir.join("split"))), "{err}");
+
+    write_gz(
+        &dir.join("split").join("time").join("valid.csv.gz"),
+        "4
+6
+",
+    );
+    let err = prepare_fails(&[s(&dir.join("raw")), "-o", s(&out)]);
+    assert!(err.contains("valid.csv.gz"), "{err}");
+    assert!(err.contains("vertex id 6 is out of range"), "{err}");
+    assert!(!out.exists());
+}
+
 fn i64_bytes(v: &[i64]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }

@@ -5,7 +5,8 @@
 //!   labels, or the largest edge id);
 //! * `node-feat.csv.gz`: one row of features per vertex, in id order (optional);
 //! * `node-label.csv.gz`: one label per vertex (one column: a class; several: 0/1 multi-label);
-//! * `split/<name>/{train,valid,test}.csv.gz`: one vertex id per line (optional).
+//! * `split/<name>/{train,valid,test}.csv.gz`: one vertex id per line (optional), beside `raw/`
+//!   as OGB downloads have it (`<dir>/split/`), or else inside the raw directory.
 //!
 //! OGB graphs such as ogbn-arxiv are directed: edges are kept as written unless `--symmetrize`.
 
@@ -226,18 +227,34 @@ fn labels_to_dataset(rows: LabelRows, num_nodes: usize) -> Result<(Labels, usize
     Ok((Labels::Multi(m), width))
 }
 
-fn read_splits(raw: &Path, num_nodes: usize, opts: &ImportOptions) -> Result<Splits> {
-    let split_root = raw.join("split");
-    if !split_root.is_dir() {
-        if opts.split_name.is_some() {
-            bail!(
-                "--split-name was given but `{}` does not exist",
-                split_root.display()
-            );
+/// Where `split/` may be, first found first: beside `raw/` (an OGB download:
+/// `<name>/raw/edge.csv.gz`, `<name>/split/<split>/…`), then inside the raw directory.
+fn split_candidates(raw: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if raw.file_name().is_some_and(|n| n == "raw") {
+        if let Some(root) = raw.parent() {
+            out.push(root.join("split"));
         }
-        log::info!("`{}` has no split/: drawing a random split", raw.display());
-        return opts.random_split(num_nodes);
     }
+    out.push(raw.join("split"));
+    out
+}
+
+fn read_splits(raw: &Path, num_nodes: usize, opts: &ImportOptions) -> Result<Splits> {
+    let candidates = split_candidates(raw);
+    let Some(split_root) = candidates.iter().find(|p| p.is_dir()).cloned() else {
+        let searched = candidates
+            .iter()
+            .map(|p| format!("`{}`", p.display()))
+            .collect::<Vec<_>>()
+            .join(" and ");
+        if opts.split_name.is_some() {
+            bail!("--split-name was given but there is no split directory (looked for {searched})");
+        }
+        log::info!("no split directory (looked for {searched}): drawing a random split");
+        return opts.random_split(num_nodes);
+    };
+    log::info!("reading the split from `{}`", split_root.display());
     let mut names: Vec<String> = std::fs::read_dir(&split_root)
         .with_context(|| format!("cannot list `{}`", split_root.display()))?
         .filter_map(|e| e.ok())
