@@ -172,27 +172,24 @@ impl ModelConfig {
     /// parameter, at least) cannot fit in `available_mb` (`MemAvailable`; not checked where
     /// unknown): the allocation would abort the process with no word of which setting did it.
     fn check_fits(&self, available_mb: Option<f64>) -> Result<()> {
-        let Some(available_mb) = available_mb else {
-            return Ok(());
-        };
         let params = self.min_parameters();
-        let need_mb = params * 16.0 / (1024.0 * 1024.0);
-        ensure!(
-            need_mb <= available_mb,
-            "model: `hidden` = {}, `layers` = {}{} over {} input features and {} classes make at \
-             least {params:.3e} parameters, {need_mb:.0} MiB with their gradients and Adam's \
-             moments, more than the {available_mb:.0} MiB available (MemAvailable)",
-            self.hidden,
-            self.layers,
-            if self.kind == ModelKind::Gat {
-                format!(", `heads` = {}", self.heads)
-            } else {
-                String::new()
-            },
-            self.in_dim,
-            self.out_dim,
-        );
-        Ok(())
+        // `as` saturates: an absurd count asks for u64::MAX bytes, still refused.
+        crate::util::rss::check_fits((params * 16.0) as u64, available_mb, || {
+            format!(
+                "model: `hidden` = {}, `layers` = {}{} over {} input features and {} classes \
+                 make at least {params:.3e} parameters; with their gradients and Adam's \
+                 moments the model",
+                self.hidden,
+                self.layers,
+                if self.kind == ModelKind::Gat {
+                    format!(", `heads` = {}", self.heads)
+                } else {
+                    String::new()
+                },
+                self.in_dim,
+                self.out_dim,
+            )
+        })
     }
 }
 
