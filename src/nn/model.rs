@@ -169,8 +169,9 @@ impl ModelConfig {
     }
 
     /// Refuse a model whose parameters, gradients and Adam's two moments (4 × 4 bytes a
-    /// parameter, at least) cannot fit in `available_mb` (`MemAvailable`; not checked where
-    /// unknown): the allocation would abort the process with no word of which setting did it.
+    /// parameter, at least) cannot fit in `available_mb` (`MemAvailable`, or a cgroup limit's
+    /// room; not checked where unknown): the allocation would abort the process with no word of
+    /// which setting did it.
     fn check_fits(&self, available_mb: Option<f64>) -> Result<()> {
         let params = self.min_parameters();
         // `as` saturates: an absurd count asks for u64::MAX bytes, still refused.

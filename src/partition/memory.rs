@@ -214,7 +214,8 @@ pub fn human(bytes: u64) -> String {
 }
 
 /// The one log line stating the estimate, and the warning when it exceeds `available` bytes
-/// (`MemAvailable`; `None` where unknown). Returns the line (for tests).
+/// (`MemAvailable`, or less under a cgroup limit; `None` where unknown). Returns the line (for
+/// tests).
 pub fn report(est: &MemoryEstimate, available: Option<u64>) -> String {
     let mut line = format!(
         "memory estimate: about {} at peak = dataset {} (indptr, indices, features, labels, \
@@ -240,14 +241,14 @@ pub fn report(est: &MemoryEstimate, available: Option<u64>) -> String {
         line += &format!(" + relabelling and writing {}", human(est.relabel_write));
     }
     line += &match available {
-        Some(a) => format!("; {} available (MemAvailable)", human(a)),
-        None => "; available memory unknown (no /proc/meminfo)".to_string(),
+        Some(a) => format!("; {} available", human(a)),
+        None => "; available memory unknown (no /proc/meminfo, no cgroup limit)".to_string(),
     };
     log::info!("{line}");
     if let Some(a) = available {
         if est.peak() > a {
             log::warn!(
-                "partitioning may need about {} but only {} is available (MemAvailable): it may \
+                "partitioning may need about {} but only {} is available: it may \
                  swap or be killed. Use a machine with more memory, or --method random|hash \
                  (no adjacency, no METIS)",
                 human(est.peak()),
@@ -258,7 +259,7 @@ pub fn report(est: &MemoryEstimate, available: Option<u64>) -> String {
     line
 }
 
-/// `MemAvailable` of `/proc/meminfo` in bytes, `None` where unknown.
+/// [`crate::util::rss::available_memory_mb`] in bytes, `None` where unknown.
 pub fn available_bytes() -> Option<u64> {
     crate::util::rss::available_memory_mb().map(|mb| (mb * 1024.0 * 1024.0) as u64)
 }
@@ -384,7 +385,7 @@ mod tests {
         );
         assert!(line.contains("dataset 476 B"), "{line}");
         assert!(line.contains("METIS working ~5.3 KiB"), "{line}");
-        assert!(line.contains("1.0 GiB available (MemAvailable)"), "{line}");
+        assert!(line.contains("1.0 GiB available"), "{line}");
         assert!(report(&est, None).contains("available memory unknown"));
         assert_eq!(human(1536), "1.5 KiB");
         assert_eq!(human(3 << 40), "3.0 TiB");

@@ -11,7 +11,7 @@ use crate::graph::NodeId;
 use crate::kinds::{CacheSize, Strategy};
 use crate::util::rss::available_memory_mb;
 
-/// The share of a node's available memory (`MemAvailable`) that `--cache-mb auto` fills,
+/// The share of a node's available memory (`MemAvailable`, or a cgroup limit's room) that `--cache-mb auto` fills,
 /// split evenly among the node's ranks: the rest stays for the batches in flight, the
 /// activations and the system. APT sizes its GPU cache as the memory training leaves free;
 /// gnnpar's cache is in host memory, where what training leaves free is only known once it

@@ -1,4 +1,7 @@
-//! Peak resident memory of this process, for the JSON summaries of commands and benchmarks.
+//! Peak resident memory of this process, for the JSON summaries of commands and benchmarks,
+//! and the memory it may still allocate, for refusing work that cannot fit.
+
+use std::path::Path;
 
 /// Peak resident set size of this process in MiB (`VmHWM` of `/proc/self/status`, else
 /// `getrusage`'s `ru_maxrss`), or `None` where neither is available.
@@ -6,11 +9,103 @@ pub fn peak_rss_mb() -> Option<f64> {
     from_proc_status().or_else(from_getrusage)
 }
 
-/// Memory the kernel says can be allocated without swapping (`MemAvailable` of
-/// `/proc/meminfo`), in MiB; `None` where unknown.
+/// Memory this process may still allocate, in MiB: what the kernel says can be allocated
+/// without swapping (`MemAvailable` of `/proc/meminfo`), or less where a memory cgroup (a
+/// Slurm job's, a container's) leaves less room under its limit; `None` where unknown.
 pub fn available_memory_mb() -> Option<f64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    parse_kib_field(&info, "MemAvailable:").map(|kib| kib as f64 / 1024.0)
+    let host = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| parse_kib_field(&info, "MemAvailable:"))
+        .map(|kib| kib.saturating_mul(1024));
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|own| cgroup_headroom_bytes(&own, Path::new("/sys/fs/cgroup")));
+    let bytes = match (host, cgroup) {
+        (Some(h), Some(c)) => h.min(c),
+        (h, c) => h.or(c)?,
+    };
+    Some(bytes as f64 / (1024.0 * 1024.0))
+}
+
+/// Room left under the tightest memory limit of this process's cgroup and its ancestors, in
+/// bytes: limit less usage, where usage leaves out the inactive page cache the kernel reclaims
+/// before it kills anything. `own` is `/proc/self/cgroup`, `root` where the cgroup file systems
+/// are mounted. Both versions are read: v2's `memory.max` / `memory.current` (line `0::path`)
+/// and v1's `memory.limit_in_bytes` / `memory.usage_in_bytes` (the `memory` controller's line,
+/// under `root/memory`). A directory that does not exist (a container that sees its own cgroup
+/// as the root but the host's path in `own`) is passed over on the way up. `None` where no
+/// limit is set.
+fn cgroup_headroom_bytes(own: &str, root: &Path) -> Option<u64> {
+    struct Version<'a> {
+        base: std::path::PathBuf,
+        path: &'a str,
+        limit: &'static str,
+        usage: &'static str,
+        inactive: &'static str,
+    }
+    let mut versions = Vec::new();
+    for line in own.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (Some(id), Some(controllers), Some(path)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        if id == "0" && controllers.is_empty() {
+            versions.push(Version {
+                base: root.to_path_buf(),
+                path,
+                limit: "memory.max",
+                usage: "memory.current",
+                inactive: "inactive_file",
+            });
+        } else if controllers.split(',').any(|c| c == "memory") {
+            versions.push(Version {
+                base: root.join("memory"),
+                path,
+                limit: "memory.limit_in_bytes",
+                usage: "memory.usage_in_bytes",
+                // v1's own `inactive_file` leaves out the children's; the total counts them,
+                // as the usage does.
+                inactive: "total_inactive_file",
+            });
+        }
+    }
+    let read_number = |dir: &Path, file: &str| -> Option<u64> {
+        std::fs::read_to_string(dir.join(file))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let mut tightest: Option<u64> = None;
+    for v in &versions {
+        let mut dir = v.base.join(v.path.trim_start_matches('/'));
+        loop {
+            // "max" (v2) does not parse; v1 writes "no limit" as a number near 2^63.
+            if let Some(limit) = read_number(&dir, v.limit).filter(|&l| l < 1 << 60) {
+                let usage = read_number(&dir, v.usage).unwrap_or(0);
+                let inactive = std::fs::read_to_string(dir.join("memory.stat"))
+                    .ok()
+                    .and_then(|stat| stat_field(&stat, v.inactive))
+                    .unwrap_or(0);
+                let room = limit.saturating_sub(usage.saturating_sub(inactive));
+                tightest = Some(tightest.map_or(room, |t| t.min(room)));
+            }
+            if dir == v.base || !dir.pop() || !dir.starts_with(&v.base) {
+                break;
+            }
+        }
+    }
+    tightest
+}
+
+/// The value of a `<key> <n>` line of a cgroup's `memory.stat`.
+fn stat_field(stat: &str, key: &str) -> Option<u64> {
+    stat.lines().find_map(|line| {
+        let (k, v) = line.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok())?
+    })
 }
 
 /// Refuse, before allocating, work that needs about `need_bytes` when less memory is available
@@ -83,6 +178,70 @@ mod tests {
         assert!(e.contains("only 1024 MiB"), "{e}");
         assert!(check_fits(1 << 30, Some(1024.0), || unreachable!()).is_ok());
         assert!(check_fits(u64::MAX, None, || unreachable!()).is_ok());
+    }
+
+    /// A fake cgroup tree under a temporary directory: `files` are (path under root, text).
+    fn cgroup_tree(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, text) in files {
+            let path = dir.path().join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn a_v2_cgroup_limit_leaves_limit_less_working_set_and_the_tightest_ancestor_wins() {
+        const MIB: u64 = 1 << 20;
+        let own = "0::/job_7/step_0/task_1\n";
+        let tree = cgroup_tree(&[
+            ("memory.max", "max\n"),
+            ("job_7/memory.max", &format!("{}\n", 1000 * MIB)),
+            ("job_7/memory.current", &format!("{}\n", 400 * MIB)),
+            (
+                "job_7/memory.stat",
+                &format!("anon 1\ninactive_file {}\n", 100 * MIB),
+            ),
+            ("job_7/step_0/memory.max", "max\n"),
+            (
+                "job_7/step_0/task_1/memory.max",
+                &format!("{}\n", 5000 * MIB),
+            ),
+            (
+                "job_7/step_0/task_1/memory.current",
+                &format!("{}\n", 10 * MIB),
+            ),
+        ]);
+        // The job's 1000 MiB less 300 MiB used (400 less 100 reclaimable cache).
+        assert_eq!(cgroup_headroom_bytes(own, tree.path()), Some(700 * MIB));
+        // No limit anywhere: nothing to say.
+        let open = cgroup_tree(&[("memory.max", "max\n"), ("a/memory.max", "max\n")]);
+        assert_eq!(cgroup_headroom_bytes("0::/a\n", open.path()), None);
+        // Usage above the limit leaves no room, rather than wrapping around.
+        let over = cgroup_tree(&[("memory.max", "100\n"), ("memory.current", "150\n")]);
+        assert_eq!(cgroup_headroom_bytes("0::/\n", over.path()), Some(0));
+    }
+
+    #[test]
+    fn a_v1_memory_cgroup_is_read_under_its_controller_and_a_missing_path_falls_to_the_root() {
+        const MIB: u64 = 1 << 20;
+        let own = "4:memory:/docker/abc\n3:cpu,cpuacct:/docker/abc\n0::/\n";
+        // The container sees its own cgroup as the root: `docker/abc` does not exist in it.
+        let tree = cgroup_tree(&[
+            ("memory/memory.limit_in_bytes", &format!("{}\n", 2048 * MIB)),
+            ("memory/memory.usage_in_bytes", &format!("{}\n", 1024 * MIB)),
+            (
+                "memory/memory.stat",
+                &format!("inactive_file 1\ntotal_inactive_file {}\n", 24 * MIB),
+            ),
+        ]);
+        assert_eq!(cgroup_headroom_bytes(own, tree.path()), Some(1048 * MIB));
+        // v1's "no limit" is a number near 2^63.
+        let unlimited = cgroup_tree(&[("memory/memory.limit_in_bytes", "9223372036854771712\n")]);
+        assert_eq!(cgroup_headroom_bytes(own, unlimited.path()), None);
+        assert_eq!(stat_field("a 1\nab 2\n", "ab"), Some(2));
+        assert_eq!(stat_field("a x\n", "a"), None);
     }
 
     #[test]
