@@ -988,3 +988,35 @@ fn two_mpi_ranks_train_the_same_parameters_as_one() {
         "an element differs by {init_differs:.3e} relative (floor 1e-3)"
     );
 }
+
+#[test]
+fn a_run_that_fails_in_its_first_epoch_keeps_an_earlier_metrics_file() {
+    let tmp = common::tempdir();
+    let data = small_sbm(tmp.path());
+    let metrics = tmp.path().join("metrics.jsonl");
+    let earlier = "{\"epoch\":0,\"loss\":1.0}\n{\"epoch\":1,\"loss\":0.5}\n";
+    std::fs::write(&metrics, earlier).unwrap();
+    // Batches of 16 at lr 1e30: Adam's first step overflows the weights, so the loss of an
+    // early step of epoch 0 (of several) is not finite.
+    let err = expect_failure(
+        &[
+            "train",
+            "--data",
+            s(&data),
+            "--dropout",
+            "0",
+            "--epochs",
+            "3",
+            "--batch-size",
+            "16",
+            "--lr",
+            "1e30",
+            "--metrics",
+            s(&metrics),
+        ],
+        &[],
+    );
+    let (_, epoch, _) = divergence(&err);
+    assert_eq!(epoch, 0, "{err}");
+    assert_eq!(std::fs::read_to_string(&metrics).unwrap(), earlier);
+}

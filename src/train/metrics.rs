@@ -199,38 +199,68 @@ pub struct EpochRecord {
     pub ranks: Option<serde_json::Value>,
 }
 
-/// Appends JSON lines to a metrics file (created fresh, or appended to on resume).
+/// Appends JSON lines to a metrics file (created fresh, or appended to on resume). The file is
+/// opened at the first record, not before: a run that fails before its first epoch ends (a
+/// rank's error, a NaN loss, an interrupt) leaves an earlier run's metrics where they were.
 pub struct MetricsWriter {
+    path: Option<std::path::PathBuf>,
+    append: bool,
     file: Option<std::fs::File>,
 }
 
 impl MetricsWriter {
-    /// Open `path` (None: write nothing). `append` keeps earlier lines (resume).
+    /// Write to `path` (None: write nothing). `append` keeps earlier lines (resume). The
+    /// directory is checked now, so that a path that cannot be written fails before training.
     pub fn open(path: Option<&Path>, append: bool) -> anyhow::Result<MetricsWriter> {
-        use anyhow::Context;
-        let file = match path {
-            None => None,
-            Some(p) => Some(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .write(true)
-                    .append(append)
-                    .truncate(!append)
-                    .open(p)
-                    .with_context(|| format!("cannot open metrics file `{}`", p.display()))?,
-            ),
-        };
-        Ok(MetricsWriter { file })
+        if let Some(p) = path {
+            let dir = match p.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            if !dir.is_dir() {
+                anyhow::bail!(
+                    "cannot open metrics file `{}`: directory `{}` does not exist",
+                    p.display(),
+                    dir.display()
+                );
+            }
+            if p.is_dir() {
+                anyhow::bail!(
+                    "cannot open metrics file `{}`: it is a directory",
+                    p.display()
+                );
+            }
+        }
+        Ok(MetricsWriter {
+            path: path.map(Path::to_path_buf),
+            append,
+            file: None,
+        })
     }
 
     /// Write one record as a JSON line.
     pub fn write<T: Serialize>(&mut self, record: &T) -> anyhow::Result<()> {
-        if let Some(f) = &mut self.file {
-            serde_json::to_writer(&mut *f, record)?;
-            f.write_all(b"\n")?;
-            f.flush()?;
+        use anyhow::Context;
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        if self.file.is_none() {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .append(self.append)
+                .truncate(!self.append)
+                .open(path)
+                .with_context(|| format!("cannot open metrics file `{}`", path.display()))?;
+            self.file = Some(file);
         }
-        Ok(())
+        let f = self.file.as_mut().expect("opened above");
+        let mut line = serde_json::to_vec(record)?;
+        line.push(b'\n');
+        // One write per line: a reader tailing the file never sees half a record.
+        f.write_all(&line)
+            .and_then(|()| f.flush())
+            .with_context(|| format!("cannot write metrics file `{}`", path.display()))
     }
 }
 
@@ -292,6 +322,32 @@ mod tests {
         sum.add(&times);
         sum.add(&times);
         assert_eq!(sum.shuffle, 2.0 * times.shuffle);
+    }
+
+    #[test]
+    fn a_metrics_file_is_replaced_only_when_the_first_record_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("metrics.jsonl");
+        std::fs::write(&path, "{\"epoch\":0}\n").unwrap();
+        let mut writer = MetricsWriter::open(Some(&path), false).unwrap();
+        // Opened but nothing written yet (a run that fails in its first epoch): kept.
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"epoch\":0}\n");
+        writer.write(&serde_json::json!({"epoch": 5})).unwrap();
+        writer.write(&serde_json::json!({"epoch": 6})).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "{\"epoch\":5}\n{\"epoch\":6}\n"
+        );
+        // Resume appends.
+        let mut resumed = MetricsWriter::open(Some(&path), true).unwrap();
+        resumed.write(&serde_json::json!({"epoch": 7})).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 3);
+        // A directory that does not exist, or a directory as the file, fails up front.
+        let e = MetricsWriter::open(Some(&dir.path().join("no/m.jsonl")), false);
+        assert!(e.err().unwrap().to_string().contains("does not exist"));
+        let e = MetricsWriter::open(Some(dir.path()), false);
+        assert!(e.err().unwrap().to_string().contains("is a directory"));
+        assert!(MetricsWriter::open(None, false).unwrap().write(&1).is_ok());
     }
 
     #[test]
