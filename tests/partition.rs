@@ -896,3 +896,47 @@ fn metis_refuses_an_adjacency_past_its_limit_before_symmetrising() {
         check_partition(&ds, &out, 2);
     }
 }
+
+/// `orig_id` in `meta.h5` must name every vertex once: sampling keys its draws on it and
+/// `export` maps rows back through it, so an id out of range or repeated is refused by name.
+#[test]
+fn a_meta_file_whose_orig_id_is_no_permutation_is_refused() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = random_dataset(40, 120, 3);
+    let input = write(&ds, tmp.path());
+    let out = tmp.path().join("parts");
+    partition_dataset(&options(&input, &out, 2, Method::Random)).unwrap();
+    let good = parts::read_meta(&out).unwrap();
+    let rewrite = |orig_id: &[u64]| {
+        let file = hdf5::File::open_rw(out.join("meta.h5")).unwrap();
+        file.unlink("orig_id").unwrap();
+        file.new_dataset_builder()
+            .with_data(orig_id)
+            .create("orig_id")
+            .unwrap();
+    };
+    let mut repeated = good.orig_id.clone();
+    repeated[7] = repeated[2];
+    rewrite(&repeated);
+    let e = format!("{:#}", parts::read_meta(&out).unwrap_err());
+    assert!(e.contains("meta.h5"), "{e}");
+    assert!(
+        e.contains(&format!(
+            "`orig_id[7]` = {} is listed twice (also `orig_id[2]`)",
+            repeated[2]
+        )),
+        "{e}"
+    );
+    let mut outside = good.orig_id.clone();
+    outside[5] = 40;
+    rewrite(&outside);
+    let (ok, stderr) = gnnpar(&["info", out.to_str().unwrap()]);
+    assert!(!ok && !stderr.contains("panicked"), "{stderr}");
+    assert!(
+        stderr.contains("`orig_id[5]` = 40 is not a vertex id (the graph has 40 vertices)"),
+        "{stderr}"
+    );
+    rewrite(&good.orig_id);
+    assert_eq!(parts::read_meta(&out).unwrap().orig_id, good.orig_id);
+}

@@ -120,14 +120,22 @@ fn header_of(file: &hdf5::File) -> Result<Header> {
         0
     };
     Ok(Header {
-        name: h5::read_str_attr(file, "name").unwrap_or_default(),
+        name: h5::read_str_attr_or(file, "name", "")?,
         num_nodes: h5::read_attr(file, "num_nodes")?,
-        first_node: h5::read_attr(file, "first_node").unwrap_or(0),
+        first_node: h5::read_attr_or(file, "first_node", 0)?,
         local_nodes,
         num_edges: h5::read_attr(file, "num_edges")?,
         num_classes: h5::read_attr::<u64>(file, "num_classes")? as usize,
         feature_dim,
-        directed: h5::read_attr::<u8>(file, "directed").unwrap_or(1) != 0,
+        directed: match h5::read_attr_or::<u8>(file, "directed", 1)? {
+            0 => false,
+            1 => true,
+            v => bail!(
+                "`{}`: attribute `directed` is {v}, expected 0 (undirected: both directions \
+                 stored) or 1 (directed)",
+                file.filename()
+            ),
+        },
     })
 }
 
@@ -245,6 +253,15 @@ fn read_from(file: &hdf5::File, cols: Option<Range<usize>>) -> Result<Dataset> {
                 owned.start,
                 owned.end
             );
+        }
+        // A vertex listed twice would seed twice an epoch and count twice in the metric.
+        let mut seen = vec![false; rows];
+        for (i, &v) in ids.iter().enumerate() {
+            let at = (v - owned.start) as usize;
+            if std::mem::replace(&mut seen[at], true) {
+                let first = ids.iter().position(|&u| u == v).expect("seen before");
+                bail!("`{fname}`: `{name}[{i}]` = {v} is listed twice (also `{name}[{first}]`)");
+            }
         }
         *slot = ids.into_iter().map(|v| v as NodeId).collect();
     }

@@ -111,16 +111,35 @@ pub fn read_meta(dir: &Path) -> Result<PartitionMeta> {
                 offsets[num_parts]
             );
         }
+        // A permutation of the dataset's ids: sampling keys on them (the same draws whatever
+        // the partition) and `export` maps rows back through them.
+        let mut seen = vec![false; orig_id.len()];
+        for (new, &old) in orig_id.iter().enumerate() {
+            match seen.get_mut(old as usize) {
+                None => bail!(
+                    "`orig_id[{new}]` = {old} is not a vertex id (the graph has {} vertices)",
+                    orig_id.len()
+                ),
+                Some(s) if *s => {
+                    let first = orig_id.iter().position(|&o| o == old).expect("seen before");
+                    bail!(
+                        "`orig_id[{new}]` = {old} is listed twice (also `orig_id[{first}]`); \
+                         `orig_id` must name every vertex once"
+                    )
+                }
+                Some(s) => *s = true,
+            }
+        }
         Ok(PartitionMeta {
-            name: h5::read_str_attr(&file, "name").unwrap_or_default(),
+            name: h5::read_str_attr_or(&file, "name", "")?,
             num_parts,
             offsets,
             orig_id,
             method: h5::read_str_attr(&file, "method")?,
-            weights: h5::read_str_attr(&file, "weights").unwrap_or_else(|_| "none".into()),
+            weights: h5::read_str_attr_or(&file, "weights", "none")?,
             edge_cut: h5::read_attr(&file, "edge_cut")?,
             num_edges: h5::read_attr(&file, "num_edges")?,
-            seconds: h5::read_attr(&file, "seconds").unwrap_or(0.0),
+            seconds: h5::read_attr_or(&file, "seconds", 0.0)?,
         })
     })()
     .with_context(|| format!("reading `{fname}`"))

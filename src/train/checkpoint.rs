@@ -189,7 +189,7 @@ pub fn read(path: &Path, cfg: &TrainConfig) -> Result<Checkpoint> {
     Ok(Checkpoint {
         config_hash: hash,
         model_settings: stored.unwrap_or(serde_json::Value::Null),
-        run_config: h5::read_str_attr(&f, "run_config").unwrap_or_default(),
+        run_config: h5::read_str_attr_or(&f, "run_config", "").with_context(ctx)?,
         position: Position {
             epoch: h5::read_attr::<u64>(&f, "epoch").with_context(ctx)? as usize,
             batch: h5::read_attr::<u64>(&f, "batch").with_context(ctx)? as usize,
@@ -202,7 +202,10 @@ pub fn read(path: &Path, cfg: &TrainConfig) -> Result<Checkpoint> {
         adam_m,
         adam_v,
         adam_t: h5::read_attr(&f, "adam_t").with_context(ctx)?,
-        slice_ranks: h5::read_attr(&f, "slice_ranks").ok(),
+        slice_ranks: match h5::has_attr(&f, "slice_ranks") {
+            true => Some(h5::read_attr(&f, "slice_ranks").with_context(ctx)?),
+            false => None,
+        },
     })
 }
 

@@ -398,18 +398,78 @@ pub fn read_attr<T: Numeric>(file: &File, name: &str) -> Result<T> {
     }
 }
 
+/// Whether `file` has an attribute `name`.
+pub fn has_attr(file: &File, name: &str) -> bool {
+    file.attr_names()
+        .is_ok_and(|names| names.iter().any(|n| n == name))
+}
+
+/// [`read_attr`] of an optional attribute: `default` where it is absent; a value that is there
+/// but unreadable or out of range is an error, not the default.
+pub fn read_attr_or<T: Numeric>(file: &File, name: &str, default: T) -> Result<T> {
+    if has_attr(file, name) {
+        read_attr(file, name)
+    } else {
+        Ok(default)
+    }
+}
+
+/// [`read_str_attr`] of an optional attribute: `default` where it is absent; one that is there
+/// but is no string is an error.
+pub fn read_str_attr_or(file: &File, name: &str, default: &str) -> Result<String> {
+    if has_attr(file, name) {
+        read_str_attr(file, name)
+    } else {
+        Ok(default.to_string())
+    }
+}
+
 /// Read a string attribute.
 pub fn read_str_attr(file: &File, name: &str) -> Result<String> {
-    let v: VarLenUnicode = file
-        .attr(name)
-        .and_then(|a| a.read_scalar::<VarLenUnicode>())
-        .with_context(|| {
-            format!(
-                "`{}`: missing or unreadable attribute `{name}`",
-                file.filename()
+    use hdf5::types::{FixedAscii, FixedUnicode, VarLenAscii};
+    let unreadable = || {
+        format!(
+            "`{}`: missing or unreadable attribute `{name}`",
+            file.filename()
+        )
+    };
+    let attr = file.attr(name).with_context(unreadable)?;
+    let descriptor = attr
+        .dtype()
+        .and_then(|t| t.to_descriptor())
+        .with_context(unreadable)?;
+    // h5py writes `str` as variable-length UTF-8, NumPy's `bytes_` as fixed-length ASCII.
+    const LONGEST: usize = 4096;
+    let text = match descriptor {
+        TypeDescriptor::VarLenUnicode => attr
+            .read_scalar::<VarLenUnicode>()
+            .map(|v| v.as_str().to_string()),
+        TypeDescriptor::VarLenAscii => attr
+            .read_scalar::<VarLenAscii>()
+            .map(|v| v.as_str().to_string()),
+        TypeDescriptor::FixedAscii(n) if n <= LONGEST => attr
+            .read_scalar::<FixedAscii<LONGEST>>()
+            .map(|v| v.as_str().to_string()),
+        TypeDescriptor::FixedUnicode(n) if n <= LONGEST => attr
+            .read_scalar::<FixedUnicode<LONGEST>>()
+            .map(|v| v.as_str().to_string()),
+        other => {
+            let long = matches!(
+                other,
+                TypeDescriptor::FixedAscii(_) | TypeDescriptor::FixedUnicode(_)
+            );
+            bail!(
+                "`{}`: attribute `{name}` is not a string{} (it is stored as {other})",
+                file.filename(),
+                if long {
+                    format!(" of at most {LONGEST} bytes")
+                } else {
+                    String::new()
+                }
             )
-        })?;
-    Ok(v.as_str().to_string())
+        }
+    };
+    text.with_context(unreadable)
 }
 
 #[cfg(test)]
@@ -431,6 +491,51 @@ mod tests {
 
     fn message<T: std::fmt::Debug>(r: Result<T>) -> String {
         format!("{:#}", r.unwrap_err())
+    }
+
+    #[test]
+    fn optional_attributes_default_only_when_absent() {
+        use hdf5::types::{FixedAscii, FixedUnicode, VarLenAscii};
+        let (_d, f) = file_with(|f| {
+            write_attr(f, "first_node", -3i64).unwrap();
+            write_attr(f, "directed", 1u8).unwrap();
+            write_attr(f, "number", 7u8).unwrap();
+            write_str_attr(f, "name", "cora").unwrap();
+            let ascii = VarLenAscii::from_ascii("ascii").unwrap();
+            f.new_attr::<VarLenAscii>()
+                .create("vla")
+                .unwrap()
+                .write_scalar(&ascii)
+                .unwrap();
+            let fixed = FixedAscii::<8>::from_ascii("fixed").unwrap();
+            f.new_attr::<FixedAscii<8>>()
+                .create("fa")
+                .unwrap()
+                .write_scalar(&fixed)
+                .unwrap();
+            let fixed = "fixé".parse::<FixedUnicode<8>>().unwrap();
+            f.new_attr::<FixedUnicode<8>>()
+                .create("fu")
+                .unwrap()
+                .write_scalar(&fixed)
+                .unwrap();
+        });
+        assert!(has_attr(&f, "name") && !has_attr(&f, "nom"));
+        assert_eq!(read_attr_or(&f, "absent", 5u64).unwrap(), 5);
+        assert_eq!(read_attr_or(&f, "directed", 0u8).unwrap(), 1);
+        let e = message(read_attr_or(&f, "first_node", 0u64));
+        assert!(e.contains("attribute `first_node` is -3"), "{e}");
+        assert_eq!(read_str_attr_or(&f, "absent", "none").unwrap(), "none");
+        assert_eq!(read_str_attr_or(&f, "name", "").unwrap(), "cora");
+        assert_eq!(read_str_attr(&f, "vla").unwrap(), "ascii");
+        assert_eq!(read_str_attr(&f, "fa").unwrap(), "fixed");
+        assert_eq!(read_str_attr(&f, "fu").unwrap(), "fixé");
+        let e = message(read_str_attr_or(&f, "number", ""));
+        assert!(
+            e.contains("bad.h5") && e.contains("attribute `number`"),
+            "{e}"
+        );
+        assert!(e.contains("not a string"), "{e}");
     }
 
     #[test]
