@@ -202,6 +202,11 @@ fn bad_options_are_refused_clearly_and_leave_no_file() {
     assert!(e.contains("--batch-size"), "{e}");
     let e = with(&["--epochs", "2", "--config", "/nonexistent/x.toml"]);
     assert!(e.contains("x.toml"), "{e}");
+    // The whole config is checked, not only its sampler keys: it is the one `train` reads.
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "dropout = 2.0\n").unwrap();
+    let e = with(&["--epochs", "2", "--config", s(&bad)]);
+    assert!(e.contains("bad.toml") && e.contains("`dropout` = 2"), "{e}");
     let e = err_of(&["presample", d, "--epochs", "2"]);
     assert!(e.contains("-o") && e.contains("--evaluate"), "{e}");
     let e = err_of(&["presample", "/nonexistent/g.h5", "--epochs", "2", "-o", o]);

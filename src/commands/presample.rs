@@ -16,7 +16,7 @@ use crate::presample::{
 };
 use crate::util::atomic::refuse_overwriting_inputs;
 use crate::util::rss::peak_rss_mb;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -40,7 +40,8 @@ pub struct PresampleArgs {
     /// Seed of the batch order and neighbour choice (as `gnnpar train --seed`).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Run configuration (TOML, see `inputs/`): its fanouts, batch_size and seed are used.
+    /// Run configuration (TOML, see `inputs/`): its fanouts, batch_size and seed are used; the
+    /// whole file is checked as `train` checks it.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Output weights file (HDF5; written under a temporary name, then renamed).
@@ -88,7 +89,14 @@ impl PresampleArgs {
     /// The sampler the options describe (config file, then command-line overrides).
     pub fn spec(&self) -> Result<SamplerSpec> {
         let cfg = match &self.config {
-            Some(path) => TrainConfig::from_file(path)?,
+            Some(path) => {
+                // The whole file, not only the sampler's keys: it is the one `train` will read,
+                // and a mistake in it is better found before a long presampling pass.
+                let cfg = TrainConfig::from_file(path)?;
+                cfg.validate()
+                    .with_context(|| format!("config `{}`", path.display()))?;
+                cfg
+            }
             None => TrainConfig::default(),
         };
         let spec = SamplerSpec {
