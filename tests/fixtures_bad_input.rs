@@ -751,6 +751,37 @@ fn a_huge_vertex_id_is_refused_before_allocating() {
         &["--symmetrize"],
         &["big.csv", "line 2", "4294967294", "MiB"],
     );
+    // The same id in a label or feature table (16 bytes a row at least) is refused where the
+    // table grows to it, naming the table's line.
+    if gnnpar::util::rss::available_memory_mb()
+        .is_some_and(|mib| mib < (id * 16) as f64 / 1048576.0)
+    {
+        let edges = text(dir.path(), "small.csv", "0,1\n1,2\n");
+        let labels = text(dir.path(), "lab.csv", &format!("0,1\n1,0\n{id},1\n"));
+        prepare_fails(
+            &edges,
+            &["--labels", s(&labels)],
+            &[
+                "lab.csv",
+                "line 3",
+                "vertex id 4294967294",
+                "MiB",
+                "available",
+            ],
+        );
+        let feats = text(dir.path(), "feat.csv", &format!("0,1,2\n{id},3,4\n"));
+        prepare_fails(
+            &edges,
+            &["--features", s(&feats)],
+            &[
+                "feat.csv",
+                "line 2",
+                "vertex id 4294967294",
+                "MiB",
+                "available",
+            ],
+        );
+    }
 }
 
 /// Optional attributes default only when absent: one that is there with a wrong value or type

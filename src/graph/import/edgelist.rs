@@ -127,6 +127,17 @@ pub fn import(path: &Path, opts: &ImportOptions) -> Result<Dataset> {
     .max()
     .unwrap_or(0);
     check_node_count(num_nodes, &format!("`{}`", path.display()))?;
+    // The tables may name a larger id than the edges did (they checked their own arrays).
+    if edges.max_id().map_or(0, |m| m as u64 + 1) < num_nodes {
+        rss::check_available(num_nodes.saturating_mul(bytes_per_vertex(opts)), || {
+            format!(
+                "the vertex tables name ids up to {} ({num_nodes} vertices, more than the edges \
+                 of `{}` do); importing them",
+                num_nodes - 1,
+                path.display()
+            )
+        })?;
+    }
     let num_nodes = num_nodes as usize;
     if num_nodes == 0 {
         bail!("`{}` holds no edge", path.display());

@@ -86,6 +86,10 @@ impl LabelTable {
             };
             let v = id as usize;
             if v >= labels.len() {
+                // A label and its line.
+                check_growth(labels.len(), v, 16, || {
+                    format!("`{file}` line {}", tf.line_no)
+                })?;
                 labels.resize(v + 1, UNSET);
                 first_line.resize(v + 1, 0);
             }
@@ -196,6 +200,13 @@ impl FeatureTable {
                     }
                 );
             }
+            if vertex >= table.filled.len() {
+                // The row and its line.
+                let row_bytes = table.dim as u64 * 4 + 8;
+                check_growth(table.filled.len(), vertex, row_bytes, || {
+                    format!("`{file}` line {}", tf.line_no)
+                })?;
+            }
             table.place(&row, vertex, tf.line_no)?;
             next_row += 1;
         }
@@ -244,6 +255,24 @@ impl FeatureTable {
         Array2::from_shape_vec((num_nodes, self.dim), self.values)
             .map_err(|e| anyhow::anyhow!("`{}`: cannot shape the features: {e}", self.file))
     }
+}
+
+/// Refuse growing a table of `rows` rows to hold vertex `v` (`row_bytes` a row) when that much
+/// memory is not available: one stray huge id (a typo, a hash used as an id) would make the
+/// table huge and abort the process in the allocation. Tables that grow a row at a time, as a
+/// sorted file makes them, are not checked: their size follows the file's.
+fn check_growth(rows: usize, v: usize, row_bytes: u64, at: impl FnOnce() -> String) -> Result<()> {
+    let want = v as u64 + 1;
+    if want > 2 * rows as u64 + (1 << 20) {
+        crate::util::rss::check_available(want.saturating_mul(row_bytes), || {
+            format!(
+                "{}: vertex id {v} makes the table {want} rows (vertex ids must be dense: one row \
+                 per id up to the largest); reading it",
+                at()
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// Parse a vertex id that must fit a [`NodeId`].
