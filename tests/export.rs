@@ -170,3 +170,38 @@ fn gpmetis_reads_the_export() {
     let parts = std::fs::read_to_string(dir.path().join("ring.metis.part.2")).unwrap();
     assert_eq!(parts.lines().count(), 100);
 }
+
+/// An npz export that fails part way (here a file-size limit, as a full disk would) says so
+/// once, in gnnpar's error line, leaves no file, and does not add the zip writer's own raw
+/// error from its `Drop`.
+#[test]
+fn a_failed_npz_write_is_one_clear_error_and_leaves_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("g.h5");
+    let n = 20_000;
+    let src: Vec<NodeId> = (0..n as NodeId).collect();
+    let dst: Vec<NodeId> = (0..n as NodeId).map(|v| (v + 1) % n as NodeId).collect();
+    format::write_dataset(&dataset(n, &src, &dst, true), &input).unwrap();
+    let output = dir.path().join("g.npz");
+    // 64 KiB: the archive (about 0.6 MB) cannot fit.
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg("ulimit -f 64 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_gnnpar"))
+        .args(["export", path_str(&input), "--format", "npz", "-o"])
+        .arg(&output)
+        .env("HDF5_USE_FILE_LOCKING", "FALSE")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("File too large"), "{stderr}");
+    assert!(!stderr.contains("ZipWriter"), "{stderr}");
+    assert_eq!(stderr.matches("File too large").count(), 1, "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "g.h5")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -101,6 +101,81 @@ impl<W: Write + Seek> NpzWriter<W> {
     }
 }
 
+/// A writer that, once a write, flush or seek has failed, takes every later one as done and
+/// does nothing, keeping the positions it would have had. The archive's first error reaches the
+/// caller through the write that failed; the zip writer's `Drop` then finishes the archive
+/// into nothing instead of printing a second, raw error of its own (the temporary file is
+/// removed either way). It counts positions from where `inner` starts (a new file: 0).
+struct Fuse<W> {
+    inner: W,
+    blown: bool,
+    /// The position, and the end of what was written, as `inner` has them (or would).
+    pos: u64,
+    end: u64,
+}
+
+impl<W> Fuse<W> {
+    fn new(inner: W) -> Self {
+        Fuse {
+            inner,
+            blown: false,
+            pos: 0,
+            end: 0,
+        }
+    }
+}
+
+impl<W: Write> Write for Fuse<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let written = if self.blown {
+            buf.len()
+        } else {
+            match self.inner.write(buf) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.blown = true;
+                    return Err(e);
+                }
+            }
+        };
+        self.pos += written as u64;
+        self.end = self.end.max(self.pos);
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.blown {
+            return Ok(());
+        }
+        let result = self.inner.flush();
+        self.blown = result.is_err();
+        result
+    }
+}
+
+impl<W: Seek> Seek for Fuse<W> {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        use std::io::SeekFrom;
+        if !self.blown {
+            match self.inner.seek(to) {
+                Ok(p) => self.pos = p,
+                Err(e) => {
+                    self.blown = true;
+                    return Err(e);
+                }
+            }
+        } else {
+            let base = match to {
+                SeekFrom::Start(p) => p as i128,
+                SeekFrom::Current(d) => self.pos as i128 + d as i128,
+                SeekFrom::End(d) => self.end as i128 + d as i128,
+            };
+            self.pos = base.max(0) as u64;
+        }
+        Ok(self.pos)
+    }
+}
+
 /// Write every array of `ds` (a whole dataset) into `out` as an npz archive.
 fn write_npz<W: Write + Seek>(ds: &Dataset, out: W) -> Result<(usize, W)> {
     let mut w = NpzWriter {
@@ -147,9 +222,11 @@ pub fn export_npz(ds: &Dataset, path: &Path) -> Result<NpzExport> {
     let output = crate::util::atomic::AtomicOutput::new(path)?;
     let file = std::fs::File::create(output.tmp_path())
         .with_context(|| format!("cannot create `{}`", output.tmp_path().display()))?;
-    let (arrays, file) = write_npz(ds, std::io::BufWriter::with_capacity(1 << 20, file))
+    let buffered = Fuse::new(std::io::BufWriter::with_capacity(1 << 20, file));
+    let (arrays, file) = write_npz(ds, buffered)
         .with_context(|| format!("writing `{}`", output.tmp_path().display()))?;
     let file = file
+        .inner
         .into_inner()
         .map_err(|e| e.into_error())
         .with_context(|| format!("writing `{}`", output.tmp_path().display()))?;
@@ -166,6 +243,63 @@ mod tests {
     use crate::graph::import::npz::Npz;
     use crate::graph::{Csr, Splits};
     use ndarray::array;
+
+    /// A writer that fails after `room` bytes, as a full disk or `ulimit -f` does.
+    struct Full {
+        room: usize,
+        at: u64,
+    }
+
+    impl Write for Full {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if buf.len() > self.room {
+                return Err(std::io::Error::other("File too large"));
+            }
+            self.room -= buf.len();
+            self.at += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Seek for Full {
+        fn seek(&mut self, _: std::io::SeekFrom) -> std::io::Result<u64> {
+            Ok(self.at)
+        }
+    }
+
+    #[test]
+    fn a_failed_write_is_reported_once_and_the_rest_is_skipped() {
+        let ds = Dataset {
+            name: "t".into(),
+            num_nodes: 3,
+            first_node: 0,
+            graph: Csr {
+                indptr: vec![0, 1, 2, 3],
+                indices: vec![1, 2, 0],
+            },
+            features: Some(array![[1.0f32, 2.0], [3.0, 4.0], [5.0, 6.0]]),
+            labels: Some(Labels::Class(vec![0, 1, 0])),
+            num_classes: 2,
+            splits: Splits::default(),
+            directed: true,
+        };
+        let Err(e) = write_npz(&ds, Fuse::new(Full { room: 200, at: 0 })) else {
+            panic!("a write past the room succeeded");
+        };
+        assert!(format!("{e:#}").contains("File too large"), "{e:#}");
+        // The fuse took the zip writer's `Drop`: its finishing writes found a blown fuse.
+        let mut fuse = Fuse::new(Full { room: 4, at: 0 });
+        assert!(fuse.write(b"12345").is_err());
+        assert_eq!(fuse.write(b"6").unwrap(), 1);
+        assert_eq!(fuse.inner.room, 4);
+        assert!(fuse.flush().is_ok());
+        // Positions go on as if written: 0 + the 1 byte taken after the failure.
+        assert_eq!(fuse.seek(std::io::SeekFrom::Current(0)).unwrap(), 1);
+        assert_eq!(fuse.seek(std::io::SeekFrom::End(-1)).unwrap(), 0);
+    }
 
     /// What gnnpar's own npz reader (numpy's rules) reads back is what was written.
     #[test]
