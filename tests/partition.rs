@@ -940,3 +940,34 @@ fn a_meta_file_whose_orig_id_is_no_permutation_is_refused() {
     rewrite(&good.orig_id);
     assert_eq!(parts::read_meta(&out).unwrap().orig_id, good.orig_id);
 }
+
+/// Every part file records its content id and `meta.h5` the ids of its parts and of the
+/// source: a part copied in from another partitioning (same vertex range) is refused, and the
+/// partition's source id is the content id of the file it was made from.
+#[test]
+fn a_part_from_another_partitioning_is_refused_by_its_content_id() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = random_dataset(60, 240, 5);
+    let input = write(&ds, tmp.path());
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    partition_dataset(&options(&input, &a, 2, Method::Random)).unwrap();
+    let mut other = options(&input, &b, 2, Method::Random);
+    other.seed = 9;
+    partition_dataset(&other).unwrap();
+    let identity = parts::read_identity(&a).unwrap();
+    assert_eq!(
+        identity.source_id,
+        format::read_header(&input).unwrap().content_id
+    );
+    assert_eq!(identity.part_ids.as_ref().map(Vec::len), Some(2));
+    let meta = parts::read_meta(&a).unwrap();
+    assert!(parts::read_part(&a, &meta, 1).is_ok());
+    std::fs::copy(parts::part_path(&b, 1), parts::part_path(&a, 1)).unwrap();
+    let e = format!("{:#}", parts::read_part(&a, &meta, 1).unwrap_err());
+    assert!(
+        e.contains("is not part 1 of the partition") && e.contains("another partitioning"),
+        "{e}"
+    );
+    assert!(parts::read_part(&a, &meta, 0).is_ok());
+}

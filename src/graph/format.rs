@@ -24,8 +24,11 @@ pub fn write_dataset(ds: &Dataset, path: &Path) -> Result<()> {
 }
 
 /// Write `ds` to `path` directly (callers handle atomicity, e.g. inside a temporary directory).
-pub fn write_dataset_to(ds: &Dataset, path: &Path) -> Result<()> {
+/// Returns the content id it recorded ([`crate::graph::identity::content_id`]).
+pub fn write_dataset_to(ds: &Dataset, path: &Path) -> Result<u64> {
+    let content_id = crate::graph::identity::content_id(ds);
     let file = h5::create(path)?;
+    h5::write_attr(&file, "content_id", content_id)?;
     h5::write_attr(&file, "format_version", FORMAT_VERSION)?;
     h5::write_attr(&file, "num_nodes", ds.num_nodes)?;
     h5::write_attr(&file, "first_node", ds.first_node)?;
@@ -48,7 +51,7 @@ pub fn write_dataset_to(ds: &Dataset, path: &Path) -> Result<()> {
         h5::write_vec(&file, name, &wide)?;
     }
     file.flush().context("flushing HDF5 file")?;
-    Ok(())
+    Ok(content_id)
 }
 
 fn split_fields(s: &Splits) -> [(&'static str, &Vec<NodeId>); 3] {
@@ -70,6 +73,8 @@ pub struct Header {
     pub num_classes: usize,
     pub feature_dim: usize,
     pub directed: bool,
+    /// The content id written with the file (absent from files of older builds).
+    pub content_id: Option<u64>,
 }
 
 impl Header {
@@ -91,10 +96,23 @@ impl Header {
     }
 }
 
+/// `result`, its error prefixed with "reading `path`" unless it already names the file (most
+/// do, with the field: saying the path twice only makes the line longer).
+fn naming_file<T>(result: Result<T>, path: &Path) -> Result<T> {
+    result.map_err(|e| {
+        let shown = path.display().to_string();
+        if format!("{e:#}").contains(&format!("`{shown}`")) {
+            e
+        } else {
+            e.context(format!("reading `{shown}`"))
+        }
+    })
+}
+
 /// Read and check the header of `path`.
 pub fn read_header(path: &Path) -> Result<Header> {
     let file = h5::open(path)?;
-    header_of(&file).with_context(|| format!("reading `{}`", path.display()))
+    naming_file(header_of(&file), path)
 }
 
 fn header_of(file: &hdf5::File) -> Result<Header> {
@@ -136,13 +154,17 @@ fn header_of(file: &hdf5::File) -> Result<Header> {
                 file.filename()
             ),
         },
+        content_id: match h5::has_attr(file, "content_id") {
+            true => Some(h5::read_attr(file, "content_id")?),
+            false => None,
+        },
     })
 }
 
 /// Read `path` and validate every field; errors name the file and the field.
 pub fn read_dataset(path: &Path) -> Result<Dataset> {
     let file = h5::open(path)?;
-    read_from(&file, None).with_context(|| format!("reading `{}`", path.display()))
+    naming_file(read_from(&file, None), path)
 }
 
 /// Read `path` like [`read_dataset`], but only columns `cols` of `features`: what a rank of a
@@ -153,7 +175,7 @@ pub fn read_dataset(path: &Path) -> Result<Dataset> {
 /// An empty range is allowed (a rank whose slice is empty holds a rows × 0 matrix).
 pub fn read_dataset_columns(path: &Path, cols: Range<usize>) -> Result<Dataset> {
     let file = h5::open(path)?;
-    read_from(&file, Some(cols)).with_context(|| format!("reading `{}`", path.display()))
+    naming_file(read_from(&file, Some(cols)), path)
 }
 
 fn read_from(file: &hdf5::File, cols: Option<Range<usize>>) -> Result<Dataset> {

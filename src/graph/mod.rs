@@ -9,6 +9,7 @@ pub mod export;
 pub mod export_npz;
 pub mod format;
 pub mod generate;
+pub mod identity;
 pub mod import;
 pub mod parts;
 pub mod summary;

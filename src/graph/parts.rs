@@ -78,6 +78,49 @@ pub fn write_meta(meta: &PartitionMeta, dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// What ties a partition directory together: the content id of the dataset it was made from
+/// (what a checkpoint and the ranks compare, the same as training on that file) and the content
+/// id of every part file (what `read_part` checks a part against). Both are absent from
+/// partitions of older builds, which are then not checked.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Identity {
+    pub source_id: Option<u64>,
+    pub part_ids: Option<Vec<u64>>,
+}
+
+/// Add `id` to `dir/meta.h5` (written by [`write_meta`]).
+pub fn write_identity(dir: &Path, id: &Identity) -> Result<()> {
+    let path = dir.join(META_FILE);
+    let file =
+        hdf5::File::append(&path).with_context(|| format!("cannot reopen `{}`", path.display()))?;
+    if let Some(s) = id.source_id {
+        h5::write_attr(&file, "source_id", s)?;
+    }
+    if let Some(p) = &id.part_ids {
+        h5::write_vec(&file, "part_ids", p)?;
+    }
+    Ok(())
+}
+
+/// Read the [`Identity`] of `dir` (attributes and one small dataset of `meta.h5`: cheap).
+pub fn read_identity(dir: &Path) -> Result<Identity> {
+    let path = dir.join(META_FILE);
+    let file = h5::open(&path)?;
+    (|| -> Result<Identity> {
+        Ok(Identity {
+            source_id: match h5::has_attr(&file, "source_id") {
+                true => Some(h5::read_attr(&file, "source_id")?),
+                false => None,
+            },
+            part_ids: match h5::has(&file, "part_ids") {
+                true => Some(h5::read_vec(&file, "part_ids")?),
+                false => None,
+            },
+        })
+    })()
+    .with_context(|| format!("reading `{}`", path.display()))
+}
+
 /// Read and check `dir/meta.h5`.
 pub fn read_meta(dir: &Path) -> Result<PartitionMeta> {
     let path = dir.join(META_FILE);
@@ -155,6 +198,29 @@ pub fn read_part(dir: &Path, meta: &PartitionMeta, p: usize) -> Result<Dataset> 
         );
     }
     let path = part_path(dir, p);
+    // A part copied in from another partitioning (another seed or method, another graph) can
+    // cover the same vertex range: only the content ids tell it apart.
+    if let Some(expected) = read_identity(dir)?.part_ids {
+        let Some(&want) = expected.get(p) else {
+            bail!(
+                "`{}`: `part_ids` has {} entries, expected one per part ({})",
+                dir.join(META_FILE).display(),
+                expected.len(),
+                meta.num_parts
+            );
+        };
+        let found = format::read_header(&path)?.content_id;
+        if found != Some(want) {
+            bail!(
+                "`{}` is not part {p} of the partition in `{}`: its content id is {}, `meta.h5` \
+                 expects {want:016x}. Was it copied from another partitioning (another seed, \
+                 method or dataset)? Copy the whole directory, or partition again",
+                path.display(),
+                dir.display(),
+                found.map_or("absent".to_string(), |f| format!("{f:016x}"))
+            );
+        }
+    }
     let ds = format::read_dataset(&path)?;
     let (lo, hi) = (meta.offsets[p], meta.offsets[p + 1]);
     if ds.first_node != lo || ds.first_node + ds.local_nodes() as u64 != hi {

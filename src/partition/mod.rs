@@ -157,7 +157,12 @@ pub fn partition_dataset(opts: &PartitionOptions) -> Result<PartitionStats> {
 
     let relabel = Relabeling::from_parts(&part, opts.parts);
     drop(part);
-    writer::write_parts(out, &ds, &relabel, &stats, opts.seed)?;
+    // The source's identity as its file records it (what `train --data` on that file sees);
+    // a file from an older build has none, and gets the id of what was read.
+    let source_id = header
+        .content_id
+        .unwrap_or_else(|| crate::graph::identity::content_id(&ds));
+    writer::write_parts(out, &ds, &relabel, &stats, opts.seed, source_id)?;
     stats.total_seconds = started.elapsed().as_secs_f64();
     Ok(stats)
 }

@@ -31,22 +31,25 @@ pub fn write_parts(
     relabel: &Relabeling,
     stats: &PartitionStats,
     seed: u64,
+    source_id: u64,
 ) -> Result<()> {
     let dir = out.tmp_path().to_path_buf();
     std::fs::create_dir(&dir)
         .with_context(|| format!("cannot create directory `{}`", dir.display()))?;
     let final_name = out.final_path().display().to_string();
     let mut progress = Progress::new("writing parts", relabel.num_parts() as u64);
+    let mut part_ids = Vec::with_capacity(relabel.num_parts());
     for p in 0..relabel.num_parts() {
         // One part in memory at a time: the whole dataset is already resident.
         let part = extract_part(ds, relabel, p);
         let path = parts::part_path(&dir, p);
-        format::write_dataset_to(&part, &path).with_context(|| {
+        let id = format::write_dataset_to(&part, &path).with_context(|| {
             format!(
                 "writing part {p} of `{final_name}` (at `{}`)",
                 path.display()
             )
         })?;
+        part_ids.push(id);
         progress.inc(1);
     }
     progress.finish();
@@ -63,6 +66,15 @@ pub fn write_parts(
     };
     parts::write_meta(&meta, &dir)
         .and_then(|()| write_balance_attrs(&dir, stats, seed))
+        .and_then(|()| {
+            parts::write_identity(
+                &dir,
+                &parts::Identity {
+                    source_id: Some(source_id),
+                    part_ids: Some(part_ids),
+                },
+            )
+        })
         .with_context(|| format!("writing `{}` of `{final_name}`", parts::META_FILE))?;
     out.commit()
 }
