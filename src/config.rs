@@ -424,21 +424,43 @@ pub fn settings_hash(settings: &serde_json::Value) -> u64 {
 /// The settings whose values differ between `stored` and `current` (both
 /// [`TrainConfig::model_settings`]), as "`name`: checkpoint X, this run Y", sorted by name.
 pub fn differing_settings(stored: &serde_json::Value, current: &serde_json::Value) -> Vec<String> {
+    differing_between(stored, "checkpoint", current, "this run")
+}
+
+/// The settings whose values differ between `a` and `b` (JSON objects of settings by name),
+/// as "`name`: <a_name> X, <b_name> Y", sorted by name. A setting [`TrainConfig::model_settings`]
+/// leaves out at its default shows as that default.
+pub fn differing_between(
+    a: &serde_json::Value,
+    a_name: &str,
+    b: &serde_json::Value,
+    b_name: &str,
+) -> Vec<String> {
     let empty = serde_json::Map::new();
-    let a = stored.as_object().unwrap_or(&empty);
-    let b = current.as_object().unwrap_or(&empty);
+    let a = a.as_object().unwrap_or(&empty);
+    let b = b.as_object().unwrap_or(&empty);
     let mut names: Vec<&String> = a.keys().chain(b.keys()).collect();
     names.sort();
     names.dedup();
-    let show = |v: Option<&serde_json::Value>| v.map_or("(absent)".to_string(), show_setting);
+    let show = |k: &str, v: Option<&serde_json::Value>| match v {
+        Some(v) => show_setting(v),
+        None => match k {
+            "lr_schedule" => "\"constant\"".to_string(),
+            "init" => "\"glorot\"".to_string(),
+            "strategy" | "slice_encoding" | "feature_fusion" | "slice_size_scale" => {
+                "(not slicegcn)".to_string()
+            }
+            _ => "(absent)".to_string(),
+        },
+    };
     names
         .into_iter()
         .filter(|k| a.get(*k) != b.get(*k))
         .map(|k| {
             format!(
-                "`{k}`: checkpoint {}, this run {}",
-                show(a.get(k)),
-                show(b.get(k))
+                "`{k}`: {a_name} {}, {b_name} {}",
+                show(k, a.get(k)),
+                show(k, b.get(k))
             )
         })
         .collect()

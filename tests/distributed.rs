@@ -526,6 +526,113 @@ fn a_failure_on_one_rank_ends_the_job_naming_that_rank() {
     eprintln!("failed job ended after {:?}", start.elapsed());
 }
 
+/// Ranks launched with different options or different data (MPMD launch: `mpirun -np 1 A :
+/// -np 1 B`) are refused before their first collective, rank 0 naming the rank and what
+/// differs; before, they hung, corrupted an allreduce or trained a mixed model and exited 0.
+/// Per-rank settings (`--threads`) may differ. A part file copied in from another partitioning
+/// (same vertex range) is refused by its content id.
+#[test]
+fn ranks_launched_differently_and_a_part_from_another_partitioning_are_refused() {
+    if !have_mpirun() {
+        return;
+    }
+    let fx = Fixture::new();
+    let ds = fx.path("sbm.h5");
+    let d = ds.to_str().unwrap();
+    let mpmd = |a: &[&str], b: &[&str]| {
+        let mut cmd = common::mpirun_command(1, a);
+        cmd.arg(":").args(["-np", "1", common::GNNPAR]).args(b);
+        run_with_timeout(cmd)
+    };
+    let base = train_args(&["--data", d]);
+    // Rank 1 with two threads instead of one: a per-rank setting.
+    let mut two_threads = base.clone();
+    let at = two_threads.iter().position(|a| *a == "--threads").unwrap();
+    two_threads[at + 1] = "2";
+    let mut gcn = two_threads.clone();
+    gcn.extend(["--model", "gcn"]);
+    let out = mpmd(&base, &gcn);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("error on rank 0 of 2")
+            && stderr.contains(
+                "rank 1's settings differ from rank 0's: `model`: rank 0 \"sage\", rank 1 \"gcn\""
+            )
+            && !stderr.contains("`threads`")
+            && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    // The same options with another thread count train.
+    let out = mpmd(&base, &two_threads);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Other data of the same shape.
+    let other = fx.path("other.h5");
+    gnnpar(&[
+        "generate",
+        "sbm",
+        "--nodes",
+        "3000",
+        "--edges",
+        "60000",
+        "--features",
+        "16",
+        "--classes",
+        "4",
+        "--seed",
+        "4",
+        "-o",
+        other.to_str().unwrap(),
+    ]);
+    let out = mpmd(&base, &train_args(&["--data", other.to_str().unwrap()]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("rank 1 trains on")
+            && stderr.contains("other.h5")
+            && stderr.contains("content id"),
+        "{stderr}"
+    );
+    // Part 1 of another partitioning (another seed) covers the same vertex range.
+    let reseeded = fx.path("parts2-seed9");
+    gnnpar(&[
+        "partition",
+        d,
+        "--parts",
+        "2",
+        "--seed",
+        "9",
+        "-o",
+        reseeded.to_str().unwrap(),
+    ]);
+    let mixed = fx.path("parts2");
+    std::fs::copy(reseeded.join("part-00001.h5"), mixed.join("part-00001.h5")).unwrap();
+    let out = mpirun(2, &train_args(&["--data", mixed.to_str().unwrap()]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("error on rank 1 of 2")
+            && stderr.contains("is not part 1 of the partition")
+            && stderr.contains("another partitioning"),
+        "{stderr}"
+    );
+    // A command-line error under a launcher names every rank too.
+    let out = mpirun(2, &["train", "--no-such-option"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for rank in 0..2 {
+        assert!(
+            stderr.contains(&format!(
+                "error on rank {rank} of 2 (before MPI started): unexpected argument"
+            )),
+            "{stderr}"
+        );
+    }
+}
+
 /// Errors before MPI starts (a bad option: every rank fails alike) still name the rank, from
 /// the launcher's variables; and a one-process command started as several ranks is refused
 /// (each would write the same output at once).

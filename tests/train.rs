@@ -1020,3 +1020,200 @@ fn a_run_that_fails_in_its_first_epoch_keeps_an_earlier_metrics_file() {
     assert_eq!(epoch, 0, "{err}");
     assert_eq!(std::fs::read_to_string(&metrics).unwrap(), earlier);
 }
+
+/// A resume is refused when it would not continue the run the checkpoint is from: other data
+/// (of the same shape), a cosine schedule over other epochs (its rates follow them), a
+/// checkpoint that is missing or not a checkpoint at all. A resume with nothing left to train
+/// says so and leaves the checkpoint as it was.
+#[test]
+fn a_resume_that_would_not_continue_the_run_is_refused_and_one_already_done_says_so() {
+    let tmp = common::tempdir();
+    let data = small_sbm(tmp.path());
+    let other = common::generate_sbm(
+        tmp.path(),
+        "other.h5",
+        common::Sbm {
+            nodes: 2000,
+            edges: 20000,
+            features: 16,
+            classes: 4,
+            seed: 8,
+        },
+    );
+    let config = config_file(tmp.path(), "mb", MINIBATCH);
+    let ck = tmp.path().join("ck.h5");
+    train(&data, &config, &["--epochs", "1", "--checkpoint", s(&ck)]);
+    let resume = |data: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--data",
+            s(data),
+            "--config",
+            s(&config),
+            "--resume",
+        ];
+        args.extend_from_slice(extra);
+        args.iter().map(|a| a.to_string()).collect::<Vec<String>>()
+    };
+    let refused = |args: Vec<String>, needles: &[&str]| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        expect_failure(&args, needles);
+    };
+    refused(
+        resume(&other, &["--epochs", "2", "--checkpoint", s(&ck)]),
+        &["ck.h5", "was trained on other data", "content id"],
+    );
+    refused(
+        resume(
+            &data,
+            &[
+                "--epochs",
+                "2",
+                "--checkpoint",
+                s(&tmp.path().join("none.h5")),
+            ],
+        ),
+        &["cannot resume", "none.h5", "does not exist"],
+    );
+    refused(
+        resume(&data, &["--epochs", "2", "--checkpoint", s(&other)]),
+        &["other.h5", "is not a gnnpar checkpoint"],
+    );
+    let cosine = tmp.path().join("cosine.h5");
+    train(
+        &data,
+        &config,
+        &[
+            "--epochs",
+            "2",
+            "--max-steps",
+            "3",
+            "--lr-schedule",
+            "cosine",
+            "--checkpoint",
+            s(&cosine),
+        ],
+    );
+    refused(
+        resume(
+            &data,
+            &[
+                "--epochs",
+                "4",
+                "--lr-schedule",
+                "cosine",
+                "--checkpoint",
+                s(&cosine),
+            ],
+        ),
+        &["cosine.h5", "2 epochs", "this run has 4", "--epochs 2"],
+    );
+    // The same epochs resume.
+    let args = resume(
+        &data,
+        &[
+            "--epochs",
+            "2",
+            "--lr-schedule",
+            "cosine",
+            "--checkpoint",
+            s(&cosine),
+        ],
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    gnnpar(&args, RUN_TIMEOUT).expect_ok("a cosine resume with the same epochs");
+    // Nothing left: a warning, the checkpoint untouched, no epoch time.
+    let before = std::fs::read(&ck).unwrap();
+    let args = resume(&data, &["--epochs", "1", "--checkpoint", s(&ck)]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = gnnpar(&args, RUN_TIMEOUT).expect_ok("a resume with nothing left");
+    assert!(out.stderr.contains("nothing to train"), "{}", out.stderr);
+    assert!(out.stdout.contains("\"epochs_run\":0"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("\"epoch_time_mean\":null"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(std::fs::read(&ck).unwrap(), before);
+}
+
+/// `--checkpoint`, `--metrics` and `--summary` never replace a file that is not an earlier
+/// output of their kind (a dataset named by mistake), and a summary path that cannot be
+/// written fails before training, not after it.
+#[test]
+fn outputs_never_replace_a_foreign_file_and_a_bad_summary_path_fails_first() {
+    let tmp = common::tempdir();
+    let data = small_sbm(tmp.path());
+    let bystander = common::generate_sbm(
+        tmp.path(),
+        "bystander.h5",
+        common::Sbm {
+            nodes: 200,
+            edges: 1000,
+            features: 4,
+            classes: 2,
+            seed: 1,
+        },
+    );
+    let keep = std::fs::read(&bystander).unwrap();
+    for (option, what) in [
+        ("--checkpoint", "a checkpoint"),
+        ("--metrics", "metrics"),
+        ("--summary", "a summary"),
+    ] {
+        expect_failure(
+            &[
+                "train",
+                "--data",
+                s(&data),
+                "--epochs",
+                "1",
+                option,
+                s(&bystander),
+            ],
+            &[&format!("refusing to write {what} to"), "bystander.h5"],
+        );
+        assert_eq!(std::fs::read(&bystander).unwrap(), keep, "{option}");
+    }
+    let err = expect_failure(
+        &[
+            "train",
+            "--data",
+            s(&data),
+            "--epochs",
+            "1",
+            "--summary",
+            "/nonexistent-dir/s.json",
+        ],
+        &["summary path", "/nonexistent-dir/s.json"],
+    );
+    assert!(
+        !err.contains("epoch 0: loss"),
+        "trained before failing:\n{err}"
+    );
+    // Earlier outputs of the same kind are replaced, as before.
+    let (m, sm, ck) = (
+        tmp.path().join("m.jsonl"),
+        tmp.path().join("s.json"),
+        tmp.path().join("ck.h5"),
+    );
+    for _ in 0..2 {
+        gnnpar(
+            &[
+                "train",
+                "--data",
+                s(&data),
+                "--epochs",
+                "1",
+                "--metrics",
+                s(&m),
+                "--summary",
+                s(&sm),
+                "--checkpoint",
+                s(&ck),
+            ],
+            RUN_TIMEOUT,
+        )
+        .expect_ok("a run over its own earlier outputs");
+    }
+}

@@ -48,8 +48,34 @@ pub enum Command {
 /// sub-command (`--lr -0.01`, not only `--lr=-0.01`): a value that looks like a number is never
 /// taken for an option, and no gnnpar option is spelled like one.
 pub fn parse_args() -> Cli {
-    let matches = command().get_matches();
-    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    let parsed = command()
+        .try_get_matches()
+        .and_then(|matches| Cli::from_arg_matches(&matches));
+    parsed.unwrap_or_else(|e| exit_on_parse_error(e))
+}
+
+/// Print a command-line error and exit as clap does, but naming the rank when a launcher
+/// started several (every rank prints its own; the user should see which ones did).
+fn exit_on_parse_error(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    let is_error = !matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    );
+    match crate::comm::launcher::env_rank_and_size() {
+        Some((rank, size)) if size > 1 && is_error => {
+            let text = e.render().to_string();
+            let text = text.strip_prefix("error: ").unwrap_or(&text);
+            // One write, so that the ranks' messages do not interleave.
+            let line =
+                format!("gnnpar: error on rank {rank} of {size} (before MPI started): {text}");
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+            std::process::exit(e.exit_code());
+        }
+        _ => e.exit(),
+    }
 }
 
 /// Parse `args` (the program name first) as [`parse_args`] does.

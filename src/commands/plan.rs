@@ -15,6 +15,9 @@ struct PlanJob {
 
 impl Job for PlanJob {
     type Out = Option<crate::train::plan::Planned>;
+    fn data(&self) -> Option<&std::path::Path> {
+        self.files.data.as_deref()
+    }
     fn run<B: Backend>(self, backend: B, world: &World) -> Result<Self::Out> {
         let t = Trainer::on(backend, self.cfg, self.files, world)?;
         Ok(t.planned.clone())

@@ -260,6 +260,11 @@ fn log_node_layout(world: &World) {
 pub(crate) trait Job {
     type Out;
     fn run<B: Backend>(self, backend: B, world: &World) -> Result<Self::Out>;
+    /// The dataset file or partition directory the job reads (`None`: none, or the synthetic
+    /// default), which every rank must share.
+    fn data(&self) -> Option<&std::path::Path> {
+        None
+    }
 }
 
 /// Whether `cfg`'s run may prefetch mini-batches on several ranks, whose workers
@@ -282,6 +287,7 @@ fn prefetch_may_call_mpi(cfg: &TrainConfig) -> bool {
 /// the device and run `job` on it. Shared by `train`, `plan` and `calibrate`.
 pub(crate) fn with_backend<J: Job>(cfg: &TrainConfig, job: J) -> Result<(J::Out, World)> {
     let world = World::init_with_nodes(cfg.ranks_per_node, prefetch_may_call_mpi(cfg))?;
+    crate::train::agreement::refuse_disagreeing_ranks(&world, cfg, job.data())?;
     // Threads divide the cores of the real host, also when nodes are pretend groups.
     let threads = crate::comm::threads_per_rank(cfg.threads, world.ranks_on_host());
     log_node_layout(&world);
@@ -369,6 +375,9 @@ struct TrainJob {
 
 impl Job for TrainJob {
     type Out = crate::train::RunSummary;
+    fn data(&self) -> Option<&std::path::Path> {
+        self.files.data.as_deref()
+    }
     fn run<B: Backend>(self, backend: B, world: &World) -> Result<Self::Out> {
         if self.cfg.strategy == Strategy::Slicegcn {
             SliceTrainer::on(backend, self.cfg, self.files, world)?.run()

@@ -6,6 +6,7 @@
 //! functions of (seed, epoch, batch), that position is all the "RNG state" there is, and a
 //! resumed run reproduces the uninterrupted one bit for bit.
 
+use super::agreement::DataIdentity;
 use crate::config::{differing_settings, TrainConfig};
 use crate::nn::ParamEntry;
 use crate::util::{atomic::AtomicOutput, h5};
@@ -63,6 +64,16 @@ pub struct Checkpoint {
     /// parts, rank by rank); `None` for the other strategies, whose parameters are the same
     /// on every rank.
     pub slice_ranks: Option<u64>,
+    /// The content id of the data it was trained on ([`DataIdentity`]); `None` where the data
+    /// records none (files of older builds) and in checkpoints of older builds.
+    pub data_id: Option<u64>,
+}
+
+/// The content id of the data `files` trains on, as checkpoints record it.
+pub fn data_id_of(files: &super::RunFiles) -> Option<u64> {
+    DataIdentity::of(files.data.as_deref())
+        .ok()
+        .and_then(|d| d.id)
 }
 
 /// Write a checkpoint atomically.
@@ -86,6 +97,9 @@ pub fn save(path: &Path, ck: &Checkpoint, entries: &[ParamEntry]) -> Result<()> 
         h5::write_attr(&f, "adam_t", ck.adam_t)?;
         if let Some(p) = ck.slice_ranks {
             h5::write_attr(&f, "slice_ranks", p)?;
+        }
+        if let Some(id) = ck.data_id {
+            h5::write_attr(&f, "data_id", id)?;
         }
         h5::write_vec(&f, "params", &ck.params)?;
         h5::write_vec(&f, "adam_m", &ck.adam_m)?;
@@ -111,9 +125,15 @@ pub fn save(path: &Path, ck: &Checkpoint, entries: &[ParamEntry]) -> Result<()> 
     out.commit()
 }
 
-/// Read a checkpoint and check it holds `n_params` parameters of the model `cfg` defines.
-pub fn load(path: &Path, n_params: usize, cfg: &TrainConfig) -> Result<Checkpoint> {
-    let ck = read(path, cfg)?;
+/// Read a checkpoint and check it holds `n_params` parameters of the model `cfg` defines,
+/// trained on the data whose content id is `data_id`.
+pub fn load(
+    path: &Path,
+    n_params: usize,
+    cfg: &TrainConfig,
+    data_id: Option<u64>,
+) -> Result<Checkpoint> {
+    let ck = read(path, cfg, data_id)?;
     if ck.params.len() != n_params {
         bail!(
             "checkpoint `{}`: `params` has {} values, the model has {n_params}",
@@ -124,12 +144,27 @@ pub fn load(path: &Path, n_params: usize, cfg: &TrainConfig) -> Result<Checkpoin
     Ok(ck)
 }
 
-/// Read a checkpoint and check it was written for the model `cfg` defines (its parameter
-/// count is the caller's to check).
-pub fn read(path: &Path, cfg: &TrainConfig) -> Result<Checkpoint> {
+/// Read a checkpoint and check it was written for the model `cfg` defines, on the data whose
+/// content id is `data_id` (its parameter count is the caller's to check).
+pub fn read(path: &Path, cfg: &TrainConfig, data_id: Option<u64>) -> Result<Checkpoint> {
     let config_hash = cfg.model_hash();
+    if !path.exists() {
+        bail!(
+            "cannot resume: the checkpoint `{}` does not exist (--resume continues from \
+             --checkpoint; without --resume a new run starts and writes it)",
+            path.display()
+        );
+    }
     let f = h5::open(path)?;
     let ctx = || format!("reading checkpoint `{}`", path.display());
+    let kind = h5::read_str_attr_or(&f, "kind", "").unwrap_or_default();
+    if kind != "gnnpar-checkpoint" {
+        bail!(
+            "cannot resume from `{}`: it is not a gnnpar checkpoint (no attribute `kind` = \
+             \"gnnpar-checkpoint\")",
+            path.display()
+        );
+    }
     let version: u32 = h5::read_attr(&f, "format_version").with_context(ctx)?;
     if version != CHECKPOINT_VERSION {
         bail!(
@@ -160,6 +195,37 @@ pub fn read(path: &Path, cfg: &TrainConfig) -> Result<Checkpoint> {
             path.display()
         );
     }
+    let stored_data = match h5::has_attr(&f, "data_id") {
+        true => Some(h5::read_attr::<u64>(&f, "data_id").with_context(ctx)?),
+        false => None,
+    };
+    if let (Some(was), Some(now)) = (stored_data, data_id) {
+        if was != now {
+            bail!(
+                "checkpoint `{}` was trained on other data (content id {was:016x}; --data has \
+                 {now:016x}): resume on the data it was trained on, or start without --resume",
+                path.display()
+            );
+        }
+    }
+    let run_config = h5::read_str_attr_or(&f, "run_config", "").with_context(ctx)?;
+    // The cosine schedule's period is the run's epochs: a resumed run with other `epochs`
+    // would follow another curve from the checkpoint on, not the uninterrupted run's.
+    if cfg.lr_schedule != crate::kinds::LrSchedule::Constant {
+        let was = serde_json::from_str::<serde_json::Value>(&run_config)
+            .ok()
+            .and_then(|c| c.get("epochs").and_then(|e| e.as_u64()));
+        if let Some(was) = was.filter(|&e| e != cfg.epochs as u64) {
+            bail!(
+                "checkpoint `{}` was written by a run of {was} epochs under `lr_schedule` {}, \
+                 whose rates follow the epochs; this run has {}: resume with --epochs {was}, \
+                 or start without --resume",
+                path.display(),
+                serde_json::json!(cfg.lr_schedule),
+                cfg.epochs
+            );
+        }
+    }
     let params: Vec<f32> = h5::read_vec(&f, "params").with_context(ctx)?;
     let adam_m: Vec<f32> = h5::read_vec(&f, "adam_m").with_context(ctx)?;
     let adam_v: Vec<f32> = h5::read_vec(&f, "adam_v").with_context(ctx)?;
@@ -189,7 +255,7 @@ pub fn read(path: &Path, cfg: &TrainConfig) -> Result<Checkpoint> {
     Ok(Checkpoint {
         config_hash: hash,
         model_settings: stored.unwrap_or(serde_json::Value::Null),
-        run_config: h5::read_str_attr_or(&f, "run_config", "").with_context(ctx)?,
+        run_config,
         position: Position {
             epoch: h5::read_attr::<u64>(&f, "epoch").with_context(ctx)? as usize,
             batch: h5::read_attr::<u64>(&f, "batch").with_context(ctx)? as usize,
@@ -206,7 +272,14 @@ pub fn read(path: &Path, cfg: &TrainConfig) -> Result<Checkpoint> {
             true => Some(h5::read_attr(&f, "slice_ranks").with_context(ctx)?),
             false => None,
         },
+        data_id: stored_data,
     })
+}
+
+/// Whether `path` is a gnnpar checkpoint (an HDF5 file with `kind` = "gnnpar-checkpoint").
+pub fn is_checkpoint(path: &Path) -> bool {
+    h5::open(path)
+        .is_ok_and(|f| h5::read_str_attr_or(&f, "kind", "").is_ok_and(|k| k == "gnnpar-checkpoint"))
 }
 
 /// Fail early (before training) when the checkpoint path cannot be written.

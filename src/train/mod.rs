@@ -1,6 +1,7 @@
 //! The training loop: epochs of global mini-batches, gradient allreduce, Adam, evaluation at
 //! the best validation epoch, per-epoch JSON, checkpoints and bitwise-exact resume.
 
+pub mod agreement;
 pub mod auto;
 pub mod cache;
 pub mod checkpoint;
@@ -76,10 +77,95 @@ impl RunFiles {
                  <file.h5> was given to write to",
                 cfg.checkpoint_every
             ),
-            Some(path) if !self.resume => checkpoint::check_writable(path),
+            Some(path) if !self.resume => {
+                refuse_replacing_foreign(path, "a checkpoint", checkpoint::is_checkpoint)?;
+                checkpoint::check_writable(path)
+            }
             _ => Ok(()),
         }
     }
+
+    /// Check the report paths of rank 0 before any data loads: `--metrics` and `--summary`
+    /// must be writable (a bad summary path found only at the end wastes the run), and a file
+    /// already there must be one of the same kind (a dataset named by mistake is not replaced).
+    pub fn check_reports(&self, world: &World) -> Result<()> {
+        if world.rank() != 0 || self.plan_only {
+            return Ok(());
+        }
+        if let Some(path) = &self.metrics {
+            refuse_replacing_foreign(path, "metrics", |p| {
+                first_json_has(p, "epoch", |text| text.lines().next())
+            })?;
+        }
+        if let Some(path) = &self.summary {
+            refuse_replacing_foreign(path, "a summary", |p| {
+                first_json_has(p, "epochs_run", |text| Some(text))
+            })?;
+            let out = crate::util::atomic::AtomicOutput::new(path)
+                .with_context(|| format!("summary path `{}` is not writable", path.display()))?;
+            std::fs::write(out.tmp_path(), b"")
+                .with_context(|| format!("summary path `{}` is not writable", path.display()))?;
+            // Dropped without commit: the probe file is removed.
+        }
+        Ok(())
+    }
+}
+
+/// Say so when a resumed run starts where there is nothing left to train (the checkpoint is
+/// at or past `epochs`, or `max_steps`): it then trains nothing and keeps the checkpoint, which
+/// a job resubmitted after it finished (a Slurm requeue) should do without failing.
+pub(crate) fn warn_if_nothing_to_train(
+    world: &World,
+    cfg: &TrainConfig,
+    pos: &Position,
+    resumed: bool,
+) {
+    let done = pos.epoch >= cfg.epochs || cfg.max_steps.is_some_and(|m| pos.step >= m);
+    if resumed && done && world.rank() == 0 {
+        log::warn!(
+            "nothing to train: the checkpoint is at epoch {} (step {}) and this run ends at \
+             epoch {}{}; raise --epochs (or --max-steps) to train on. The checkpoint is left \
+             as it was",
+            pos.epoch,
+            pos.step,
+            cfg.epochs,
+            cfg.max_steps
+                .map_or(String::new(), |m| format!(" or step {m}"))
+        );
+    }
+}
+
+/// Refuse to replace `path` by `what` when a non-empty file is there that `ours` does not
+/// recognise as an earlier output of the same kind (a dataset or a config named by mistake).
+fn refuse_replacing_foreign(
+    path: &std::path::Path,
+    what: &str,
+    ours: impl FnOnce(&std::path::Path) -> bool,
+) -> Result<()> {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok(()); // nothing there (or nothing readable: writing will say why)
+    };
+    if meta.is_file() && meta.len() > 0 && !ours(path) {
+        bail!(
+            "refusing to write {what} to `{}`: the file there is not {what} written by gnnpar \
+             (is it an input?); choose another path, or remove it first",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// Whether the JSON object in `path` (the part of its text `pick` selects) has `key`.
+fn first_json_has(
+    path: &std::path::Path,
+    key: &str,
+    pick: impl FnOnce(&str) -> Option<&str>,
+) -> bool {
+    std::fs::read_to_string(path).is_ok_and(|text| {
+        pick(&text)
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok())
+            .is_some_and(|v| v.get(key).is_some())
+    })
 }
 
 /// The summary of a run (also printed as the last JSON line).
@@ -189,9 +275,12 @@ impl RunSummary {
             val: pos.best_val,
             test: pos.best_test,
             final_loss: end.final_loss,
-            epoch_time_mean: end.epoch_times.iter().sum::<f64>()
-                / end.epoch_times.len().max(1) as f64,
-            epoch_time_median: sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
+            // No epoch ran (a resume already at its end): no time, `null` in the JSON.
+            epoch_time_mean: match end.epoch_times.len() {
+                0 => f64::NAN,
+                n => end.epoch_times.iter().sum::<f64>() / n as f64,
+            },
+            epoch_time_median: sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN),
             total_seconds: end.started.elapsed().as_secs_f64(),
             peak_rss_mb: crate::util::rss::peak_rss_mb().unwrap_or(f64::NAN),
             memory: memory::gather(world, be, end.params),
@@ -357,6 +446,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
             log::info!("MPI and device memory: {why}");
         }
         files.check_checkpoint(&cfg)?;
+        files.check_reports(world)?;
         let group = hybrid::data_group(world, cfg.strategy);
         let mut data = TrainData::load(files.data.as_deref(), &cfg, group)?;
         let kind = cfg.model;
@@ -521,7 +611,12 @@ impl<'w, B: Backend> Trainer<'w, B> {
             .nfp
             .as_ref()
             .map_or(self.model.params.len(), |n| n.whole_len());
-        let ck = checkpoint::load(&path, whole_len, &self.cfg)?;
+        let ck = checkpoint::load(
+            &path,
+            whole_len,
+            &self.cfg,
+            checkpoint::data_id_of(&self.files),
+        )?;
         let (params, m, v) = match &self.nfp {
             Some(nfp) => (
                 nfp.narrow(&ck.params)?,
@@ -571,6 +666,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
     pub fn run(&mut self) -> Result<RunSummary> {
         let started = Instant::now();
         let first_step = self.pos.step;
+        warn_if_nothing_to_train(self.world, &self.cfg, &self.pos, self.files.resume);
         let mut writer = MetricsWriter::open(
             if self.world.rank() == 0 {
                 self.files.metrics.as_deref()
@@ -686,7 +782,8 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 break;
             }
         }
-        if self.files.checkpoint.is_some() {
+        // A resumed run with nothing left to train leaves its checkpoint as it was.
+        if self.files.checkpoint.is_some() && self.pos.step > first_step {
             self.save_checkpoint()?;
         }
         let direct = self.world.stats().device_pointer_calls();
@@ -783,6 +880,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 adam_v: whole.adam_v,
                 adam_t: whole.adam_t,
                 slice_ranks: None,
+                data_id: checkpoint::data_id_of(&self.files),
             },
             &whole.entries,
         )?;

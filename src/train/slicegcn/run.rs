@@ -50,6 +50,7 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
     ) -> Result<SliceTrainer<'w, B>> {
         cfg.validate()?;
         files.check_checkpoint(&cfg)?;
+        files.check_reports(world)?;
         let (rank, ranks) = (world.rank(), world.size());
         let (d, generated) = data::feature_dim(files.data.as_deref(), cfg.seed)?;
         let layout = SliceLayout::new(
@@ -196,6 +197,8 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
     /// Train until `epochs` (or `max_steps`) and return the summary. Collective.
     pub fn run(&mut self) -> Result<RunSummary> {
         let started = Instant::now();
+        let first_step = self.pos.step;
+        crate::train::warn_if_nothing_to_train(self.world, &self.cfg, &self.pos, self.files.resume);
         let rank0 = self.world.rank() == 0;
         let mut writer = MetricsWriter::open(
             if rank0 {
@@ -272,7 +275,7 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
                 self.save_checkpoint()?;
             }
         }
-        if self.files.checkpoint.is_some() {
+        if self.files.checkpoint.is_some() && self.pos.step > first_step {
             self.save_checkpoint()?;
         }
         let mut summary = RunSummary::assemble(
@@ -336,6 +339,7 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
                 adam_v: cat(sv, all_v),
                 adam_t: t,
                 slice_ranks: Some(self.world.size() as u64),
+                data_id: checkpoint::data_id_of(&self.files),
             },
             &entries,
         )?;
@@ -347,7 +351,7 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
     /// Collective.
     fn restore(&mut self) -> Result<()> {
         let path = self.files.checkpoint.clone().expect("checked in on");
-        let ck = checkpoint::read(&path, &self.cfg)?;
+        let ck = checkpoint::read(&path, &self.cfg, checkpoint::data_id_of(&self.files))?;
         let ranks = self.world.size();
         match ck.slice_ranks {
             Some(p) if p as usize == ranks => {}
