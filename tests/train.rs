@@ -1217,3 +1217,46 @@ fn outputs_never_replace_a_foreign_file_and_a_bad_summary_path_fails_first() {
         .expect_ok("a run over its own earlier outputs");
     }
 }
+
+/// A run stopped mid-epoch marks that epoch's line `partial`; resumed, it writes the epoch
+/// again with the loss of all of its batches, the uninterrupted run's to the bit.
+#[test]
+fn a_mid_epoch_resume_reports_the_whole_epochs_loss() {
+    let tmp = common::tempdir();
+    let data = small_sbm(tmp.path());
+    let config = config_file(tmp.path(), "mb", MINIBATCH);
+    let lines = |path: &Path| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let whole = tmp.path().join("whole.jsonl");
+    train(&data, &config, &["--epochs", "2", "--metrics", s(&whole)]);
+    let (cut, ck) = (tmp.path().join("cut.jsonl"), tmp.path().join("ck.h5"));
+    // 4 steps an epoch: step 6 stops epoch 1 after its second batch.
+    let common_args = [
+        "--epochs",
+        "2",
+        "--metrics",
+        s(&cut),
+        "--checkpoint",
+        s(&ck),
+    ];
+    let mut first = common_args.to_vec();
+    first.extend(["--max-steps", "6"]);
+    train(&data, &config, &first);
+    let mut second = common_args.to_vec();
+    second.push("--resume");
+    train(&data, &config, &second);
+    let (whole, cut) = (lines(&whole), lines(&cut));
+    assert_eq!(cut.len(), 3, "{cut:?}");
+    assert_eq!(cut[1]["epoch"], 1);
+    assert_eq!(cut[1]["partial"], true);
+    assert!(whole.iter().all(|r| r.get("partial").is_none()));
+    assert_eq!(cut[2]["epoch"], 1);
+    assert!(cut[2].get("partial").is_none());
+    assert_eq!(cut[2]["loss"], whole[1]["loss"]);
+    assert_eq!(cut[0]["loss"], whole[0]["loss"]);
+}

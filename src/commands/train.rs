@@ -300,9 +300,17 @@ pub(crate) fn with_backend<J: Job>(cfg: &TrainConfig, job: J) -> Result<(J::Out,
         .use_current_thread()
         .build_global();
     if world.rank() == 0 {
+        // What this run uses where the config leaves it open; the device and an `auto`
+        // strategy are chosen below, each with its own line.
+        let mut resolved = serde_json::to_value(cfg)?;
+        resolved["threads"] = serde_json::json!(rayon::current_num_threads());
+        resolved["self_loops"] = serde_json::json!(cfg.uses_self_loops());
+        if let Some(d) = job.data() {
+            resolved["data"] = serde_json::json!(d.display().to_string());
+        }
         log::info!(
             "resolved config: {} ({} ranks on {} node(s), {} threads per rank{})",
-            serde_json::to_string(cfg)?,
+            resolved,
             world.size(),
             world.node_index().1,
             rayon::current_num_threads(),

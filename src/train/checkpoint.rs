@@ -28,9 +28,41 @@ pub struct Position {
     pub best_epoch: Option<usize>,
     pub best_val: f64,
     pub best_test: f64,
+    /// Loss summed over the seeds of `epoch` trained so far, and their count: a run resumed
+    /// mid-epoch reports the whole epoch's loss, as the uninterrupted run does (the sum goes
+    /// on in the same order, so bit for bit).
+    pub epoch_loss_sum: f64,
+    pub epoch_loss_seeds: u64,
 }
 
 impl Position {
+    /// The start of a run: epoch 0, nothing trained or evaluated.
+    pub fn start() -> Position {
+        Position {
+            epoch: 0,
+            batch: 0,
+            step: 0,
+            best_epoch: None,
+            best_val: f64::NEG_INFINITY,
+            best_test: f64::NAN,
+            epoch_loss_sum: 0.0,
+            epoch_loss_seeds: 0,
+        }
+    }
+
+    /// The mean loss over the seeds of the current epoch trained so far.
+    pub fn epoch_loss(&self) -> f64 {
+        self.epoch_loss_sum / self.epoch_loss_seeds.max(1) as f64
+    }
+
+    /// Move on to the next epoch's first batch.
+    pub fn next_epoch(&mut self) {
+        self.epoch += 1;
+        self.batch = 0;
+        self.epoch_loss_sum = 0.0;
+        self.epoch_loss_seeds = 0;
+    }
+
     /// Record the (train, val, test) metrics of `epoch`'s evaluation: the best validation so
     /// far (the first evaluation counts) keeps its epoch and test score. Returns them for the
     /// epoch's record.
@@ -94,6 +126,8 @@ pub fn save(path: &Path, ck: &Checkpoint, entries: &[ParamEntry]) -> Result<()> 
         h5::write_attr(&f, "best_epoch", p.best_epoch.map_or(-1i64, |e| e as i64))?;
         h5::write_attr(&f, "best_val", p.best_val)?;
         h5::write_attr(&f, "best_test", p.best_test)?;
+        h5::write_attr(&f, "epoch_loss_sum", p.epoch_loss_sum)?;
+        h5::write_attr(&f, "epoch_loss_seeds", p.epoch_loss_seeds)?;
         h5::write_attr(&f, "adam_t", ck.adam_t)?;
         if let Some(p) = ck.slice_ranks {
             h5::write_attr(&f, "slice_ranks", p)?;
@@ -263,6 +297,9 @@ pub fn read(path: &Path, cfg: &TrainConfig, data_id: Option<u64>) -> Result<Chec
             best_epoch: (best_epoch >= 0).then_some(best_epoch as usize),
             best_val: h5::read_attr(&f, "best_val").with_context(ctx)?,
             best_test: h5::read_attr(&f, "best_test").with_context(ctx)?,
+            // Checkpoints of older builds: the resumed epoch's loss counts its own batches.
+            epoch_loss_sum: h5::read_attr_or(&f, "epoch_loss_sum", 0.0).with_context(ctx)?,
+            epoch_loss_seeds: h5::read_attr_or(&f, "epoch_loss_seeds", 0).with_context(ctx)?,
         },
         params,
         adam_m,

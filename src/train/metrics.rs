@@ -197,6 +197,10 @@ pub struct EpochRecord {
     /// max and mean over ranks (rank 0's record only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ranks: Option<serde_json::Value>,
+    /// The epoch stopped before its end (`--max-steps`); a resumed run writes the epoch again
+    /// when it ends, its loss over all of the epoch's batches.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub partial: bool,
 }
 
 /// Appends JSON lines to a metrics file (created fresh, or appended to on resume). The file is

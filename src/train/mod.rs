@@ -499,14 +499,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
             cache: None,
         });
         let mut t = Trainer {
-            pos: Position {
-                epoch: 0,
-                batch: 0,
-                step: 0,
-                best_epoch: None,
-                best_val: f64::NEG_INFINITY,
-                best_test: f64::NAN,
-            },
+            pos: Position::start(),
             cfg,
             files,
             world,
@@ -702,6 +695,13 @@ impl<'w, B: Backend> Trainer<'w, B> {
             } = self.train_epoch()?;
             let blocked = self.model.params.backend().blocked_seconds();
             first_of_run = first_of_run.or(first_step);
+            // The whole epoch's, also when it began before a resume (this call's own batches
+            // are what `loss` covers).
+            let loss = if self.pos.epoch_loss_seeds > 0 {
+                self.pos.epoch_loss()
+            } else {
+                loss
+            };
             final_loss = loss;
             let epoch_seconds = t_epoch.elapsed().as_secs_f64();
             epoch_times.push(epoch_seconds);
@@ -756,10 +756,16 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 input_rows: counts.2,
                 ranks: comm,
                 split: split_summary,
+                partial: !finished,
             };
             if self.world.rank() == 0 {
                 log::info!(
-                    "epoch {epoch}: loss {loss:.4}{} in {epoch_seconds:.3} s",
+                    "epoch {epoch}{}: loss {loss:.4}{} in {epoch_seconds:.3} s",
+                    if finished {
+                        String::new()
+                    } else {
+                        format!(" (stopped before batch {})", self.pos.batch)
+                    },
                     match (val, test) {
                         (Some(v), Some(t)) => format!(", val {v:.4}, test {t:.4}"),
                         _ => String::new(),
@@ -768,8 +774,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
             }
             writer.write(&record)?;
             if finished {
-                self.pos.epoch += 1;
-                self.pos.batch = 0;
+                self.pos.next_epoch();
             }
             let ck_due = self.cfg.checkpoint_every > 0
                 && finished
@@ -1219,6 +1224,8 @@ fn finish_step<B: Backend>(
     }
     totals.loss_sum += stats[0];
     totals.loss_count += batch_len;
+    pos.epoch_loss_sum += stats[0];
+    pos.epoch_loss_seeds += batch_len as u64;
     totals.counts.0 += stats[1] as u64;
     totals.counts.1 += stats[2] as u64;
     totals.counts.2 += stats[3] as u64;

@@ -106,14 +106,7 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
             model,
             adam_shared,
             adam_gcn,
-            pos: Position {
-                epoch: 0,
-                batch: 0,
-                step: 0,
-                best_epoch: None,
-                best_val: f64::NEG_INFINITY,
-                best_test: f64::NAN,
-            },
+            pos: Position::start(),
             graph,
             transpose: Default::default(),
             x,
@@ -230,7 +223,8 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
             final_loss = loss;
             let epoch_seconds = t_epoch.elapsed().as_secs_f64();
             epoch_times.push(epoch_seconds);
-            self.pos.epoch += 1;
+            // Full graph: one step is the whole epoch, so no epoch is ever partial.
+            self.pos.next_epoch();
             let last = self.pos.epoch == self.cfg.epochs || exhausted(&self.pos, &self.cfg);
             let due = self.cfg.eval_every > 0 && self.pos.epoch.is_multiple_of(self.cfg.eval_every);
             let (train_m, val, test) = if due || last {
@@ -268,6 +262,7 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
                 input_rows: g.num_rows() as u64,
                 split: None,
                 ranks: None,
+                partial: false,
             })?;
             let ck_due = self.cfg.checkpoint_every > 0
                 && self.pos.epoch.is_multiple_of(self.cfg.checkpoint_every);
