@@ -218,6 +218,7 @@ fn two_and_three_ranks_train_deterministically() {
         let mut runs = Vec::new();
         for attempt in 0..2 {
             let ck = tmp.path().join(format!("ck-{np}-{attempt}.h5"));
+            let metrics = tmp.path().join(format!("m-{np}-{attempt}.jsonl"));
             let mut args = SMALL.to_vec();
             // SMALL's lr 0.01 is for short runs; 10 epochs at 0.03 bring the loss under chance.
             let lr = args.iter().position(|a| *a == "--lr").unwrap() + 1;
@@ -229,8 +230,31 @@ fn two_and_three_ranks_train_deterministically() {
                 "on",
                 "--checkpoint",
                 s(&ck),
+                "--metrics",
+                s(&metrics),
             ]);
             let out = mpirun(np, &args).expect_ok(&format!("slicegcn on {np} ranks"));
+            // Every epoch's line has the step's phases (the exchanges of slice outputs and
+            // their gradients as `shuffle`, the shared gradients' allreduce) and the per-rank
+            // report of bytes moved.
+            let text = std::fs::read_to_string(&metrics).unwrap();
+            let last: serde_json::Value =
+                serde_json::from_str(text.lines().last().unwrap()).unwrap();
+            for phase in ["forward", "backward", "shuffle", "allreduce"] {
+                assert!(
+                    last["seconds"][phase].as_f64().unwrap() > 0.0,
+                    "{phase}: {last}"
+                );
+            }
+            let ranks = &last["ranks"];
+            assert_eq!(ranks["ranks"].as_array().unwrap().len(), np, "{last}");
+            assert!(
+                ranks["max"]["comm.slice_grads.bytes_sent"]
+                    .as_f64()
+                    .unwrap()
+                    > 0.0,
+                "{last}"
+            );
             let summary = out.last_json();
             assert_eq!(summary["ranks"], np);
             assert_eq!(

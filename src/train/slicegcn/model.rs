@@ -23,6 +23,7 @@ use crate::config::TrainConfig;
 use crate::nn::init::glorot_uniform;
 use crate::nn::mlp::{Mlp, MlpCache};
 use crate::nn::{DropoutCtx, Model, ModelConfig, ModelKind, ParamStore};
+use crate::train::metrics::{PassClock, PhaseTimes};
 use anyhow::Result;
 use ndarray::{s, Array2, ArrayView2};
 use std::ops::Range;
@@ -144,6 +145,7 @@ impl<B: Backend> SliceModel<B> {
         rows: &[usize],
         stream: u64,
         training: bool,
+        times: &mut PhaseTimes,
     ) -> (B::Mat, SliceCache<B>) {
         let be = self.shared.backend().clone();
         // The head runs identically on every rank: one stream for all; each rank's GCN mixes
@@ -186,7 +188,7 @@ impl<B: Backend> SliceModel<B> {
                 be.rows(self.shared.view(e), r..r + 1),
             );
         }
-        let gathered = to_classifier(group, &be, mine, self.layout.width);
+        let gathered = times.time_shuffle(|| to_classifier(group, &be, mine, self.layout.width));
         let own = chunk(rows.len(), group.size(), group.rank());
         let keys: Vec<u64> = rows[own].iter().map(|&r| input.keys[r]).collect();
         let (logits, head) = self
@@ -205,7 +207,7 @@ impl<B: Backend> SliceModel<B> {
     /// Logits of `rows` without dropout (evaluation), on the host of every rank: each rank
     /// classifies its chunk, and the chunks' logits are allgathered. Collective.
     pub fn logits(&self, group: &Group, input: &SliceInput<B>, rows: &[usize]) -> Array2<f32> {
-        let (logits, _) = self.forward(group, input, rows, 0, false);
+        let (logits, _) = self.forward(group, input, rows, 0, false, &mut PhaseTimes::default());
         let mine = self.shared.backend().download_owned(logits);
         if group.size() == 1 {
             return mine;
@@ -227,21 +229,46 @@ impl<B: Backend> SliceModel<B> {
         labels: &[i64],
         stream: u64,
     ) -> f64 {
+        self.train_step_timed(
+            group,
+            input,
+            rows,
+            labels,
+            stream,
+            &mut PhaseTimes::default(),
+        )
+    }
+
+    /// [`SliceModel::train_step`], adding its phases to `times`: forward and backward (less
+    /// the exchanges of slice outputs and their gradients, counted as `shuffle`) and the
+    /// allreduce of the shared gradients and the loss.
+    pub fn train_step_timed(
+        &mut self,
+        group: &Group,
+        input: &SliceInput<B>,
+        rows: &[usize],
+        labels: &[i64],
+        stream: u64,
+        times: &mut PhaseTimes,
+    ) -> f64 {
         let be = self.shared.backend().clone();
         self.shared.zero_grads();
         self.gcn.params.zero_grads();
         let n = be.dim(be.view(input.x)).0;
-        let (logits, cache) = self.forward(group, input, rows, stream, true);
+        let clock = PassClock::start(times);
+        let (logits, cache) = self.forward(group, input, rows, stream, true, times);
         let own = chunk(rows.len(), group.size(), group.rank());
         let (loss_sum, mut d) = be.cross_entropy(be.view(&logits), &labels[own]);
         drop(logits);
+        times.forward += clock.seconds(times);
+        let clock = PassClock::start(times);
         be.scale(be.view_mut(&mut d), 1.0 / rows.len().max(1) as f32);
         let d_gathered = self
             .head
             .backward(&mut self.shared, cache.head, d, true)
             .expect("asked for the input gradient");
         let (r, w) = (self.layout.rank, self.layout.width);
-        let d_mine = from_classifier(group, &be, d_gathered, w, rows.len());
+        let d_mine = times.time_shuffle(|| from_classifier(group, &be, d_gathered, w, rows.len()));
         if let Some(e) = self.encoding {
             let grad = be.rows_mut(self.shared.grad_mut(e), r..r + 1);
             be.add_column_sums(grad, be.view(&d_mine));
@@ -272,12 +299,15 @@ impl<B: Backend> SliceModel<B> {
         if let (Some(f), Some(c), Some(d_x)) = (&self.fusion, cache.fusion, d_x) {
             f.backward(&mut self.shared, c, d_x, false);
         }
+        times.backward += clock.seconds(times);
         if group.size() == 1 {
             return loss_sum;
         }
+        let t = std::time::Instant::now();
         be.with_host_buffer(&mut self.shared.grads, &mut |g| group.allreduce_sum_f32(g));
         let mut total = [loss_sum];
         group.allreduce_sum_f64(&mut total);
+        times.allreduce += t.elapsed().as_secs_f64();
         total[0]
     }
 

@@ -150,7 +150,6 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
             epoch: self.pos.epoch as u64,
             batch: 0,
         };
-        let t = Instant::now();
         let input = SliceInput {
             graph: &self.graph,
             transpose: &self.transpose,
@@ -158,14 +157,14 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
             keys: &self.keys,
             gcn_degrees: self.data.gcn_degrees.as_deref(),
         };
-        let loss_sum = self.model.train_step(
+        let loss_sum = self.model.train_step_timed(
             self.world,
             &input,
             &self.train_rows,
             &self.train_labels,
             dropout_stream(key),
+            times,
         );
-        times.forward += t.elapsed().as_secs_f64();
         let loss = loss_sum / self.train_rows.len() as f64;
         if !loss.is_finite() {
             // Named as the other engine names it: the epoch, the optimizer step (steps taken
@@ -211,6 +210,7 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
             self.adam_shared.lr = lr;
             self.adam_gcn.lr = lr;
             let t_epoch = Instant::now();
+            let comm_before = self.world.stats().snapshot();
             let mut times = PhaseTimes::default();
             let blocked_before = self.model.gcn.params.backend().blocked_seconds();
             let loss = self.step(&mut times)?;
@@ -236,6 +236,19 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
                 (None, None, None)
             };
             total.add(&times);
+            // Per-rank seconds and bytes by operation, as the other strategies report them
+            // (no feature store here: every rank reads its own columns of every row).
+            let ranks = crate::train::report::gather(
+                self.world,
+                &crate::train::report::RankReport {
+                    rank: self.world.rank(),
+                    seconds: times.clone(),
+                    comm: self.world.stats().since(&comm_before),
+                    store: Default::default(),
+                    cache_hit_rate: None,
+                    split: Default::default(),
+                },
+            );
             if rank0 {
                 log::info!(
                     "epoch {epoch}: loss {loss:.4} (lr {lr:.3e}){} in {epoch_seconds:.3} s",
@@ -261,7 +274,7 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
                 edges: (g.indices.len() * self.cfg.layers * self.world.size()) as u64,
                 input_rows: g.num_rows() as u64,
                 split: None,
-                ranks: None,
+                ranks,
                 partial: false,
             })?;
             let ck_due = self.cfg.checkpoint_every > 0
