@@ -413,12 +413,7 @@ impl TrainConfig {
 /// FNV-1a of the settings' JSON (keys sorted): stable across builds and platforms (unlike
 /// std's SipHash keys).
 pub fn settings_hash(settings: &serde_json::Value) -> u64 {
-    settings
-        .to_string()
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-        })
+    crate::util::hash::fnv1a(settings.to_string().bytes())
 }
 
 /// The settings whose values differ between `stored` and `current` (both

@@ -72,12 +72,7 @@ impl Plain for f32 {}
 
 /// FNV-1a over the little-endian bytes of `words`.
 fn fnv1a(words: &[u64]) -> u64 {
-    words
-        .iter()
-        .flat_map(|w| w.to_le_bytes())
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-        })
+    crate::util::hash::fnv1a(words.iter().flat_map(|w| w.to_le_bytes()))
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 pub mod atomic;
 pub mod h5;
+pub mod hash;
 pub mod logging;
 pub mod positions;
 pub mod prefetch;

@@ -92,9 +92,7 @@ impl CalibrationKey {
     /// A short stable name for the default file of this key.
     fn file_stem(&self) -> String {
         let text = serde_json::to_string(self).unwrap_or_default();
-        let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-        });
+        let hash = crate::util::hash::fnv1a(text.bytes());
         format!("calibration-{}-{hash:016x}", sanitize(&self.host))
     }
 }
