@@ -302,7 +302,9 @@ pub(crate) fn with_backend<J: Job>(cfg: &TrainConfig, job: J) -> Result<(J::Out,
     if world.rank() == 0 {
         // What this run uses where the config leaves it open; the device and an `auto`
         // strategy are chosen below, each with its own line.
-        let mut resolved = serde_json::to_value(cfg)?;
+        // Through the text, so that f32 settings read as written (0.003, not the f64 widening
+        // `to_value` would give).
+        let mut resolved: serde_json::Value = serde_json::from_str(&serde_json::to_string(cfg)?)?;
         resolved["threads"] = serde_json::json!(rayon::current_num_threads());
         resolved["self_loops"] = serde_json::json!(cfg.uses_self_loops());
         if let Some(d) = job.data() {
