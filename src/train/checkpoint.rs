@@ -321,10 +321,5 @@ pub fn is_checkpoint(path: &Path) -> bool {
 
 /// Fail early (before training) when the checkpoint path cannot be written.
 pub fn check_writable(path: &Path) -> Result<()> {
-    let out = AtomicOutput::new(path)
-        .with_context(|| format!("checkpoint path `{}` is not writable", path.display()))?;
-    std::fs::write(out.tmp_path(), b"")
-        .with_context(|| format!("checkpoint path `{}` is not writable", path.display()))?;
-    // Dropped without commit: the probe file is removed.
-    Ok(())
+    crate::util::atomic::check_writable(path, "checkpoint")
 }

@@ -101,11 +101,7 @@ impl RunFiles {
             refuse_replacing_foreign(path, "a summary", |p| {
                 first_json_has(p, "epochs_run", |text| Some(text))
             })?;
-            let out = crate::util::atomic::AtomicOutput::new(path)
-                .with_context(|| format!("summary path `{}` is not writable", path.display()))?;
-            std::fs::write(out.tmp_path(), b"")
-                .with_context(|| format!("summary path `{}` is not writable", path.display()))?;
-            // Dropped without commit: the probe file is removed.
+            crate::util::atomic::check_writable(path, "summary")?;
         }
         Ok(())
     }

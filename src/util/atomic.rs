@@ -107,6 +107,17 @@ fn remove_any(path: &Path) {
     }
 }
 
+/// Fail early when an output `what` (e.g. "checkpoint") cannot be written at `path`: a
+/// temporary file is made beside it and removed, so the check is the write's own.
+pub fn check_writable(path: &Path, what: &str) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let unwritable = || format!("{what} path `{}` is not writable", path.display());
+    let out = AtomicOutput::new(path).with_context(unwritable)?;
+    std::fs::write(out.tmp_path(), b"").with_context(unwritable)?;
+    // Dropped without commit: the probe file is removed.
+    Ok(())
+}
+
 /// Refuse to write `output` (named by its option, `what`) where it is the same file as one of
 /// the command's `inputs` (option, path): the finished output would be renamed over that input,
 /// which would be lost (the audit found `--checkpoint data.h5` and `prepare x.npz -o x.npz` doing
