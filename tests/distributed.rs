@@ -1054,6 +1054,12 @@ fn auto_picks_hybrid_on_two_nodes_and_the_cheapest_plan_on_one_and_trains_the_sa
                     assert!(step(chosen.as_str()) <= step(s), "{chosen} over {s}: {e}");
                 }
             }
+            // NFP reads column slices of a dataset file, which parts cannot serve: priced,
+            // not picked, and the table says why.
+            let nfp = &e["strategies"]["nfp"];
+            assert_eq!(nfp["pickable"], false, "{e}");
+            let why = nfp["note"].as_str().unwrap_or_default();
+            assert!(why.contains("not a partition directory"), "{e}");
             // Split computes no row twice; GDP recomputes shared rows on several ranks.
             assert_eq!(e["strategies"]["split"]["redundant_rows"], 0.0, "{e}");
             assert!(

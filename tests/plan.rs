@@ -118,9 +118,18 @@ fn calibrate_writes_a_file_that_plan_then_uses() {
     );
     let choice = json["plan"]["choice"].as_str().unwrap();
     assert!(stdout.contains(&format!("choice: {choice}")), "{stdout}");
-    assert!(["gdp", "split", "dnp", "snp"].contains(&choice), "{choice}");
-    // NFP is priced but cannot be picked before the strategy exists.
-    assert_eq!(json["plan"]["strategies"]["nfp"]["pickable"], false);
+    assert!(
+        ["gdp", "split", "dnp", "snp", "nfp"].contains(&choice),
+        "{choice}"
+    );
+    // On several ranks over a dataset file (here the synthetic default) every candidate may
+    // be picked, NFP too: a run that picks it loads its column slices after the plan.
+    for s in ["gdp", "split", "dnp", "snp", "nfp"] {
+        assert_eq!(
+            json["plan"]["strategies"][s]["pickable"], true,
+            "{s}: {json}"
+        );
+    }
 
     // Deterministic with a given calibration: the dry run counts what sampling does instead
     // of timing it, so a second plan prints the same prediction, bit for bit.
@@ -452,4 +461,64 @@ fn calibrate_plan_and_auto_run_on_emulated_cuda_ranks() {
     assert!(p["calibration_products_now"].as_f64().unwrap() > 0.0, "{p}");
     assert!(p["measured"]["step_seconds"].as_f64().unwrap() > 0.0, "{p}");
     assert!(p["relative_error"].as_f64().is_some(), "{p}");
+}
+
+/// A copy of the calibration `cal` whose world alltoallv (every strategy's row exchange but
+/// NFP's, which allgathers blocks and sends partial sums) takes `factor` times as long.
+fn with_slow_row_exchanges(cal: &Path, factor: f64, out: &Path) {
+    let mut v = common::read_json(cal);
+    let op = &mut v["operators"]["alltoallv_world"];
+    for key in ["latency_s", "per_unit_s", "per_row_s"] {
+        if let Some(x) = op[key].as_f64() {
+            op[key] = serde_json::json!(x * factor);
+        }
+    }
+    for point in op["points"].as_array_mut().unwrap() {
+        let t = point[1].as_f64().unwrap();
+        point[1] = serde_json::json!(t * factor);
+    }
+    std::fs::write(out, serde_json::to_string(&v).unwrap()).unwrap();
+}
+
+#[test]
+fn auto_picks_nfp_where_it_is_cheapest_and_then_trains_what_nfp_trains() {
+    if !have_mpirun() {
+        return;
+    }
+    let (dir, cal, _) = calibrated(2);
+    let slow = dir.path().join("slow-rows.json");
+    with_slow_row_exchanges(&cal, 1000.0, &slow);
+    let slow_s = slow.to_str().unwrap();
+
+    let (stdout, _) = mpirun_ok(2, &with(&["plan"], &["--calibration", slow_s]));
+    assert!(stdout.contains("choice: nfp"), "{stdout}");
+
+    // `auto` plans over rows, picks NFP, loads the column slices and trains exactly what
+    // `--strategy nfp` trains.
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let (auto_ck, nfp_ck) = (path("auto.h5"), path("nfp.h5"));
+    let (summary, nfp_summary) = (path("auto.json"), path("nfp.json"));
+    let mut args = train_args("auto", "3", slow_s, &summary);
+    args.extend(["--checkpoint", &auto_ck]);
+    let (_, stderr) = mpirun_ok(2, &args);
+    let mut picked = choices(&stderr);
+    picked.sort();
+    let nfp = |r: &str| (r.to_string(), "nfp".to_string());
+    assert_eq!(picked, [nfp("r0"), nfp("r1")], "{stderr}");
+    assert!(
+        stderr.contains("nfp's ranks hold column slices: data loaded again as slices"),
+        "{stderr}"
+    );
+    let v = common::read_json(Path::new(&summary));
+    assert_eq!(v["strategy"], "nfp", "{v}");
+    assert_eq!(v["prediction"]["strategy"], "nfp", "{v}");
+
+    let mut args = train_args("nfp", "3", slow_s, &nfp_summary);
+    args.extend(["--checkpoint", &nfp_ck]);
+    mpirun_ok(2, &args);
+    assert_eq!(
+        common::bits(&common::read_f32s(Path::new(&auto_ck), "params")),
+        common::bits(&common::read_f32s(Path::new(&nfp_ck), "params")),
+        "auto's nfp and --strategy nfp trained different parameters"
+    );
 }

@@ -19,8 +19,7 @@ impl Job for PlanJob {
         self.files.data.as_deref()
     }
     fn run<B: Backend>(self, backend: B, world: &World) -> Result<Self::Out> {
-        let t = Trainer::on(backend, self.cfg, self.files, world)?;
-        Ok(t.planned.clone())
+        Trainer::plan_only(backend, self.cfg, self.files, world)
     }
 }
 

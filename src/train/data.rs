@@ -37,6 +37,9 @@ pub struct TrainData {
     /// Feature-sliced strategies (NFP): this rank's columns of the input features and the
     /// whole graph's topology. `store` then holds every vertex's row of these columns only.
     pub sliced: Option<super::columns::SlicedInput>,
+    /// Whether the rows came from a partition directory. Such data cannot be cut into column
+    /// slices (its files hold whole rows per part), so `auto` does not pick NFP for it.
+    pub from_parts: bool,
 }
 
 /// What to pass instead of one part file: training reads a whole dataset file or all parts.
@@ -86,8 +89,10 @@ impl TrainData {
         let source = path.map_or("the synthetic default".to_string(), |p| {
             format!("`{}`", p.display())
         });
-        TrainData::from_part(part, offsets, orig_ids, cfg, group)
-            .with_context(|| format!("cannot train on {source}"))
+        let mut data = TrainData::from_part(part, offsets, orig_ids, cfg, group)
+            .with_context(|| format!("cannot train on {source}"))?;
+        data.from_parts = path.is_some_and(parts::is_parts_dir);
+        Ok(data)
     }
 
     /// Check a part has what training needs, normalise its features, and gather the global
@@ -138,6 +143,7 @@ impl TrainData {
             train_all,
             gcn_degrees: None,
             sliced: None,
+            from_parts: false,
         })
     }
 

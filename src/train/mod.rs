@@ -416,14 +416,27 @@ fn complement(skip: &[Range<usize>], n: usize) -> Vec<Range<usize>> {
     out
 }
 
-impl<'w, B: Backend> Trainer<'w, B> {
-    /// Load the data, build the model on `backend`, and restore a checkpoint when resuming.
-    pub fn on(
-        backend: B,
+/// What a run has once its data is loaded and its strategy decided: the stage `gnnpar plan`
+/// stops at.
+struct Planning {
+    cfg: TrainConfig,
+    data: TrainData,
+    /// The model as initialised on the host (every strategy starts from it).
+    host_model: Model,
+    planned: Option<plan::Planned>,
+    unplanned: Option<String>,
+    cache_budget: usize,
+}
+
+impl Planning {
+    /// Validate `cfg`, load the data, and plan the run (with `auto`, the strategy is chosen
+    /// here). Collective.
+    fn on<B: Backend>(
+        backend: &B,
         mut cfg: TrainConfig,
-        files: RunFiles,
-        world: &'w World,
-    ) -> Result<Trainer<'w, B>> {
+        files: &RunFiles,
+        world: &World,
+    ) -> Result<Planning> {
         cfg.validate()?;
         // `auto` asks for a calibration even where it is decided without one (hybrid on
         // several nodes), so that the run still reports its predicted time.
@@ -444,11 +457,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
         files.check_checkpoint(&cfg)?;
         files.check_reports(world)?;
         let group = hybrid::data_group(world, cfg.strategy);
-        let mut data = TrainData::load(files.data.as_deref(), &cfg, group)?;
-        let kind = cfg.model;
-        if kind == ModelKind::Gcn {
-            data.build_gcn_degrees(group, cfg.uses_self_loops())?;
-        }
+        let mut data = load_data(files, &cfg, group)?;
         let host_model = Model::new(
             model_config(&cfg, data.feature_dim(), data.num_classes),
             cfg.seed,
@@ -456,15 +465,77 @@ impl<'w, B: Backend> Trainer<'w, B> {
         let cache_budget = cache::budget_bytes(cfg.cache_mb, group, world.node().size());
         let (planned, unplanned) = plan_run(
             asked_auto,
-            &backend,
+            backend,
             &mut cfg,
-            &files,
+            files,
             &data,
             &host_model,
             world,
             group,
             cache_budget,
         )?;
+        if cfg.strategy == Strategy::Nfp && data.sliced.is_none() && !files.plan_only {
+            // `auto` chose NFP from a dry run over rows; NFP's ranks hold column slices of
+            // every vertex instead, so the data is read again in that layout (the rows are
+            // let go first: a rank never holds both).
+            let t = Instant::now();
+            drop(data);
+            data = load_data(files, &cfg, group)?;
+            if world.rank() == 0 {
+                log::info!(
+                    "strategy auto: nfp's ranks hold column slices: data loaded again as \
+                     slices in {:.2} s",
+                    t.elapsed().as_secs_f64()
+                );
+            }
+        }
+        Ok(Planning {
+            cfg,
+            data,
+            host_model,
+            planned,
+            unplanned,
+            cache_budget,
+        })
+    }
+}
+
+/// Load this rank's data for `cfg`'s strategy, with GCN's degree table. Collective over `group`.
+fn load_data(files: &RunFiles, cfg: &TrainConfig, group: &crate::comm::Group) -> Result<TrainData> {
+    let mut data = TrainData::load(files.data.as_deref(), cfg, group)?;
+    if cfg.model == ModelKind::Gcn {
+        data.build_gcn_degrees(group, cfg.uses_self_loops())?;
+    }
+    Ok(data)
+}
+
+impl<'w, B: Backend> Trainer<'w, B> {
+    /// `gnnpar plan`: load the data and plan the run, without building the model on the
+    /// backend. `None` where the run is not planned (the log says why). Collective.
+    pub fn plan_only(
+        backend: B,
+        cfg: TrainConfig,
+        files: RunFiles,
+        world: &World,
+    ) -> Result<Option<plan::Planned>> {
+        Ok(Planning::on(&backend, cfg, &files, world)?.planned)
+    }
+
+    /// Load the data, build the model on `backend`, and restore a checkpoint when resuming.
+    pub fn on(
+        backend: B,
+        cfg: TrainConfig,
+        files: RunFiles,
+        world: &'w World,
+    ) -> Result<Trainer<'w, B>> {
+        let Planning {
+            cfg,
+            data,
+            host_model,
+            planned,
+            unplanned,
+            cache_budget,
+        } = Planning::on(&backend, cfg, &files, world)?;
         // NFP keeps only this rank's rows of the input layer's weights.
         let (model, nfp) = if cfg.strategy == Strategy::Nfp {
             let (model, nfp) = nfp::Nfp::slice_model(host_model, &data, backend.clone())?;

@@ -594,7 +594,9 @@ pub fn nfp(
     };
     RankCost {
         phases: Phases {
-            build: build(cal, mine, a2a),
+            // Every rank holds the whole topology and samples its seeds' blocks itself: no
+            // ids are routed to owners.
+            build: cal.op("sample").seconds(mine.sampled_edges, 1.0),
             load,
             shuffle,
             train: compute(&sliced, cal, &layer1, Order::Cheaper, true),
@@ -1283,6 +1285,11 @@ mod tests {
         let blocks = 3000.0 * 8.0 + 4000.0 * 4.0 + 400.0 * 8.0;
         let shuffle = 1e-3 + blocks * 1e-9 + 2e-3 + 2.0 * 200.0 * 40.0 * 5e-10;
         assert!((r.phases.shuffle - shuffle).abs() < 1e-15, "{:?}", r.phases);
+        // Sampling is local (every rank holds the topology): the sampler's time for the
+        // rank's 2200 edges, without GDP's routing of ids to owners.
+        let sampled = cal.op("sample").seconds(2200.0, 1.0);
+        assert_eq!(r.phases.build, sampled);
+        assert!(gdp(&shape(), &cal, &a, "alltoallv_world").phases.build > sampled);
     }
 
     #[test]

@@ -250,18 +250,40 @@ fn input_density<B: Backend, M: Backend>(
     (density, sparse, csr_everywhere)
 }
 
-/// The candidates `cfg` allows `auto` to pick. NFP is priced (the table shows it) but not
-/// picked: its ranks load a column slice of `dataset.h5` at start-up, while `auto` decides
-/// after the rows (or parts) of the other strategies are loaded; run `--strategy nfp` when
-/// the table favours it.
-pub fn allowed(cfg: &TrainConfig) -> Vec<&'static str> {
-    let snp_ok = cfg.check_snp().is_ok();
-    cost::CANDIDATES
-        .iter()
-        .copied()
-        .filter(|&s| s != "snp" || snp_ok)
-        .filter(|&s| s != "nfp")
-        .collect()
+/// Why `auto` may not pick candidate `name` in a run of `cfg` on `ranks` ranks over `data`,
+/// in a few words for the planner's table; `None` where it may. Every rank decides alike (the
+/// same settings, rank count and kind of data source).
+///
+/// NFP's ranks hold column slices of every vertex rather than the rows the other strategies
+/// (and the dry run) read, so a run that picks it loads its data again as slices
+/// (`Trainer::on`): that needs the unpartitioned dataset file or the synthetic default.
+pub fn refusal(name: &str, cfg: &TrainConfig, data: &TrainData, ranks: usize) -> Option<String> {
+    // What `check_snp` and `check_nfp` refuse, in short.
+    let model = || {
+        if cfg.input_proj {
+            "not with input_proj".to_string()
+        } else {
+            format!("not for {}", cfg.model)
+        }
+    };
+    match name {
+        "snp" if cfg.check_snp().is_err() => Some(model()),
+        "nfp" => {
+            let columns = data.feature_dim();
+            if ranks < 2 {
+                Some("on one rank nfp is gdp".into())
+            } else if cfg.check_nfp().is_err() {
+                Some(model())
+            } else if data.from_parts {
+                Some("reads column slices of the dataset file, not a partition directory".into())
+            } else if columns < ranks {
+                Some(format!("{columns} feature columns for {ranks} ranks"))
+            } else {
+                None
+            }
+        }
+        _ => None,
+    }
 }
 
 /// Which ranks share each mini-batch, as the planner prices a run.
@@ -310,7 +332,24 @@ pub fn predict(
         share,
     );
     let prediction = match scope {
-        Scope::World => cost::predict(&dry, shape, cal, &allowed(cfg), "alltoallv_world"),
+        Scope::World => {
+            let refused: Vec<(&str, String)> = cost::CANDIDATES
+                .iter()
+                .filter_map(|&name| Some((name, refusal(name, cfg, data, group.size())?)))
+                .collect();
+            let allowed: Vec<&str> = cost::CANDIDATES
+                .iter()
+                .copied()
+                .filter(|name| refused.iter().all(|(r, _)| r != name))
+                .collect();
+            let mut p = cost::predict(&dry, shape, cal, &allowed, "alltoallv_world");
+            for (name, why) in refused {
+                if let Some(s) = p.strategies.get_mut(name) {
+                    s.note = Some(why);
+                }
+            }
+            p
+        }
         Scope::Hybrid { nodes, .. } => {
             // Hybrid runs split inside each node; the other rows price the same node's work
             // under the other strategies, which this build does not run as hybrids.
@@ -451,4 +490,56 @@ pub fn applies(cfg: &TrainConfig) -> Result<(), String> {
         return Err("the MLP baseline has no graph exchange to plan".into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::World;
+
+    /// The synthetic default's data, as one rank loads it.
+    fn data(cfg: &TrainConfig) -> TrainData {
+        TrainData::load(None, cfg, &World::solo()).unwrap()
+    }
+
+    #[test]
+    fn auto_may_pick_nfp_on_several_ranks_over_a_dataset_file_and_says_why_not_elsewhere() {
+        let cfg = TrainConfig::default();
+        let mut d = data(&cfg);
+        let columns = d.feature_dim();
+        for name in cost::CANDIDATES {
+            assert_eq!(refusal(name, &cfg, &d, 2), None, "{name}");
+        }
+        assert_eq!(
+            refusal("nfp", &cfg, &d, 1).as_deref(),
+            Some("on one rank nfp is gdp")
+        );
+        assert_eq!(
+            refusal("nfp", &cfg, &d, columns + 1),
+            Some(format!(
+                "{columns} feature columns for {} ranks",
+                columns + 1
+            ))
+        );
+        let gat = TrainConfig {
+            model: ModelKind::Gat,
+            ..cfg.clone()
+        };
+        for name in ["snp", "nfp"] {
+            assert_eq!(refusal(name, &gat, &d, 2).as_deref(), Some("not for gat"));
+        }
+        let proj = TrainConfig {
+            input_proj: true,
+            ..cfg.clone()
+        };
+        assert_eq!(
+            refusal("nfp", &proj, &d, 2).as_deref(),
+            Some("not with input_proj")
+        );
+        d.from_parts = true;
+        assert!(refusal("nfp", &cfg, &d, 2)
+            .unwrap()
+            .contains("not a partition directory"));
+        assert_eq!(refusal("gdp", &cfg, &d, 2), None);
+    }
 }
