@@ -21,9 +21,11 @@
 # against the same measurements in minutes instead of a whole grid of training runs. Only
 # valid while the training code that was measured is unchanged.
 #
-# Knobs: DATASETS (tolokers facebook sbm200k rmat), MODELS (sage gcn), HIDDEN (64 256 1024),
+# Knobs: DATASETS (tolokers facebook sbm200k rmat; also sbmwide, a 50k-vertex SBM with 2,048
+# dense features, where the input rows dwarf the hidden ones), MODELS (sage gcn), HIDDEN (64 256 1024),
 # RANKS (2 4), STEPS (8), ROUNDS (3: each case's strategies run round-robin this many times and
-# the median run is reported, its spread kept as `measured_rounds`), STRATEGIES (gdp split dnp snp), RESULTS (benchmarks/results),
+# the median run is reported, its spread kept as `measured_rounds`), STRATEGIES (gdp split dnp
+# snp nfp: every candidate `auto` may pick over a dataset file), RESULTS (benchmarks/results),
 # WORK (benchmarks/work: datasets and calibrations), GNNPAR (target/release/gnnpar),
 # GNNPAR_DATA (/work/shared/datasets), RUN_TIMEOUT (seconds per run, 600), DEVICE (cpu; cuda
 # calibrates, plans and trains GPU ranks: ranks share the GPUs they see).
@@ -42,7 +44,7 @@ HIDDEN="${HIDDEN:-64 256 1024}"
 RANKS="${RANKS:-2 4}"
 STEPS="${STEPS:-8}"
 ROUNDS="${ROUNDS:-3}"
-STRATEGIES="${STRATEGIES:-gdp split dnp snp}"
+STRATEGIES="${STRATEGIES:-gdp split dnp snp nfp}"
 RUN_TIMEOUT="${RUN_TIMEOUT:-600}"
 DEVICE="${DEVICE:-cpu}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -82,6 +84,8 @@ dataset() {
             --classes 16 -o "$h5" ;;
         rmat) "$GNNPAR" generate rmat --nodes 131072 --edges 2000000 --features 64 \
             --classes 8 -o "$h5" ;;
+        sbmwide) "$GNNPAR" generate sbm --nodes 50000 --edges 1000000 --features 2048 \
+            --classes 16 -o "$h5" ;;
         *) echo "unknown dataset $d" >&2 && exit 2 ;;
         esac >/dev/null
     fi

@@ -54,7 +54,11 @@ def main():
     for r in rows:
         if not r["failed"] and r["measured_step"]:
             cases[(r["dataset"], r["model"], r["hidden"], r["ranks"])][r["strategy"]] = r
-    lines = ["| dataset | model | hidden | ranks | measured s/step (gdp, split, dnp, snp) "
+    # The strategies measured, in the planner's order (grids before nfp was pickable
+    # measured the first four).
+    order = [s for s in ["gdp", "split", "dnp", "snp", "nfp"]
+             if any(s in runs for runs in cases.values())]
+    lines = [f"| dataset | model | hidden | ranks | measured s/step ({', '.join(order)}) "
              "| predicted s/step | pick | fastest | pick/fastest |", "|" + "---|" * 9]
     good, total, losses = 0, 0, []
     errors, signed, spread = defaultdict(list), defaultdict(list), defaultdict(list)
@@ -81,7 +85,7 @@ def main():
             losses.append(f"{'/'.join(map(str, key))}: {fastest} beats {', '.join(slow)} by "
                           f">= 1.5x (worst {best_fixed_loss:.2f}x)")
         fmt = lambda f: ", ".join(f"{runs[s][f]:.4f}" if s in runs else "-"
-                                  for s in ["gdp", "split", "dnp", "snp"])
+                                  for s in order)
         lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {fmt('measured_step')} "
                      f"| {fmt('predicted_step')} | {choice} | {fastest} | {ratio:.2f} |")
     summary = [f"Pick fastest or within 10%: {good}/{total} cases "
