@@ -406,7 +406,7 @@ fn calibrate_plan_and_auto_run_on_emulated_cuda_ranks() {
     // Copies both ways at every message size, each taking time; the host keeps none.
     for op in ["h2d", "d2h"] {
         let points = v["operators"][op]["points"].as_array().unwrap();
-        assert_eq!(points.len(), 6, "{op}: {v}");
+        assert_eq!(points.len(), 7, "{op}: {v}");
         assert!(
             points.iter().all(|p| p[1].as_f64().unwrap() > 0.0),
             "{op}: {v}"

@@ -38,8 +38,19 @@ const SWEEPS: usize = 3;
 /// seam, which is what a calibration on emulated ranks is for.
 const EMULATED_SWEEPS: usize = 1;
 const EMULATED_KERNEL_REPS: usize = 1;
-/// Message sizes of the communication operators, bytes per rank.
-const MESSAGE_BYTES: &[usize] = &[1 << 10, 1 << 14, 1 << 17, 1 << 19, 1 << 21, 1 << 22];
+/// Message sizes of the communication operators, bytes per rank. Up to 16 MB: past the 4 MB of
+/// a core's cache a byte costs more (2-core VM, 2 ranks: a row exchange 0.49 → 0.93 ns a byte
+/// from 4 to 16 MB, partial sums 0.23 → 0.39), and NFP's partial rows at hidden 1024 (11-23 MB
+/// a call) were priced at a third of their measured shuffle from points up to 4 MB.
+const MESSAGE_BYTES: &[usize] = &[
+    1 << 10,
+    1 << 14,
+    1 << 17,
+    1 << 19,
+    1 << 21,
+    1 << 22,
+    1 << 24,
+];
 
 /// The key of a run of `device` with this world and `threads` per rank.
 pub fn run_key(world: &World, device: String, threads: usize) -> CalibrationKey {

@@ -22,8 +22,9 @@ use std::path::{Path, PathBuf};
 /// [`SharedCores`], 12 the products with sparse rows timed over two row counts and priced by
 /// the bytes of their entries too, 13 the `gather_sparse` of mostly-zero rows as CSR, 14 the
 /// gathers priced through their measured points by rows and row size, [`Fit::by_points`], 15
-/// the sampler timed from evicted caches where every rank has cores of its own.)
-pub const FORMAT: u32 = 15;
+/// the sampler timed from evicted caches where every rank has cores of its own, 16 the
+/// communication operators timed up to 16 MB messages.)
+pub const FORMAT: u32 = 16;
 
 /// Operators every calibration holds, with the unit of their `x`.
 pub const OPERATORS: &[(&str, &str)] = &[
