@@ -586,9 +586,18 @@ pub fn nfp(
         0.0
     };
     load += upload;
+    // The rows' copies on this rank that the calibrated partial sums leave out (they time
+    // the peers' rows only): forward, the partial rows stacked into one zeroed send buffer
+    // (all `dst` of them) and, after the exchange, this rank's own rows passed to itself and
+    // added into a zeroed sum; backward, its own gradient rows gathered and passed to itself,
+    // and every rank's gradient rows copied out per block.
+    let own = mine.dst[0] * hidden;
+    let stacked = local_side(cal, dst * hidden, dst * hidden);
+    let unstacked = local_side(cal, dst * hidden, 0.0);
     let shuffle = if p > 1.0 {
         cal.op("allgatherv").seconds(blocks, 1.0)
             + cal.op(partial_sums_op(a2a)).seconds(partials, 2.0)
+            + local_side(cal, 4.0 * own, own)
     } else {
         0.0
     };
@@ -599,7 +608,7 @@ pub fn nfp(
             build: cal.op("sample").seconds(mine.sampled_edges, 1.0),
             load,
             shuffle,
-            train: compute(&sliced, cal, &layer1, Order::Cheaper, true),
+            train: compute(&sliced, cal, &layer1, Order::Cheaper, true) + stacked + unstacked,
             ..Phases::default()
         },
         bytes: if p > 1.0 { blocks + partials } else { 0.0 },
@@ -1283,8 +1292,29 @@ mod tests {
         // Blocks: 3000 src ids, 4000 edges, 400 dst; partials 200 rows × 40 B each way, as
         // ready rows (2 GB/s).
         let blocks = 3000.0 * 8.0 + 4000.0 * 4.0 + 400.0 * 8.0;
-        let shuffle = 1e-3 + blocks * 1e-9 + 2e-3 + 2.0 * 200.0 * 40.0 * 5e-10;
+        // This rank's own 200 rows of 40 B pass through its copies (into a zeroed sum,
+        // forward; gathered and passed to itself, backward).
+        let own = 200.0 * 40.0;
+        let shuffle = 1e-3
+            + blocks * 1e-9
+            + 2e-3
+            + 2.0 * 200.0 * 40.0 * 5e-10
+            + local_side(&cal, 4.0 * own, own);
         assert!((r.phases.shuffle - shuffle).abs() < 1e-15, "{:?}", r.phases);
+        // The model phase stacks all 400 partial rows into a zeroed buffer and copies every
+        // gradient row out again.
+        let mut layer1 = a.clone();
+        (layer1.dst[0], layer1.src[0], layer1.edges[0]) = (400.0, 3000.0, 4000.0);
+        let sliced = ModelShape {
+            in_w: vec![50.0, shape().in_w[1]],
+            csr_batches: false,
+            ..shape()
+        };
+        let all = 400.0 * 40.0;
+        let train = compute(&sliced, &cal, &layer1, Order::Cheaper, true)
+            + local_side(&cal, all, all)
+            + local_side(&cal, all, 0.0);
+        assert!((r.phases.train - train).abs() < 1e-15, "{:?}", r.phases);
         // Sampling is local (every rank holds the topology): the sampler's time for the
         // rank's 2200 edges, without GDP's routing of ids to owners.
         let sampled = cal.op("sample").seconds(2200.0, 1.0);
