@@ -33,9 +33,11 @@ use super::metrics::{PassClock, PhaseTimes};
 use super::strategy::{
     dropout_stream, upper_layers_data_parallel, FullGraph, StepArgs, StepOutput,
 };
+use crate::backend::input_rows::InputRows;
 use crate::backend::{Backend, Cpu, DropoutMask};
 use crate::comm::Group;
 use crate::exchange::slices::{allgather_blocks, allgather_rows, reduce_scatter_rows, stack_rows};
+use crate::exchange::FeatureStore;
 use crate::graph::{Dataset, NodeId};
 use crate::nn::gcn::GcnConv;
 use crate::nn::layer::{Conv, LayerCache};
@@ -70,7 +72,7 @@ pub struct Nfp<B: Backend> {
     /// Evaluation: the whole graph as one block (destinations = every vertex), and this
     /// rank's columns of every vertex, on the backend (built on first use and kept).
     whole: OnceLock<B::Graph>,
-    features: OnceLock<B::Mat>,
+    features: OnceLock<InputRows<B>>,
 }
 
 /// The whole model's parameters and Adam state in its own layout (an NFP checkpoint).
@@ -201,6 +203,41 @@ impl<B: Backend> Nfp<B> {
         }
     }
 
+    /// This rank's columns of rows `ids` on the backend, masked with GDP's input dropout
+    /// (`mask`, rows keyed by `orig_ids` as GDP keys them): as CSR from the store's sparse
+    /// copy where the input layer takes sparse rows and these rows pass its sparse test
+    /// (the store makes the test `forward_input` makes on dense rows, from the rows'
+    /// non-zero counts), so bag-of-words slices are read and multiplied by their non-zeros
+    /// only — on Facebook a step's rows are a few MB of entries against hundreds of MB
+    /// dense; else dense rows.
+    fn slice_rows(
+        &self,
+        be: &B,
+        store: &FeatureStore,
+        ids: &[NodeId],
+        mask: Option<&DropoutMask>,
+        orig_ids: Option<&[u64]>,
+    ) -> InputRows<B> {
+        let sparse = self.layer.takes_sparse_input()
+            && store.has_sparse_copy()
+            && store.prefers_sparse_rows(ids) == Some(true);
+        if let Some((mut csr, _)) = sparse.then(|| store.gather_local_sparse(ids)).flatten() {
+            if let Some(mask) = mask {
+                let keys: Vec<u64> = ids
+                    .iter()
+                    .map(|&v| orig_ids.map_or(v as u64, |o| o[v as usize]))
+                    .collect();
+                mask.apply_sparse_in_place_from(&mut csr, &keys, self.cols.start);
+            }
+            return InputRows::Sparse(be.sparse_from_csr(csr));
+        }
+        let (mut x, _) = store.gather_local(ids);
+        if let Some(mask) = mask {
+            mask_columns(mask, &mut x, ids, orig_ids, self.cols.start);
+        }
+        InputRows::Dense(be.upload_owned(x))
+    }
+
     /// The model's indices of the sliced weights.
     fn narrowed(&self) -> Vec<usize> {
         self.weights.iter().map(|&(m, _)| m).collect()
@@ -274,14 +311,10 @@ impl<B: Backend> Nfp<B> {
         let first = &model.layers[0];
         let mask = (first.dropout > 0.0).then(|| first.input_dropout(&ctx));
         let dst_counts: Vec<usize> = inputs.iter().map(|b| b.num_dst).collect();
-        let mut xs = Vec::with_capacity(inputs.len());
-        for b in &inputs {
-            let (mut x, _) = data.store.gather_local(&b.src_nodes);
-            if let Some(mask) = &mask {
-                mask_columns(mask, &mut x, &b.src_nodes, ctx.orig_ids, self.cols.start);
-            }
-            xs.push(be.upload_owned(x));
-        }
+        let xs: Vec<InputRows<B>> = inputs
+            .iter()
+            .map(|b| self.slice_rows(&be, &data.store, &b.src_nodes, mask.as_ref(), ctx.orig_ids))
+            .collect();
         let graphs: Vec<B::Graph> = inputs.into_iter().map(|b| be.graph(b)).collect();
         let upper: Vec<B::Graph> = blocks.drain(1..).map(|b| be.graph(b)).collect();
         let mine = blocks[0].num_dst;
@@ -298,7 +331,10 @@ impl<B: Backend> Nfp<B> {
                 caches.push(None);
                 continue;
             }
-            let (p, cache) = self.layer.forward_input(&self.params, g, be.view(&x), &ctx);
+            let (p, cache) = match &x {
+                InputRows::Dense(x) => self.layer.forward_input(&self.params, g, be.view(x), &ctx),
+                InputRows::Sparse(x) => self.layer.forward_sparse(&self.params, g, x, &ctx),
+            };
             partials.push(p);
             caches.push(Some(cache));
         }
@@ -368,14 +404,18 @@ impl<B: Backend> Nfp<B> {
         let g = self
             .whole
             .get_or_init(|| be.graph(whole_block(&sliced.topology, self_loops)));
-        let x = self
-            .features
-            .get_or_init(|| be.upload(data.store.own_rows().view()));
+        let x = self.features.get_or_init(|| {
+            let every: Vec<NodeId> = (0..sliced.topology.num_nodes as NodeId).collect();
+            self.slice_rows(&be, &data.store, &every, None, None)
+        });
         let ctx = DropoutCtx {
             gcn_degrees: data.gcn_degrees.as_deref(),
             ..DropoutCtx::eval()
         };
-        let (partial, _) = self.layer.forward_input(&self.params, g, be.view(x), &ctx);
+        let (partial, _) = match x {
+            InputRows::Dense(x) => self.layer.forward_input(&self.params, g, be.view(x), &ctx),
+            InputRows::Sparse(x) => self.layer.forward_sparse(&self.params, g, x, &ctx),
+        };
         let counts: Vec<usize> = data
             .offsets
             .windows(2)
@@ -486,7 +526,12 @@ mod tests {
         for cols in [0..3, 3..7, 7..10] {
             let mut x = whole.slice(ndarray::s![.., cols.clone()]).to_owned();
             mask_columns(&mask, &mut x, &ids, None, cols.start);
-            assert_eq!(x, expected.slice(ndarray::s![.., cols]));
+            assert_eq!(x, expected.slice(ndarray::s![.., cols.clone()]));
+            // The same bits on the slice's stored entries, columns counted from `first`.
+            let slice = whole.slice(ndarray::s![.., cols.clone()]);
+            let mut csr = crate::backend::cpu::sparse::CsrMatrix::from_dense(slice);
+            mask.apply_sparse_in_place_from(&mut csr, &keys, cols.start);
+            assert_eq!(csr.to_dense(), expected.slice(ndarray::s![.., cols]));
         }
     }
 }

@@ -303,6 +303,18 @@ impl DropoutMask {
     /// [`DropoutMask::apply_in_place`] on the stored entries of a sparse matrix: the same
     /// mask as on its dense form, whose zeros stay zero whatever the mask says.
     pub fn apply_sparse_in_place(&self, x: &mut super::sparse::CsrMatrix, row_keys: &[u64]) {
+        self.apply_sparse_in_place_from(x, row_keys, 0)
+    }
+
+    /// [`DropoutMask::apply_sparse_in_place`] on columns `first..` of the rows the mask is
+    /// drawn for: stored column `c` takes the bit of column `first + c` (a feature-sliced
+    /// rank's slice gets exactly the whole row's bits there).
+    pub fn apply_sparse_in_place_from(
+        &self,
+        x: &mut super::sparse::CsrMatrix,
+        row_keys: &[u64],
+        first: usize,
+    ) {
         assert_eq!(x.nrows(), row_keys.len(), "dropout: one key per row");
         x.par_for_each_row_chunk_mut(|r0, indptr, cols, vals| {
             let base = indptr[0];
@@ -310,7 +322,7 @@ impl DropoutMask {
                 let seed = self.row_seed(row_keys[r0 + k]);
                 let span = w[0] - base..w[1] - base;
                 for (&c, v) in cols[span.clone()].iter().zip(&mut vals[span]) {
-                    *v = if self.keep_row(seed, c as usize) {
+                    *v = if self.keep_row(seed, first + c as usize) {
                         *v * self.scale
                     } else {
                         0.0
