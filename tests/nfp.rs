@@ -35,8 +35,11 @@ fn mpirun(np: usize, args: &[&str], env: &[(&str, &str)]) -> common::Outcome {
     common::run_with_timeout(cmd, TIMEOUT)
 }
 
-/// 5 steps of 256 seeds, dropout 0.3 on the input too, evaluation at the end.
+/// 5 steps of 256 seeds (or of `extra`'s `--batch-size`, for a small training split),
+/// dropout 0.3 on the input too, evaluation at the end.
 fn train_args<'a>(data: &'a Path, model: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let batch = extra.iter().position(|&a| a == "--batch-size");
+    let batch_size = batch.map_or("256", |i| extra[i + 1]);
     let mut args = vec![
         "train",
         "--data",
@@ -50,7 +53,7 @@ fn train_args<'a>(data: &'a Path, model: &'a str, extra: &[&'a str]) -> Vec<&'a 
         "--fanouts",
         "5,3",
         "--batch-size",
-        "256",
+        batch_size,
         "--max-steps",
         "5",
         "--epochs",
@@ -64,7 +67,13 @@ fn train_args<'a>(data: &'a Path, model: &'a str, extra: &[&'a str]) -> Vec<&'a 
         "--threads",
         "1",
     ];
-    args.extend_from_slice(extra);
+    match batch {
+        Some(i) => {
+            args.extend_from_slice(&extra[..i]);
+            args.extend_from_slice(&extra[i + 2..]);
+        }
+        None => args.extend_from_slice(extra),
+    }
     args
 }
 
@@ -94,27 +103,39 @@ fn train(
     (read_f32s(&ck, "params"), summary, metrics)
 }
 
-/// Bytes rank 0 sent under `kind` over the run's epochs.
+/// Bytes every rank sent under `kind` over the run's epochs (a rank may send none: on Cora
+/// every training vertex is in rank 0's range, so only the others send it partial rows).
 fn bytes_sent(metrics: &Path, kind: &str) -> u64 {
     std::fs::read_to_string(metrics)
         .unwrap()
         .lines()
         .map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            v["ranks"]["ranks"][0]["comm"][kind]["bytes_sent"]
-                .as_u64()
-                .unwrap_or(0)
+            let ranks = v["ranks"]["ranks"].as_array().unwrap().clone();
+            ranks
+                .iter()
+                .map(|r| r["comm"][kind]["bytes_sent"].as_u64().unwrap_or(0))
+                .sum::<u64>()
         })
         .sum()
 }
 
 /// NFP on each rank count of `ranks` against 1 GDP rank (on `data` with `features` feature
-/// columns); returns the largest difference.
-fn matches_gdp(dir: &Path, data: &Path, features: u64, model: &str, ranks: &[usize]) -> f32 {
-    let (reference, ref_summary, _) = train(dir, data, model, "gdp", 1, &[], &[]);
+/// columns, both runs with `extra`); returns the largest difference and, per rank count, the
+/// feature columns each rank held.
+fn matches_gdp(
+    dir: &Path,
+    data: &Path,
+    features: u64,
+    model: &str,
+    ranks: &[usize],
+    extra: &[&str],
+) -> (f32, Vec<Vec<u64>>) {
+    let (reference, ref_summary, _) = train(dir, data, model, "gdp", 1, extra, &[]);
     let mut worst = 0.0f32;
+    let mut columns = Vec::new();
     for &np in ranks {
-        let (params, summary, metrics) = train(dir, data, model, "nfp", np, &[], &[]);
+        let (params, summary, metrics) = train(dir, data, model, "nfp", np, extra, &[]);
         let d = max_rel_diff(&reference, &params, 1e-3);
         eprintln!(
             "nfp {model} on {np} ranks ({}): max relative difference to 1 GDP rank {d:.2e}",
@@ -157,8 +178,9 @@ fn matches_gdp(dir: &Path, data: &Path, features: u64, model: &str, ranks: &[usi
         assert_eq!(held.len(), np, "{summary}");
         assert!(held.iter().all(|&w| w > 0), "rows held {held:?}");
         assert_eq!(held.iter().sum::<u64>(), features, "rows held {held:?}");
+        columns.push(held);
     }
-    worst
+    (worst, columns)
 }
 
 #[test]
@@ -170,7 +192,7 @@ fn nfp_with_sage_and_gcn_on_2_3_and_4_ranks_trains_the_model_of_1_gdp_rank() {
     let dir = common::tempdir();
     let data = sbm(dir.path(), 16);
     for model in ["sage", "gcn"] {
-        matches_gdp(dir.path(), &data, 16, model, &[2, 3, 4]);
+        matches_gdp(dir.path(), &data, 16, model, &[2, 3, 4], &[]);
     }
 }
 
@@ -182,8 +204,40 @@ fn nfp_with_10_features_on_3_and_4_ranks_slices_unevenly_and_still_matches() {
     }
     let dir = common::tempdir();
     let data = sbm(dir.path(), 10);
-    matches_gdp(dir.path(), &data, 10, "sage", &[3, 4]);
-    matches_gdp(dir.path(), &data, 10, "gcn", &[4]);
+    matches_gdp(dir.path(), &data, 10, "sage", &[3, 4], &[]);
+    matches_gdp(dir.path(), &data, 10, "gcn", &[4], &[]);
+}
+
+#[test]
+fn nfp_on_bag_of_words_features_slices_by_non_zeros_multiplies_csr_and_still_matches() {
+    let test = "nfp_on_bag_of_words_features_slices_by_non_zeros_multiplies_csr_and_still_matches";
+    if !common::have_mpirun(test) {
+        return;
+    }
+    // Cora: 1,433 binary word columns, about 1.3 % set, far from evenly over the columns.
+    let Some(npz) = common::dataset("planetoid/cora.npz", test) else {
+        return;
+    };
+    let dir = common::tempdir();
+    let data = common::prepare(&npz, dir.path(), "cora");
+    // 140 training vertices: batches of 32 give 5 steps over the 2 epochs.
+    let extra = ["--batch-size", "32"];
+    for model in ["sage", "gcn"] {
+        let (_, columns) = matches_gdp(dir.path(), &data, 1433, model, &[2, 3], &extra);
+        // The slices follow the non-zeros, not the width (1433 / 2 = 716 columns, 1433 / 3 =
+        // 477 or 478): each rank multiplies its slice's entries as CSR, and with input
+        // dropout on, every stored entry still gets GDP's mask bit for its global column.
+        for held in &columns {
+            let np = held.len() as u64;
+            let even: Vec<u64> = (0..np)
+                .map(|r| 1433 * (r + 1) / np - 1433 * r / np)
+                .collect();
+            assert_ne!(
+                held, &even,
+                "{model}: columns held {held:?} are the even split"
+            );
+        }
+    }
 }
 
 #[test]

@@ -9,6 +9,7 @@
 use super::{Csr, Dataset, Labels, NodeId, Splits};
 use crate::util::{atomic::AtomicOutput, h5};
 use anyhow::{bail, Context, Result};
+use ndarray::Array2;
 use std::ops::Range;
 use std::path::Path;
 
@@ -178,6 +179,60 @@ pub fn read_dataset_columns(path: &Path, cols: Range<usize>) -> Result<Dataset> 
     naming_file(read_from(&file, Some(cols)), path)
 }
 
+/// Only columns `cols` of a whole dataset file's `features` (checked as
+/// [`read_dataset_columns`] checks them), for a rank that already holds the rest of the file.
+pub fn read_feature_columns(path: &Path, cols: Range<usize>) -> Result<Array2<f32>> {
+    let file = h5::open(path)?;
+    let read = || {
+        let header = header_of(&file)?;
+        if !h5::has(&file, "features") {
+            bail!("`{}`: no `features`", file.filename());
+        }
+        read_features(&file, &header, header.num_nodes as usize, Some(&cols))
+    };
+    naming_file(read(), path)
+}
+
+/// `features` of `file` (columns `cols` only, when given), checked: one row per vertex of the
+/// file (`rows`), every value finite, the columns within `feature_dim`.
+fn read_features(
+    file: &hdf5::File,
+    header: &Header,
+    rows: usize,
+    cols: Option<&Range<usize>>,
+) -> Result<Array2<f32>> {
+    let fname = file.filename();
+    let f = match cols {
+        None => h5::read_matrix::<f32>(file, "features")?,
+        Some(c) => {
+            let dim = header.feature_dim;
+            if c.start > c.end || c.end > dim {
+                bail!(
+                    "`{fname}`: columns {}..{} of `features` requested, but it has {dim}",
+                    c.start,
+                    c.end
+                );
+            }
+            h5::read_matrix_columns::<f32>(file, "features", c.clone())?
+        }
+    };
+    let first_col = cols.map_or(0, |c| c.start);
+    if f.nrows() != rows {
+        bail!(
+            "`{fname}`: `features` has {} rows, expected {rows} (one per vertex)",
+            f.nrows()
+        );
+    }
+    if let Some((i, v)) = f.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+        bail!(
+            "`{fname}`: `features` row {} column {} is {v} (features must be finite)",
+            i / f.ncols().max(1),
+            first_col + i % f.ncols().max(1)
+        );
+    }
+    Ok(f)
+}
+
 fn read_from(file: &hdf5::File, cols: Option<Range<usize>>) -> Result<Dataset> {
     let fname = file.filename();
     let header = header_of(file)?;
@@ -210,35 +265,7 @@ fn read_from(file: &hdf5::File, cols: Option<Range<usize>>) -> Result<Dataset> {
         );
     }
     let features = if h5::has(file, "features") {
-        let f = match &cols {
-            None => h5::read_matrix::<f32>(file, "features")?,
-            Some(c) => {
-                let dim = header.feature_dim;
-                if c.start > c.end || c.end > dim {
-                    bail!(
-                        "`{fname}`: columns {}..{} of `features` requested, but it has {dim}",
-                        c.start,
-                        c.end
-                    );
-                }
-                h5::read_matrix_columns::<f32>(file, "features", c.clone())?
-            }
-        };
-        let first_col = cols.as_ref().map_or(0, |c| c.start);
-        if f.nrows() != rows {
-            bail!(
-                "`{fname}`: `features` has {} rows, expected {rows} (one per vertex)",
-                f.nrows()
-            );
-        }
-        if let Some((i, v)) = f.iter().enumerate().find(|(_, v)| !v.is_finite()) {
-            bail!(
-                "`{fname}`: `features` row {} column {} is {v} (features must be finite)",
-                i / f.ncols().max(1),
-                first_col + i % f.ncols().max(1)
-            );
-        }
-        Some(f)
+        Some(read_features(file, &header, rows, cols.as_ref())?)
     } else {
         None
     };
