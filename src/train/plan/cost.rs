@@ -30,6 +30,7 @@
 
 use super::calibration::Calibration;
 use super::dry_run::{Counts, DryRun};
+use crate::backend::cpu::sparse::MIN_SPARSE_COLS;
 use crate::kinds::{ModelKind, Strategy};
 use crate::train::prefetch::prefetches_strategy;
 use serde::Serialize;
@@ -566,22 +567,30 @@ pub fn nfp(
     let recv = (p - 1.0) * mine.dst[0] * hidden;
     let sent = (dst - mine.dst[0]) * hidden;
     let partials = 2.0 * recv.max(sent);
+    // Mostly-zero features: the store keeps each slice as CSR too (a slice of at least
+    // MIN_SPARSE_COLS columns; the slices are cut to equal non-zeros, `columns::by_nonzeros`)
+    // and a step's rows are gathered from it, entries only (`Nfp::slice_rows`); else dense.
+    let csr = shape.input_nnz.filter(|_| slice >= MIN_SPARSE_COLS as f64);
     let mut layer1 = (*mine).clone();
     (layer1.dst[0], layer1.src[0], layer1.edges[0]) = (dst, src, edges);
     let sliced = ModelShape {
         in_w: std::iter::once(slice)
             .chain(shape.in_w[1..].iter().copied())
             .collect(),
-        // A column slice holds about its share of a row's non-zeros.
-        input_nnz: shape.input_nnz.map(|z| z / p),
+        // A column slice holds about its share of a row's non-zeros (the slices are cut to
+        // equal non-zeros); one narrower than the sparse path takes is multiplied dense.
+        input_nnz: csr.map(|z| z / p),
         csr_batches: false,
         ..shape.clone()
     };
-    let mut load = cal
-        .op("gather")
-        .seconds_touching(src, src * slice * 4.0, 1.0);
+    // One gather per rank's input block.
+    let (op, bytes) = match csr {
+        Some(nnz) => ("gather_sparse", src * (nnz / p * 8.0 + 8.0)),
+        None => ("gather", src * slice * 4.0),
+    };
+    let mut load = cal.op(op).seconds_touching(src, bytes, p);
     let upload = if shape.device {
-        cal.op("h2d").seconds(src * slice * 4.0, 1.0)
+        cal.op("h2d").seconds(bytes, p)
     } else {
         0.0
     };
@@ -608,7 +617,9 @@ pub fn nfp(
             build: cal.op("sample").seconds(mine.sampled_edges, 1.0),
             load,
             shuffle,
-            train: compute(&sliced, cal, &layer1, Order::Cheaper, true) + stacked + unstacked,
+            train: compute(&sliced, cal, &layer1, Order::Cheaper, csr.is_none())
+                + stacked
+                + unstacked,
             ..Phases::default()
         },
         bytes: if p > 1.0 { blocks + partials } else { 0.0 },
@@ -1320,6 +1331,44 @@ mod tests {
         let sampled = cal.op("sample").seconds(2200.0, 1.0);
         assert_eq!(r.phases.build, sampled);
         assert!(gdp(&shape(), &cal, &a, "alltoallv_world").phases.build > sampled);
+    }
+
+    #[test]
+    fn nfp_on_mostly_zero_features_gathers_and_multiplies_csr_slices() {
+        let cal = machine();
+        let (a, b) = (counts(500.0), counts(500.0));
+        // 400 columns, 8 set per row: slices of 200 columns, 4 entries per row each.
+        let sparse = ModelShape {
+            in_w: vec![400.0, 10.0],
+            input_nnz: Some(8.0),
+            ..shape()
+        };
+        let r = nfp(&sparse, &cal, &[&a, &b], 0, "alltoallv_world");
+        // Both ranks' 1500 source rows from the CSR copy: 4 entries of 8 bytes and a row
+        // pointer each.
+        let load = 3000.0 * (3e-8 + (4.0 * 8.0 + 8.0) * 1e-10);
+        assert!((r.phases.load - load).abs() < 1e-15, "{:?}", r.phases);
+        // The input layer multiplies the entries it was given: no dense rows scanned.
+        let mut layer1 = a.clone();
+        (layer1.dst[0], layer1.src[0], layer1.edges[0]) = (400.0, 3000.0, 4000.0);
+        let sliced = ModelShape {
+            in_w: vec![200.0, 10.0],
+            input_nnz: Some(4.0),
+            ..sparse.clone()
+        };
+        let all = 400.0 * 40.0;
+        let train = compute(&sliced, &cal, &layer1, Order::Cheaper, false)
+            + local_side(&cal, all, all)
+            + local_side(&cal, all, 0.0);
+        assert!((r.phases.train - train).abs() < 1e-15, "{:?}", r.phases);
+        // Slices narrower than the sparse path takes are gathered and multiplied dense.
+        let narrow = ModelShape {
+            in_w: vec![100.0, 10.0],
+            input_nnz: Some(2.0),
+            ..shape()
+        };
+        let r = nfp(&narrow, &cal, &[&a, &b], 0, "alltoallv_world");
+        assert!((r.phases.load - 3000.0 * (1e-8 + 50.0 * 4.0 * 1e-10)).abs() < 1e-15);
     }
 
     #[test]
