@@ -146,6 +146,17 @@ fn slice_for(total: usize, rank: usize, ranks: usize, source: &str) -> Result<Co
 /// rank, or when a balanced slice would be too narrow or too dense to stay sparse.
 /// Collective over `group`: every rank computes the same slices from the same counts.
 fn by_nonzeros(group: &Group, x: &Array2<f32>, even: &ColumnSlice) -> ColumnSlice {
+    use crate::backend::cpu::sparse::{density_of_rows, MAX_SPARSE_DENSITY};
+    // Dense features (on a sample of rows, on every rank) are not counted: one pass less over
+    // every value at start-up.
+    let mostly_zeros = density_of_rows(x.view(), 1024) <= MAX_SPARSE_DENSITY;
+    if group
+        .allgather_u64(mostly_zeros as u64)
+        .iter()
+        .all(|&z| z == 0)
+    {
+        return even.clone();
+    }
     let mut mine = vec![0u64; x.ncols()];
     for row in x.rows() {
         for (n, &v) in mine.iter_mut().zip(row) {
