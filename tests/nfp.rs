@@ -1,7 +1,9 @@
 //! Node-feature parallelism (`--strategy nfp`): on 2, 3 and 4 ranks, SAGE and GCN, with a
 //! feature width that the rank count does not divide, and on emulated CUDA ranks, it trains the
 //! model of 1 GDP rank (5 steps, parameters within 1e-4 relative, floor 1e-3, input dropout
-//! on so every rank draws masks over its columns) and evaluates it alike; its checkpoint
+//! on so every rank draws masks over its columns) and evaluates it alike — on bag-of-words
+//! features (Cora) too, whose slices are cut by non-zeros and multiplied as CSR, on CPU and
+//! emulated CUDA ranks; its checkpoint
 //! resumes exactly, on any rank count; each rank holds only its rows of the input layer's
 //! weights (the summary's per-rank parameter counts); and what does not decompose by feature columns is refused with the reason.
 //! Every `mpirun` has a timeout, so a deadlock fails instead of hanging.
@@ -238,6 +240,23 @@ fn nfp_on_bag_of_words_features_slices_by_non_zeros_multiplies_csr_and_still_mat
             );
         }
     }
+    // The same CSR slices on 2 emulated CUDA ranks (uploaded as CSR, multiplied by the
+    // device's sparse kernels): still the CPU's GDP model.
+    let (reference, _, _) = train(dir.path(), &data, "gcn", "gdp", 1, &extra, &[]);
+    let mut cuda = extra.to_vec();
+    cuda.extend(["--device", "cuda"]);
+    let env = [("GNNPAR_CUDA_EMULATOR", "2")];
+    let (params, summary, _) = train(dir.path(), &data, "gcn", "nfp", 2, &cuda, &env);
+    assert!(
+        summary["device"].as_str().unwrap().contains("CUDA"),
+        "{summary}"
+    );
+    let d = max_rel_diff(&reference, &params, 1e-3);
+    eprintln!("nfp gcn on Cora, 2 emulated CUDA ranks: max relative difference {d:.2e}");
+    assert!(
+        d <= 1e-4,
+        "nfp gcn on Cora on CUDA ranks differs by {d:.2e}"
+    );
 }
 
 #[test]
