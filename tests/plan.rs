@@ -430,7 +430,12 @@ fn calibrate_plan_and_auto_run_on_emulated_cuda_ranks() {
     );
     let json: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     let choice = json["plan"]["choice"].as_str().unwrap();
-    assert!(["gdp", "split", "dnp", "snp"].contains(&choice), "{choice}");
+    // Any candidate of 2 ranks over this file, nfp included: the emulator's timings describe
+    // no GPU, so which one wins changes from run to run.
+    assert!(
+        ["gdp", "split", "dnp", "snp", "nfp"].contains(&choice),
+        "{choice}"
+    );
     // Device ranks prefetch: their step is the slower of the preparing and the training side.
     for s in ["gdp", "split", "dnp", "snp"] {
         let p = &json["plan"]["strategies"][s];
