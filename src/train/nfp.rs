@@ -40,7 +40,7 @@ use crate::exchange::slices::{allgather_blocks, allgather_rows, reduce_scatter_r
 use crate::exchange::FeatureStore;
 use crate::graph::{Dataset, NodeId};
 use crate::nn::gcn::GcnConv;
-use crate::nn::layer::{Conv, LayerCache};
+use crate::nn::layer::{row_keys, Conv, LayerCache};
 use crate::nn::linear::{accumulate_bias_grad, Linear};
 use crate::nn::params::{narrow_rows, ParamEntry};
 use crate::nn::sage::SageConv;
@@ -204,7 +204,7 @@ impl<B: Backend> Nfp<B> {
     }
 
     /// This rank's columns of rows `ids` on the backend, masked with GDP's input dropout
-    /// (`mask`, rows keyed by `orig_ids` as GDP keys them): as CSR from the store's sparse
+    /// (`mask` with the rows' keys, as [`row_keys`] makes them for GDP): as CSR from the store's sparse
     /// copy where the input layer takes sparse rows and these rows pass its sparse test
     /// (the store makes the test `forward_input` makes on dense rows, from the rows'
     /// non-zero counts), so bag-of-words slices are read and multiplied by their non-zeros
@@ -215,27 +215,36 @@ impl<B: Backend> Nfp<B> {
         be: &B,
         store: &FeatureStore,
         ids: &[NodeId],
-        mask: Option<&DropoutMask>,
-        orig_ids: Option<&[u64]>,
+        mask: Option<(&DropoutMask, &[u64])>,
     ) -> InputRows<B> {
         let sparse = self.layer.takes_sparse_input()
             && store.has_sparse_copy()
             && store.prefers_sparse_rows(ids) == Some(true);
         if let Some((mut csr, _)) = sparse.then(|| store.gather_local_sparse(ids)).flatten() {
-            if let Some(mask) = mask {
-                let keys: Vec<u64> = ids
-                    .iter()
-                    .map(|&v| orig_ids.map_or(v as u64, |o| o[v as usize]))
-                    .collect();
-                mask.apply_sparse_in_place_from(&mut csr, &keys, self.cols.start);
+            if let Some((mask, keys)) = mask {
+                mask.apply_sparse_in_place_from(&mut csr, keys, self.cols.start);
             }
             return InputRows::Sparse(be.sparse_from_csr(csr));
         }
         let (mut x, _) = store.gather_local(ids);
-        if let Some(mask) = mask {
-            mask_columns(mask, &mut x, ids, orig_ids, self.cols.start);
+        if let Some((mask, keys)) = mask {
+            mask_columns(mask, &mut x, keys, self.cols.start);
         }
         InputRows::Dense(be.upload_owned(x))
+    }
+
+    /// The sliced input layer's forward pass on `x` (its sparse path for CSR rows).
+    fn forward_slice(
+        &self,
+        g: &B::Graph,
+        x: &InputRows<B>,
+        ctx: &DropoutCtx,
+    ) -> (B::Mat, LayerCache<B>) {
+        let be = self.params.backend();
+        match x {
+            InputRows::Dense(x) => self.layer.forward_input(&self.params, g, be.view(x), ctx),
+            InputRows::Sparse(x) => self.layer.forward_sparse(&self.params, g, x, ctx),
+        }
     }
 
     /// The model's indices of the sliced weights.
@@ -313,7 +322,13 @@ impl<B: Backend> Nfp<B> {
         let dst_counts: Vec<usize> = inputs.iter().map(|b| b.num_dst).collect();
         let xs: Vec<InputRows<B>> = inputs
             .iter()
-            .map(|b| self.slice_rows(&be, &data.store, &b.src_nodes, mask.as_ref(), ctx.orig_ids))
+            .map(|b| {
+                let keys = mask
+                    .as_ref()
+                    .map(|_| row_keys(b, b.num_src(), ctx.orig_ids));
+                let masked = mask.as_ref().zip(keys.as_deref());
+                self.slice_rows(&be, &data.store, &b.src_nodes, masked)
+            })
             .collect();
         let graphs: Vec<B::Graph> = inputs.into_iter().map(|b| be.graph(b)).collect();
         let upper: Vec<B::Graph> = blocks.drain(1..).map(|b| be.graph(b)).collect();
@@ -331,10 +346,7 @@ impl<B: Backend> Nfp<B> {
                 caches.push(None);
                 continue;
             }
-            let (p, cache) = match &x {
-                InputRows::Dense(x) => self.layer.forward_input(&self.params, g, be.view(x), &ctx),
-                InputRows::Sparse(x) => self.layer.forward_sparse(&self.params, g, x, &ctx),
-            };
+            let (p, cache) = self.forward_slice(g, &x, &ctx);
             partials.push(p);
             caches.push(Some(cache));
         }
@@ -406,16 +418,13 @@ impl<B: Backend> Nfp<B> {
             .get_or_init(|| be.graph(whole_block(&sliced.topology, self_loops)));
         let x = self.features.get_or_init(|| {
             let every: Vec<NodeId> = (0..sliced.topology.num_nodes as NodeId).collect();
-            self.slice_rows(&be, &data.store, &every, None, None)
+            self.slice_rows(&be, &data.store, &every, None)
         });
         let ctx = DropoutCtx {
             gcn_degrees: data.gcn_degrees.as_deref(),
             ..DropoutCtx::eval()
         };
-        let (partial, _) = match x {
-            InputRows::Dense(x) => self.layer.forward_input(&self.params, g, be.view(x), &ctx),
-            InputRows::Sparse(x) => self.layer.forward_sparse(&self.params, g, x, &ctx),
-        };
+        let (partial, _) = self.forward_slice(g, x, &ctx);
         let counts: Vec<usize> = data
             .offsets
             .windows(2)
@@ -472,18 +481,11 @@ impl<B: Backend> Nfp<B> {
     }
 }
 
-/// Apply `mask` to rows `x` of columns `first..` of the vertices `ids`: element `(v, c)` keeps
-/// GDP's bit for global column `first + c`, rows keyed by original id as GDP keys them.
-fn mask_columns(
-    mask: &DropoutMask,
-    x: &mut Array2<f32>,
-    ids: &[NodeId],
-    orig_ids: Option<&[u64]>,
-    first: usize,
-) {
+/// Apply `mask` to rows `x` of columns `first..` (row `r` keyed by `keys[r]`, as GDP keys
+/// it): element `(r, c)` keeps GDP's bit for global column `first + c`.
+fn mask_columns(mask: &DropoutMask, x: &mut Array2<f32>, keys: &[u64], first: usize) {
     let scale = mask.scale();
-    for (mut row, &v) in x.rows_mut().into_iter().zip(ids) {
-        let key = orig_ids.map_or(v as u64, |o| o[v as usize]);
+    for (mut row, &key) in x.rows_mut().into_iter().zip(keys) {
         for (c, e) in row.iter_mut().enumerate() {
             *e = if mask.keep(key, first + c) {
                 *e * scale
@@ -525,7 +527,7 @@ mod tests {
         let expected = mask.apply(whole.view(), &keys);
         for cols in [0..3, 3..7, 7..10] {
             let mut x = whole.slice(ndarray::s![.., cols.clone()]).to_owned();
-            mask_columns(&mask, &mut x, &ids, None, cols.start);
+            mask_columns(&mask, &mut x, &keys, cols.start);
             assert_eq!(x, expected.slice(ndarray::s![.., cols.clone()]));
             // The same bits on the slice's stored entries, columns counted from `first`.
             let slice = whole.slice(ndarray::s![.., cols.clone()]);
