@@ -54,8 +54,12 @@ impl Backend for Cpu {
     }
 
     fn describe(&self) -> String {
+        // The processor's model is part of it: a calibration (keyed by this description)
+        // taken on a VM that has since moved to other hardware under the same host name
+        // describes another machine (the 2-core VM has been an Intel Xeon and an AMD EPYC).
+        let model = cpu_model().map(|m| format!("{m}; ")).unwrap_or_default();
         format!(
-            "CPU ({} threads, GEMM: gemm crate, {})",
+            "CPU ({model}{} threads, GEMM: gemm crate, {})",
             rayon::current_num_threads(),
             super::gemm::kernels()
         )
@@ -576,5 +580,39 @@ impl Backend for Cpu {
 
     fn add_spmm_tn(&self, x: &SparseRows, rows: usize, d: ArrayView2<f32>, c: ArrayViewMut2<f32>) {
         sparse::add_spmm_tn(x.transpose(), rows, d, c)
+    }
+}
+
+/// The host processor's model name (`/proc/cpuinfo`'s first `model name`), where it says.
+fn cpu_model() -> Option<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    model_name_in(&info)
+}
+
+/// The first `model name` of a `/proc/cpuinfo` text, its spaces collapsed.
+fn model_name_in(info: &str) -> Option<String> {
+    let line = info.lines().find(|l| l.starts_with("model name"))?;
+    let name = line
+        .split_once(':')?
+        .1
+        .split_whitespace()
+        .collect::<Vec<_>>();
+    (!name.is_empty()).then(|| name.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::model_name_in;
+
+    #[test]
+    fn the_model_name_is_the_first_one_cpuinfo_gives() {
+        let info = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD  EPYC 9654 \
+                    96-Core Processor\n\nprocessor\t: 1\nmodel name\t: other\n";
+        assert_eq!(
+            model_name_in(info).as_deref(),
+            Some("AMD EPYC 9654 96-Core Processor")
+        );
+        assert_eq!(model_name_in("processor\t: 0\n"), None);
+        assert_eq!(model_name_in("model name\t:  \n"), None);
     }
 }
