@@ -153,6 +153,12 @@ fn calibrate_writes_a_file_that_plan_then_uses() {
         .as_array()
         .unwrap();
     assert_eq!(sparse_gather.len(), 8, "{v}");
+    // The dense gathers are timed from tables far larger than the host's caches too (3 row
+    // widths × 4 row counts, as the near ones), and the host's cache is in the file: the
+    // planner mixes the two by how much of a store that cache holds.
+    let far = v["operators"]["gather_far"]["points"].as_array().unwrap();
+    assert_eq!(far.len(), 12, "{v}");
+    assert!(v["cache_bytes"].as_f64().unwrap() > 0.0, "{v}");
     // The ranks' drift between collectives is measured on several ranks: three stretches of
     // work, each with the mean wait it left (never negative: the slowest rank less each).
     let drift = v["operators"]["drift"]["points"].as_array().unwrap();

@@ -111,6 +111,11 @@ impl FeatureStore {
         self.own.ncols()
     }
 
+    /// Bytes of the dense rows this store gathers from: its own rows and its cache.
+    pub fn dense_bytes(&self) -> usize {
+        (self.own.len() + self.cache.len()) * std::mem::size_of::<f32>()
+    }
+
     /// This rank's own rows.
     pub fn own_rows(&self) -> &Array2<f32> {
         &self.own

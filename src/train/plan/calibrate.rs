@@ -14,7 +14,7 @@ use super::calibration::{
     ROW_EXCHANGE_WIDTH,
 };
 use super::core_share::CoreShare;
-use super::evict::Evictor;
+use super::evict::{host_cache_bytes, Evictor};
 use crate::backend::{AdamStep, Backend, EdgeWeights};
 use crate::comm::{Group, World};
 use crate::exchange::plan::alltoallv_rows_on;
@@ -359,6 +359,7 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
     let host = KernelTimer::host(world, share);
     let kernels = KernelTimer::kernels(be, world, share);
     let gather = gather_points(host);
+    let gather_far = gather_far_points(host, cache_of_host());
     let sparse_gather = sparse_gather_points(host);
     if B::IS_HOST {
         put("h2d", vec![]);
@@ -388,6 +389,7 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
     ops.insert("gemm", gemm);
     ops.insert("spmm", spmm);
     ops.insert("gather", gather);
+    ops.insert("gather_far", gather_far);
     ops.insert("gather_sparse", sparse_gather);
     ops
 }
@@ -488,7 +490,7 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
             "gemm" | "spmm" => Fit::least_squares_with_bytes(unit, points, bytes),
             // Priced through their points by rows and row size (`Fit::by_grid`); the line
             // is kept for reading.
-            "gather" | "gather_sparse" => Fit {
+            "gather" | "gather_far" | "gather_sparse" => Fit {
                 by_points: true,
                 ..Fit::least_squares_relative_with_bytes(unit, points, bytes)
             },
@@ -512,6 +514,7 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
             turns: share.turns,
             factor: share.factor,
         }),
+        cache_bytes: cache_of_host() as f64,
     };
     // Rank 0's numbers everywhere (they are maxima over ranks already; this makes them bitwise
     // the same whatever the reductions' rounding).
@@ -578,13 +581,60 @@ pub fn share_from_root(world: &World, cal: &mut Calibration) {
     cal.set_wire(&wire);
 }
 
+/// The host's largest cache, or 32 MiB where it reports none.
+fn cache_of_host() -> usize {
+    host_cache_bytes().unwrap_or(32 << 20)
+}
+
+/// The row widths (columns) the dense gathers are timed at.
+const GATHER_WIDTHS: [usize; 3] = [8, 128, 1024];
+
 /// The feature gather (rows by id from this rank's store into a batch matrix), with the real
 /// store's code path, at three row widths: `x` = rows, and the bytes of each point. A row
 /// costs its lookup (ownership, cache) and placement whatever its width, which bytes alone
 /// missed: Tolokers' 40-byte rows gathered at 2-5× their bytes' prediction (2-core VM).
 fn gather_points(timer: KernelTimer) -> (Vec<[f64; 2]>, Vec<f64>) {
     let (mut points, mut bytes) = (Vec::new(), Vec::new());
-    for (table_rows, width) in [(1usize << 15, 8usize), (1 << 15, 128), (1 << 13, 1024)] {
+    for (table_rows, width) in [1usize << 15, 1 << 15, 1 << 13]
+        .into_iter()
+        .zip(GATHER_WIDTHS)
+    {
+        let table = Array2::from_shape_fn((table_rows, width), |(i, j)| (i * 7 + j) as f32);
+        let store = FeatureStore::new(vec![0, table_rows as u64], 0, table);
+        time_gathers(
+            timer,
+            table_rows,
+            width * 4,
+            (&mut points, &mut bytes),
+            |ids| {
+                let (x, _) = store.gather_local(ids);
+                store.recycle(x);
+            },
+        );
+    }
+    (points, bytes)
+}
+
+/// The far gathers' tables: this many times the host's largest cache, within the bounds below
+/// (a host that reports no cache gets the lower one), so that almost every row a gather reads
+/// comes from memory, not from a cache.
+const FAR_TABLE_CACHE_MULTIPLE: usize = 4;
+const FAR_TABLE_MIN_BYTES: usize = 128 << 20;
+const FAR_TABLE_MAX_BYTES: usize = 512 << 20;
+
+/// The feature gather as [`gather_points`] times it, at the same row widths and counts, from
+/// tables far larger than the host's caches (`gather_far`). [`gather_points`]' tables (1-32
+/// MB) stay in a large last-level cache between calls: on the 2-core EPYC VM (32 MB L3) they
+/// priced the 200k SBM's gathers (51 MB of rows per rank) at 0.47× their measured time, its
+/// 512-byte rows at 47 ns each where one from a 512 MB table takes about twice that. The
+/// planner mixes the two by how much of a rank's store its share of the cache can hold
+/// ([`super::calibration::Calibration::far_share`]).
+fn gather_far_points(timer: KernelTimer, cache_bytes: usize) -> (Vec<[f64; 2]>, Vec<f64>) {
+    let table_bytes =
+        (cache_bytes * FAR_TABLE_CACHE_MULTIPLE).clamp(FAR_TABLE_MIN_BYTES, FAR_TABLE_MAX_BYTES);
+    let (mut points, mut bytes) = (Vec::new(), Vec::new());
+    for width in GATHER_WIDTHS {
+        let table_rows = table_bytes / (width * 4);
         let table = Array2::from_shape_fn((table_rows, width), |(i, j)| (i * 7 + j) as f32);
         let store = FeatureStore::new(vec![0, table_rows as u64], 0, table);
         time_gathers(

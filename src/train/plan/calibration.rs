@@ -23,8 +23,9 @@ use std::path::{Path, PathBuf};
 /// the bytes of their entries too, 13 the `gather_sparse` of mostly-zero rows as CSR, 14 the
 /// gathers priced through their measured points by rows and row size, [`Fit::by_points`], 15
 /// the sampler timed from evicted caches where every rank has cores of its own, 16 the
-/// communication operators timed up to 16 MB messages.)
-pub const FORMAT: u32 = 16;
+/// communication operators timed up to 16 MB messages, 17 the gathers from tables larger than
+/// the host's caches, `gather_far`, and the host's largest cache, [`Calibration::cache_bytes`].)
+pub const FORMAT: u32 = 17;
 
 /// Operators every calibration holds, with the unit of their `x`.
 pub const OPERATORS: &[(&str, &str)] = &[
@@ -36,6 +37,7 @@ pub const OPERATORS: &[(&str, &str)] = &[
     ("allreduce", "byte"),
     ("allgatherv", "byte"),
     ("gather", "row"),
+    ("gather_far", "row"),
     ("gather_sparse", "row"),
     ("h2d", "byte"),
     ("d2h", "byte"),
@@ -479,6 +481,9 @@ pub struct Calibration {
     /// timed and priced ([`super::core_share`]). Absent where every rank had cores of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_cores: Option<SharedCores>,
+    /// Bytes of rank 0's host's largest cache (32 MiB where the host reports none): how much
+    /// of a store's rows its ranks' gathers find there ([`Calibration::far_share`]).
+    pub cache_bytes: f64,
 }
 
 /// The kernels of a calibration timed in turns on a host whose ranks share its cores.
@@ -501,9 +506,28 @@ impl Calibration {
             .unwrap_or_else(|| panic!("calibration without operator `{op}` (checked on load)"))
     }
 
+    /// The share of a gather's rows that come from memory rather than a cache, where each of
+    /// the host's ranks gathers from a store of `store_bytes`: what of the store does not fit
+    /// the rank's share of the largest cache (the host's ranks share it). A dense gather is
+    /// priced as `gather` plus this share of what `gather_far` costs more.
+    pub fn far_share(&self, store_bytes: f64) -> f64 {
+        let share = self.cache_bytes / self.key.ranks_per_node.max(1) as f64;
+        if store_bytes <= share || store_bytes <= 0.0 {
+            0.0
+        } else {
+            1.0 - share / store_bytes
+        }
+    }
+
     /// Refuse a calibration with a missing operator or a non-finite or negative coefficient,
     /// naming `origin` (the file) and the field.
     pub fn check(&self, origin: &str) -> Result<()> {
+        if !self.cache_bytes.is_finite() || self.cache_bytes < 0.0 {
+            bail!(
+                "calibration {origin}: field `cache_bytes` is {}; it must be a finite number ≥ 0",
+                self.cache_bytes
+            );
+        }
         for (op, unit) in OPERATORS {
             let Some(f) = self.operators.get(*op) else {
                 bail!("calibration {origin}: field `operators.{op}` is missing");
@@ -551,7 +575,8 @@ impl Calibration {
 
     /// Every operator's pricing in [`OPERATORS`] order, as numbers (what rank 0 broadcasts):
     /// latency, per unit, per byte, per row, whether by points, the point count, then each
-    /// point's `x` and seconds, then the count of point bytes and each of them.
+    /// point's `x` and seconds, then the count of point bytes and each of them; last, the
+    /// host's cache bytes.
     pub fn wire(&self) -> Vec<f64> {
         let mut w = Vec::new();
         for (op, _) in OPERATORS {
@@ -562,6 +587,7 @@ impl Calibration {
             w.push(f.point_bytes.len() as f64);
             w.extend(&f.point_bytes);
         }
+        w.push(self.cache_bytes);
         w
     }
 
@@ -583,6 +609,7 @@ impl Calibration {
             let n = next() as usize;
             f.point_bytes = (0..n).map(|_| next()).collect();
         }
+        self.cache_bytes = next();
     }
 
     /// Write atomically (a reader never sees half a file).
@@ -703,6 +730,7 @@ mod tests {
                 .map(|(op, unit)| (op.to_string(), Fit::least_squares(unit, vec![[1.0, 2.0]])))
                 .collect(),
             shared_cores: None,
+            cache_bytes: 32.0 * 1024.0 * 1024.0,
         }
     }
 
@@ -823,9 +851,11 @@ mod tests {
         cal.operators.insert("gather".into(), gather_grid());
         let mut other = Calibration {
             operators: BTreeMap::new(),
+            cache_bytes: 0.0,
             ..cal.clone()
         };
         other.set_wire(&cal.wire());
+        assert_eq!(other.cache_bytes, cal.cache_bytes);
         for (op, _) in OPERATORS {
             let (a, b) = (cal.op(op), other.op(op));
             assert_eq!(
@@ -1028,5 +1058,24 @@ mod tests {
         let mut other = key();
         other.ranks = 4;
         assert_ne!(default_path(&key()), default_path(&other));
+    }
+
+    #[test]
+    fn the_far_share_is_what_of_a_store_the_ranks_share_of_the_cache_cannot_hold() {
+        // 32 MiB among the key's 2 ranks: 16 MiB each.
+        let cal = calibration();
+        let mib = 1024.0 * 1024.0;
+        assert_eq!(cal.far_share(0.0), 0.0);
+        assert_eq!(cal.far_share(16.0 * mib), 0.0);
+        assert!((cal.far_share(64.0 * mib) - 0.75).abs() < 1e-12);
+        assert!(cal.far_share(1e12) < 1.0);
+        let alone = Calibration {
+            key: CalibrationKey {
+                ranks_per_node: 1,
+                ..key()
+            },
+            ..calibration()
+        };
+        assert!((alone.far_share(64.0 * mib) - 0.5).abs() < 1e-12);
     }
 }

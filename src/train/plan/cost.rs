@@ -72,6 +72,10 @@ pub struct ModelShape {
     /// Ranks the gradients are summed over when more than those sharing a mini-batch (hybrid
     /// over several nodes: the world, where the dry run saw one node); 1 otherwise.
     pub sync_ranks: usize,
+    /// Bytes of the dense feature rows the fullest rank's store gathers from (its own rows
+    /// and its cache): what of them the host's cache cannot hold is gathered at the price of
+    /// rows from memory ([`Calibration::far_share`]).
+    pub store_bytes: f64,
     /// Workers that prepare the batches of every strategy but NFP ahead while the device trains
     /// (`train::prefetch`; `prefetches_strategy` says where),
     /// or `None` where each batch is prepared in its step (the CPU backend, whose cores the
@@ -398,7 +402,11 @@ fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str, rows: Rows
     } else {
         "gather"
     };
-    let mut s = cal.op(gather).seconds_touching(read, gathered, 2.0);
+    let mut s = if rows == Rows::Csr {
+        cal.op(gather).seconds_touching(read, gathered, 2.0)
+    } else {
+        dense_gather(shape, cal, read, gathered, 2.0)
+    };
     if c.input_remote + c.input_served > 0.0 {
         // Two exchanges: the ids out, the rows back.
         let ids = 8.0 * c.input_remote;
@@ -420,6 +428,21 @@ fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str, rows: Rows
         bytes: fetched,
         upload,
     }
+}
+
+/// A dense gather from the store of `rows` rows touching `bytes` in `calls` calls: priced
+/// through the gathers from a table the host's cache holds (`gather`) and, for the share of
+/// the store it cannot ([`Calibration::far_share`]), through those from one far larger
+/// (`gather_far`). CSR rows come from the store's sparse copy, a small share of its dense
+/// bytes, and are priced by `gather_sparse` alone.
+fn dense_gather(shape: &ModelShape, cal: &Calibration, rows: f64, bytes: f64, calls: f64) -> f64 {
+    let near = cal.op("gather").seconds_touching(rows, bytes, calls);
+    let far_share = cal.far_share(shape.store_bytes);
+    if far_share == 0.0 {
+        return near;
+    }
+    let far = cal.op("gather_far").seconds_touching(rows, bytes, calls);
+    near + far_share * (far - near).max(0.0)
 }
 
 /// The operator of partial sums exchanged among the ranks whose row exchanges are `a2a`:
@@ -588,7 +611,11 @@ pub fn nfp(
         Some(nnz) => ("gather_sparse", src * (nnz / p * 8.0 + 8.0)),
         None => ("gather", src * slice * 4.0),
     };
-    let mut load = cal.op(op).seconds_touching(src, bytes, p);
+    let mut load = if csr.is_some() {
+        cal.op(op).seconds_touching(src, bytes, p)
+    } else {
+        dense_gather(shape, cal, src, bytes, p)
+    };
     let upload = if shape.device {
         cal.op("h2d").seconds(bytes, p)
     } else {
@@ -840,6 +867,7 @@ mod tests {
                 })
                 .collect(),
             shared_cores: None,
+            cache_bytes: 32.0 * 1024.0 * 1024.0,
         }
     }
 
@@ -857,6 +885,7 @@ mod tests {
             prefetch_workers: None,
             resident_rows: false,
             sync_ranks: 1,
+            store_bytes: 0.0,
         }
     }
 

@@ -18,8 +18,7 @@ pub struct Evictor {
 impl Evictor {
     /// A buffer of twice the largest cache `sysfs` reports for CPU 0.
     pub fn for_host() -> Evictor {
-        let cache = largest_cache_bytes(Path::new("/sys/devices/system/cpu/cpu0/cache"));
-        let bytes = (cache.unwrap_or(0) * CACHE_MULTIPLE).clamp(MIN_BYTES, MAX_BYTES);
+        let bytes = (host_cache_bytes().unwrap_or(0) * CACHE_MULTIPLE).clamp(MIN_BYTES, MAX_BYTES);
         Evictor {
             buffer: vec![1; bytes / 8],
         }
@@ -39,6 +38,12 @@ impl Evictor {
         }
         std::hint::black_box(&self.buffer);
     }
+}
+
+/// The largest data or unified cache `sysfs` reports for CPU 0 (its last level, which the
+/// cores of its package share), `None` where it reports none.
+pub fn host_cache_bytes() -> Option<usize> {
+    largest_cache_bytes(Path::new("/sys/devices/system/cpu/cpu0/cache"))
 }
 
 /// The largest data or unified cache under `dir` (`index*/size`, as "107520K"), in bytes.

@@ -101,6 +101,7 @@ pub fn obtain<B: Backend>(
             seconds_to_calibrate: 0.0,
             operators: Default::default(),
             shared_cores: None,
+            cache_bytes: 0.0,
         });
         calibrate::share_from_root(world, &mut cal);
         let products_now = calibrate::products_against(be, world, &cal);
@@ -197,6 +198,7 @@ pub fn shape_of<B: Backend, M: Backend>(
             sparse_input && csr_everywhere,
         ),
         sync_ranks: world_ranks,
+        store_bytes: group.allreduce_max_f64(data.store.dense_bytes() as f64),
         // (Whether the host gathers dense rows sets the default worker count.)
         prefetch_workers: planned_workers(
             cfg,
