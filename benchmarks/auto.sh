@@ -131,6 +131,7 @@ for line in open(src):
         s = plan["strategies"][j["strategy"]]
         # The measured run's check was of the calibration it ran with, not of this one.
         j.pop("calibration_products_now", None)
+        j.pop("calibration_gathers_now", None)
         j.update(choice=plan["choice"], predicted_step=s["step_seconds"],
                  predicted_phases=s["phases"],
                  predicted_nfp_step=plan["strategies"]["nfp"]["step_seconds"])
@@ -201,6 +202,7 @@ for s in strategies:
         # That run's check of the calibration against the host (its products timed again /
         # the times it holds): far from 1, the predictions are off by about as much.
         "calibration_products_now": (j.get("prediction") or {}).get("calibration_products_now"),
+        "calibration_gathers_now": (j.get("prediction") or {}).get("calibration_gathers_now"),
         "failed": not runs,
     }))
 PY

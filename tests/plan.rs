@@ -112,8 +112,7 @@ fn calibrate_writes_a_file_that_plan_then_uses() {
     let json: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     // A cached calibration is checked against the host: a few of its products timed again.
     assert!(
-        stderr.contains("calibration: checked")
-            || stderr.contains("now runs the calibration's products"),
+        stderr.contains("calibration: checked") || stderr.contains("this host now runs its"),
         "{stderr}"
     );
     let choice = json["plan"]["choice"].as_str().unwrap();
@@ -256,10 +255,13 @@ fn a_calibration_far_from_the_host_is_used_and_the_log_and_summary_say_so() {
     }
     let (dir, cal, _) = calibrated(2);
     let cal_s = cal.to_str().unwrap();
-    // As if measured on a machine state 1000× slower at products: no noise comes near that.
+    // As if measured on a machine state 1000× slower at products and gathers: no noise comes
+    // near that.
     let mut v = common::read_json(&cal);
-    for p in v["operators"]["gemm"]["points"].as_array_mut().unwrap() {
-        p[1] = serde_json::json!(p[1].as_f64().unwrap() * 1000.0);
+    for op in ["gemm", "gather"] {
+        for p in v["operators"][op]["points"].as_array_mut().unwrap() {
+            p[1] = serde_json::json!(p[1].as_f64().unwrap() * 1000.0);
+        }
     }
     let slow = v.to_string();
     std::fs::write(&cal, &slow).unwrap();
@@ -267,8 +269,8 @@ fn a_calibration_far_from_the_host_is_used_and_the_log_and_summary_say_so() {
     assert!(stderr.contains("using cached"), "{stderr}");
     assert!(
         stderr.contains(&format!(
-            "now runs the calibration's products in 0.00× the time `{cal_s}` holds"
-        )) && stderr.contains("slower state of the machine"),
+            "now runs its products in 0.00× and its gathers in 0.00× the time `{cal_s}` holds"
+        )) && stderr.contains("(products and gathers off)"),
         "{stderr}"
     );
     assert!(stdout.contains("choice: "), "{stdout}");
@@ -276,8 +278,10 @@ fn a_calibration_far_from_the_host_is_used_and_the_log_and_summary_say_so() {
     assert_eq!(std::fs::read_to_string(&cal).unwrap(), slow);
     // A training run with that calibration carries the check in its summary's prediction.
     let v = train_gdp_two_steps(cal_s, &dir.path().join("summary.json"));
-    let now = v["prediction"]["calibration_products_now"].as_f64();
-    assert!(now.is_some_and(|r| r < 0.01), "{v}");
+    for check in ["calibration_products_now", "calibration_gathers_now"] {
+        let now = v["prediction"][check].as_f64();
+        assert!(now.is_some_and(|r| r < 0.01), "{check}: {v}");
+    }
 }
 
 /// Every rank's "strategy auto: chose X" line.
@@ -458,8 +462,7 @@ fn calibrate_plan_and_auto_run_on_emulated_cuda_ranks() {
         &train_args("auto", "3", cal_s, summary.to_str().unwrap()),
     );
     assert!(
-        stderr.contains("calibration: checked")
-            || stderr.contains("now runs the calibration's products"),
+        stderr.contains("calibration: checked") || stderr.contains("this host now runs its"),
         "{stderr}"
     );
     let picked = choices(&stderr);
@@ -470,6 +473,7 @@ fn calibrate_plan_and_auto_run_on_emulated_cuda_ranks() {
     let p = &s["prediction"];
     assert_eq!(p["strategy"], choice, "{p}");
     assert!(p["calibration_products_now"].as_f64().unwrap() > 0.0, "{p}");
+    assert!(p["calibration_gathers_now"].as_f64().unwrap() > 0.0, "{p}");
     assert!(p["measured"]["step_seconds"].as_f64().unwrap() > 0.0, "{p}");
     assert!(p["relative_error"].as_f64().is_some(), "{p}");
 }

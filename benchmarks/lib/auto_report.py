@@ -98,18 +98,22 @@ def main():
                        f"| {100 * statistics.median(signed[s]):+.0f}% | {len(errors[s])} "
                        f"| {noise} |")
     # The calibration's check against the host at the start of each training run (its
-    # products timed again / the times it holds; absent in grids before the check existed):
-    # far from 1 on a rank count, every prediction of that rank count is off by about as much.
-    checks = defaultdict(list)
-    for runs in cases.values():
-        for r in runs.values():
-            if r.get("calibration_products_now"):
-                checks[r["ranks"]].append(r["calibration_products_now"])
-    if checks:
-        summary += ["", "Calibration check (the calibration's products timed again at the start "
-                    "of each run / the time it holds; median and range over runs): " + "; ".join(
-                        f"{n} ranks {statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})"
-                        for n, v in sorted(checks.items()))]
+    # products, and its gathers, timed again / the times it holds; absent in grids before the
+    # checks existed): far from 1 on a rank count, the predictions of that rank count are off
+    # by about as much (the products for the cores, the gathers for the caches and memory).
+    for key, what in [("calibration_products_now", "products"),
+                      ("calibration_gathers_now", "gathers")]:
+        checks = defaultdict(list)
+        for runs in cases.values():
+            for r in runs.values():
+                if r.get(key):
+                    checks[r["ranks"]].append(r[key])
+        if checks:
+            summary += ["", f"Calibration check (the calibration's {what} timed again at the "
+                        "start of each run / the time it holds; median and range over runs): "
+                        + "; ".join(f"{n} ranks {statistics.median(v):.2f} "
+                                    f"({min(v):.2f}-{max(v):.2f})"
+                                    for n, v in sorted(checks.items()))]
     summary += phase_table(cases)
     summary += ["", "Cases where a fixed strategy loses by >= 1.5x to the fastest:", ""]
     summary += [f"- {x}" for x in losses] or ["- none"]

@@ -1209,6 +1209,7 @@ fn plan_run<B: Backend>(
             prediction: p,
             calibration: cal.path,
             products_now: cal.products_now,
+            gathers_now: cal.gathers_now,
         }),
         None,
     ))

@@ -557,6 +557,50 @@ pub fn products_against<B: Backend>(be: &B, world: &World, cal: &Calibration) ->
         .filter(|(n, t)| n[0] == t[0] && t[1] > 0.0)
         .map(|(n, t)| n[1] / t[1])
         .collect();
+    median_ratio_from_root(world, ratios)
+}
+
+/// The width of the gathers a cached calibration is checked on (512-byte rows).
+const CHECK_GATHER_WIDTH: usize = 128;
+
+/// How fast this host gathers feature rows now, against `cal`: its `gather` points of
+/// [`CHECK_GATHER_WIDTH`] columns timed again as the calibration timed them, the median over
+/// them of (seconds now / seconds then); `None` when `cal` has no such points. The products
+/// of [`products_against`] are bound by the cores, a gather by the caches and the memory,
+/// which a VM shares with its neighbours: on the 2-core EPYC VM the 512-byte gathers of
+/// 16,384 rows took 47 ns a row in one calibration and 122 ns in another an hour later,
+/// while the products of the two stayed within 10 % of each other. Collective; every rank
+/// gets rank 0's ratio.
+pub fn gathers_against(world: &World, cal: &Calibration) -> Option<f64> {
+    let then = cal.operators.get("gather")?;
+    let row_bytes = (CHECK_GATHER_WIDTH * 4) as f64;
+    let share = CoreShare::measure(world, cal.key.threads_per_rank);
+    let (table_rows, width) = GATHER_TABLE_ROWS
+        .into_iter()
+        .zip(GATHER_WIDTHS)
+        .find(|&(_, w)| w == CHECK_GATHER_WIDTH)
+        .expect("the check's width is one the calibration times");
+    let (now, now_bytes) = gathers_from_tables(
+        KernelTimer::host(world, share),
+        [(table_rows, width)].into_iter(),
+    );
+    let ratios: Vec<f64> = now
+        .iter()
+        .zip(&now_bytes)
+        .filter_map(|(n, &b)| {
+            // The point of the same rows and bytes then, timed at all.
+            let at = (0..then.points.len().min(then.point_bytes.len())).find(|&i| {
+                then.points[i][0] == n[0] && then.point_bytes[i] == b && b == n[0] * row_bytes
+            })?;
+            (then.points[at][1] > 0.0).then(|| n[1] / then.points[at][1])
+        })
+        .collect();
+    median_ratio_from_root(world, ratios)
+}
+
+/// The median of this rank's `ratios`, rank 0's on every rank; `None` where rank 0 has none.
+/// Collective.
+fn median_ratio_from_root(world: &World, ratios: Vec<f64>) -> Option<f64> {
     let mut ratio = [if ratios.is_empty() {
         f64::NAN
     } else {
@@ -589,30 +633,15 @@ fn cache_of_host() -> usize {
 /// The row widths (columns) the dense gathers are timed at.
 const GATHER_WIDTHS: [usize; 3] = [8, 128, 1024];
 
+/// The near gathers' tables, rows at each of [`GATHER_WIDTHS`]: 1, 16 and 32 MB.
+const GATHER_TABLE_ROWS: [usize; 3] = [1 << 15, 1 << 15, 1 << 13];
+
 /// The feature gather (rows by id from this rank's store into a batch matrix), with the real
 /// store's code path, at three row widths: `x` = rows, and the bytes of each point. A row
 /// costs its lookup (ownership, cache) and placement whatever its width, which bytes alone
 /// missed: Tolokers' 40-byte rows gathered at 2-5× their bytes' prediction (2-core VM).
 fn gather_points(timer: KernelTimer) -> (Vec<[f64; 2]>, Vec<f64>) {
-    let (mut points, mut bytes) = (Vec::new(), Vec::new());
-    for (table_rows, width) in [1usize << 15, 1 << 15, 1 << 13]
-        .into_iter()
-        .zip(GATHER_WIDTHS)
-    {
-        let table = Array2::from_shape_fn((table_rows, width), |(i, j)| (i * 7 + j) as f32);
-        let store = FeatureStore::new(vec![0, table_rows as u64], 0, table);
-        time_gathers(
-            timer,
-            table_rows,
-            width * 4,
-            (&mut points, &mut bytes),
-            |ids| {
-                let (x, _) = store.gather_local(ids);
-                store.recycle(x);
-            },
-        );
-    }
-    (points, bytes)
+    gathers_from_tables(timer, GATHER_TABLE_ROWS.into_iter().zip(GATHER_WIDTHS))
 }
 
 /// The far gathers' tables: this many times the host's largest cache, within the bounds below
@@ -626,15 +655,23 @@ const FAR_TABLE_MAX_BYTES: usize = 512 << 20;
 /// tables far larger than the host's caches (`gather_far`). [`gather_points`]' tables (1-32
 /// MB) stay in a large last-level cache between calls: on the 2-core EPYC VM (32 MB L3) they
 /// priced the 200k SBM's gathers (51 MB of rows per rank) at 0.47× their measured time, its
-/// 512-byte rows at 47 ns each where one from a 512 MB table takes about twice that. The
+/// 512-byte rows at 47 ns each where one from a 512 MB table took about twice that. The
 /// planner mixes the two by how much of a rank's store its share of the cache can hold
 /// ([`super::calibration::Calibration::far_share`]).
 fn gather_far_points(timer: KernelTimer, cache_bytes: usize) -> (Vec<[f64; 2]>, Vec<f64>) {
     let table_bytes =
         (cache_bytes * FAR_TABLE_CACHE_MULTIPLE).clamp(FAR_TABLE_MIN_BYTES, FAR_TABLE_MAX_BYTES);
+    let tables = GATHER_WIDTHS.map(|width| (table_bytes / (width * 4), width));
+    gathers_from_tables(timer, tables.into_iter())
+}
+
+/// [`time_gathers`] of the store's `gather_local` from a table of each `(rows, width)`.
+fn gathers_from_tables(
+    timer: KernelTimer,
+    tables: impl Iterator<Item = (usize, usize)>,
+) -> (Vec<[f64; 2]>, Vec<f64>) {
     let (mut points, mut bytes) = (Vec::new(), Vec::new());
-    for width in GATHER_WIDTHS {
-        let table_rows = table_bytes / (width * 4);
+    for (table_rows, width) in tables {
         let table = Array2::from_shape_fn((table_rows, width), |(i, j)| (i * 7 + j) as f32);
         let store = FeatureStore::new(vec![0, table_rows as u64], 0, table);
         time_gathers(

@@ -46,21 +46,63 @@ pub struct Calibrated {
     /// For a cached calibration, how long a few of its products take on this host now against
     /// the time it holds for them ([`calibrate::products_against`]); `None` when just measured.
     pub products_now: Option<f64>,
+    /// The same of a few of its feature gathers ([`calibrate::gathers_against`]): the caches
+    /// and memory, which a host's neighbours share, against the cores.
+    pub gathers_now: Option<f64>,
 }
 
 /// A run's plan: the prediction, the calibration file it priced with, and how that
-/// calibration compared with the host when the run started ([`Calibrated::products_now`]).
+/// calibration compared with the host when the run started ([`Calibrated::products_now`],
+/// [`Calibrated::gathers_now`]).
 #[derive(Clone, Debug)]
 pub struct Planned {
     pub prediction: Prediction,
     pub calibration: PathBuf,
     pub products_now: Option<f64>,
+    pub gathers_now: Option<f64>,
 }
 
 /// How far this host's products may be from a cached calibration's before the log warns that
 /// the calibration no longer describes the host. The 2-core VM's calibrations of one hour
 /// agreed within about 15 %; the one that misled a whole grid was 36 % off.
 const STALE_RATIO: f64 = 1.25;
+
+/// Say how the host runs a cached calibration's products and gathers now against the times
+/// it holds (`calibration: checked: …`), and warn where either is beyond [`STALE_RATIO`]: the
+/// calibration was measured in another state of the machine, and predictions from it will be
+/// off by about as much.
+fn log_host_check(path: &Path, products: Option<f64>, gathers: Option<f64>) {
+    let checked: Vec<(&str, f64)> = [("products", products), ("gathers", gathers)]
+        .into_iter()
+        .filter_map(|(what, r)| Some((what, r?)))
+        .collect();
+    if checked.is_empty() {
+        return;
+    }
+    let said = checked
+        .iter()
+        .map(|(what, r)| format!("its {what} in {r:.2}×"))
+        .collect::<Vec<_>>()
+        .join(" and ");
+    let stale: Vec<&str> = checked
+        .iter()
+        .filter(|(_, r)| !(1.0 / STALE_RATIO..=STALE_RATIO).contains(r))
+        .map(|(what, _)| *what)
+        .collect();
+    if stale.is_empty() {
+        log::info!("calibration: checked: this host runs {said} the time it holds for them");
+    } else {
+        log::warn!(
+            "calibration: this host now runs {said} the time `{}` holds for them: it was \
+             measured on another state of the machine ({} off), and predictions from it will be \
+             off by about as much (`gnnpar calibrate --calibration {}` on a quiet host measures \
+             it again)",
+            path.display(),
+            stale.join(" and "),
+            path.display()
+        );
+    }
+}
 
 /// This run's calibration: the file at `path` (default: [`calibration::default_path`]) when
 /// its key matches, else measured and written there (`Missing::Measure`), else none.
@@ -105,28 +147,15 @@ pub fn obtain<B: Backend>(
         });
         calibrate::share_from_root(world, &mut cal);
         let products_now = calibrate::products_against(be, world, &cal);
-        if let (Some(r), 0) = (products_now, world.rank()) {
-            if !(1.0 / STALE_RATIO..=STALE_RATIO).contains(&r) {
-                log::warn!(
-                    "calibration: this host now runs the calibration's products in {r:.2}× the \
-                     time `{}` holds for them: it was measured on a {} state of the machine, and \
-                     predictions from it will be off by about as much (`gnnpar calibrate \
-                     --calibration {}` on a quiet host measures it again)",
-                    path.display(),
-                    if r < 1.0 { "slower" } else { "faster" },
-                    path.display()
-                );
-            } else {
-                log::info!(
-                    "calibration: checked: this host runs its products in {r:.2}× the time it \
-                     holds for them"
-                );
-            }
+        let gathers_now = calibrate::gathers_against(world, &cal);
+        if world.rank() == 0 {
+            log_host_check(&path, products_now, gathers_now);
         }
         return Ok(Some(Calibrated {
             calibration: cal,
             path,
             products_now,
+            gathers_now,
         }));
     }
     if missing == Missing::Skip {
@@ -149,6 +178,7 @@ pub fn obtain<B: Backend>(
         calibration: cal,
         path,
         products_now: None,
+        gathers_now: None,
     }))
 }
 

@@ -87,6 +87,10 @@ pub struct PredictionReport {
     /// 1, the calibration did not describe the host the run had, nor its predictions the run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub calibration_products_now: Option<f64>,
+    /// The same of a few of its feature gathers: the caches and memory, which a host's
+    /// neighbours share, where the products are the cores.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calibration_gathers_now: Option<f64>,
     pub predicted: Predicted,
     pub measured: Measured,
     /// `(predicted − measured) / measured` of the step time.
@@ -158,6 +162,7 @@ impl PredictionReport {
             strategy: entry.to_string(),
             calibration: planned.calibration.display().to_string(),
             calibration_products_now: planned.products_now,
+            calibration_gathers_now: planned.gathers_now,
             predicted: Predicted {
                 phases: p.phases,
                 step_seconds: p.step_seconds,
