@@ -573,7 +573,6 @@ const CHECK_GATHER_WIDTH: usize = 128;
 /// gets rank 0's ratio.
 pub fn gathers_against(world: &World, cal: &Calibration) -> Option<f64> {
     let then = cal.operators.get("gather")?;
-    let row_bytes = (CHECK_GATHER_WIDTH * 4) as f64;
     let share = CoreShare::measure(world, cal.key.threads_per_rank);
     let (table_rows, width) = GATHER_TABLE_ROWS
         .into_iter()
@@ -588,10 +587,9 @@ pub fn gathers_against(world: &World, cal: &Calibration) -> Option<f64> {
         .iter()
         .zip(&now_bytes)
         .filter_map(|(n, &b)| {
-            // The point of the same rows and bytes then, timed at all.
-            let at = (0..then.points.len().min(then.point_bytes.len())).find(|&i| {
-                then.points[i][0] == n[0] && then.point_bytes[i] == b && b == n[0] * row_bytes
-            })?;
+            // The point of the same rows and bytes then (its width's), timed at all.
+            let at = (0..then.points.len().min(then.point_bytes.len()))
+                .find(|&i| then.points[i][0] == n[0] && then.point_bytes[i] == b)?;
             (then.points[at][1] > 0.0).then(|| n[1] / then.points[at][1])
         })
         .collect();

@@ -512,7 +512,7 @@ impl Calibration {
     /// priced as `gather` plus this share of what `gather_far` costs more.
     pub fn far_share(&self, store_bytes: f64) -> f64 {
         let share = self.cache_bytes / self.key.ranks_per_node.max(1) as f64;
-        if store_bytes <= share || store_bytes <= 0.0 {
+        if store_bytes <= share {
             0.0
         } else {
             1.0 - share / store_bytes

@@ -398,13 +398,9 @@ fn load(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str, rows: Rows
         )
     };
     // CSR rows are assembled from the store's sparse copy, a path of its own per row.
-    let gather = if rows == Rows::Csr {
-        "gather_sparse"
-    } else {
-        "gather"
-    };
     let mut s = if rows == Rows::Csr {
-        cal.op(gather).seconds_touching(read, gathered, 2.0)
+        cal.op("gather_sparse")
+            .seconds_touching(read, gathered, 2.0)
     } else {
         dense_gather(shape, cal, read, gathered, 2.0)
     };
@@ -608,14 +604,18 @@ pub fn nfp(
         ..shape.clone()
     };
     // One gather per rank's input block.
-    let (op, bytes) = match csr {
-        Some(nnz) => ("gather_sparse", src * (nnz / p * 8.0 + 8.0)),
-        None => ("gather", src * slice * 4.0),
-    };
-    let mut load = if csr.is_some() {
-        cal.op(op).seconds_touching(src, bytes, p)
-    } else {
-        dense_gather(shape, cal, src, bytes, p)
+    let (mut load, bytes) = match csr {
+        Some(nnz) => {
+            let bytes = src * (nnz / p * 8.0 + 8.0);
+            (
+                cal.op("gather_sparse").seconds_touching(src, bytes, p),
+                bytes,
+            )
+        }
+        None => {
+            let bytes = src * slice * 4.0;
+            (dense_gather(shape, cal, src, bytes, p), bytes)
+        }
     };
     let upload = if shape.device {
         cal.op("h2d").seconds(bytes, p)
