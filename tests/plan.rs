@@ -158,6 +158,10 @@ fn calibrate_writes_a_file_that_plan_then_uses() {
     let far = v["operators"]["gather_far"]["points"].as_array().unwrap();
     assert_eq!(far.len(), 12, "{v}");
     assert!(v["cache_bytes"].as_f64().unwrap() > 0.0, "{v}");
+    // The aggregation is priced through its points (its cost per edge × column grows once
+    // its sources outgrow the caches), the optimizer by its line.
+    assert_eq!(v["operators"]["aggregate"]["by_points"], true, "{v}");
+    assert_eq!(v["operators"]["optimizer"]["by_points"], false, "{v}");
     // The ranks' drift between collectives is measured on several ranks: three stretches of
     // work, each with the mean wait it left (never negative: the slowest rank less each).
     let drift = v["operators"]["drift"]["points"].as_array().unwrap();

@@ -416,11 +416,19 @@ fn median_points<'a>(
 /// The operators priced through their measured points ([`Fit::by_points`]): the transfers,
 /// whose time per byte changes with the message's size (protocols, copies through shared
 /// memory, caches: 0.7 ns a byte for 128-512 KiB row exchanges and 1.8 ns for 4 MiB on a
-/// 2-core EPYC VM). The kernels keep their lines: their points are timed on inputs a call
-/// before left in the caches, and priced through them the optimizer and the element-wise
-/// passes of a training step, whose inputs come cold, came out at 0.4× their measured time
-/// (`auto-replan-2026-11-28*.md`).
+/// 2-core EPYC VM), and the aggregation, whose time per edge × column does too: its source
+/// rows are read at random, and on the EPYC VM (32 MB L3, 2 ranks) 0.24-0.28 ns while they
+/// fit the caches (1-8 MB of sources) and 0.59 ns at 16 MB. Its line, set by that largest
+/// point, priced the small blocks of Tolokers and of hidden widths 64-256 at twice their
+/// time; through its points the 60-case grid re-priced with the same calibration came out
+/// 2-4 points closer for every strategy but SNP (`auto-replan-2026-12-02d*.md`). The other
+/// kernels keep their lines: their points are timed on inputs a call before left in the
+/// caches, and priced through them the optimizer and the element-wise passes of a training
+/// step, whose inputs come cold, came out at 0.4× their measured time
+/// (`auto-replan-2026-11-28*.md`); re-priced so today they moved the grid's errors by ±2
+/// points either way.
 const PRICED_BY_POINTS: &[&str] = &[
+    "aggregate",
     "alltoallv_world",
     "alltoallv_node",
     "alltoallv_leaders",

@@ -24,8 +24,9 @@ use std::path::{Path, PathBuf};
 /// gathers priced through their measured points by rows and row size, [`Fit::by_points`], 15
 /// the sampler timed from evicted caches where every rank has cores of its own, 16 the
 /// communication operators timed up to 16 MB messages, 17 the gathers from tables larger than
-/// the host's caches, `gather_far`, and the host's largest cache, [`Calibration::cache_bytes`].)
-pub const FORMAT: u32 = 17;
+/// the host's caches, `gather_far`, and the host's largest cache, [`Calibration::cache_bytes`],
+/// 18 the aggregation priced through its measured points.)
+pub const FORMAT: u32 = 18;
 
 /// Operators every calibration holds, with the unit of their `x`.
 pub const OPERATORS: &[(&str, &str)] = &[
