@@ -14,7 +14,7 @@ use super::calibration::{
     ROW_EXCHANGE_WIDTH,
 };
 use super::core_share::CoreShare;
-use super::evict::{host_cache_bytes, Evictor};
+use super::evict::{host_cache_bytes, private_cache_bytes, Evictor};
 use crate::backend::{AdamStep, Backend, EdgeWeights};
 use crate::comm::{Group, World};
 use crate::exchange::plan::alltoallv_rows_on;
@@ -491,11 +491,25 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
         SWEEPS
     };
     let sweeps: Vec<Sweep> = (0..count).map(|_| sweep(be, world, share)).collect();
+    // A host's products run from its cores' caches; a device's have none of them.
+    let private = if B::IS_HOST {
+        private_cache_bytes().unwrap_or(0) as f64
+    } else {
+        0.0
+    };
     let mut ops: BTreeMap<String, Fit> = BTreeMap::new();
     for (name, unit) in OPERATORS {
         let (points, bytes) = median_points(sweeps.iter().map(|s| &s[name]));
         let mut fit = match *name {
-            "gemm" | "spmm" => Fit::least_squares_with_bytes(unit, points, bytes),
+            // The products' bytes beyond the core's own caches (`Calibration::products`).
+            "gemm" => {
+                let beyond = bytes.iter().map(|b| (b - private).max(0.0)).collect();
+                Fit {
+                    point_bytes: bytes,
+                    ..Fit::least_squares_with_bytes(unit, points, beyond)
+                }
+            }
+            "spmm" => Fit::least_squares_with_bytes(unit, points, bytes),
             // Priced through their points by rows and row size (`Fit::by_grid`); the line
             // is kept for reading.
             "gather" | "gather_far" | "gather_sparse" => Fit {
@@ -523,6 +537,7 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
             factor: share.factor,
         }),
         cache_bytes: cache_of_host() as f64,
+        private_cache_bytes: private,
     };
     // Rank 0's numbers everywhere (they are maxima over ranks already; this makes them bitwise
     // the same whatever the reductions' rounding).

@@ -25,8 +25,9 @@ use std::path::{Path, PathBuf};
 /// the sampler timed from evicted caches where every rank has cores of its own, 16 the
 /// communication operators timed up to 16 MB messages, 17 the gathers from tables larger than
 /// the host's caches, `gather_far`, and the host's largest cache, [`Calibration::cache_bytes`],
-/// 18 the aggregation priced through its measured points.)
-pub const FORMAT: u32 = 18;
+/// 18 the aggregation priced through its measured points, 19 the products' bytes priced
+/// beyond the core's own caches, [`Calibration::private_cache_bytes`].)
+pub const FORMAT: u32 = 19;
 
 /// Operators every calibration holds, with the unit of their `x`.
 pub const OPERATORS: &[(&str, &str)] = &[
@@ -485,6 +486,10 @@ pub struct Calibration {
     /// Bytes of rank 0's host's largest cache (32 MiB where the host reports none): how much
     /// of a store's rows its ranks' gathers find there ([`Calibration::far_share`]).
     pub cache_bytes: f64,
+    /// Bytes of the largest cache below rank 0's host's last level (its L2; 0 for a device's
+    /// calibration): a product's bytes within it cost no more than its flops, only those
+    /// beyond are priced by `gemm`'s per-byte term ([`Calibration::products`]).
+    pub private_cache_bytes: f64,
 }
 
 /// The kernels of a calibration timed in turns on a host whose ranks share its cores.
@@ -507,6 +512,19 @@ impl Calibration {
             .unwrap_or_else(|| panic!("calibration without operator `{op}` (checked on load)"))
     }
 
+    /// Seconds of `calls` dense products doing `flops` and touching `bytes` in all, each call
+    /// its share of both: a call's bytes within the core's own caches
+    /// ([`Calibration::private_cache_bytes`]) cost nothing beyond its flops, those beyond
+    /// are priced by `gemm`'s per-byte term. Fitted on every byte, that term (6.3 GB/s, set by
+    /// skinny products into fresh 32 MB outputs) priced a 1024×32×32 product at 2.9× its
+    /// measured time and the 12 calibrated shapes at 0.86-2.9×; on the bytes beyond a 2 MB
+    /// L2, 0.85-1.11× (Xeon VM, 2026-12-03).
+    pub fn products(&self, flops: f64, bytes: f64, calls: f64) -> f64 {
+        let per_call = if calls > 0.0 { bytes / calls } else { bytes };
+        let beyond = (per_call - self.private_cache_bytes).max(0.0) * calls.max(1.0);
+        self.op("gemm").seconds_touching(flops, beyond, calls)
+    }
+
     /// The share of a gather's rows that come from memory rather than a cache, where each of
     /// the host's ranks gathers from a store of `store_bytes`: what of the store does not fit
     /// the rank's share of the largest cache (the host's ranks share it). A dense gather is
@@ -523,11 +541,15 @@ impl Calibration {
     /// Refuse a calibration with a missing operator or a non-finite or negative coefficient,
     /// naming `origin` (the file) and the field.
     pub fn check(&self, origin: &str) -> Result<()> {
-        if !self.cache_bytes.is_finite() || self.cache_bytes < 0.0 {
-            bail!(
-                "calibration {origin}: field `cache_bytes` is {}; it must be a finite number ≥ 0",
-                self.cache_bytes
-            );
+        for (field, v) in [
+            ("cache_bytes", self.cache_bytes),
+            ("private_cache_bytes", self.private_cache_bytes),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                bail!(
+                    "calibration {origin}: field `{field}` is {v}; it must be a finite number ≥ 0"
+                );
+            }
         }
         for (op, unit) in OPERATORS {
             let Some(f) = self.operators.get(*op) else {
@@ -589,6 +611,7 @@ impl Calibration {
             w.extend(&f.point_bytes);
         }
         w.push(self.cache_bytes);
+        w.push(self.private_cache_bytes);
         w
     }
 
@@ -611,6 +634,7 @@ impl Calibration {
             f.point_bytes = (0..n).map(|_| next()).collect();
         }
         self.cache_bytes = next();
+        self.private_cache_bytes = next();
     }
 
     /// Write atomically (a reader never sees half a file).
@@ -732,6 +756,7 @@ mod tests {
                 .collect(),
             shared_cores: None,
             cache_bytes: 32.0 * 1024.0 * 1024.0,
+            private_cache_bytes: 2.0 * 1024.0 * 1024.0,
         }
     }
 
@@ -842,6 +867,27 @@ mod tests {
     }
 
     #[test]
+    fn products_pay_only_for_the_bytes_each_call_cannot_keep_in_the_cores_caches() {
+        let mut cal = calibration();
+        cal.private_cache_bytes = 1000.0;
+        let gemm = cal.operators.get_mut("gemm").unwrap();
+        (gemm.latency_s, gemm.per_unit_s, gemm.per_byte_s) = (1e-6, 1e-9, 1e-8);
+        // Two calls of 600 bytes each: within the cache, the flops and latencies alone.
+        let small = cal.products(5000.0, 1200.0, 2.0);
+        assert!((small - (2e-6 + 5e-6)).abs() < 1e-18, "{small}");
+        // Two calls of 1500 bytes: 500 beyond the cache each.
+        let large = cal.products(5000.0, 3000.0, 2.0);
+        assert!(
+            (large - (2e-6 + 5e-6 + 1000.0 * 1e-8)).abs() < 1e-18,
+            "{large}"
+        );
+        // Without a private cache (a device's calibration) every byte is priced.
+        cal.private_cache_bytes = 0.0;
+        let all = cal.products(5000.0, 3000.0, 2.0);
+        assert!((all - (2e-6 + 5e-6 + 3000.0 * 1e-8)).abs() < 1e-18, "{all}");
+    }
+
+    #[test]
     fn the_wire_carries_every_operators_pricing() {
         let mut cal = calibration();
         cal.operators.insert(
@@ -853,10 +899,12 @@ mod tests {
         let mut other = Calibration {
             operators: BTreeMap::new(),
             cache_bytes: 0.0,
+            private_cache_bytes: 0.0,
             ..cal.clone()
         };
         other.set_wire(&cal.wire());
         assert_eq!(other.cache_bytes, cal.cache_bytes);
+        assert_eq!(other.private_cache_bytes, cal.private_cache_bytes);
         for (op, _) in OPERATORS {
             let (a, b) = (cal.op(op), other.op(op));
             assert_eq!(

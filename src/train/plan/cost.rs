@@ -182,6 +182,8 @@ pub struct Prediction {
 pub struct LayerWork {
     pub flops: f64,
     pub bytes: f64,
+    /// The dense products making `flops` and `bytes`, forward and backward.
+    pub products: f64,
     pub edge_cols: f64,
     /// GAT: edges × the product's columns of its attention (logits, softmax, weighted
     /// aggregation, and their backward), priced by the calibrated `attention` operator.
@@ -204,13 +206,16 @@ pub fn layer_work(
     // matrices (the weight and input gradients touch as many).
     let product = |m: f64| (2.0 * m * i * o, 4.0 * (m * i + i * o + m * o));
     let ((f_self, b_self), (f_neigh, b_neigh)) = (product(nd), product(ns));
-    let (flops, bytes, agg) = if agg_first {
-        (k * f_self, k * b_self, e * i)
+    // Aggregating first, SAGE's two weights stack into one product (`SageConv::forward`);
+    // projecting first, each is a product of its own.
+    let (flops, bytes, agg, calls) = if agg_first {
+        (k * f_self, k * b_self, e * i, 1.0)
     } else {
         (
             f_neigh + (k - 1.0) * f_self,
             b_neigh + (k - 1.0) * b_self,
             e * o,
+            k,
         )
     };
     // Backward: the weight gradients (as many flops and bytes as forward), the input
@@ -221,6 +226,7 @@ pub fn layer_work(
     LayerWork {
         flops: products * flops,
         bytes: products * bytes,
+        products: products * calls,
         edge_cols: agg + agg_b,
         attention_cols: 0.0,
     }
@@ -242,6 +248,7 @@ pub fn gat_layer_work(
     LayerWork {
         flops: products * 2.0 * ns * i * o,
         bytes: products * 4.0 * (ns * i + i * o + ns * o),
+        products,
         edge_cols: 0.0,
         attention_cols: e * o,
     }
@@ -249,11 +256,10 @@ pub fn gat_layer_work(
 
 /// Train-phase seconds of `c`'s layers, the input layer computed in `order`; `scanned`: a
 /// sparse input layer first finds the non-zeros of dense rows (else its rows came as CSR).
-/// Products are priced together (one line in flops and bytes); aggregations, attention and
-/// activations layer by layer (with lines, as their calibrated operators are, the sum is the
-/// same as pricing them together).
+/// Everything is priced layer by layer: the products by their flops and their bytes beyond
+/// the core's own caches per call ([`Calibration::products`]), the aggregations, attention
+/// and activations by their calibrated operators.
 fn compute(shape: &ModelShape, cal: &Calibration, c: &Counts, order: Order, scanned: bool) -> f64 {
-    let (mut flops, mut bytes, mut layers) = (0.0, 0.0, 0.0);
     let mut seconds = 0.0;
     let hidden = shape.in_w.len().saturating_sub(1);
     for l in 0..shape.in_w.len() {
@@ -277,9 +283,7 @@ fn compute(shape: &ModelShape, cal: &Calibration, c: &Counts, order: Order, scan
             l > 0,
             if l == 0 { order } else { Order::Cheaper },
         );
-        flops += w.flops;
-        bytes += w.bytes;
-        layers += 1.0;
+        seconds += cal.products(w.flops, w.bytes, w.products);
         // About two aggregations per layer and step (forward and backward); GAT's layers run
         // one attention (forward and backward) each instead.
         seconds += if w.attention_cols > 0.0 {
@@ -288,8 +292,7 @@ fn compute(shape: &ModelShape, cal: &Calibration, c: &Counts, order: Order, scan
             cal.op("aggregate").seconds(w.edge_cols, 2.0)
         };
     }
-    // About three products per layer and step (forward and backward).
-    seconds + cal.op("gemm").seconds_touching(flops, bytes, 3.0 * layers)
+    seconds
 }
 
 /// An input layer on sparse rows (`nnz` stored per row, `i` columns dense): the scan that
@@ -893,6 +896,7 @@ mod tests {
                 .collect(),
             shared_cores: None,
             cache_bytes: 32.0 * 1024.0 * 1024.0,
+            private_cache_bytes: 0.0,
         }
     }
 
@@ -1270,6 +1274,16 @@ mod tests {
         let per = |m: f64| 4.0 * (m * 100.0 + 1000.0 + m * 10.0);
         assert_eq!(w.bytes, 3.0 * (per(1500.0) + per(200.0)));
         assert_eq!(w.flops, 3.0 * 2.0 * (1500.0 + 200.0) * 1000.0);
+        assert_eq!(w.products, 6.0, "two products a pass, three passes");
+        // Aggregating first, the two weights stack into one product a pass.
+        let stacked = layer_work(
+            ModelKind::Sage,
+            (100.0, 10.0),
+            (200.0, 1500.0, 2000.0),
+            false,
+            Order::Cheaper,
+        );
+        assert_eq!(stacked.products, 2.0);
     }
 
     #[test]

@@ -46,17 +46,48 @@ pub fn host_cache_bytes() -> Option<usize> {
     largest_cache_bytes(Path::new("/sys/devices/system/cpu/cpu0/cache"))
 }
 
+/// The largest data or unified cache below the last level that `sysfs` reports for CPU 0
+/// (its L2 on the hosts gnnpar ran on, a core's own or a pair's), the only one where it
+/// reports one size, `None` where it reports none.
+pub fn private_cache_bytes() -> Option<usize> {
+    below_largest_cache_bytes(Path::new("/sys/devices/system/cpu/cpu0/cache"))
+}
+
 /// The largest data or unified cache under `dir` (`index*/size`, as "107520K"), in bytes.
 fn largest_cache_bytes(dir: &Path) -> Option<usize> {
-    std::fs::read_dir(dir)
-        .ok()?
+    cache_sizes(dir).last().copied()
+}
+
+/// The largest data or unified cache under `dir` smaller than the largest; the largest where
+/// every level is as large.
+fn below_largest_cache_bytes(dir: &Path) -> Option<usize> {
+    let sizes = cache_sizes(dir);
+    let largest = *sizes.last()?;
+    Some(
+        sizes
+            .iter()
+            .rev()
+            .copied()
+            .find(|&s| s < largest)
+            .unwrap_or(largest),
+    )
+}
+
+/// The sizes of the data and unified caches under `dir` (`index*/size`), ascending.
+fn cache_sizes(dir: &Path) -> Vec<usize> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut sizes: Vec<usize> = entries
         .filter_map(Result::ok)
         .filter(|e| e.file_name().to_string_lossy().starts_with("index"))
         .filter(|e| {
             std::fs::read_to_string(e.path().join("type")).is_ok_and(|t| t.trim() != "Instruction")
         })
         .filter_map(|e| parse_size(&std::fs::read_to_string(e.path().join("size")).ok()?))
-        .max()
+        .collect();
+    sizes.sort_unstable();
+    sizes
 }
 
 /// "48K", "2048K", "105M" or a plain byte count.
@@ -107,7 +138,9 @@ mod tests {
             std::fs::write(d.join("size"), format!("{size}\n")).unwrap();
         }
         assert_eq!(largest_cache_bytes(&dir), Some(107520 << 10));
+        assert_eq!(below_largest_cache_bytes(&dir), Some(2048 << 10));
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(largest_cache_bytes(&dir), None);
+        assert_eq!(below_largest_cache_bytes(&dir), None);
     }
 }

@@ -144,6 +144,7 @@ pub fn obtain<B: Backend>(
             operators: Default::default(),
             shared_cores: None,
             cache_bytes: 0.0,
+            private_cache_bytes: 0.0,
         });
         calibrate::share_from_root(world, &mut cal);
         let products_now = calibrate::products_against(be, world, &cal);
