@@ -10,8 +10,8 @@
 //! Sizes are kept small so that it takes seconds.
 
 use super::calibration::{
-    Calibration, CalibrationKey, Fit, SharedCores, FORMAT, OPERATORS, ROW_EXCHANGE_NARROW_WIDTH,
-    ROW_EXCHANGE_WIDTH,
+    beyond_cache, Calibration, CalibrationKey, Fit, SharedCores, FORMAT, OPERATORS,
+    ROW_EXCHANGE_NARROW_WIDTH, ROW_EXCHANGE_WIDTH,
 };
 use super::core_share::CoreShare;
 use super::evict::{host_cache_bytes, private_cache_bytes, Evictor};
@@ -503,7 +503,7 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
         let mut fit = match *name {
             // The products' bytes beyond the core's own caches (`Calibration::products`).
             "gemm" => {
-                let beyond = bytes.iter().map(|b| (b - private).max(0.0)).collect();
+                let beyond = bytes.iter().map(|&b| beyond_cache(b, private)).collect();
                 Fit {
                     point_bytes: bytes,
                     ..Fit::least_squares_with_bytes(unit, points, beyond)

@@ -29,6 +29,13 @@ use std::path::{Path, PathBuf};
 /// beyond the core's own caches, [`Calibration::private_cache_bytes`].)
 pub const FORMAT: u32 = 19;
 
+/// The bytes of one product touching `bytes` that a cache of `cache` bytes cannot hold: what
+/// `gemm`'s per-byte term is fitted on (`calibrate`) and charged for
+/// ([`Calibration::products`]), with the core's own caches.
+pub fn beyond_cache(bytes: f64, cache: f64) -> f64 {
+    (bytes - cache).max(0.0)
+}
+
 /// Operators every calibration holds, with the unit of their `x`.
 pub const OPERATORS: &[(&str, &str)] = &[
     ("alltoallv_world", "byte"),
@@ -520,8 +527,8 @@ impl Calibration {
     /// measured time and the 12 calibrated shapes at 0.86-2.9×; on the bytes beyond a 2 MB
     /// L2, 0.85-1.11× (Xeon VM, 2026-12-03).
     pub fn products(&self, flops: f64, bytes: f64, calls: f64) -> f64 {
-        let per_call = if calls > 0.0 { bytes / calls } else { bytes };
-        let beyond = (per_call - self.private_cache_bytes).max(0.0) * calls.max(1.0);
+        let calls_or_one = calls.max(1.0);
+        let beyond = calls_or_one * beyond_cache(bytes / calls_or_one, self.private_cache_bytes);
         self.op("gemm").seconds_touching(flops, beyond, calls)
     }
 

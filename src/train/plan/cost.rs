@@ -669,29 +669,27 @@ pub fn nfp(
 /// where the first layer holds most of the parameters (R-MAT, 64 features × 1024: 131k of
 /// 147k).
 fn params_synced(shape: &ModelShape, strategy: &str, ranks: usize) -> f64 {
-    if strategy != "nfp" || ranks < 2 {
-        return shape.params;
-    }
-    (shape.params - first_layer_weights(shape)).max(0.0)
+    (shape.params - sliced_weights(shape, strategy, ranks)).max(0.0)
 }
 
-/// The first layer's weights, the matrices NFP slices by rows (two for SAGE).
-fn first_layer_weights(shape: &ModelShape) -> f64 {
+/// The parameters each rank of `strategy` holds and updates: all of them, except under NFP,
+/// whose ranks hold a `1/P` row slice of the first layer's weights.
+fn params_held(shape: &ModelShape, strategy: &str, ranks: usize) -> f64 {
+    shape.params - sliced_weights(shape, strategy, ranks) * (1.0 - 1.0 / ranks as f64)
+}
+
+/// The weights `strategy` slices across its `ranks`: NFP's first-layer matrices (two for
+/// SAGE), cut by rows on several ranks; none otherwise.
+fn sliced_weights(shape: &ModelShape, strategy: &str, ranks: usize) -> f64 {
+    if strategy != "nfp" || ranks < 2 {
+        return 0.0;
+    }
     let mats = if shape.kind == ModelKind::Sage {
         2.0
     } else {
         1.0
     };
     mats * shape.in_w[0] * shape.out_w[0]
-}
-
-/// The parameters each rank of `strategy` holds and updates: all of them, except under NFP,
-/// whose ranks hold a `1/P` row slice of the first layer's weights (two matrices for SAGE).
-fn params_held(shape: &ModelShape, strategy: &str, ranks: usize) -> f64 {
-    if strategy != "nfp" || ranks < 2 {
-        return shape.params;
-    }
-    shape.params - first_layer_weights(shape) * (1.0 - 1.0 / ranks as f64)
 }
 
 /// How much faster `W` prefetch workers prepare batches than one: `√W`. A batch's own
@@ -1059,13 +1057,18 @@ mod tests {
         assert_eq!(p2.choice, "gdp");
     }
 
-    #[test]
-    fn nfp_allreduces_all_but_its_sliced_first_layer() {
-        let dry = DryRun {
+    /// A dry run of one batch on two ranks with the same counts.
+    fn two_even_ranks() -> DryRun {
+        DryRun {
             batches: 1,
             epoch_batches: 1,
             ranks: vec![std::array::from_fn(|_| counts(500.0)); 2],
-        };
+        }
+    }
+
+    #[test]
+    fn nfp_allreduces_all_but_its_sliced_first_layer() {
+        let dry = two_even_ranks();
         // 100 × 10 first-layer weights, 32 parameters more (biases, the second layer).
         let shape = ModelShape {
             params: 1032.0,
@@ -1087,11 +1090,7 @@ mod tests {
 
     #[test]
     fn the_ranks_drift_is_a_share_of_the_steps_work_charged_to_sync() {
-        let dry = DryRun {
-            batches: 1,
-            epoch_batches: 1,
-            ranks: vec![std::array::from_fn(|_| counts(500.0)); 2],
-        };
+        let dry = two_even_ranks();
         let all = ["gdp", "split", "dnp", "snp"];
         let still = predict(&dry, &shape(), &machine(), &all, "alltoallv_world");
         let mut drifting = machine();
