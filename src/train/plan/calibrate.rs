@@ -370,7 +370,7 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
         put("d2h", down);
     }
     let gemm = gemm_points(be, kernels);
-    put("aggregate", aggregate_points(be, kernels));
+    let aggregate = aggregate_points(be, kernels);
     let spmm = spmm_points(be, kernels);
     // The sampler of several ranks is collective (owners answer for their vertices): timed
     // with every rank at once; from cold caches where every rank has cores of its own.
@@ -387,6 +387,7 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
         },
     );
     ops.insert("gemm", gemm);
+    ops.insert("aggregate", aggregate);
     ops.insert("spmm", spmm);
     ops.insert("gather", gather);
     ops.insert("gather_far", gather_far);
@@ -416,19 +417,17 @@ fn median_points<'a>(
 /// The operators priced through their measured points ([`Fit::by_points`]): the transfers,
 /// whose time per byte changes with the message's size (protocols, copies through shared
 /// memory, caches: 0.7 ns a byte for 128-512 KiB row exchanges and 1.8 ns for 4 MiB on a
-/// 2-core EPYC VM), and the aggregation, whose time per edge × column does too: its source
-/// rows are read at random, and on the EPYC VM (32 MB L3, 2 ranks) 0.24-0.28 ns while they
-/// fit the caches (1-8 MB of sources) and 0.59 ns at 16 MB. Its line, set by that largest
-/// point, priced the small blocks of Tolokers and of hidden widths 64-256 at twice their
-/// time; through its points the 60-case grid re-priced with the same calibration came out
-/// 2-4 points closer for every strategy but SNP (`auto-replan-2026-12-02d*.md`). The other
-/// kernels keep their lines: their points are timed on inputs a call before left in the
-/// caches, and priced through them the optimizer and the element-wise passes of a training
-/// step, whose inputs come cold, came out at 0.4× their measured time
+/// 2-core EPYC VM). The aggregation and the gathers are priced through theirs by rows and row
+/// size ([`Fit::by_grid`]): an aggregation's time per edge × column follows where its source
+/// rows fit (on the EPYC VM, 2 ranks, 0.24-0.28 ns while 1-8 MB of sources fit the caches and
+/// 0.59 ns at 16 MB), and one line, set by the largest point, priced the small blocks of
+/// Tolokers and of hidden widths 64-256 at twice their time (`auto-replan-2026-12-02d*.md`).
+/// The other kernels keep their lines: their points are timed on inputs a call before left
+/// in the caches, and priced through them the optimizer and the element-wise passes of a
+/// training step, whose inputs come cold, came out at 0.4× their measured time
 /// (`auto-replan-2026-11-28*.md`); re-priced so today they moved the grid's errors by ±2
 /// points either way.
 const PRICED_BY_POINTS: &[&str] = &[
-    "aggregate",
     "alltoallv_world",
     "alltoallv_node",
     "alltoallv_leaders",
@@ -512,7 +511,7 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
             "spmm" => Fit::least_squares_with_bytes(unit, points, bytes),
             // Priced through their points by rows and row size (`Fit::by_grid`); the line
             // is kept for reading.
-            "gather" | "gather_far" | "gather_sparse" => Fit {
+            "gather" | "gather_far" | "gather_sparse" | "aggregate" => Fit {
                 by_points: true,
                 ..Fit::least_squares_relative_with_bytes(unit, points, bytes)
             },
@@ -849,39 +848,61 @@ fn products_of<B: Backend>(
     (points, bytes)
 }
 
-/// Mean aggregation over a sampled-looking block (4096 destinations, 10 random sources each
-/// out of 16384) at growing widths: `x` = edges × columns.
-/// The block the aggregation and attention points run on: 4096 destinations with 10
-/// pseudo-random sources each among 16384.
-fn synthetic_block() -> Block {
-    let (dst, src, fanout) = (4096usize, 16384usize, 10usize);
-    let indices: Vec<u32> = (0..dst * fanout)
+/// A sampled-looking block: `dst` destinations with [`BLOCK_FANOUT`] pseudo-random sources
+/// each among `src`.
+fn synthetic_block(dst: usize, src: usize) -> Block {
+    let indices: Vec<u32> = (0..dst * BLOCK_FANOUT)
         .map(|i| ((i as u64 * 2_654_435_761) % src as u64) as u32)
         .collect();
     Block {
         num_dst: dst,
         src_nodes: (0..src as NodeId).collect(),
-        indptr: (0..=dst).map(|v| v * fanout).collect(),
+        indptr: (0..=dst).map(|v| v * BLOCK_FANOUT).collect(),
         indices,
     }
 }
 
-fn aggregate_points<B: Backend>(be: &B, timer: KernelTimer) -> Vec<[f64; 2]> {
-    let block = synthetic_block();
-    let (dst, src, fanout) = (block.num_dst, block.num_src(), 10usize);
-    let g = be.graph(block);
-    [16usize, 64, 128, 256]
-        .iter()
-        .map(|&w| {
+/// Sources per destination of the synthetic blocks (a sampled block's fanout).
+const BLOCK_FANOUT: usize = 10;
+
+/// The block the attention points run on: 4096 destinations among 16384 sources.
+fn attention_block() -> Block {
+    synthetic_block(4096, 16384)
+}
+
+/// Source rows of the aggregation points' blocks (a quarter as many destinations, each of
+/// [`BLOCK_FANOUT`] sources), and the widths each is timed at. The sources' bytes, from 128 KiB
+/// to 256 MiB, span the core's own caches, the host's last level and memory.
+const AGGREGATE_SOURCES: [usize; 3] = [2048, 16384, 65536];
+const AGGREGATE_WIDTHS: [usize; 4] = [16, 64, 256, 1024];
+
+/// Mean aggregation over blocks of each [`AGGREGATE_SOURCES`] at each [`AGGREGATE_WIDTHS`]:
+/// `x` = edges, and the bytes of the source rows they read (edges × width × 4), so that it is
+/// priced through its points by edges and row size as the gathers are ([`Fit::by_grid`]).
+/// An edge × column is not one price: its source rows are read at random, so it costs what
+/// the cache the sources fit in charges per row. Timed at widths up to 256 over 16384 sources
+/// (up to 16 MB) and priced by edges × columns alone, the aggregations at 1024-2048 columns
+/// — Facebook's projected-first input layer at hidden 1024, the 2,048-feature SBM's
+/// aggregated-first one — came out at 0.55-0.75× the measured model phase of every strategy
+/// on the 2-core Intel VM's 2026-12-03 grid.
+fn aggregate_points<B: Backend>(be: &B, timer: KernelTimer) -> (Vec<[f64; 2]>, Vec<f64>) {
+    let (mut points, mut bytes) = (Vec::new(), Vec::new());
+    for &src in &AGGREGATE_SOURCES {
+        let block = synthetic_block(src / 4, src);
+        let edges = block.num_edges();
+        let g = be.graph(block);
+        for &w in &AGGREGATE_WIDTHS {
             let x =
                 be.upload(Array2::from_shape_fn((src, w), |(i, j)| ((i + j) % 3) as f32).view());
             let s = timer.point(|| {
                 let out = be.aggregate(&g, be.view(&x), EdgeWeights::Mean);
                 let _ = be.download(be.rows(be.view(&out), 0..1));
             });
-            [(dst * fanout * w) as f64, s]
-        })
-        .collect()
+            points.push([edges as f64, s]);
+            bytes.push((edges * w * 4) as f64);
+        }
+    }
+    (points, bytes)
 }
 
 /// Products with sparse input rows (bag-of-words features at 1 % density, 4096 columns), the
@@ -1158,7 +1179,7 @@ fn elementwise_points<B: Backend>(be: &B, timer: KernelTimer) -> Vec<[f64; 2]> {
 /// destinations, edge softmax, weighted aggregation, then `attention_backward`), on the
 /// synthetic block with 4 heads: `x` = edges × all heads' columns.
 fn attention_points<B: Backend>(be: &B, timer: KernelTimer) -> Vec<[f64; 2]> {
-    let block = synthetic_block();
+    let block = attention_block();
     let (dst, src, edges) = (block.num_dst, block.num_src(), block.num_edges());
     let heads = 4usize;
     let g = be.graph(block);

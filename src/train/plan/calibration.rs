@@ -26,8 +26,10 @@ use std::path::{Path, PathBuf};
 /// communication operators timed up to 16 MB messages, 17 the gathers from tables larger than
 /// the host's caches, `gather_far`, and the host's largest cache, [`Calibration::cache_bytes`],
 /// 18 the aggregation priced through its measured points, 19 the products' bytes priced
-/// beyond the core's own caches, [`Calibration::private_cache_bytes`].)
-pub const FORMAT: u32 = 19;
+/// beyond the core's own caches, [`Calibration::private_cache_bytes`], 20 the aggregation
+/// timed over blocks of three sizes at widths up to 1024 and priced by edges and row size,
+/// [`Fit::by_grid`].)
+pub const FORMAT: u32 = 20;
 
 /// The bytes of one product touching `bytes` that a cache of `cache` bytes cannot hold: what
 /// `gemm`'s per-byte term is fitted on (`calibrate`) and charged for
@@ -51,7 +53,7 @@ pub const OPERATORS: &[(&str, &str)] = &[
     ("h2d", "byte"),
     ("d2h", "byte"),
     ("gemm", "flop"),
-    ("aggregate", "edge_col"),
+    ("aggregate", "edge"),
     ("spmm", "nnz_col"),
     ("sample", "edge"),
     ("optimizer", "param"),
@@ -134,7 +136,7 @@ pub struct Fit {
     /// [`Fit::seconds_rows`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub per_row_s: f64,
-    /// What `x` counts: bytes, flops, edges × columns (aggregation), stored non-zeros × output
+    /// What `x` counts: bytes, flops, edges (aggregation, its rows' bytes in [`Fit::point_bytes`]), edges × columns (attention), stored non-zeros × output
     /// columns (products with sparse input rows), sampled edges (block building), bytes
     /// streamed (activation passes), or
     /// parameters (the optimizer's step).
@@ -150,7 +152,8 @@ pub struct Fit {
     /// for 128-512 KiB and 1.8 ns for 4 MiB, a 2-core EPYC VM), and one line priced the
     /// middle of the range at up to 2.5× its measured time. See [`Fit::seconds`]; which
     /// operators do is `calibrate::PRICED_BY_POINTS`. With [`Fit::point_bytes`] (the
-    /// gathers), through the points of each row size measured ([`Fit::seconds_touching`]).
+    /// gathers and the aggregation), through the points of each row size measured
+    /// ([`Fit::seconds_touching`]).
     #[serde(default)]
     pub by_points: bool,
 }
@@ -899,7 +902,7 @@ mod tests {
         let mut cal = calibration();
         cal.operators.insert(
             "aggregate".into(),
-            Fit::through_points("edge_col", vec![[1.0, 2.0], [4.0, 3.0]]),
+            Fit::through_points("edge", vec![[1.0, 2.0], [4.0, 3.0]]),
         );
         cal.operators.get_mut("alltoallv_world").unwrap().per_row_s = 1e-7;
         cal.operators.insert("gather".into(), gather_grid());

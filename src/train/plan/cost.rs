@@ -175,7 +175,7 @@ pub struct Prediction {
 
 /// The work of one layer's forward and backward, in the order the layer picks (aggregate
 /// first unless projecting first is fewer multiply-adds): dense products' flops and the
-/// bytes they touch, and aggregation edge-columns. SAGE has two weights (self and
+/// bytes they touch, and its aggregations. SAGE has two weights (self and
 /// neighbour), GCN one. The input layer needs no input gradient. GAT always projects every
 /// source first ([`gat_layer_work`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -184,10 +184,36 @@ pub struct LayerWork {
     pub bytes: f64,
     /// The dense products making `flops` and `bytes`, forward and backward.
     pub products: f64,
-    pub edge_cols: f64,
+    pub aggregations: Aggregations,
     /// GAT: edges × the product's columns of its attention (logits, softmax, weighted
     /// aggregation, and their backward), priced by the calibrated `attention` operator.
     pub attention_cols: f64,
+}
+
+/// A layer's aggregations in a step: `passes` calls (forward, and the transposed one backward
+/// where a gradient has to pass it), each over `edges` edges reading rows of `width` columns.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Aggregations {
+    pub edges: f64,
+    pub width: f64,
+    pub passes: f64,
+}
+
+impl Aggregations {
+    pub fn edge_cols(&self) -> f64 {
+        self.passes * self.edges * self.width
+    }
+
+    /// Seconds through the calibrated `aggregate` operator, priced by edges and the bytes of
+    /// the rows they read (`calibrate::aggregate_points`).
+    pub fn seconds(&self, cal: &Calibration) -> f64 {
+        if self.passes <= 0.0 || self.edges <= 0.0 {
+            return 0.0;
+        }
+        let edges = self.passes * self.edges;
+        cal.op("aggregate")
+            .seconds_touching(edges, edges * self.width * 4.0, self.passes)
+    }
 }
 
 pub fn layer_work(
@@ -208,13 +234,13 @@ pub fn layer_work(
     let ((f_self, b_self), (f_neigh, b_neigh)) = (product(nd), product(ns));
     // Aggregating first, SAGE's two weights stack into one product (`SageConv::forward`);
     // projecting first, each is a product of its own.
-    let (flops, bytes, agg, calls) = if agg_first {
-        (k * f_self, k * b_self, e * i, 1.0)
+    let (flops, bytes, width, calls) = if agg_first {
+        (k * f_self, k * b_self, i, 1.0)
     } else {
         (
             f_neigh + (k - 1.0) * f_self,
             b_neigh + (k - 1.0) * b_self,
-            e * o,
+            o,
             k,
         )
     };
@@ -222,12 +248,16 @@ pub fn layer_work(
     // gradients when needed (as many again), and the transposed aggregation when a gradient
     // has to pass it.
     let products = if need_src { 3.0 } else { 2.0 };
-    let agg_b = if need_src || !agg_first { agg } else { 0.0 };
+    let backward = if need_src || !agg_first { 1.0 } else { 0.0 };
     LayerWork {
         flops: products * flops,
         bytes: products * bytes,
         products: products * calls,
-        edge_cols: agg + agg_b,
+        aggregations: Aggregations {
+            edges: e,
+            width,
+            passes: 1.0 + backward,
+        },
         attention_cols: 0.0,
     }
 }
@@ -249,7 +279,7 @@ pub fn gat_layer_work(
         flops: products * 2.0 * ns * i * o,
         bytes: products * 4.0 * (ns * i + i * o + ns * o),
         products,
-        edge_cols: 0.0,
+        aggregations: Aggregations::default(),
         attention_cols: e * o,
     }
 }
@@ -260,39 +290,55 @@ pub fn gat_layer_work(
 /// the core's own caches per call ([`Calibration::products`]), the aggregations, attention
 /// and activations by their calibrated operators.
 fn compute(shape: &ModelShape, cal: &Calibration, c: &Counts, order: Order, scanned: bool) -> f64 {
-    let mut seconds = 0.0;
-    let hidden = shape.in_w.len().saturating_sub(1);
-    for l in 0..shape.in_w.len() {
-        let (i, o) = (shape.in_w[l], shape.out_w[l]);
-        let (nd, ns, e) = (c.dst[l], c.src[l], c.edges[l]);
-        // Every layer but the last activates its output rows, and backward scales their
-        // gradient by what the activation kept: two passes over `dst × out` values each way.
-        if l < hidden {
-            seconds += cal.op("elementwise").seconds(16.0 * nd * o, 2.0);
+    (0..shape.in_w.len())
+        .map(|l| {
+            let rows = (c.dst[l], c.src[l], c.edges[l]);
+            activation(shape, cal, l, c.dst[l]) + layer(shape, cal, l, rows, order, scanned)
+        })
+        .sum()
+}
+
+/// Every layer but the last activates its `nd` output rows, and backward scales their
+/// gradient by what the activation kept: two passes over `dst × out` values each way.
+fn activation(shape: &ModelShape, cal: &Calibration, l: usize, nd: f64) -> f64 {
+    if l + 1 < shape.in_w.len() {
+        cal.op("elementwise")
+            .seconds(16.0 * nd * shape.out_w[l], 2.0)
+    } else {
+        0.0
+    }
+}
+
+/// Layer `l`'s products and aggregations (or attention) over a block of `nd` destinations,
+/// `ns` sources and `e` edges, forward and backward; the input layer in `order`.
+fn layer(
+    shape: &ModelShape,
+    cal: &Calibration,
+    l: usize,
+    (nd, ns, e): (f64, f64, f64),
+    order: Order,
+    scanned: bool,
+) -> f64 {
+    let (i, o) = (shape.in_w[l], shape.out_w[l]);
+    if l == 0 {
+        if let Some(nnz) = shape.input_nnz {
+            return sparse_input_layer(shape.kind, cal, (i, o), (nd, ns, e), nnz, scanned);
         }
-        if l == 0 {
-            if let Some(nnz) = shape.input_nnz {
-                seconds += sparse_input_layer(shape.kind, cal, (i, o), (nd, ns, e), nnz, scanned);
-                continue;
-            }
-        }
-        let w = layer_work(
-            shape.kind,
-            (i, o),
-            (nd, ns, e),
-            l > 0,
-            if l == 0 { order } else { Order::Cheaper },
-        );
-        seconds += cal.products(w.flops, w.bytes, w.products);
-        // About two aggregations per layer and step (forward and backward); GAT's layers run
-        // one attention (forward and backward) each instead.
-        seconds += if w.attention_cols > 0.0 {
+    }
+    let w = layer_work(
+        shape.kind,
+        (i, o),
+        (nd, ns, e),
+        l > 0,
+        if l == 0 { order } else { Order::Cheaper },
+    );
+    // GAT's layers run one attention (forward and backward) each instead of aggregations.
+    cal.products(w.flops, w.bytes, w.products)
+        + if w.attention_cols > 0.0 {
             cal.op("attention").seconds(w.attention_cols, 1.0)
         } else {
-            cal.op("aggregate").seconds(w.edge_cols, 2.0)
-        };
-    }
-    seconds
+            w.aggregations.seconds(cal)
+        }
 }
 
 /// An input layer on sparse rows (`nnz` stored per row, `i` columns dense): the scan that
@@ -320,8 +366,12 @@ fn sparse_input_layer(
     };
     // Both products read every entry of their rows (8 bytes: column and value).
     let entries = 2.0 * 8.0 * nnz * rows;
-    scan + cal.op("spmm").seconds_touching(2.0 * products, entries, k)
-        + cal.op("aggregate").seconds(2.0 * e * o, 2.0)
+    let aggregations = Aggregations {
+        edges: e,
+        width: o,
+        passes: 2.0,
+    };
+    scan + cal.op("spmm").seconds_touching(2.0 * products, entries, k) + aggregations.seconds(cal)
 }
 
 /// How a batch's input rows are made ([`load`]).
@@ -595,8 +645,6 @@ pub fn nfp(
     // MIN_SPARSE_COLS columns; the slices are cut to equal non-zeros, `columns::by_nonzeros`)
     // and a step's rows are gathered from it, entries only (`Nfp::slice_rows`); else dense.
     let csr = shape.input_nnz.filter(|_| slice >= MIN_SPARSE_COLS as f64);
-    let mut layer1 = (*mine).clone();
-    (layer1.dst[0], layer1.src[0], layer1.edges[0]) = (dst, src, edges);
     let sliced = ModelShape {
         in_w: std::iter::once(slice)
             .chain(shape.in_w[1..].iter().copied())
@@ -652,14 +700,50 @@ pub fn nfp(
             build: cal.op("sample").seconds(mine.sampled_edges, 1.0) + allgather,
             load,
             shuffle,
-            train: compute(&sliced, cal, &layer1, Order::Cheaper, csr.is_none())
-                + stacked
-                + unstacked,
+            train: sliced_train(&sliced, cal, all, r, csr.is_none()) + stacked + unstacked,
             ..Phases::default()
         },
         bytes: if p > 1.0 { blocks + partials } else { 0.0 },
         upload,
     }
+}
+
+/// NFP's model phase on rank `r` (`shape` cut to its slice of the input columns): the input
+/// layer once per rank's block, as `Nfp::step` runs it (each block its own products and
+/// aggregations, a block without destinations skipped), its activation on the rows this rank
+/// owns once the partial sums are in, and the layers above on this rank's own blocks.
+fn sliced_train(
+    shape: &ModelShape,
+    cal: &Calibration,
+    all: &[&Counts],
+    r: usize,
+    scanned: bool,
+) -> f64 {
+    let input: f64 = all
+        .iter()
+        .filter(|c| c.dst[0] > 0.0)
+        .map(|c| {
+            let rows = (c.dst[0], c.src[0], c.edges[0]);
+            layer(shape, cal, 0, rows, Order::Cheaper, scanned)
+        })
+        .sum();
+    let mine = all[r];
+    let upper: f64 = (1..shape.in_w.len())
+        .map(|l| {
+            layer(
+                shape,
+                cal,
+                l,
+                (mine.dst[l], mine.src[l], mine.edges[l]),
+                Order::Cheaper,
+                scanned,
+            )
+        })
+        .sum();
+    let activations: f64 = (0..shape.in_w.len())
+        .map(|l| activation(shape, cal, l, mine.dst[l]))
+        .sum();
+    input + upper + activations
 }
 
 /// The parameters whose gradients `strategy`'s ranks allreduce: all of them, except under NFP,
@@ -888,6 +972,10 @@ mod tests {
                     f.per_unit_s = b;
                     if *op == "gather" || *op == "gather_sparse" {
                         f.per_byte_s = 1e-10;
+                    }
+                    // 1e8 edge-columns per second: a 4-byte column of a row read per edge.
+                    if *op == "aggregate" {
+                        (f.per_unit_s, f.per_byte_s) = (0.0, 1e-8 / 4.0);
                     }
                     (op.to_string(), f)
                 })
@@ -1286,6 +1374,57 @@ mod tests {
     }
 
     #[test]
+    fn aggregations_are_priced_by_edges_and_the_width_of_their_rows() {
+        // The input layer aggregates first at its 100 columns, forward only (no gradient
+        // passes it); projecting first, at its 10 output columns, forward and transposed.
+        let first = layer_work(
+            ModelKind::Gcn,
+            (100.0, 10.0),
+            (200.0, 1500.0, 2000.0),
+            false,
+            Order::Cheaper,
+        );
+        let agg = |edges, width, passes| Aggregations {
+            edges,
+            width,
+            passes,
+        };
+        assert_eq!(first.aggregations, agg(2000.0, 100.0, 1.0));
+        let projected = layer_work(
+            ModelKind::Gcn,
+            (100.0, 10.0),
+            (200.0, 1500.0, 2000.0),
+            false,
+            Order::ProjectFirst,
+        );
+        assert_eq!(projected.aggregations, agg(2000.0, 10.0, 2.0));
+        // Through measured points: 1000 and 10,000 edges each at 16 and 1024 columns, wide
+        // rows dearer per column once they outgrow a cache (the largest point).
+        let mut cal = machine();
+        cal.operators.insert(
+            "aggregate".into(),
+            Fit {
+                by_points: true,
+                ..Fit::least_squares_relative_with_bytes(
+                    "edge",
+                    vec![[1e3, 4e-6], [1e4, 4e-5], [1e3, 1e-4], [1e4, 4e-3]],
+                    vec![64e3, 64e4, 4096e3, 4096e4],
+                )
+            },
+        );
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b;
+        // A measured point costs what it measured; two passes twice one.
+        assert!(close(agg(1e4, 1024.0, 1.0).seconds(&cal), 4e-3));
+        assert!(close(agg(1e3, 16.0, 2.0).seconds(&cal), 8e-6));
+        // The same edge-columns at 1024 columns cost what their edges do at that width, not
+        // what as many edge-columns of narrow rows do.
+        let narrow = agg(64e4, 16.0, 1.0).seconds(&cal);
+        let wide = agg(1e4, 1024.0, 1.0).seconds(&cal);
+        assert!(wide > 1.1 * narrow, "wide {wide} narrow {narrow}");
+        assert_eq!(Aggregations::default().seconds(&cal), 0.0);
+    }
+
+    #[test]
     fn cached_rows_are_read_locally_not_fetched() {
         let cal = machine();
         let mut c = counts(500.0);
@@ -1401,20 +1540,42 @@ mod tests {
         let own = 200.0 * 40.0;
         let shuffle = 2e-3 + 2.0 * 200.0 * 40.0 * 5e-10 + local_side(&cal, 4.0 * own, own);
         assert!((r.phases.shuffle - shuffle).abs() < 1e-15, "{:?}", r.phases);
-        // The model phase stacks all 400 partial rows into a zeroed buffer and copies every
-        // gradient row out again.
-        let mut layer1 = a.clone();
-        (layer1.dst[0], layer1.src[0], layer1.edges[0]) = (400.0, 3000.0, 4000.0);
+        // The model phase runs the sliced input layer on each rank's block, activates and
+        // runs the layers above on this rank's own rows only, stacks all 400 partial rows
+        // into a zeroed buffer and copies every gradient row out again.
         let sliced = ModelShape {
             in_w: vec![50.0, shape().in_w[1]],
             csr_batches: false,
             ..shape()
         };
+        let theirs = layer(
+            &sliced,
+            &cal,
+            0,
+            (b.dst[0], b.src[0], b.edges[0]),
+            Order::Cheaper,
+            true,
+        );
+        assert!(theirs > 0.0);
         let all = 400.0 * 40.0;
-        let train = compute(&sliced, &cal, &layer1, Order::Cheaper, true)
+        let train = compute(&sliced, &cal, &a, Order::Cheaper, true)
+            + theirs
             + local_side(&cal, all, all)
             + local_side(&cal, all, 0.0);
         assert!((r.phases.train - train).abs() < 1e-15, "{:?}", r.phases);
+        // A rank whose block has no destinations adds no input layer (`Nfp::step` skips it).
+        let mut none = b.clone();
+        none.dst[0] = 0.0;
+        let alone = nfp(&shape(), &cal, &[&a, &none], 0, "alltoallv_world");
+        let mine = 200.0 * 40.0;
+        let train = compute(&sliced, &cal, &a, Order::Cheaper, true)
+            + local_side(&cal, mine, mine)
+            + local_side(&cal, mine, 0.0);
+        assert!(
+            (alone.phases.train - train).abs() < 1e-15,
+            "{:?}",
+            alone.phases
+        );
         // Sampling is local (every rank holds the topology): the sampler's time for the
         // rank's 2200 edges, without GDP's routing of ids to owners; then every rank's input
         // block is allgathered (1 ms + 1 ns a byte), as training times it in its sample phase.
@@ -1438,16 +1599,24 @@ mod tests {
         // pointer each.
         let load = 3000.0 * (3e-8 + (4.0 * 8.0 + 8.0) * 1e-10);
         assert!((r.phases.load - load).abs() < 1e-15, "{:?}", r.phases);
-        // The input layer multiplies the entries it was given: no dense rows scanned.
-        let mut layer1 = a.clone();
-        (layer1.dst[0], layer1.src[0], layer1.edges[0]) = (400.0, 3000.0, 4000.0);
+        // The input layer multiplies the entries it was given, once per rank's block: no
+        // dense rows scanned.
         let sliced = ModelShape {
             in_w: vec![200.0, 10.0],
             input_nnz: Some(4.0),
             ..sparse.clone()
         };
+        let theirs = layer(
+            &sliced,
+            &cal,
+            0,
+            (b.dst[0], b.src[0], b.edges[0]),
+            Order::Cheaper,
+            false,
+        );
         let all = 400.0 * 40.0;
-        let train = compute(&sliced, &cal, &layer1, Order::Cheaper, false)
+        let train = compute(&sliced, &cal, &a, Order::Cheaper, false)
+            + theirs
             + local_side(&cal, all, all)
             + local_side(&cal, all, 0.0);
         assert!((r.phases.train - train).abs() < 1e-15, "{:?}", r.phases);
@@ -1588,7 +1757,10 @@ mod tests {
         );
         // The attention (forward and backward) over 300 edges × 32 columns, nothing as a
         // mean aggregation.
-        assert_eq!((w.attention_cols, w.edge_cols), (300.0 * 32.0, 0.0));
+        assert_eq!(
+            (w.attention_cols, w.aggregations.edge_cols()),
+            (300.0 * 32.0, 0.0)
+        );
         // The input layer has no input gradient; the order asked for does not matter.
         let first = layer_work(
             ModelKind::Gat,
