@@ -881,10 +881,10 @@ const AGGREGATE_WIDTHS: [usize; 4] = [16, 64, 256, 1024];
 /// priced through its points by edges and row size as the gathers are ([`Fit::by_grid`]).
 /// An edge × column is not one price: its source rows are read at random, so it costs what
 /// the cache the sources fit in charges per row. Timed at widths up to 256 over 16384 sources
-/// (up to 16 MB) and priced by edges × columns alone, the aggregations at 1024-2048 columns
-/// — Facebook's projected-first input layer at hidden 1024, the 2,048-feature SBM's
-/// aggregated-first one — came out at 0.55-0.75× the measured model phase of every strategy
-/// on the 2-core Intel VM's 2026-12-03 grid.
+/// (up to 16 MB) and priced by edges × columns alone, a real batch's input-layer aggregation
+/// of the 2,048-feature SBM (26,520 edges) took 22 ms where that priced 10.6 ms, and its
+/// 64-column ones 0.6× their price (2-core EPYC VM); the grid's train phase of that SBM went
+/// from 1.12-1.23× its prediction to 0.88-1.05× (`auto-replan-2026-12-03c*.md`).
 fn aggregate_points<B: Backend>(be: &B, timer: KernelTimer) -> (Vec<[f64; 2]>, Vec<f64>) {
     let (mut points, mut bytes) = (Vec::new(), Vec::new());
     for &src in &AGGREGATE_SOURCES {

@@ -136,10 +136,10 @@ pub struct Fit {
     /// [`Fit::seconds_rows`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub per_row_s: f64,
-    /// What `x` counts: bytes, flops, edges (aggregation, its rows' bytes in [`Fit::point_bytes`]), edges × columns (attention), stored non-zeros × output
-    /// columns (products with sparse input rows), sampled edges (block building), bytes
-    /// streamed (activation passes), or
-    /// parameters (the optimizer's step).
+    /// What `x` counts: bytes, flops, edges (aggregation; the bytes of the rows they read in
+    /// [`Fit::point_bytes`]), edges × columns (attention), stored non-zeros × output columns
+    /// (products with sparse input rows), sampled edges (block building), bytes streamed
+    /// (activation passes), or parameters (the optimizer's step).
     pub unit: String,
     /// The measured `(x, seconds)` points the line was fitted to (slowest rank per point).
     #[serde(default)]
