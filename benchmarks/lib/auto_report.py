@@ -43,6 +43,29 @@ def phase_table(cases):
     return out
 
 
+def grid_calibration_lines(cases):
+    """Picks and errors had every case been priced by the calibration its rank count began
+    with (grids that calibrate each case again keep that prediction too): the first table
+    measures the cost model against a calibration of the host's state at the time, this one
+    the model plus the host's drift since the grid's calibration."""
+    if not all("predicted_step_grid_calibration" in r
+               for runs in cases.values() for r in runs.values()):
+        return []
+    good, errors, signed = 0, defaultdict(list), defaultdict(list)
+    for runs in cases.values():
+        fastest = min(r["measured_step"] for r in runs.values())
+        choice = next(iter(runs.values()))["choice_grid_calibration"]
+        good += choice in runs and runs[choice]["measured_step"] <= 1.10 * fastest
+        for s, r in runs.items():
+            e = (r["predicted_step_grid_calibration"] - r["measured_step"]) / r["measured_step"]
+            errors[s].append(abs(e))
+            signed[s].append(e)
+    return ["", "Priced instead by the calibration each rank count began with (a cached "
+            f"calibration): picks {good}/{len(cases)}; median abs error "
+            + ", ".join(f"{s} {100 * statistics.median(errors[s]):.0f}% "
+                        f"({100 * statistics.median(signed[s]):+.0f}%)" for s in sorted(errors))]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("jsonl")
@@ -114,6 +137,7 @@ def main():
                         + "; ".join(f"{n} ranks {statistics.median(v):.2f} "
                                     f"({min(v):.2f}-{max(v):.2f})"
                                     for n, v in sorted(checks.items()))]
+    summary += grid_calibration_lines(cases)
     summary += phase_table(cases)
     summary += ["", "Cases where a fixed strategy loses by >= 1.5x to the fastest:", ""]
     summary += [f"- {x}" for x in losses] or ["- none"]
