@@ -20,8 +20,9 @@
 # less), every case is calibrated again just before its runs: its prediction and pick are from
 # that calibration, the grid calibration's are kept beside them (`predicted_step_grid_calibration`,
 # `choice_grid_calibration`), and the case calibrations are kept in $RESULTS/auto-calibrations/.
-# On this shared VM the memory-bound operators drift by ±40 % within an hour, so the first
-# measures the cost model, the second the model plus the host's drift since the calibration.
+# On this shared VM the memory-bound operators drift by up to 2× within an hour: the first
+# measures the cost model, the second the model plus the host's drift since the grid began
+# (`results/auto-2026-12-03d.md`: 11-17 % against 15-19 %).
 #
 # `replan IN.jsonl` keeps IN's measured steps and asks the current binary's planner for new
 # predictions of every case (a fresh calibration per rank count; KEEP_CALIBRATION=1 reuses
@@ -181,12 +182,7 @@ for r in $RANKS; do
         for m in $MODELS; do
             for h in $HIDDEN; do
                 echo "== $d $m hidden $h ranks $r" >&2
-                # The grid's calibration (taken when this rank count began) prices every case
-                # as a cached calibration would; with RECALIBRATE=case (the default) each case
-                # is also calibrated anew just before its runs, and that is what its runs are
-                # judged by: on a shared host the memory-bound operators drift by ±40 % within
-                # an hour, which a calibration from the grid's start carries into every
-                # prediction after it. Both predictions are kept.
+                # Priced by the rank count's calibration, and by the case's own (header).
                 mapfile -t common < <(plan_args "$d" "$m" "$h" "$cal")
                 plan_grid=$(mpi "$r" plan "${common[@]}" </dev/null 2>/dev/null | tail -1)
                 plan=$plan_grid

@@ -43,6 +43,21 @@ def phase_table(cases):
     return out
 
 
+def scores(cases, predicted="predicted_step", choice="choice"):
+    """Picks within 10 % of the fastest, and per strategy the relative errors (absolute and
+    signed), of the predictions and picks held under `predicted` and `choice`."""
+    good, errors, signed = 0, defaultdict(list), defaultdict(list)
+    for runs in cases.values():
+        fastest = min(r["measured_step"] for r in runs.values())
+        pick = next(iter(runs.values()))[choice]
+        good += pick in runs and runs[pick]["measured_step"] <= 1.10 * fastest
+        for s, r in runs.items():
+            e = (r[predicted] - r["measured_step"]) / r["measured_step"]
+            errors[s].append(abs(e))
+            signed[s].append(e)
+    return good, errors, signed
+
+
 def grid_calibration_lines(cases):
     """Picks and errors had every case been priced by the calibration its rank count began
     with (grids that calibrate each case again keep that prediction too): the first table
@@ -51,15 +66,8 @@ def grid_calibration_lines(cases):
     if not all("predicted_step_grid_calibration" in r
                for runs in cases.values() for r in runs.values()):
         return []
-    good, errors, signed = 0, defaultdict(list), defaultdict(list)
-    for runs in cases.values():
-        fastest = min(r["measured_step"] for r in runs.values())
-        choice = next(iter(runs.values()))["choice_grid_calibration"]
-        good += choice in runs and runs[choice]["measured_step"] <= 1.10 * fastest
-        for s, r in runs.items():
-            e = (r["predicted_step_grid_calibration"] - r["measured_step"]) / r["measured_step"]
-            errors[s].append(abs(e))
-            signed[s].append(e)
+    good, errors, signed = scores(cases, "predicted_step_grid_calibration",
+                                  "choice_grid_calibration")
     return ["", "Priced instead by the calibration each rank count began with (a cached "
             f"calibration): picks {good}/{len(cases)}; median abs error "
             + ", ".join(f"{s} {100 * statistics.median(errors[s]):.0f}% "
@@ -83,18 +91,15 @@ def main():
              if any(s in runs for runs in cases.values())]
     lines = [f"| dataset | model | hidden | ranks | measured s/step ({', '.join(order)}) "
              "| predicted s/step | pick | fastest | pick/fastest |", "|" + "---|" * 9]
-    good, total, losses = 0, 0, []
-    errors, signed, spread = defaultdict(list), defaultdict(list), defaultdict(list)
+    losses, spread = [], defaultdict(list)
+    good, errors, signed = scores(cases)
+    total = len(cases)
     for key, runs in sorted(cases.items()):
         fastest = min(runs, key=lambda s: runs[s]["measured_step"])
         choice = next(iter(runs.values()))["choice"]
         ratio = (runs[choice]["measured_step"] / runs[fastest]["measured_step"]
                  if choice in runs else float("nan"))
-        total += 1
-        good += ratio <= 1.10
         for s, r in runs.items():
-            errors[s].append(abs(r["predicted_step"] - r["measured_step"]) / r["measured_step"])
-            signed[s].append((r["predicted_step"] - r["measured_step"]) / r["measured_step"])
             # How far the case's single rounds lie from the median reported: the error a
             # prediction of that median exactly would have against one round.
             rounds = r.get("measured_rounds") or []
