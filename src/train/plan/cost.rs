@@ -118,6 +118,18 @@ impl Phases {
         self.build + self.load + self.shuffle + self.train + self.sync + self.optimizer
     }
 
+    /// `self + k·o`, phase by phase.
+    fn plus(&self, o: &Phases, k: f64) -> Phases {
+        Phases {
+            build: self.build + k * o.build,
+            load: self.load + k * o.load,
+            shuffle: self.shuffle + k * o.shuffle,
+            train: self.train + k * o.train,
+            sync: self.sync + k * o.sync,
+            optimizer: self.optimizer + k * o.optimizer,
+        }
+    }
+
     fn max(&self, o: &Phases) -> Phases {
         Phases {
             build: self.build.max(o.build),
@@ -827,20 +839,31 @@ pub fn predict(
         .collect();
     let mut strategies = BTreeMap::new();
     for &name in CANDIDATES {
-        let counts = dry.of(if name == "nfp" { "gdp" } else { name });
-        let per_rank: Vec<RankCost> = (0..ranks)
-            .map(|r| match name {
-                "gdp" => gdp(shape, cal, counts[r], a2a),
-                "split" => split(shape, cal, counts[r], a2a),
-                "dnp" => dnp(shape, cal, counts[r], a2a),
-                "snp" => snp(shape, cal, counts[r], a2a),
-                "nfp" => nfp(shape, cal, &counts, r, a2a),
-                _ => unreachable!("every candidate is priced"),
-            })
-            .collect();
-        let mut phases = per_rank
-            .iter()
-            .fold(Phases::default(), |m, c| m.max(&c.phases));
+        let sampled = if name == "nfp" { "gdp" } else { name };
+        let counts = dry.of(sampled);
+        // Each dry-run batch priced on its own, the slowest rank bounding each phase, and the
+        // batches' phases averaged: a step waits for whichever rank is slowest in that batch.
+        let each = dry.of_each_batch(sampled);
+        let share = 1.0 / each.len().max(1) as f64;
+        let (mut phases, mut upload, mut bytes) = (Phases::default(), 0.0, 0.0);
+        for counts in &each {
+            let per_rank: Vec<RankCost> = (0..ranks)
+                .map(|r| match name {
+                    "gdp" => gdp(shape, cal, counts[r], a2a),
+                    "split" => split(shape, cal, counts[r], a2a),
+                    "dnp" => dnp(shape, cal, counts[r], a2a),
+                    "snp" => snp(shape, cal, counts[r], a2a),
+                    "nfp" => nfp(shape, cal, counts, r, a2a),
+                    _ => unreachable!("every candidate is priced"),
+                })
+                .collect();
+            let slowest = per_rank
+                .iter()
+                .fold(Phases::default(), |m, c| m.max(&c.phases));
+            phases = phases.plus(&slowest, share);
+            upload += share * per_rank.iter().map(|c| c.upload).fold(0.0, f64::max);
+            bytes += share * per_rank.iter().map(|c| c.bytes).sum::<f64>();
+        }
         phases.sync = sync_of(params_synced(shape, name, ranks));
         phases.optimizer = cal
             .op("optimizer")
@@ -872,7 +895,6 @@ pub fn predict(
             None
         };
         let pickable = note.is_none();
-        let upload = per_rank.iter().map(|c| c.upload).fold(0.0, f64::max);
         let prefetched = name
             .parse::<Strategy>()
             .is_ok_and(|s| prefetches_strategy(s, ranks));
@@ -894,7 +916,7 @@ pub fn predict(
                 phases,
                 step_seconds: step,
                 epoch_seconds: step * dry.epoch_batches as f64,
-                bytes_per_step: per_rank.iter().map(|c| c.bytes).sum::<f64>()
+                bytes_per_step: bytes
                     + if sync_ranks > 1 {
                         sync_ranks as f64 * shape.params * 4.0
                     } else {
@@ -1100,11 +1122,7 @@ mod tests {
         let mut ranks = vec![mk(100.0), mk(900.0)];
         // Rank 0 samples slower, rank 1 fetches more: the step pays both.
         ranks[0][0].sampled_edges = 500_000.0;
-        let dry = DryRun {
-            batches: 2,
-            epoch_batches: 10,
-            ranks,
-        };
+        let dry = DryRun::uniform(2, 10, ranks);
         let p = predict(
             &dry,
             &shape(),
@@ -1145,13 +1163,41 @@ mod tests {
         assert_eq!(p2.choice, "gdp");
     }
 
+    #[test]
+    fn each_batch_waits_for_its_own_slowest_rank() {
+        let cal = machine();
+        let mk = |remote: f64| -> [Counts; 4] { std::array::from_fn(|_| counts(remote)) };
+        // Rank 0 fetches 900 rows in batch 0 and 100 in batch 1, rank 1 the other way round:
+        // their means are even, yet every step waits for a rank fetching 900.
+        let (heavy, light) = (mk(900.0), mk(100.0));
+        let even = DryRun::uniform(2, 2, vec![mk(500.0), mk(500.0)]);
+        let alternating = DryRun {
+            per_batch: vec![
+                vec![heavy.clone(), light.clone()],
+                vec![light.clone(), heavy.clone()],
+            ],
+            ..even.clone()
+        };
+        let all = ["gdp", "split", "dnp", "snp"];
+        let p_even = predict(&even, &shape(), &cal, &all, "alltoallv_world");
+        let p_alt = predict(&alternating, &shape(), &cal, &all, "alltoallv_world");
+        let load = |c: &Counts| gdp(&shape(), &cal, c, "alltoallv_world").phases.load;
+        assert_eq!(p_even.strategies["gdp"].phases.load, load(&even.ranks[0][0]));
+        assert!((p_alt.strategies["gdp"].phases.load - load(&heavy[0])).abs() < 1e-15);
+        assert!(
+            p_alt.strategies["gdp"].step_seconds > p_even.strategies["gdp"].step_seconds,
+            "{:?} against {:?}",
+            p_alt.strategies["gdp"],
+            p_even.strategies["gdp"]
+        );
+        // Bytes add up over ranks whichever way the batches fall.
+        let bytes = |p: &Prediction| p.strategies["gdp"].bytes_per_step;
+        assert!((bytes(&p_alt) - bytes(&p_even)).abs() < 1e-9 * bytes(&p_even));
+    }
+
     /// A dry run of one batch on two ranks with the same counts.
     fn two_even_ranks() -> DryRun {
-        DryRun {
-            batches: 1,
-            epoch_batches: 1,
-            ranks: vec![std::array::from_fn(|_| counts(500.0)); 2],
-        }
+        DryRun::uniform(1, 1, vec![std::array::from_fn(|_| counts(500.0)); 2])
     }
 
     #[test]
@@ -1653,11 +1699,7 @@ mod tests {
 
         let cal = machine();
         let ranks = vec![std::array::from_fn(|_| counts(100.0)); 2];
-        let dry = DryRun {
-            batches: 1,
-            epoch_batches: 1,
-            ranks,
-        };
+        let dry = DryRun::uniform(1, 1, ranks);
         let all = ["gdp", "split", "dnp", "snp", "nfp"];
         let device = ModelShape {
             device: true,
@@ -1694,10 +1736,11 @@ mod tests {
             assert_eq!(g.epoch_seconds, g.step_seconds);
         }
         // On one rank split, DNP and SNP prepare in their steps (no communicator for workers).
-        let one = DryRun {
-            ranks: vec![std::array::from_fn(|_| counts(0.0))],
-            ..dry
-        };
+        let one = DryRun::uniform(
+            dry.batches,
+            dry.epoch_batches,
+            vec![std::array::from_fn(|_| counts(0.0))],
+        );
         let p1 = predict(&one, &prefetched, &cal, &all, "alltoallv_world");
         for name in ["split", "dnp", "snp"] {
             let s1 = &p1.strategies[name];
@@ -1709,11 +1752,7 @@ mod tests {
     fn the_optimizer_prices_the_parameters_a_rank_holds_and_staging_the_gradients_twice() {
         let cal = machine();
         let ranks = vec![std::array::from_fn(|_| counts(100.0)); 4];
-        let dry = DryRun {
-            batches: 1,
-            epoch_batches: 1,
-            ranks,
-        };
+        let dry = DryRun::uniform(1, 1, ranks);
         let mut sage = ModelShape {
             kind: ModelKind::Sage,
             params: 3000.0,

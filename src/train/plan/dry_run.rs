@@ -127,6 +127,15 @@ impl Counts {
         }
     }
 
+    /// The field-wise sum of `counts` (`input_served` is filled in after the allgather).
+    fn sum<'a>(counts: impl Iterator<Item = &'a Counts>, layers: usize, ranks: usize) -> Counts {
+        let mut total = Counts::new(layers, ranks).flat();
+        for c in counts {
+            total.iter_mut().zip(c.flat()).for_each(|(t, x)| *t += x);
+        }
+        Counts::from_flat(&total, layers, ranks)
+    }
+
     fn scale(&mut self, k: f64) {
         self.sampled_edges *= k;
         self.sample_bytes *= k;
@@ -183,19 +192,46 @@ pub struct DryRun {
     /// Mini-batches sampled, and in the whole epoch.
     pub batches: usize,
     pub epoch_batches: usize,
-    /// `ranks[r][s]`: rank `r`, strategy [`SAMPLED`]`[s]`.
+    /// `ranks[r][s]`: rank `r`, strategy [`SAMPLED`]`[s]`, the mean over the batches.
     pub ranks: Vec<[Counts; 4]>,
+    /// `per_batch[b][r][s]`: the same of dry-run batch `b` alone (their mean is `ranks`). A
+    /// step waits for its slowest rank at each collective, and which rank that is changes from
+    /// batch to batch: the mean of the batches' maxima, not the maximum of the ranks' means.
+    pub per_batch: Vec<Vec<[Counts; 4]>>,
 }
 
 impl DryRun {
-    /// The counts of `strategy` (one of [`SAMPLED`]) on every rank.
+    /// A dry run whose batches are all alike: `ranks` (synthetic counts in tests).
+    pub fn uniform(batches: usize, epoch_batches: usize, ranks: Vec<[Counts; 4]>) -> DryRun {
+        DryRun {
+            batches,
+            epoch_batches,
+            per_batch: vec![ranks.clone()],
+            ranks,
+        }
+    }
+
+    /// The counts of `strategy` (one of [`SAMPLED`]) on every rank, mean per batch.
     pub fn of(&self, strategy: &str) -> Vec<&Counts> {
-        let s = SAMPLED
-            .iter()
-            .position(|&n| n == strategy)
-            .expect("a sampled strategy");
+        let s = sampled_index(strategy);
         self.ranks.iter().map(|r| &r[s]).collect()
     }
+
+    /// The counts of `strategy` on every rank in each dry-run batch.
+    pub fn of_each_batch(&self, strategy: &str) -> Vec<Vec<&Counts>> {
+        let s = sampled_index(strategy);
+        self.per_batch
+            .iter()
+            .map(|batch| batch.iter().map(|r| &r[s]).collect())
+            .collect()
+    }
+}
+
+fn sampled_index(strategy: &str) -> usize {
+    SAMPLED
+        .iter()
+        .position(|&n| n == strategy)
+        .expect("a sampled strategy")
 }
 
 /// Remote input rows each strategy reads ([`SAMPLED`] order), with how often: the rows a
@@ -234,26 +270,34 @@ pub fn dry_run(
     }
     let take = DRY_RUN_BATCHES.min(batches.len());
     let chosen_from = take.div_ceil(2);
-    let mut counts: [Counts; 4] = std::array::from_fn(|_| Counts::new(layers, ranks));
+    let fresh = || -> [Counts; 4] { std::array::from_fn(|_| Counts::new(layers, ranks)) };
     let mut first: Reads = Default::default();
     let mut second: Reads = Default::default();
-    for (range, reads) in [
-        (0..chosen_from, &mut first),
-        (chosen_from..take, &mut second),
-    ] {
-        let key = (seed, 0);
+    // Each batch counted on its own (`DryRun::per_batch`), their mean beside them.
+    let mut each: Vec<[Counts; 4]> = Vec::with_capacity(take);
+    for b in 0..take {
+        let reads = if b < chosen_from {
+            &mut first
+        } else {
+            &mut second
+        };
+        let mut c = fresh();
+        let pass = (self_loops, [true; 4]);
         sample_range(
             group,
             data,
             &batches,
-            range,
+            b..b + 1,
             fanouts,
-            key,
-            (self_loops, [true; 4]),
-            &mut counts,
+            (seed, 0),
+            pass,
+            &mut c,
             reads,
         );
+        each.push(c);
     }
+    let mut counts: [Counts; 4] =
+        std::array::from_fn(|s| Counts::sum(each.iter().map(|c| &c[s]), layers, ranks));
     for c in &mut counts {
         c.scale(1.0 / take.max(1) as f64);
     }
@@ -267,6 +311,7 @@ pub fn dry_run(
         for s in 0..CACHED.len() {
             let hot = ranked(&first[s]);
             let c = &mut counts[s];
+            let before = c.requests_to.clone();
             for &v in hot.iter().take(cache_rows) {
                 let Some(&n) = evaluated[s].get(&v) else {
                     continue;
@@ -278,16 +323,54 @@ pub fn dry_run(
                 c.input_remote -= moved;
                 c.input_cached += moved;
             }
+            // The batches' reads of each owner's rows go to the cache in proportion to them,
+            // so that their mean is the mean's.
+            for (owner, was) in before.iter().enumerate() {
+                let moved = (was - c.requests_to[owner]) * take as f64;
+                let of_all: f64 = each.iter().map(|e| e[s].requests_to[owner]).sum();
+                if moved <= 0.0 || of_all <= 0.0 {
+                    continue;
+                }
+                for e in &mut each {
+                    let m = moved * e[s].requests_to[owner] / of_all;
+                    e[s].requests_to[owner] -= m;
+                    e[s].input_remote -= m;
+                    e[s].input_cached += m;
+                }
+            }
         }
     }
-    let mine: Vec<f64> = counts.iter().flat_map(Counts::flat).collect();
-    let per = mine.len() / counts.len();
-    let (all, _) = group.allgatherv("plan_counts", &mine);
-    let mut table: Vec<[Counts; 4]> = all
-        .chunks(per * counts.len())
-        .map(|rank| std::array::from_fn(|s| Counts::from_flat(&rank[s * per..], layers, ranks)))
+    // Allgathered: the mean's counts, then each batch's.
+    let mine: Vec<f64> = counts
+        .iter()
+        .chain(each.iter().flatten())
+        .flat_map(Counts::flat)
         .collect();
-    // Rows served: what the other ranks ask of each rank.
+    let per = mine.len() / (counts.len() * (1 + take));
+    let (all, _) = group.allgatherv("plan_counts", &mine);
+    let of_rank = |rank: &[f64], k: usize| -> [Counts; 4] {
+        std::array::from_fn(|s| Counts::from_flat(&rank[(k * 4 + s) * per..], layers, ranks))
+    };
+    let rank_chunks: Vec<&[f64]> = all.chunks(per * counts.len() * (1 + take)).collect();
+    let mut table: Vec<[Counts; 4]> = rank_chunks.iter().map(|r| of_rank(r, 0)).collect();
+    let mut per_batch: Vec<Vec<[Counts; 4]>> = (0..take)
+        .map(|b| rank_chunks.iter().map(|r| of_rank(r, 1 + b)).collect())
+        .collect();
+    for t in std::iter::once(&mut table).chain(per_batch.iter_mut()) {
+        add_served(t);
+    }
+    DryRun {
+        batches: take,
+        epoch_batches: batches.len(),
+        ranks: table,
+        per_batch,
+    }
+}
+
+/// Rows served: what the other ranks ask of each rank (`input_served` from their
+/// `requests_to`).
+fn add_served(table: &mut [[Counts; 4]]) {
+    let ranks = table.len();
     let served: Vec<[f64; 4]> = (0..ranks)
         .map(|r| std::array::from_fn(|s| table.iter().map(|q| q[s].requests_to[r]).sum()))
         .collect();
@@ -295,11 +378,6 @@ pub fn dry_run(
         for (c, s) in rank.iter_mut().zip(served) {
             c.input_served = s;
         }
-    }
-    DryRun {
-        batches: take,
-        epoch_batches: batches.len(),
-        ranks: table,
     }
 }
 
@@ -491,6 +569,38 @@ fn sample_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_batches_counts_are_kept_apart_and_average_to_the_mean() {
+        use crate::comm::World;
+        use crate::config::TrainConfig;
+        let cfg = TrainConfig::default();
+        let world = World::solo();
+        let data = TrainData::load(None, &cfg, &world).unwrap();
+        let dry = dry_run(
+            &world,
+            &data,
+            &cfg.fanouts,
+            cfg.seed,
+            cfg.batch_size,
+            cfg.uses_self_loops(),
+            0,
+            None,
+        );
+        assert_eq!(dry.per_batch.len(), dry.batches);
+        assert!(dry.batches > 1, "{} batches", dry.batches);
+        for s in SAMPLED {
+            let mean = dry.of(s)[0].flat();
+            let each: Vec<Vec<f64>> = dry.of_each_batch(s).iter().map(|b| b[0].flat()).collect();
+            for (k, m) in mean.iter().enumerate() {
+                let avg = each.iter().map(|b| b[k]).sum::<f64>() / each.len() as f64;
+                assert!((avg - m).abs() <= 1e-9 * m.abs().max(1.0), "{s} field {k}");
+            }
+            // The batches differ (their seeds do), which is what pricing them apart is for.
+            let edges: Vec<f64> = dry.of_each_batch(s).iter().map(|b| b[0].edges[0]).collect();
+            assert!(edges.iter().any(|&e| e != edges[0]), "{s}: {edges:?}");
+        }
+    }
 
     #[test]
     fn counts_survive_flattening() {
