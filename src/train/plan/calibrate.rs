@@ -509,8 +509,6 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
                 }
             }
             "spmm" => Fit::least_squares_with_bytes(unit, points, bytes),
-            // Per edge only (`sample_points`: each call's cold start is the calibration's).
-            "sample" => Fit::least_squares_through_origin(unit, points),
             // Priced through their points by rows and row size (`Fit::by_grid`); the line
             // is kept for reading.
             "gather" | "gather_far" | "gather_sparse" | "aggregate" => Fit {
@@ -1021,13 +1019,7 @@ impl Adjacency for OwnedRange<'_> {
 /// strategies' id exchanges while sampling are also priced
 /// by their bytes and calls (`cost::build`), which counts the bytes GDP's sampler moves here
 /// a second time: 4-12 bytes an edge at the alltoallv's rate, a few ns against the tens an
-/// edge costs. The points are fitted through the origin (`Fit::least_squares_through_origin`):
-/// after an eviction of twice the largest cache each call starts cold (TLB, the sampler's
-/// tables, the exchanges' buffers), and the line's intercept, 0.27-0.62 ms across the 2-rank
-/// calibrations of one grid (2-core Intel VM, 2026-12-04), was more than a whole build of the
-/// small graphs takes in training: Tolokers sampled 19k edges a rank in 0.40 ms (21 ns an
-/// edge, against a slope of 27 ns) and was priced at 1.1 ms, R-MAT 9k in 0.31 ms priced at
-/// 0.7, while the 200k SBM, 35k edges at 30-37 ns each, was priced within 15 % either way.
+/// edge costs.
 fn sample_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
     let (n, degree) = (1usize << 18, 16usize);
     let graph = SyntheticGraph::new(n, degree);

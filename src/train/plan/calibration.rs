@@ -28,9 +28,8 @@ use std::path::{Path, PathBuf};
 /// 18 the aggregation priced through its measured points, 19 the products' bytes priced
 /// beyond the core's own caches, [`Calibration::private_cache_bytes`], 20 the aggregation
 /// timed over blocks of three sizes at widths up to 1024 and priced by edges and row size,
-/// [`Fit::by_grid`], 21 the sampler priced per edge through the origin, without the cold
-/// start of its calibration calls.)
-pub const FORMAT: u32 = 21;
+/// [`Fit::by_grid`].)
+pub const FORMAT: u32 = 20;
 
 /// The bytes of one product touching `bytes` that a cache of `cache` bytes cannot hold: what
 /// `gemm`'s per-byte term is fitted on (`calibrate`) and charged for
@@ -359,17 +358,6 @@ impl Fit {
         through_sorted(&self.points, at_zero, x, Some(self.per_unit_s))
     }
 
-    /// The least-squares line through the origin: no latency, work priced by its units
-    /// alone (the sampler, whose calibration calls each pay a cold start that a training
-    /// step's do not; see `calibrate::sample_points`).
-    pub fn least_squares_through_origin(unit: &str, points: Vec<[f64; 2]>) -> Fit {
-        Fit {
-            latency_s: 0.0,
-            per_unit_s: slope_through_origin(&points),
-            ..Fit::least_squares(unit, points)
-        }
-    }
-
     /// [`Fit::least_squares`]'s line, pricing through the points ([`Fit::by_points`]), which
     /// it keeps sorted by `x`.
     pub fn through_points(unit: &str, mut points: Vec<[f64; 2]>) -> Fit {
@@ -403,7 +391,10 @@ impl Fit {
             (my, 0.0)
         };
         if sxx > 0.0 && (b <= 0.0 || a < 0.0) {
-            (a, b) = (0.0, slope_through_origin(&points));
+            // Through the origin: b = Σxy / Σx².
+            let sxx0: f64 = points.iter().map(|p| p[0] * p[0]).sum();
+            let sxy0: f64 = points.iter().map(|p| p[0] * p[1]).sum();
+            (a, b) = (0.0, if sxx0 > 0.0 { sxy0 / sxx0 } else { 0.0 });
         }
         Fit {
             latency_s: a,
@@ -415,17 +406,6 @@ impl Fit {
             point_bytes: Vec::new(),
             by_points: false,
         }
-    }
-}
-
-/// The least-squares slope of a line through the origin: Σxy / Σx².
-fn slope_through_origin(points: &[[f64; 2]]) -> f64 {
-    let sxx: f64 = points.iter().map(|p| p[0] * p[0]).sum();
-    let sxy: f64 = points.iter().map(|p| p[0] * p[1]).sum();
-    if sxx > 0.0 {
-        sxy / sxx
-    } else {
-        0.0
     }
 }
 
@@ -809,25 +789,6 @@ mod tests {
         let f = Fit::least_squares("byte", vec![[1.0, 0.5], [2.0, 2.0], [3.0, 3.5]]);
         assert_eq!(f.latency_s, 0.0);
         assert!(f.per_unit_s > 0.0);
-    }
-
-    #[test]
-    fn a_fit_through_the_origin_prices_work_by_its_units_alone() {
-        // A line of 0.5 ms latency and 25 ns a unit: through the origin the latency is gone
-        // and the slope is Σxy / Σx², set by the large points (the sampler's).
-        let pts: Vec<[f64; 2]> = [8e3, 33e3, 66e3, 132e3]
-            .iter()
-            .map(|&x| [x, 5e-4 + x * 25e-9])
-            .collect();
-        let sxy: f64 = pts.iter().map(|p| p[0] * p[1]).sum();
-        let sxx: f64 = pts.iter().map(|p| p[0] * p[0]).sum();
-        let f = Fit::least_squares_through_origin("edge", pts.clone());
-        assert_eq!(f.latency_s, 0.0);
-        assert!((f.per_unit_s - sxy / sxx).abs() < 1e-20, "{f:?}");
-        assert!(f.per_unit_s > 25e-9 && f.per_unit_s < 35e-9, "{f:?}");
-        assert_eq!(f.seconds(0.0, 1.0), 0.0);
-        assert_eq!(f.points, pts);
-        assert!(!f.by_points);
     }
 
     #[test]
