@@ -1182,7 +1182,10 @@ mod tests {
         let p_even = predict(&even, &shape(), &cal, &all, "alltoallv_world");
         let p_alt = predict(&alternating, &shape(), &cal, &all, "alltoallv_world");
         let load = |c: &Counts| gdp(&shape(), &cal, c, "alltoallv_world").phases.load;
-        assert_eq!(p_even.strategies["gdp"].phases.load, load(&even.ranks[0][0]));
+        assert_eq!(
+            p_even.strategies["gdp"].phases.load,
+            load(&even.ranks[0][0])
+        );
         assert!((p_alt.strategies["gdp"].phases.load - load(&heavy[0])).abs() < 1e-15);
         assert!(
             p_alt.strategies["gdp"].step_seconds > p_even.strategies["gdp"].step_seconds,
