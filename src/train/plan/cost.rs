@@ -155,7 +155,8 @@ pub struct RankCost {
 /// The prediction for one strategy.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StrategyPrediction {
-    /// Slowest rank per phase, seconds per mini-batch.
+    /// Seconds per mini-batch of each phase: its slowest rank in each dry-run batch, averaged
+    /// over the batches.
     pub phases: Phases,
     pub step_seconds: f64,
     /// `step_seconds` × the epoch's mini-batches.
