@@ -273,8 +273,9 @@ pub fn dry_run(
     let fresh = || -> [Counts; 4] { std::array::from_fn(|_| Counts::new(layers, ranks)) };
     let mut first: Reads = Default::default();
     let mut second: Reads = Default::default();
-    // Each batch counted on its own (`DryRun::per_batch`), their mean beside them.
-    let mut each: Vec<[Counts; 4]> = Vec::with_capacity(take);
+    // Each batch counted on its own (`DryRun::per_batch`); no batch at all counts as one
+    // batch of nothing.
+    let mut each: Vec<[Counts; 4]> = Vec::with_capacity(take.max(1));
     for b in 0..take {
         let reads = if b < chosen_from {
             &mut first
@@ -296,11 +297,10 @@ pub fn dry_run(
         );
         each.push(c);
     }
-    let mut counts: [Counts; 4] =
-        std::array::from_fn(|s| Counts::sum(each.iter().map(|c| &c[s]), layers, ranks));
-    for c in &mut counts {
-        c.scale(1.0 / take.max(1) as f64);
+    if each.is_empty() {
+        each.push(fresh());
     }
+    let n = each.len() as f64;
     if cache_rows > 0 {
         // With one dry-run batch, it both fills the cache and is read through it.
         let (evaluated, on) = if take > chosen_from {
@@ -309,30 +309,30 @@ pub fn dry_run(
             (&first, take.max(1) as f64)
         };
         for s in 0..CACHED.len() {
-            let hot = ranked(&first[s]);
-            let c = &mut counts[s];
-            let before = c.requests_to.clone();
-            for &v in hot.iter().take(cache_rows) {
-                let Some(&n) = evaluated[s].get(&v) else {
+            // Per owner, the rows a batch reads of it on the mean (what its cached rows can
+            // save at most), and what the cache serves of them.
+            let mut left: Vec<f64> = (0..ranks)
+                .map(|o| each.iter().map(|e| e[s].requests_to[o]).sum::<f64>() / n)
+                .collect();
+            let mut moved = vec![0.0; ranks];
+            for &v in ranked(&first[s]).iter().take(cache_rows) {
+                let Some(&reads) = evaluated[s].get(&v) else {
                     continue;
                 };
-                let hits = n as f64 / on;
                 let owner = owner_of(&data.offsets, v as u64);
-                let moved = hits.min(c.requests_to[owner]);
-                c.requests_to[owner] -= moved;
-                c.input_remote -= moved;
-                c.input_cached += moved;
+                let m = (reads as f64 / on).min(left[owner]);
+                left[owner] -= m;
+                moved[owner] += m;
             }
-            // The batches' reads of each owner's rows go to the cache in proportion to them,
-            // so that their mean is the mean's.
-            for (owner, was) in before.iter().enumerate() {
-                let moved = (was - c.requests_to[owner]) * take as f64;
+            // Each batch's reads of an owner's rows go to the cache in proportion to them,
+            // so that the batches' mean moves by the mean's.
+            for (owner, moved) in moved.into_iter().enumerate() {
                 let of_all: f64 = each.iter().map(|e| e[s].requests_to[owner]).sum();
                 if moved <= 0.0 || of_all <= 0.0 {
                     continue;
                 }
                 for e in &mut each {
-                    let m = moved * e[s].requests_to[owner] / of_all;
+                    let m = moved * n * e[s].requests_to[owner] / of_all;
                     e[s].requests_to[owner] -= m;
                     e[s].input_remote -= m;
                     e[s].input_cached += m;
@@ -340,21 +340,31 @@ pub fn dry_run(
             }
         }
     }
-    // Allgathered: the mean's counts, then each batch's.
-    let mine: Vec<f64> = counts
-        .iter()
-        .chain(each.iter().flatten())
-        .flat_map(Counts::flat)
-        .collect();
-    let per = mine.len() / (counts.len() * (1 + take));
+    // Allgathered batch by batch; every rank derives the same means from the same table.
+    let per = fresh()[0].flat().len();
+    let mine: Vec<f64> = each.iter().flatten().flat_map(Counts::flat).collect();
     let (all, _) = group.allgatherv("plan_counts", &mine);
-    let of_rank = |rank: &[f64], k: usize| -> [Counts; 4] {
-        std::array::from_fn(|s| Counts::from_flat(&rank[(k * 4 + s) * per..], layers, ranks))
-    };
-    let rank_chunks: Vec<&[f64]> = all.chunks(per * counts.len() * (1 + take)).collect();
-    let mut table: Vec<[Counts; 4]> = rank_chunks.iter().map(|r| of_rank(r, 0)).collect();
-    let mut per_batch: Vec<Vec<[Counts; 4]>> = (0..take)
-        .map(|b| rank_chunks.iter().map(|r| of_rank(r, 1 + b)).collect())
+    let of_rank: Vec<&[f64]> = all.chunks(per * 4 * each.len()).collect();
+    let mut per_batch: Vec<Vec<[Counts; 4]>> = (0..each.len())
+        .map(|b| {
+            of_rank
+                .iter()
+                .map(|r| {
+                    std::array::from_fn(|s| {
+                        Counts::from_flat(&r[(b * 4 + s) * per..], layers, ranks)
+                    })
+                })
+                .collect()
+        })
+        .collect();
+    let mut table: Vec<[Counts; 4]> = (0..ranks)
+        .map(|r| {
+            std::array::from_fn(|s| {
+                let mut mean = Counts::sum(per_batch.iter().map(|b| &b[r][s]), layers, ranks);
+                mean.scale(1.0 / n);
+                mean
+            })
+        })
         .collect();
     for t in std::iter::once(&mut table).chain(per_batch.iter_mut()) {
         add_served(t);
