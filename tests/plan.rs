@@ -93,10 +93,12 @@ fn calibrate_writes_a_file_that_plan_then_uses() {
     assert!(stdout.contains("alltoallv_world"), "{stdout}");
     let v = common::read_json(&cal);
     assert_eq!(v["key"]["ranks"], 2, "{v}");
-    assert!(
-        v["operators"]["gemm"]["per_unit_s"].as_f64().unwrap() > 0.0,
-        "{v}"
-    );
+    for op in ["gemm", "gemm_tn", "gemm_nt"] {
+        assert!(
+            v["operators"][op]["per_unit_s"].as_f64().unwrap() > 0.0,
+            "{op}: {v}"
+        );
+    }
     let written = std::fs::read_to_string(&cal).unwrap();
 
     let (stdout, stderr) = mpirun_ok(2, &with(&["plan"], &["--calibration", cal_s]));
@@ -426,10 +428,16 @@ fn calibrate_plan_and_auto_run_on_emulated_cuda_ranks() {
             "{op}: {v}"
         );
     }
-    // The device's products at every shape (a cached file is checked on some of them).
-    let gemm = v["operators"]["gemm"]["points"].as_array().unwrap();
-    assert_eq!(gemm.len(), 12, "{v}");
-    assert!(gemm.iter().all(|p| p[1].as_f64().unwrap() > 0.0), "{v}");
+    // The device's products at every shape (a cached file is checked on some of them), in
+    // each form: forward, weight gradient, input gradient.
+    for op in ["gemm", "gemm_tn", "gemm_nt"] {
+        let points = v["operators"][op]["points"].as_array().unwrap();
+        assert_eq!(points.len(), 14, "{op}: {v}");
+        assert!(
+            points.iter().all(|p| p[1].as_f64().unwrap() > 0.0),
+            "{op}: {v}"
+        );
+    }
     // The device's products with sparse input rows (2 row counts × 4 widths) and the host's
     // gather of CSR rows (4 row counts × 2 non-zero counts), which price bag-of-words inputs.
     for op in ["spmm", "gather_sparse"] {

@@ -10,8 +10,8 @@
 //! Sizes are kept small so that it takes seconds.
 
 use super::calibration::{
-    beyond_cache, Calibration, CalibrationKey, Fit, SharedCores, FORMAT, OPERATORS,
-    ROW_EXCHANGE_NARROW_WIDTH, ROW_EXCHANGE_WIDTH,
+    beyond_cache, Calibration, CalibrationKey, Fit, Product, SharedCores, FORMAT, GEMM_SHAPES,
+    OPERATORS, ROW_EXCHANGE_NARROW_WIDTH, ROW_EXCHANGE_WIDTH,
 };
 use super::core_share::CoreShare;
 use super::evict::{host_cache_bytes, private_cache_bytes, Evictor};
@@ -369,7 +369,7 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
         put("h2d", up);
         put("d2h", down);
     }
-    let gemm = gemm_points(be, kernels);
+    let [gemm, gemm_tn, gemm_nt] = Product::ALL.map(|form| gemm_points(be, kernels, form));
     let aggregate = aggregate_points(be, kernels);
     let spmm = spmm_points(be, kernels);
     // The sampler of several ranks is collective (owners answer for their vertices): timed
@@ -387,6 +387,8 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
         },
     );
     ops.insert("gemm", gemm);
+    ops.insert("gemm_tn", gemm_tn);
+    ops.insert("gemm_nt", gemm_nt);
     ops.insert("aggregate", aggregate);
     ops.insert("spmm", spmm);
     ops.insert("gather", gather);
@@ -501,17 +503,16 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
         let (points, bytes) = median_points(sweeps.iter().map(|s| &s[name]));
         let mut fit = match *name {
             // The products' bytes beyond the core's own caches (`Calibration::products`).
-            "gemm" => {
+            "gemm" | "gemm_tn" | "gemm_nt" => {
                 let beyond = bytes.iter().map(|&b| beyond_cache(b, private)).collect();
                 Fit {
                     point_bytes: bytes,
                     ..Fit::least_squares_with_bytes(unit, points, beyond)
                 }
             }
-            "spmm" => Fit::least_squares_with_bytes(unit, points, bytes),
             // Priced through their points by rows and row size (`Fit::by_grid`); the line
             // is kept for reading.
-            "gather" | "gather_far" | "gather_sparse" | "aggregate" => Fit {
+            "gather" | "gather_far" | "gather_sparse" | "aggregate" | "spmm" => Fit {
                 by_points: true,
                 ..Fit::least_squares_relative_with_bytes(unit, points, bytes)
             },
@@ -571,7 +572,7 @@ pub fn products_against<B: Backend>(be: &B, world: &World, cal: &Calibration) ->
         CoreShare::NONE
     };
     let timer = KernelTimer::kernels(be, world, share);
-    let (now, _) = products_of(be, timer, &GEMM_SHAPES[CHECK_SHAPES]);
+    let (now, _) = products_of(be, timer, &GEMM_SHAPES[CHECK_SHAPES], Product::Forward);
     let ratios: Vec<f64> = now
         .iter()
         .zip(&then[CHECK_SHAPES])
@@ -801,47 +802,56 @@ fn copy_points<B: Backend>(be: &B, world: &World) -> (Vec<[f64; 2]>, Vec<[f64; 2
     (up, down)
 }
 
-/// Dense products `m×k · k×n` of the shapes layers use, each into a newly allocated output as a
-/// layer's are: square-ish ones, bound by their flops (2·m·k·n), and skinny ones (a layer into
-/// 2 classes, out of 10 features, and their gradients), bound by the bytes they touch
-/// (4·(m·k + k·n + m·n), writing the output included). Both terms
-/// are fitted together. The `gemm` operator's points are in this order.
-const GEMM_SHAPES: [(usize, usize, usize); 12] = [
-    (1024, 32, 32),
-    (1024, 64, 64),
-    (1024, 128, 128),
-    (1024, 256, 256),
-    (1024, 512, 256),
-    (1024, 1024, 256),
-    (8192, 1024, 2),
-    (8192, 2, 1024),
-    (8192, 10, 512),
-    (8192, 512, 16),
-    // A hidden width of 1024: outputs of 32 MB. With 1024 × 1024 × 256 the largest shape,
-    // the 2-core grid's steps at hidden 1024 came out 14-34 % under their measured time.
-    (8192, 256, 1024),
-    (8192, 1024, 512),
-];
-
-fn gemm_points<B: Backend>(be: &B, timer: KernelTimer) -> (Vec<[f64; 2]>, Vec<f64>) {
-    products_of(be, timer, &GEMM_SHAPES)
+fn gemm_points<B: Backend>(be: &B, timer: KernelTimer, form: Product) -> (Vec<[f64; 2]>, Vec<f64>) {
+    products_of(be, timer, &GEMM_SHAPES, form)
 }
 
-/// The points of the products `shapes` (`(flops, seconds)`) and the bytes each touches.
+/// The points of the products `shapes` in `form` (`(flops, seconds)`) and the bytes each
+/// touches. A shape `(m, k, n)` is a layer's `m` rows of `k` columns into `n`: forward
+/// `x·W` (`m×k · k×n`), its weight gradient `xᵀ·dY` added onto a `k×n` gradient, its
+/// input gradient `dY·Wᵀ` (`m×n · n×k`) — the same flops and bytes in every form.
 fn products_of<B: Backend>(
     be: &B,
     timer: KernelTimer,
     shapes: &[(usize, usize, usize)],
+    form: Product,
 ) -> (Vec<[f64; 2]>, Vec<f64>) {
     let mut points = Vec::new();
     let mut bytes = Vec::new();
     for &(m, k, n) in shapes {
-        let a = be.upload(Array2::from_shape_fn((m, k), |(i, j)| ((i + j) % 7) as f32).view());
-        let b = be.upload(Array2::from_shape_fn((k, n), |(i, j)| ((i * j) % 5) as f32).view());
-        let s = timer.point(|| {
-            let c = be.matmul(be.view(&a), be.view(&b));
-            let _ = be.download(be.rows(be.view(&c), 0..1));
-        });
+        let s = match form {
+            Product::Forward => {
+                let x =
+                    be.upload(Array2::from_shape_fn((m, k), |(i, j)| ((i + j) % 7) as f32).view());
+                let w =
+                    be.upload(Array2::from_shape_fn((k, n), |(i, j)| ((i * j) % 5) as f32).view());
+                timer.point(|| {
+                    let y = be.matmul(be.view(&x), be.view(&w));
+                    let _ = be.download(be.rows(be.view(&y), 0..1));
+                })
+            }
+            Product::WeightGradient => {
+                let x =
+                    be.upload(Array2::from_shape_fn((m, k), |(i, j)| ((i + j) % 7) as f32).view());
+                let dy =
+                    be.upload(Array2::from_shape_fn((m, n), |(i, j)| ((i * j) % 3) as f32).view());
+                let mut g = be.upload(Array2::<f32>::zeros((k, n)).view());
+                timer.point(|| {
+                    be.add_matmul_tn(be.view(&x), be.view(&dy), be.view_mut(&mut g));
+                    let _ = be.download(be.rows(be.view(&g), 0..1));
+                })
+            }
+            Product::InputGradient => {
+                let dy =
+                    be.upload(Array2::from_shape_fn((m, n), |(i, j)| ((i * j) % 3) as f32).view());
+                let w =
+                    be.upload(Array2::from_shape_fn((k, n), |(i, j)| ((i * j) % 5) as f32).view());
+                timer.point(|| {
+                    let dx = be.matmul_nt(be.view(&dy), be.view(&w));
+                    let _ = be.download(be.rows(be.view(&dx), 0..1));
+                })
+            }
+        };
         points.push([(2 * m * k * n) as f64, s]);
         bytes.push((4 * (m * k + k * n + m * n)) as f64);
     }
@@ -906,15 +916,19 @@ fn aggregate_points<B: Backend>(be: &B, timer: KernelTimer) -> (Vec<[f64; 2]>, V
 }
 
 /// Products with sparse input rows (bag-of-words features at 1 % density, 4096 columns), the
-/// forward `x·w` and the weight gradient `xᵀ·d` together, at growing output widths and over
-/// 1024 and 4096 of the rows: `x` = 2 × stored non-zeros × output columns, and the bytes of
-/// the entries both products read (8 per non-zero each: its column and value). Each non-zero
-/// costs its entry whatever the width (on the 2-core VM a product of width 16 cost 0.46 ns per
-/// non-zero × column, one of width 256 0.25), which a call's latency priced at the
-/// calibration's 168k non-zeros: SNP's owners, projecting a share of a batch's rows each,
-/// were priced at 2-3× their model phase on Facebook at 4 ranks. A backend without a sparse
-/// path (it multiplies such rows densely, priced by `gemm`) has no points: the operator is
-/// free and unused.
+/// forward `x·w` and the weight gradient `xᵀ·d` together, at the output widths of the layers
+/// trained (16 to 1024 columns) and over 1024 and 4096 of the rows: `x` = 2 × stored
+/// non-zeros (each read by both products), the bytes the row of `w` (or of the gradient)
+/// each non-zero reads, `4 ×` the width. Priced through these points by non-zeros and width
+/// ([`Fit::by_grid`]), as the aggregation is by edges and row size: a non-zero's cost per
+/// column is not one number (on the Xeon VM 0.11 ns at 64 columns, 0.19 at 256, where the
+/// 4 MB weight outgrows the 2 MB L2), and the line through widths up to 256 that priced them
+/// left the Facebook steps of hidden width 1024 15-28 % under their measured time. A backend
+/// without a sparse path (it multiplies such rows densely, priced by `gemm`) has no points:
+/// the operator is free and unused.
+/// The output widths the sparse products are timed at.
+const SPMM_WIDTHS: [usize; 4] = [16, 64, 256, 1024];
+
 fn spmm_points<B: Backend>(be: &B, timer: KernelTimer) -> (Vec<[f64; 2]>, Vec<f64>) {
     let (rows, cols, per_row) = (4096usize, 4096usize, 41usize);
     let mut dense = Array2::<f32>::zeros((rows, cols));
@@ -936,7 +950,7 @@ fn spmm_points<B: Backend>(be: &B, timer: KernelTimer) -> (Vec<[f64; 2]>, Vec<f6
             .iter()
             .filter(|&&v| v != 0.0)
             .count();
-        for n in [16usize, 64, 128, 256] {
+        for n in SPMM_WIDTHS {
             let w =
                 be.upload(Array2::from_shape_fn((cols, n), |(i, j)| ((i + j) % 5) as f32).view());
             let d =
@@ -947,8 +961,8 @@ fn spmm_points<B: Backend>(be: &B, timer: KernelTimer) -> (Vec<[f64; 2]>, Vec<f6
                 be.add_spmm_tn(&x, used, be.view(&d), be.view_mut(&mut g));
                 let _ = be.download(be.rows(be.view(&y), 0..1));
             });
-            points.push([(2 * nnz * n) as f64, s]);
-            bytes.push((2 * 8 * nnz) as f64);
+            points.push([(2 * nnz) as f64, s]);
+            bytes.push((2 * nnz * n * 4) as f64);
         }
     }
     (points, bytes)

@@ -28,8 +28,88 @@ use std::path::{Path, PathBuf};
 /// 18 the aggregation priced through its measured points, 19 the products' bytes priced
 /// beyond the core's own caches, [`Calibration::private_cache_bytes`], 20 the aggregation
 /// timed over blocks of three sizes at widths up to 1024 and priced by edges and row size,
-/// [`Fit::by_grid`].)
-pub const FORMAT: u32 = 20;
+/// [`Fit::by_grid`], 21 the products' backward forms timed apart, `gemm_tn` and `gemm_nt`
+/// ([`Product`]), and the sparse products timed at output widths up to 1024 and priced through
+/// their points by non-zeros and width.)
+pub const FORMAT: u32 = 21;
+
+/// Dense products `m×k · k×n` of the shapes layers use, each into a newly allocated output as a
+/// layer's are: square-ish ones, bound by their flops (2·m·k·n), and skinny ones (a layer into
+/// 2 classes, out of 10 features, and their gradients), bound by the bytes they touch
+/// (4·(m·k + k·n + m·n), writing the output included). Both terms
+/// are fitted together. The points of `gemm`, `gemm_tn` and `gemm_nt` are in this order, each
+/// form of the shape ([`Product`]).
+pub const GEMM_SHAPES: [(usize, usize, usize); 14] = [
+    (1024, 32, 32),
+    (1024, 64, 64),
+    (1024, 128, 128),
+    (1024, 256, 256),
+    (1024, 512, 256),
+    (1024, 1024, 256),
+    (8192, 1024, 2),
+    (8192, 2, 1024),
+    (8192, 10, 512),
+    (8192, 512, 16),
+    // A hidden width of 1024: outputs of 32 MB. With 1024 × 1024 × 256 the largest shape,
+    // the 2-core grid's steps at hidden 1024 came out 14-34 % under their measured time.
+    (8192, 256, 1024),
+    (8192, 1024, 512),
+    // Wide input rows into a narrow layer (the 2,048-feature SBM's input layer, SAGE's two
+    // weights stacked): forward at 165 GFLOP/s, the weight gradient at 65 and the input
+    // gradient at 44 (one core of the Xeon VM), which the shapes above do not show.
+    (4096, 4096, 64),
+    (4096, 2048, 256),
+];
+
+/// The calibrated shapes a backward form's ratio to the forward is taken from
+/// ([`Calibration::form_ratio`]).
+const FORM_NEIGHBOURS: usize = 3;
+
+/// Dense products of one pass of a layer: their flops, the bytes of their three matrices,
+/// how many calls make them, and the shape they share: `inner` columns into `cols` (the rows
+/// may differ between the calls, as SAGE's root and neighbour products).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Products {
+    pub flops: f64,
+    pub bytes: f64,
+    pub calls: f64,
+    pub inner: f64,
+    pub cols: f64,
+}
+
+/// A dense product's form, each timed as an operator of its own. A layer's
+/// forward `x·W` is the first; its backward repeats the product as the weight gradient
+/// `xᵀ·dY` (accumulated into the gradient) and, where a gradient has to reach the layer's
+/// input, the input gradient `dY·Wᵀ`. Their speeds differ by shape: with 4,096 rows of
+/// 4,096 columns into 64 (the wide SBM's input layer, SAGE's two weights stacked) the CPU
+/// backend ran the forward at 158 GFLOP/s and the weight gradient at 52 (Xeon VM, 2-rank
+/// calibration), the one product of that layer's backward taking 3× its forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Product {
+    /// `a·b` (`gemm`).
+    Forward,
+    /// `c += aᵀ·b` (`gemm_tn`).
+    WeightGradient,
+    /// `a·bᵀ` (`gemm_nt`).
+    InputGradient,
+}
+
+impl Product {
+    pub const ALL: [Product; 3] = [
+        Product::Forward,
+        Product::WeightGradient,
+        Product::InputGradient,
+    ];
+
+    /// The calibration operator that prices this form.
+    pub fn operator(self) -> &'static str {
+        match self {
+            Product::Forward => "gemm",
+            Product::WeightGradient => "gemm_tn",
+            Product::InputGradient => "gemm_nt",
+        }
+    }
+}
 
 /// The bytes of one product touching `bytes` that a cache of `cache` bytes cannot hold: what
 /// `gemm`'s per-byte term is fitted on (`calibrate`) and charged for
@@ -53,8 +133,10 @@ pub const OPERATORS: &[(&str, &str)] = &[
     ("h2d", "byte"),
     ("d2h", "byte"),
     ("gemm", "flop"),
+    ("gemm_tn", "flop"),
+    ("gemm_nt", "flop"),
     ("aggregate", "edge"),
-    ("spmm", "nnz_col"),
+    ("spmm", "nnz"),
     ("sample", "edge"),
     ("optimizer", "param"),
     ("attention", "edge_col"),
@@ -522,17 +604,62 @@ impl Calibration {
             .unwrap_or_else(|| panic!("calibration without operator `{op}` (checked on load)"))
     }
 
-    /// Seconds of `calls` dense products doing `flops` and touching `bytes` in all, each call
-    /// its share of both: a call's bytes within the core's own caches
-    /// ([`Calibration::private_cache_bytes`]) cost nothing beyond its flops, those beyond
-    /// are priced by `gemm`'s per-byte term. Fitted on every byte, that term (6.3 GB/s, set by
-    /// skinny products into fresh 32 MB outputs) priced a 1024×32×32 product at 2.9× its
-    /// measured time and the 12 calibrated shapes at 0.86-2.9×; on the bytes beyond a 2 MB
-    /// L2, 0.85-1.11× (Xeon VM, 2026-12-03).
-    pub fn products(&self, flops: f64, bytes: f64, calls: f64) -> f64 {
-        let calls_or_one = calls.max(1.0);
-        let beyond = calls_or_one * beyond_cache(bytes / calls_or_one, self.private_cache_bytes);
-        self.op("gemm").seconds_touching(flops, beyond, calls)
+    /// Seconds of the products `p` in form `form`. The forward products are priced by
+    /// `gemm`: by their flops, and by the bytes each call cannot keep in the core's own
+    /// caches ([`Calibration::private_cache_bytes`]; those within cost nothing beyond the
+    /// flops). Fitted on every byte, that term (6.3 GB/s, set by skinny products into fresh
+    /// 32 MB outputs) priced a 1024×32×32 product at 2.9× its measured time and the 12
+    /// calibrated shapes at 0.86-2.9×; on the bytes beyond a 2 MB L2, 0.85-1.11× (Xeon VM,
+    /// 2026-12-03). A backward form costs the forward's price times its measured ratio to the
+    /// forward at the calibrated shapes nearest to `p`'s ([`Calibration::form_ratio`]).
+    pub fn products(&self, form: Product, p: &Products) -> f64 {
+        let calls_or_one = p.calls.max(1.0);
+        let beyond = calls_or_one * beyond_cache(p.bytes / calls_or_one, self.private_cache_bytes);
+        self.op("gemm").seconds_touching(p.flops, beyond, p.calls)
+            * self.form_ratio(form, p.inner, p.cols)
+    }
+
+    /// What a product of `inner` columns into `cols` costs in `form` against its forward
+    /// form: the ratio of their times at the calibrated shapes ([`GEMM_SHAPES`]) nearest in
+    /// (log inner, log cols), weighted by the inverse square of the distance (exact at a
+    /// calibrated shape). Its speed is a matter of shape, not of flops or bytes: with 4,096
+    /// columns into 64 the weight gradient took 3.0× the forward's time, with 256 into 256
+    /// 1.2×, with 512 into 16 1.8× (Xeon VM, one core), which no line through flops and bytes
+    /// fitted (the one tried priced the first at 0.6× its time). 1 where the calibration has
+    /// no points of the form (a synthetic one).
+    pub fn form_ratio(&self, form: Product, inner: f64, cols: f64) -> f64 {
+        if form == Product::Forward {
+            return 1.0;
+        }
+        let (Some(forward), Some(other)) = (
+            self.operators.get(Product::Forward.operator()),
+            self.operators.get(form.operator()),
+        ) else {
+            return 1.0;
+        };
+        if forward.points.len() != GEMM_SHAPES.len() || other.points.len() != GEMM_SHAPES.len() {
+            return 1.0;
+        }
+        let log = |v: f64| v.max(1.0).log2();
+        let mut near: Vec<(f64, f64)> = GEMM_SHAPES
+            .iter()
+            .zip(forward.points.iter().zip(&other.points))
+            .filter(|(_, (f, o))| f[1] > 0.0 && o[1] > 0.0)
+            .map(|(&(_, k, n), (f, o))| {
+                let d2 = (log(inner) - log(k as f64)).powi(2) + (log(cols) - log(n as f64)).powi(2);
+                (d2, (o[1] / f[1]).ln())
+            })
+            .collect();
+        if near.is_empty() {
+            return 1.0;
+        }
+        near.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if near[0].0 <= 1e-12 {
+            return near[0].1.exp();
+        }
+        let nearest = &near[..near.len().min(FORM_NEIGHBOURS)];
+        let weight: f64 = nearest.iter().map(|(d2, _)| 1.0 / d2).sum();
+        (nearest.iter().map(|(d2, r)| r / d2).sum::<f64>() / weight).exp()
     }
 
     /// The share of a gather's rows that come from memory rather than a cache, where each of
@@ -883,18 +1010,80 @@ mod tests {
         let gemm = cal.operators.get_mut("gemm").unwrap();
         (gemm.latency_s, gemm.per_unit_s, gemm.per_byte_s) = (1e-6, 1e-9, 1e-8);
         // Two calls of 600 bytes each: within the cache, the flops and latencies alone.
-        let small = cal.products(5000.0, 1200.0, 2.0);
+        let small = cal.products(Product::Forward, &products(5000.0, 1200.0, 2.0));
         assert!((small - (2e-6 + 5e-6)).abs() < 1e-18, "{small}");
         // Two calls of 1500 bytes: 500 beyond the cache each.
-        let large = cal.products(5000.0, 3000.0, 2.0);
+        let large = cal.products(Product::Forward, &products(5000.0, 3000.0, 2.0));
         assert!(
             (large - (2e-6 + 5e-6 + 1000.0 * 1e-8)).abs() < 1e-18,
             "{large}"
         );
         // Without a private cache (a device's calibration) every byte is priced.
         cal.private_cache_bytes = 0.0;
-        let all = cal.products(5000.0, 3000.0, 2.0);
+        let all = cal.products(Product::Forward, &products(5000.0, 3000.0, 2.0));
         assert!((all - (2e-6 + 5e-6 + 3000.0 * 1e-8)).abs() < 1e-18, "{all}");
+    }
+
+    fn products(flops: f64, bytes: f64, calls: f64) -> Products {
+        Products {
+            flops,
+            bytes,
+            calls,
+            inner: 64.0,
+            cols: 64.0,
+        }
+    }
+
+    #[test]
+    fn a_backward_form_costs_the_forward_times_its_ratio_at_the_nearest_shapes() {
+        let mut cal = calibration();
+        // The forward at 1 ns a flop; the weight gradient 3× it at the shapes of 4096
+        // columns, 1× elsewhere; the input gradient 2× everywhere.
+        let timed = |ratio: &dyn Fn(usize) -> f64| -> Vec<[f64; 2]> {
+            GEMM_SHAPES
+                .iter()
+                .map(|&(m, k, n)| {
+                    let flops = (2 * m * k * n) as f64;
+                    [flops, flops * 1e-9 * ratio(k)]
+                })
+                .collect()
+        };
+        for (op, ratio) in [
+            ("gemm", &(|_| 1.0) as &dyn Fn(usize) -> f64),
+            ("gemm_tn", &|k| if k == 4096 { 3.0 } else { 1.0 }),
+            ("gemm_nt", &|_| 2.0),
+        ] {
+            let fit = cal.operators.get_mut(op).unwrap();
+            fit.points = timed(ratio);
+            (fit.latency_s, fit.per_unit_s, fit.per_byte_s) = (0.0, 1e-9, 0.0);
+        }
+        cal.private_cache_bytes = f64::INFINITY;
+        let at = |inner: f64, cols: f64| Products {
+            flops: 1e6,
+            bytes: 0.0,
+            calls: 1.0,
+            inner,
+            cols,
+        };
+        let priced = |p: &Products| Product::ALL.map(|form| cal.products(form, p));
+        // At a calibrated shape: exactly its ratios.
+        let wide = priced(&at(4096.0, 64.0));
+        assert!(
+            (wide[0] - 1e-3).abs() < 1e-15 && (wide[1] - 3e-3).abs() < 1e-15,
+            "{wide:?}"
+        );
+        assert!((wide[2] - 2e-3).abs() < 1e-15, "{wide:?}");
+        // Between shapes: a blend of the nearest ones' ratios, within theirs.
+        let between = priced(&at(2048.0, 128.0))[1] / 1e-3;
+        assert!(between > 1.0 && between < 3.0, "{between}");
+        // Far from the wide shapes: the forward's price.
+        let narrow = priced(&at(64.0, 64.0));
+        assert!((narrow[1] - 1e-3).abs() < 1e-15, "{narrow:?}");
+        // A calibration without points of the forms (a synthetic one) prices them as forward.
+        assert_eq!(
+            calibration().form_ratio(Product::WeightGradient, 4096.0, 64.0),
+            1.0
+        );
     }
 
     #[test]

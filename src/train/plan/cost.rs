@@ -13,7 +13,8 @@
 //! - shuffle: hidden rows between ranks (`alltoallv`, row exchanges forward and their
 //!   gradients back); partial sums sent as ready rows and added on receipt
 //!   (`partial_sums`: SNP's and NFP's);
-//! - train: per layer the dense products (`gemm`, flops) and the aggregation (`aggregate`,
+//! - train: per layer the dense products (`gemm` forward, `gemm_tn` the weight gradients,
+//!   `gemm_nt` the input gradients; flops and bytes) and the aggregation (`aggregate`,
 //!   edges × columns) of forward and backward, in the order the layer itself picks (SNP's input
 //!   layer always projects first, on the sources' owners); an input layer on mostly-zero
 //!   features multiplies only their non-zeros (`spmm`) after a scan of the dense rows; every
@@ -30,7 +31,7 @@
 //! step is the sum over phases of the maximum over ranks. Adding a strategy is one function
 //! from the ranks' counts to a [`RankCost`] per rank (see [`nfp`]).
 
-use super::calibration::Calibration;
+use super::calibration::{Calibration, Product, Products};
 use super::dry_run::{Counts, DryRun};
 use crate::backend::cpu::sparse::MIN_SPARSE_COLS;
 use crate::kinds::{ModelKind, Strategy};
@@ -187,20 +188,42 @@ pub struct Prediction {
 }
 
 /// The work of one layer's forward and backward, in the order the layer picks (aggregate
-/// first unless projecting first is fewer multiply-adds): dense products' flops and the
-/// bytes they touch, and its aggregations. SAGE has two weights (self and
-/// neighbour), GCN one. The input layer needs no input gradient. GAT always projects every
-/// source first ([`gat_layer_work`]).
+/// first unless projecting first is fewer multiply-adds): its dense products, and its
+/// aggregations. SAGE has two weights (self and neighbour), GCN one. Backward repeats the
+/// forward's products as weight gradients and, where a gradient has to reach the layer's
+/// input (every layer but the input one), as input gradients: the same flops and bytes in
+/// each form, each priced by its own calibrated operator ([`Product`]). GAT always projects
+/// every source first ([`gat_layer_work`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct LayerWork {
-    pub flops: f64,
-    pub bytes: f64,
-    /// The dense products making `flops` and `bytes`, forward and backward.
-    pub products: f64,
+    /// The forward pass's dense products.
+    pub forward: Products,
+    /// Whether backward computes the input gradient (else the weight gradients only).
+    pub input_gradient: bool,
     pub aggregations: Aggregations,
     /// GAT: edges × the product's columns of its attention (logits, softmax, weighted
     /// aggregation, and their backward), priced by the calibrated `attention` operator.
     pub attention_cols: f64,
+}
+
+impl LayerWork {
+    /// The forms the layer's products run in, forward and backward.
+    pub fn forms(&self) -> impl Iterator<Item = Product> + '_ {
+        Product::ALL
+            .into_iter()
+            .filter(|&f| f != Product::InputGradient || self.input_gradient)
+    }
+
+    /// Flops of every product, forward and backward.
+    pub fn flops(&self) -> f64 {
+        self.forms().count() as f64 * self.forward.flops
+    }
+
+    /// Seconds of every product, each form by its operator ([`Calibration::products`]).
+    pub fn product_seconds(&self, cal: &Calibration) -> f64 {
+        let p = self.forward;
+        self.forms().map(|form| cal.products(form, &p)).sum()
+    }
 }
 
 /// A layer's aggregations in a step: `passes` calls (forward, and the transposed one backward
@@ -247,25 +270,29 @@ pub fn layer_work(
     let ((f_self, b_self), (f_neigh, b_neigh)) = (product(nd), product(ns));
     // Aggregating first, SAGE's two weights stack into one product (`SageConv::forward`);
     // projecting first, each is a product of its own.
-    let (flops, bytes, width, calls) = if agg_first {
-        (k * f_self, k * b_self, i, 1.0)
+    let (flops, bytes, width, calls, inner) = if agg_first {
+        (k * f_self, k * b_self, i, 1.0, k * i)
     } else {
         (
             f_neigh + (k - 1.0) * f_self,
             b_neigh + (k - 1.0) * b_self,
             o,
             k,
+            i,
         )
     };
-    // Backward: the weight gradients (as many flops and bytes as forward), the input
-    // gradients when needed (as many again), and the transposed aggregation when a gradient
-    // has to pass it.
-    let products = if need_src { 3.0 } else { 2.0 };
+    // Backward: the weight gradients, the input gradients when needed, and the transposed
+    // aggregation when a gradient has to pass it.
     let backward = if need_src || !agg_first { 1.0 } else { 0.0 };
     LayerWork {
-        flops: products * flops,
-        bytes: products * bytes,
-        products: products * calls,
+        forward: Products {
+            flops,
+            bytes,
+            calls,
+            inner,
+            cols: o,
+        },
+        input_gradient: need_src,
         aggregations: Aggregations {
             edges: e,
             width,
@@ -287,11 +314,15 @@ pub fn gat_layer_work(
     (_nd, ns, e): (f64, f64, f64),
     need_src: bool,
 ) -> LayerWork {
-    let products = if need_src { 3.0 } else { 2.0 };
     LayerWork {
-        flops: products * 2.0 * ns * i * o,
-        bytes: products * 4.0 * (ns * i + i * o + ns * o),
-        products,
+        forward: Products {
+            flops: 2.0 * ns * i * o,
+            bytes: 4.0 * (ns * i + i * o + ns * o),
+            calls: 1.0,
+            inner: i,
+            cols: o,
+        },
+        input_gradient: need_src,
         aggregations: Aggregations::default(),
         attention_cols: e * o,
     }
@@ -300,7 +331,8 @@ pub fn gat_layer_work(
 /// Train-phase seconds of `c`'s layers, the input layer computed in `order`; `scanned`: a
 /// sparse input layer first finds the non-zeros of dense rows (else its rows came as CSR).
 /// Everything is priced layer by layer: the products by their flops and their bytes beyond
-/// the core's own caches per call ([`Calibration::products`]), the aggregations, attention
+/// the core's own caches per call, each form (forward, weight gradient, input gradient) by
+/// its own operator ([`LayerWork::product_seconds`]), the aggregations, attention
 /// and activations by their calibrated operators.
 fn compute(shape: &ModelShape, cal: &Calibration, c: &Counts, order: Order, scanned: bool) -> f64 {
     (0..shape.in_w.len())
@@ -346,7 +378,7 @@ fn layer(
         if l == 0 { order } else { Order::Cheaper },
     );
     // GAT's layers run one attention (forward and backward) each instead of aggregations.
-    cal.products(w.flops, w.bytes, w.products)
+    w.product_seconds(cal)
         + if w.attention_cols > 0.0 {
             cal.op("attention").seconds(w.attention_cols, 1.0)
         } else {
@@ -358,8 +390,8 @@ fn layer(
 /// finds the non-zeros when they came dense (`scanned`: the dense rows read once, priced as
 /// the gather's bytes), the products
 /// with the non-zeros only (`spmm`: forward `x·W` of every source, SAGE's root term on the
-/// destinations too, and the weight gradients `xᵀ·d` as many; by their non-zeros × columns and
-/// the bytes of the entries they read), and the aggregation at the
+/// destinations too, and the weight gradients `xᵀ·d` as many; by their non-zeros and the row
+/// of `o` columns each reads), and the aggregation at the
 /// output width forward and transposed backward (always projected first). No input gradient.
 fn sparse_input_layer(
     kind: ModelKind,
@@ -371,20 +403,19 @@ fn sparse_input_layer(
 ) -> f64 {
     let k = if kind == ModelKind::Sage { 2.0 } else { 1.0 };
     let rows = ns + (k - 1.0) * nd;
-    let products = nnz * o * rows;
+    // Both products read each non-zero once, and with it a row of `o` columns.
+    let reads = 2.0 * nnz * rows;
     let scan = if scanned {
         cal.op("gather").seconds_touching(ns, ns * i * 4.0, 1.0)
     } else {
         0.0
     };
-    // Both products read every entry of their rows (8 bytes: column and value).
-    let entries = 2.0 * 8.0 * nnz * rows;
     let aggregations = Aggregations {
         edges: e,
         width: o,
         passes: 2.0,
     };
-    scan + cal.op("spmm").seconds_touching(2.0 * products, entries, k) + aggregations.seconds(cal)
+    scan + cal.op("spmm").seconds_touching(reads, reads * o * 4.0, k) + aggregations.seconds(cal)
 }
 
 /// How a batch's input rows are made ([`load`]).
@@ -965,9 +996,8 @@ mod tests {
             "gather_sparse" => (0.0, 3e-8),
             "allreduce" => (0.0, 5e-10),
             "allgatherv" => (1e-3, 1e-9),
-            "gemm" => (0.0, 1e-9),
+            "gemm" | "gemm_tn" | "gemm_nt" => (0.0, 1e-9),
             "aggregate" => (0.0, 1e-8),
-            "spmm" => (0.0, 1e-8),
             "sample" => (1e-4, 1e-6),
             "optimizer" => (1e-5, 1e-8),
             "h2d" | "d2h" => (1e-5, 1e-10),
@@ -996,8 +1026,9 @@ mod tests {
                     if *op == "gather" || *op == "gather_sparse" {
                         f.per_byte_s = 1e-10;
                     }
-                    // 1e8 edge-columns per second: a 4-byte column of a row read per edge.
-                    if *op == "aggregate" {
+                    // 1e8 edge-columns (non-zero-columns) per second: a 4-byte column of a
+                    // row read per edge (per non-zero).
+                    if *op == "aggregate" || *op == "spmm" {
                         (f.per_unit_s, f.per_byte_s) = (0.0, 1e-8 / 4.0);
                     }
                     (op.to_string(), f)
@@ -1316,8 +1347,9 @@ mod tests {
             ..shape()
         };
         let r = gdp(&sparse, &cal, &c, "alltoallv_world");
-        // Layer 1: scan 1500 dense rows of 400 B (gather), 3 non-zeros × 10 columns × 1500
-        // sources forward and as many for the weight gradient (spmm), aggregation at width 10
+        // Layer 1: scan 1500 dense rows of 400 B (gather), 3 non-zeros × 1500 sources forward
+        // and as many for the weight gradient, each reading a row of 10 columns (spmm, by
+        // the bytes of those rows), aggregation at width 10
         // forward and transposed, its activation; layer 2 as before.
         let layer1 = 1500.0 * 400.0 * 1e-10
             + 1500.0 * 1e-8
@@ -1332,14 +1364,6 @@ mod tests {
         );
         // Dense rows of 100 columns would cost more.
         assert!(gdp(&shape(), &cal, &c, "alltoallv_world").phases.train > r.phases.train);
-        // Each product reads the 8-byte entries of its rows: 2 × 8 × 3 × 1500 bytes.
-        let mut per_entry = cal.clone();
-        per_entry.operators.get_mut("spmm").unwrap().per_byte_s = 1e-9;
-        let extra = gdp(&sparse, &per_entry, &c, "alltoallv_world").phases.train - r.phases.train;
-        assert!(
-            (extra - 2.0 * 8.0 * 3.0 * 1500.0 * 1e-9).abs() < 1e-12,
-            "{extra}"
-        );
     }
 
     #[test]
@@ -1390,7 +1414,9 @@ mod tests {
     #[test]
     fn products_are_priced_by_their_bytes_too() {
         let mut cal = machine();
-        cal.operators.get_mut("gemm").unwrap().per_byte_s = 1e-9;
+        for form in Product::ALL {
+            cal.operators.get_mut(form.operator()).unwrap().per_byte_s = 1e-9;
+        }
         let c = counts(500.0);
         let with_bytes = gdp(&shape(), &cal, &c, "alltoallv_world").phases.train;
         let flops_only = gdp(&shape(), &machine(), &c, "alltoallv_world")
@@ -1409,9 +1435,14 @@ mod tests {
         );
         // SAGE projected first: the neighbour product on 1500 rows, the root one on 200.
         let per = |m: f64| 4.0 * (m * 100.0 + 1000.0 + m * 10.0);
-        assert_eq!(w.bytes, 3.0 * (per(1500.0) + per(200.0)));
-        assert_eq!(w.flops, 3.0 * 2.0 * (1500.0 + 200.0) * 1000.0);
-        assert_eq!(w.products, 6.0, "two products a pass, three passes");
+        assert_eq!(w.forward.bytes, per(1500.0) + per(200.0));
+        assert_eq!(w.flops(), 3.0 * 2.0 * (1500.0 + 200.0) * 1000.0);
+        assert_eq!(w.forward.calls, 2.0, "two products a pass");
+        assert_eq!(
+            w.forms().collect::<Vec<_>>(),
+            Product::ALL,
+            "forward, weight and input gradients"
+        );
         // Aggregating first, the two weights stack into one product a pass.
         let stacked = layer_work(
             ModelKind::Sage,
@@ -1420,7 +1451,8 @@ mod tests {
             false,
             Order::Cheaper,
         );
-        assert_eq!(stacked.products, 2.0);
+        assert_eq!(stacked.forward.calls, 1.0);
+        assert_eq!(stacked.forms().count(), 2, "no input gradient");
     }
 
     #[test]
@@ -1793,10 +1825,10 @@ mod tests {
             Order::Cheaper,
         );
         // Projection, its weight gradient and its input gradient: 3 × 2·100·16·32 flops.
-        assert_eq!(w.flops, 3.0 * 2.0 * 100.0 * 16.0 * 32.0);
+        assert_eq!(w.flops(), 3.0 * 2.0 * 100.0 * 16.0 * 32.0);
         assert_eq!(
-            w.bytes,
-            3.0 * 4.0 * (100.0 * 16.0 + 16.0 * 32.0 + 100.0 * 32.0)
+            w.forward.bytes,
+            4.0 * (100.0 * 16.0 + 16.0 * 32.0 + 100.0 * 32.0)
         );
         // The attention (forward and backward) over 300 edges × 32 columns, nothing as a
         // mean aggregation.
@@ -1812,7 +1844,7 @@ mod tests {
             false,
             Order::ProjectFirst,
         );
-        assert_eq!(first.flops, 2.0 * 2.0 * 100.0 * 16.0 * 32.0);
+        assert_eq!(first.flops(), 2.0 * 2.0 * 100.0 * 16.0 * 32.0);
         assert_eq!(first.attention_cols, w.attention_cols);
     }
 }
