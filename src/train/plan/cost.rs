@@ -192,8 +192,8 @@ pub struct Prediction {
 /// aggregations. SAGE has two weights (self and neighbour), GCN one. Backward repeats the
 /// forward's products as weight gradients and, where a gradient has to reach the layer's
 /// input (every layer but the input one), as input gradients: the same flops and bytes in
-/// each form, each priced by its own calibrated operator ([`Product`]). GAT always projects
-/// every source first ([`gat_layer_work`]).
+/// each form, a backward form priced as the forward times its measured ratio to it
+/// ([`Calibration::products`]). GAT always projects every source first ([`gat_layer_work`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct LayerWork {
     /// The forward pass's dense products.
@@ -219,7 +219,7 @@ impl LayerWork {
         self.forms().count() as f64 * self.forward.flops
     }
 
-    /// Seconds of every product, each form by its operator ([`Calibration::products`]).
+    /// Seconds of every product in every form ([`Calibration::products`]).
     pub fn product_seconds(&self, cal: &Calibration) -> f64 {
         let p = self.forward;
         self.forms().map(|form| cal.products(form, &p)).sum()
@@ -331,8 +331,8 @@ pub fn gat_layer_work(
 /// Train-phase seconds of `c`'s layers, the input layer computed in `order`; `scanned`: a
 /// sparse input layer first finds the non-zeros of dense rows (else its rows came as CSR).
 /// Everything is priced layer by layer: the products by their flops and their bytes beyond
-/// the core's own caches per call, each form (forward, weight gradient, input gradient) by
-/// its own operator ([`LayerWork::product_seconds`]), the aggregations, attention
+/// the core's own caches per call, the backward forms (weight and input gradients) at their
+/// measured ratios to the forward ([`LayerWork::product_seconds`]), the aggregations, attention
 /// and activations by their calibrated operators.
 fn compute(shape: &ModelShape, cal: &Calibration, c: &Counts, order: Order, scanned: bool) -> f64 {
     (0..shape.in_w.len())
