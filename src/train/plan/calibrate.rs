@@ -819,33 +819,27 @@ fn products_of<B: Backend>(
     let mut points = Vec::new();
     let mut bytes = Vec::new();
     for &(m, k, n) in shapes {
+        // Small whole numbers, as every point's inputs (the values do not change the timing).
+        let matrix = |r: usize, c: usize, modulus: usize| {
+            be.upload(Array2::from_shape_fn((r, c), |(i, j)| ((i + j) % modulus) as f32).view())
+        };
         let s = match form {
             Product::Forward => {
-                let x =
-                    be.upload(Array2::from_shape_fn((m, k), |(i, j)| ((i + j) % 7) as f32).view());
-                let w =
-                    be.upload(Array2::from_shape_fn((k, n), |(i, j)| ((i * j) % 5) as f32).view());
+                let (x, w) = (matrix(m, k, 7), matrix(k, n, 5));
                 timer.point(|| {
                     let y = be.matmul(be.view(&x), be.view(&w));
                     let _ = be.download(be.rows(be.view(&y), 0..1));
                 })
             }
             Product::WeightGradient => {
-                let x =
-                    be.upload(Array2::from_shape_fn((m, k), |(i, j)| ((i + j) % 7) as f32).view());
-                let dy =
-                    be.upload(Array2::from_shape_fn((m, n), |(i, j)| ((i * j) % 3) as f32).view());
-                let mut g = be.upload(Array2::<f32>::zeros((k, n)).view());
+                let (x, dy, mut g) = (matrix(m, k, 7), matrix(m, n, 3), matrix(k, n, 1));
                 timer.point(|| {
                     be.add_matmul_tn(be.view(&x), be.view(&dy), be.view_mut(&mut g));
                     let _ = be.download(be.rows(be.view(&g), 0..1));
                 })
             }
             Product::InputGradient => {
-                let dy =
-                    be.upload(Array2::from_shape_fn((m, n), |(i, j)| ((i * j) % 3) as f32).view());
-                let w =
-                    be.upload(Array2::from_shape_fn((k, n), |(i, j)| ((i * j) % 5) as f32).view());
+                let (dy, w) = (matrix(m, n, 3), matrix(k, n, 5));
                 timer.point(|| {
                     let dx = be.matmul_nt(be.view(&dy), be.view(&w));
                     let _ = be.download(be.rows(be.view(&dx), 0..1));
@@ -915,20 +909,21 @@ fn aggregate_points<B: Backend>(be: &B, timer: KernelTimer) -> (Vec<[f64; 2]>, V
     (points, bytes)
 }
 
+/// The output widths the sparse products are timed at.
+const SPMM_WIDTHS: [usize; 4] = [16, 64, 256, 1024];
+
 /// Products with sparse input rows (bag-of-words features at 1 % density, 4096 columns), the
 /// forward `x·w` and the weight gradient `xᵀ·d` together, at the output widths of the layers
 /// trained (16 to 1024 columns) and over 1024 and 4096 of the rows: `x` = 2 × stored
 /// non-zeros (each read by both products), the bytes the row of `w` (or of the gradient)
 /// each non-zero reads, `4 ×` the width. Priced through these points by non-zeros and width
 /// ([`Fit::by_grid`]), as the aggregation is by edges and row size: a non-zero's cost per
-/// column is not one number (on the Xeon VM 0.11 ns at 64 columns, 0.19 at 256, where the
-/// 4 MB weight outgrows the 2 MB L2), and the line through widths up to 256 that priced them
-/// left the Facebook steps of hidden width 1024 15-28 % under their measured time. A backend
+/// column is not one number (on the Xeon VM 0.12 ns at 64 columns, 0.18 at 256 and 0.26 at
+/// 1024, as the weight outgrows the 2 MB L2), and the line through widths up to 256 that
+/// priced them left Facebook's 2-rank steps of hidden 1024 at 1.14-1.49× their predicted
+/// train phase. A backend
 /// without a sparse path (it multiplies such rows densely, priced by `gemm`) has no points:
 /// the operator is free and unused.
-/// The output widths the sparse products are timed at.
-const SPMM_WIDTHS: [usize; 4] = [16, 64, 256, 1024];
-
 fn spmm_points<B: Backend>(be: &B, timer: KernelTimer) -> (Vec<[f64; 2]>, Vec<f64>) {
     let (rows, cols, per_row) = (4096usize, 4096usize, 41usize);
     let mut dense = Array2::<f32>::zeros((rows, cols));

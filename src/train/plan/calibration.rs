@@ -55,8 +55,8 @@ pub const GEMM_SHAPES: [(usize, usize, usize); 14] = [
     (8192, 256, 1024),
     (8192, 1024, 512),
     // Wide input rows into a narrow layer (the 2,048-feature SBM's input layer, SAGE's two
-    // weights stacked): forward at 165 GFLOP/s, the weight gradient at 65 and the input
-    // gradient at 44 (one core of the Xeon VM), which the shapes above do not show.
+    // weights stacked), whose weight gradient is far slower than its forward
+    // ([`Calibration::form_ratio`]), which the shapes above do not show.
     (4096, 4096, 64),
     (4096, 2048, 256),
 ];
@@ -80,10 +80,8 @@ pub struct Products {
 /// A dense product's form, each timed as an operator of its own. A layer's
 /// forward `x·W` is the first; its backward repeats the product as the weight gradient
 /// `xᵀ·dY` (accumulated into the gradient) and, where a gradient has to reach the layer's
-/// input, the input gradient `dY·Wᵀ`. Their speeds differ by shape: with 4,096 rows of
-/// 4,096 columns into 64 (the wide SBM's input layer, SAGE's two weights stacked) the CPU
-/// backend ran the forward at 158 GFLOP/s and the weight gradient at 52 (Xeon VM, 2-rank
-/// calibration), the one product of that layer's backward taking 3× its forward.
+/// input, the input gradient `dY·Wᵀ`. Their speeds differ by shape
+/// ([`Calibration::form_ratio`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Product {
     /// `a·b` (`gemm`).
@@ -623,10 +621,10 @@ impl Calibration {
     /// form: the ratio of their times at the calibrated shapes ([`GEMM_SHAPES`]) nearest in
     /// (log inner, log cols), weighted by the inverse square of the distance (exact at a
     /// calibrated shape). Its speed is a matter of shape, not of flops or bytes: with 4,096
-    /// columns into 64 the weight gradient took 3.0× the forward's time, with 256 into 256
-    /// 1.2×, with 512 into 16 1.8× (Xeon VM, one core), which no line through flops and bytes
-    /// fitted (the one tried priced the first at 0.6× its time). 1 where the calibration has
-    /// no points of the form (a synthetic one).
+    /// columns into 64 the weight gradient took 2.9× the forward's time, with 512 into 16
+    /// 1.8×, with 256 into 256 1.1× (Xeon VM, 2-rank calibration), which no line through
+    /// flops and bytes fitted (the one tried priced the first at 0.6× its time). 1 where the
+    /// calibration has no points of the form (a synthetic one).
     pub fn form_ratio(&self, form: Product, inner: f64, cols: f64) -> f64 {
         if form == Product::Forward {
             return 1.0;
