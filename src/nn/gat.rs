@@ -101,7 +101,7 @@ impl GatConv {
         } else {
             be.mean_heads(be.view(&heads_out), self.heads, self.head_dim)
         };
-        add_bias(params, be.view_mut(&mut z), self.bias);
+        add_bias(params, be.view_mut(&mut z), Some(self.bias));
         let cache = GatCache {
             h_in: h_in.into_owned(be),
             wh,
@@ -123,7 +123,7 @@ impl GatConv {
         need_d_in: bool,
     ) -> Option<B::Mat> {
         let be = params.backend().clone();
-        accumulate_bias_grad(params, self.bias, dz);
+        accumulate_bias_grad(params, Some(self.bias), dz);
         // Gradient of the per-head outputs: the mean spreads dz/heads over every head.
         let d_heads = if self.concat {
             be.to_owned(dz)

@@ -9,7 +9,7 @@
 //! the block's shape.
 
 use super::init::{init_weight, InitKind};
-use super::linear::{accumulate_bias_grad, add_bias};
+use super::linear::{accumulate_bias_grad, add_bias, bias_view};
 use super::params::ParamStore;
 use super::transposes::aggregate_first;
 use crate::backend::input_rows::InputRows;
@@ -19,7 +19,8 @@ use crate::backend::{Backend, CowMat, Cpu, GcnNorm};
 #[derive(Clone, Debug, PartialEq)]
 pub struct GcnConv {
     pub weight: usize,
-    pub bias: usize,
+    /// `None`: no bias (NFP's column slices, whose partial rows meet before the bias).
+    pub bias: Option<usize>,
     pub in_dim: usize,
     pub out_dim: usize,
 }
@@ -57,7 +58,7 @@ impl GcnConv {
         init_weight(params, init, weight, Some(bias), seed);
         GcnConv {
             weight,
-            bias,
+            bias: Some(bias),
             in_dim,
             out_dim,
         }
@@ -79,7 +80,7 @@ impl GcnConv {
         let (z, order) = if aggregate_first(block, self.in_dim, self.out_dim) {
             // The product adds the bias as it stores its output.
             let agg = be.aggregate(g, h_in.view(be), norm.weights());
-            let bias = Some(params.view(self.bias));
+            let bias = bias_view(params, self.bias);
             let z = be
                 .matmul_epilogue(None, be.view(&agg), w, bias, false, None)
                 .0;

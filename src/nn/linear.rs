@@ -5,22 +5,36 @@ use super::init::{init_weight, InitKind};
 use super::params::ParamStore;
 use crate::backend::{Backend, Cpu};
 
-/// `z[i, :] += bias` for every row.
-pub fn add_bias<B: Backend>(params: &ParamStore<B>, z: B::ViewMut<'_>, bias: usize) {
-    params.backend().add_bias(z, params.view(bias));
+/// `z[i, :] += bias` for every row (nothing for a layer without a bias).
+pub fn add_bias<B: Backend>(params: &ParamStore<B>, z: B::ViewMut<'_>, bias: Option<usize>) {
+    if let Some(bias) = bias {
+        params.backend().add_bias(z, params.view(bias));
+    }
 }
 
-/// `grad(bias) += Σ_rows dz`.
-pub fn accumulate_bias_grad<B: Backend>(params: &mut ParamStore<B>, bias: usize, dz: B::View<'_>) {
-    let be = params.backend().clone();
-    be.add_column_sums(params.grad_mut(bias), dz);
+/// `grad(bias) += Σ_rows dz` (nothing for a layer without a bias).
+pub fn accumulate_bias_grad<B: Backend>(
+    params: &mut ParamStore<B>,
+    bias: Option<usize>,
+    dz: B::View<'_>,
+) {
+    if let Some(bias) = bias {
+        let be = params.backend().clone();
+        be.add_column_sums(params.grad_mut(bias), dz);
+    }
+}
+
+/// A bias's values as the products' epilogues take them.
+pub fn bias_view<B: Backend>(params: &ParamStore<B>, bias: Option<usize>) -> Option<B::View<'_>> {
+    bias.map(|b| params.view(b))
 }
 
 /// `y = x·W + b`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Linear {
     pub weight: usize,
-    pub bias: usize,
+    /// `None`: no bias (NFP's column slices, whose partial rows meet before the bias).
+    pub bias: Option<usize>,
     pub in_dim: usize,
     pub out_dim: usize,
 }
@@ -40,7 +54,7 @@ impl Linear {
         init_weight(params, init, weight, Some(bias), seed);
         Linear {
             weight,
-            bias,
+            bias: Some(bias),
             in_dim,
             out_dim,
         }
@@ -56,7 +70,7 @@ impl Linear {
             self.in_dim
         );
         // The product adds the bias as it stores its output.
-        let bias = Some(params.view(self.bias));
+        let bias = bias_view(params, self.bias);
         be.matmul_epilogue(None, x, params.view(self.weight), bias, false, None)
             .0
     }

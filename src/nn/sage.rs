@@ -8,7 +8,7 @@
 //!   `out < in`).
 
 use super::init::{init_weight, InitKind};
-use super::linear::{accumulate_bias_grad, add_bias};
+use super::linear::{accumulate_bias_grad, add_bias, bias_view};
 use super::params::ParamStore;
 use super::transposes::aggregate_first;
 use crate::backend::input_rows::InputRows;
@@ -19,7 +19,8 @@ use crate::backend::{Backend, CowMat, Cpu, DropoutMask, EdgeWeights, RowDropout}
 pub struct SageConv {
     pub w_self: usize,
     pub w_neigh: usize,
-    pub bias: usize,
+    /// `None`: no bias (NFP's column slices, whose partial rows meet before the bias).
+    pub bias: Option<usize>,
     pub in_dim: usize,
     pub out_dim: usize,
 }
@@ -64,7 +65,7 @@ impl SageConv {
         SageConv {
             w_self,
             w_neigh,
-            bias,
+            bias: Some(bias),
             in_dim,
             out_dim,
         }
@@ -104,7 +105,7 @@ impl SageConv {
             // weights are registered one after the other, so they stack without a copy.
             // The bias (and ReLU) are applied by the product as it stores its output.
             let beside = be.aggregate_beside(g, h_in.view(be), EdgeWeights::Mean);
-            let bias = Some(params.view(self.bias));
+            let bias = bias_view(params, self.bias);
             let w = params.stacked(self.w_self, self.w_neigh);
             let then = then.filter(|_| relu);
             // `h_dst` below another layer is mostly zeros (its ReLU and this layer's dropout):

@@ -56,15 +56,12 @@ use std::time::Instant;
 pub struct Nfp<B: Backend> {
     /// This rank's feature columns.
     cols: Range<usize>,
-    /// The input layer's convolution over this rank's columns: `in_dim` = the slice width, no
-    /// activation and no dropout, and a bias held at zero (the bias is added once, where the
-    /// partial rows meet).
+    /// The input layer's convolution over this rank's columns, on the model's own (sliced)
+    /// weights: `in_dim` = the slice width, no activation, no dropout and no bias (the bias is
+    /// added once, where the partial rows meet). Its gradients land in the model's directly.
     layer: Layer,
-    /// The sliced layer's parameters: the model's (sliced) weights, copied in before every
-    /// use next to a bias held at zero; its gradients are added back into the model's.
-    params: ParamStore<B>,
-    /// Each sliced weight matrix: (index in the model's parameters, index in `params`).
-    weights: Vec<(usize, usize)>,
+    /// The sliced weight matrices' indices in the model's parameters.
+    weights: Vec<usize>,
     /// The input layer's bias in the model's parameters.
     bias: usize,
     /// The whole model's parameter layout (what GDP holds and a checkpoint stores).
@@ -106,65 +103,50 @@ impl<B: Backend> Nfp<B> {
                  need whole feature rows; drop `input_proj`"
             );
         }
-        let (w, h) = (cols.len(), first.conv.out_dim());
-        let mut ps = ParamStore::new();
+        let w = cols.len();
+        // The model's own weight indices (their rows cut to the slice below) and no bias.
         let (conv, weights, bias) = match &first.conv {
-            Conv::Sage(c) => {
-                // Registered one after the other, as in the model: SAGE multiplies
-                // `[W_self; W_neigh]` as one stacked matrix.
-                let w_self = ps.add("nfp.w_self", &[w, h]);
-                let w_neigh = ps.add("nfp.w_neigh", &[w, h]);
-                let b = ps.add("nfp.bias", &[h]);
-                let conv = SageConv {
-                    w_self,
-                    w_neigh,
-                    bias: b,
+            Conv::Sage(c) => (
+                Conv::Sage(SageConv {
                     in_dim: w,
-                    out_dim: h,
-                };
-                (
-                    Conv::Sage(conv),
-                    vec![(c.w_self, w_self), (c.w_neigh, w_neigh)],
-                    c.bias,
-                )
-            }
-            Conv::Gcn(c) => {
-                let weight = ps.add("nfp.weight", &[w, h]);
-                let b = ps.add("nfp.bias", &[h]);
-                let conv = GcnConv {
-                    weight,
-                    bias: b,
+                    bias: None,
+                    ..c.clone()
+                }),
+                vec![c.w_self, c.w_neigh],
+                c.bias,
+            ),
+            Conv::Gcn(c) => (
+                Conv::Gcn(GcnConv {
                     in_dim: w,
-                    out_dim: h,
-                };
-                (Conv::Gcn(conv), vec![(c.weight, weight)], c.bias)
-            }
-            Conv::Dense(c) => {
-                let weight = ps.add("nfp.weight", &[w, h]);
-                let b = ps.add("nfp.bias", &[h]);
-                let conv = Linear {
-                    weight,
-                    bias: b,
+                    bias: None,
+                    ..c.clone()
+                }),
+                vec![c.weight],
+                c.bias,
+            ),
+            Conv::Dense(c) => (
+                Conv::Dense(Linear {
                     in_dim: w,
-                    out_dim: h,
-                };
-                (Conv::Dense(conv), vec![(c.weight, weight)], c.bias)
-            }
+                    bias: None,
+                    ..c.clone()
+                }),
+                vec![c.weight],
+                c.bias,
+            ),
             Conv::Gat(_) => bail!(
                 "strategy nfp does not support GAT: its attention scores are a nonlinear \
                  function of the whole projected row, not a sum over feature slices"
             ),
         };
-        let narrowed: Vec<usize> = weights.iter().map(|&(m, _)| m).collect();
+        let bias = bias.context("strategy nfp: the input layer has no bias")?;
         let whole_layout = model.params.entries.clone();
         let sliced = Model {
-            params: model.params.with_rows(&narrowed, cols.clone()),
+            params: model.params.with_rows(&weights, cols.clone()),
             ..model
         };
         let nfp = Nfp {
             cols,
             layer: Layer::plain(0, conv, 0.0, None),
-            params: ps.to_backend(backend.clone()),
             weights,
             bias,
             whole_layout,
@@ -179,28 +161,11 @@ impl<B: Backend> Nfp<B> {
     pub fn unsynced_ranges(&self, model: &Model<B>) -> Vec<Range<usize>> {
         self.weights
             .iter()
-            .map(|&(m, _)| {
+            .map(|&m| {
                 let e = &model.params.entries[m];
                 e.offset..e.offset + e.len()
             })
             .collect()
-    }
-
-    /// Copy the model's sliced weights into the sliced layer (bias zero).
-    fn load_weights(&mut self, model: &ParamStore<B>) {
-        let be = model.backend().clone();
-        be.buffer_zero(&mut self.params.values);
-        for &(m, s) in &self.weights {
-            be.add_assign(self.params.view_mut(s), model.view(m));
-        }
-    }
-
-    /// Add the sliced layer's weight gradients into the model's.
-    fn store_grads(&self, model: &mut ParamStore<B>) {
-        let be = model.backend().clone();
-        for &(m, s) in &self.weights {
-            be.add_assign(model.grad_mut(m), self.params.grad(s));
-        }
     }
 
     /// This rank's columns of rows `ids` on the backend, masked with GDP's input dropout
@@ -236,20 +201,16 @@ impl<B: Backend> Nfp<B> {
     /// The sliced input layer's forward pass on `x` (its sparse path for CSR rows).
     fn forward_slice(
         &self,
+        params: &ParamStore<B>,
         g: &B::Graph,
         x: &InputRows<B>,
         ctx: &DropoutCtx,
     ) -> (B::Mat, LayerCache<B>) {
-        let be = self.params.backend();
+        let be = params.backend();
         match x {
-            InputRows::Dense(x) => self.layer.forward_input(&self.params, g, be.view(x), ctx),
-            InputRows::Sparse(x) => self.layer.forward_sparse(&self.params, g, x, ctx),
+            InputRows::Dense(x) => self.layer.forward_input(params, g, be.view(x), ctx),
+            InputRows::Sparse(x) => self.layer.forward_sparse(params, g, x, ctx),
         }
-    }
-
-    /// The model's indices of the sliced weights.
-    fn narrowed(&self) -> Vec<usize> {
-        self.weights.iter().map(|&(m, _)| m).collect()
     }
 
     /// Parameters or Adam moments `whole`, in the whole model's layout (a checkpoint's), cut to
@@ -261,7 +222,7 @@ impl<B: Backend> Nfp<B> {
         }
         Ok(narrow_rows(
             &self.whole_layout,
-            &self.narrowed(),
+            &self.weights,
             &self.cols,
             whole,
         ))
@@ -336,7 +297,6 @@ impl<B: Backend> Nfp<B> {
         times.gather += t.elapsed().as_secs_f64();
 
         let forward = PassClock::start(times);
-        self.load_weights(&model.params);
         let h = self.layer.conv.out_dim();
         let mut partials = Vec::with_capacity(graphs.len());
         let mut caches = Vec::with_capacity(graphs.len());
@@ -346,7 +306,7 @@ impl<B: Backend> Nfp<B> {
                 caches.push(None);
                 continue;
             }
-            let (p, cache) = self.forward_slice(g, &x, &ctx);
+            let (p, cache) = self.forward_slice(&model.params, g, &x, &ctx);
             partials.push(p);
             caches.push(Some(cache));
         }
@@ -376,11 +336,10 @@ impl<B: Backend> Nfp<B> {
         if let Some((act, saved)) = &saved {
             be.activation_backward(*act, saved, be.view_mut(&mut d_z));
         }
-        accumulate_bias_grad(&mut model.params, self.bias, be.view(&d_z));
+        accumulate_bias_grad(&mut model.params, Some(self.bias), be.view(&d_z));
         let d_all = times
             .time_shuffle(|| allgather_rows(group, &be, "nfp_grads", be.view(&d_z), &dst_counts));
         drop(d_z);
-        self.params.zero_grads();
         let mut at = 0;
         for ((g, cache), &n) in graphs.iter().zip(caches).zip(&dst_counts) {
             let Some(cache): Option<LayerCache<B>> = cache else {
@@ -391,9 +350,8 @@ impl<B: Backend> Nfp<B> {
             // A transpose caches one block's: a fresh one per block.
             let transpose = B::Transpose::default();
             self.layer
-                .backward_owned(&mut self.params, g, &transpose, cache, d, false);
+                .backward_owned(&mut model.params, g, &transpose, cache, d, false);
         }
-        self.store_grads(&mut model.params);
         times.backward += backward.seconds(times);
         Ok(out)
     }
@@ -412,7 +370,6 @@ impl<B: Backend> Nfp<B> {
     ) -> Result<B::Mat> {
         let be = model.params.backend().clone();
         let sliced = data.sliced.as_ref().context("nfp: no sliced data")?;
-        self.load_weights(&model.params);
         let g = self
             .whole
             .get_or_init(|| be.graph(whole_block(&sliced.topology, self_loops)));
@@ -424,7 +381,7 @@ impl<B: Backend> Nfp<B> {
             gcn_degrees: data.gcn_degrees.as_deref(),
             ..DropoutCtx::eval()
         };
-        let (partial, _) = self.forward_slice(g, x, &ctx);
+        let (partial, _) = self.forward_slice(&model.params, g, x, &ctx);
         let counts: Vec<usize> = data
             .offsets
             .windows(2)
@@ -460,7 +417,7 @@ impl<B: Backend> Nfp<B> {
             let mut out = Vec::with_capacity(self.whole_len());
             for (i, e) in model.params.entries.iter().enumerate() {
                 let mine = &buf[e.offset..e.offset + e.len()];
-                if self.weights.iter().any(|&(w, _)| w == i) {
+                if self.weights.contains(&i) {
                     // Slices are contiguous rows in rank order: their concatenation is the
                     // matrix.
                     let (all, _) = group.allgatherv("nfp_weights", mine);
