@@ -320,7 +320,7 @@ fn residual_norm_layer_per_conv() {
             // layer of a model with `input_proj`.
             let mut projected = params.clone();
             let input = Linear::new(&mut projected, "c.input", 4, dim, InitKind::Glorot, 7);
-            let off = projected.entries[input.bias].offset;
+            let off = projected.entries[input.bias.expect("Linear::new registers a bias")].offset;
             for v in &mut projected.values[off..off + dim] {
                 *v = rng.uniform(0.3);
             }

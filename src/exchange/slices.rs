@@ -53,20 +53,6 @@ fn repeated(rows: usize, times: usize) -> Vec<u32> {
     (0..times).flat_map(|_| 0..rows as u32).collect()
 }
 
-/// `parts` stacked in order into one matrix of `cols` columns.
-pub fn stack_rows<B: Backend>(be: &B, parts: &[B::Mat], cols: usize) -> B::Mat {
-    let total = parts.iter().map(|p| be.mat_dim(p).0).sum();
-    let mut out = be.zeros(total, cols);
-    let mut at = 0;
-    for p in parts {
-        let n = be.mat_dim(p).0;
-        let dst = be.rows_mut(be.view_mut(&mut out), at..at + n);
-        be.add_assign(dst, be.view(p));
-        at += n;
-    }
-    out
-}
-
 /// Reduce-scatter of partial rows: `send` holds this rank's partial rows for every rank,
 /// grouped by rank (`counts[q]` rows for rank `q`, one per row of `q`'s result); each rank
 /// sums what every rank sent it, in rank order (a fixed order: the sum depends neither on
@@ -127,8 +113,7 @@ mod tests {
         assert_eq!(blocks, vec![block]);
         let be = Cpu;
         let p = array![[1.0f32, 2.0], [3.0, 4.0]];
-        let send = stack_rows(&be, std::slice::from_ref(&p), 2);
-        let sum = reduce_scatter_rows(&world, &be, "test_rows", send, &[2], 2);
+        let sum = reduce_scatter_rows(&world, &be, "test_rows", p.clone(), &[2], 2);
         assert_eq!(sum, p);
         let all = allgather_rows(&world, &be, "test_rows", p.view(), &[2]);
         assert_eq!(all, p);

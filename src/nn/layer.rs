@@ -689,6 +689,18 @@ impl Layer {
         d_h_dst: B::View<'_>,
         need_d_src: bool,
     ) -> Option<B::Mat> {
+        if self.activation.is_none() && !self.residual {
+            // Nothing overwrites the gradient before the convolution reads it: no copy.
+            let be = params.backend().clone();
+            assert_eq!(
+                be.dim(d_h_dst).0,
+                be.block(g).num_dst,
+                "layer {}: gradient rows",
+                self.index
+            );
+            return self
+                .convolution_backward(params, g, transpose, cache, d_h_dst, need_d_src, None);
+        }
         let dz = params.backend().to_owned(d_h_dst);
         self.backward_owned(params, g, transpose, cache, dz, need_d_src)
     }
@@ -771,6 +783,34 @@ impl Layer {
         if let (Some(act), Some(saved)) = (self.activation, &cache.activated) {
             be.activation_backward(act, saved, be.view_mut(&mut dz));
         }
+        self.convolution_backward(
+            params,
+            g,
+            transpose,
+            cache,
+            be.view(&dz),
+            need_d_src,
+            d_residual,
+        )
+    }
+
+    /// The backward from the gradient `dz` of the convolution's output (the activation's
+    /// backward applied): the convolution, the input dropout, norm, residual (`d_residual`,
+    /// the output gradient the destinations' rows add) and projection.
+    #[allow(clippy::too_many_arguments)]
+    fn convolution_backward<B: Backend>(
+        &self,
+        params: &mut ParamStore<B>,
+        g: &B::Graph,
+        transpose: &B::Transpose,
+        cache: LayerCache<B>,
+        dz: B::View<'_>,
+        need_d_src: bool,
+        d_residual: Option<B::Mat>,
+    ) -> Option<B::Mat> {
+        let be = params.backend().clone();
+        let block = be.block(g);
+        let need_d_base = need_d_src || self.input.is_some();
         // A norm's gain and bias (and a projection's weights) learn from the gradient of the
         // convolution's input, so it is needed even when the caller does not want d `h_src`.
         let need_d_in = need_d_base || self.norm.is_some();
@@ -778,15 +818,9 @@ impl Layer {
             Some(DropoutSaved::Bits(kept)) => Some(kept),
             _ => None,
         };
-        let mut d_in = self.conv.backward(
-            params,
-            g,
-            transpose,
-            cache.conv,
-            be.view(&dz),
-            need_d_in,
-            kept,
-        )?;
+        let mut d_in = self
+            .conv
+            .backward(params, g, transpose, cache.conv, dz, need_d_in, kept)?;
         if let Some(DropoutSaved::Keys(mask, keys)) = &cache.dropout {
             be.dropout_in_place(mask, be.view_mut(&mut d_in), keys);
         }

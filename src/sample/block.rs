@@ -91,6 +91,49 @@ impl Block {
         }
     }
 
+    /// `blocks` as one block: their destinations stacked in order (block `q`'s are rows
+    /// `Σ_{p<q} num_dst_p ..` of the result), then their other sources in the same order,
+    /// each edge kept on its destination and pointed at its source's new row. A layer over the
+    /// result computes every block's output rows at once, stacked as the blocks are (NFP's
+    /// sliced input layer over every rank's block: one product per step instead of one per
+    /// rank, and the partial rows come out in the order they are sent). Sources that several
+    /// blocks share stay one row per block.
+    pub fn stacked(blocks: &[Block]) -> Block {
+        let dsts: usize = blocks.iter().map(|b| b.num_dst).sum();
+        let srcs: usize = blocks.iter().map(Block::num_src).sum();
+        let edges: usize = blocks.iter().map(Block::num_edges).sum();
+        let mut src_nodes = Vec::with_capacity(srcs);
+        for b in blocks {
+            src_nodes.extend_from_slice(b.dst_nodes());
+        }
+        for b in blocks {
+            src_nodes.extend_from_slice(&b.src_nodes[b.num_dst..]);
+        }
+        let mut indptr: Vec<usize> = Vec::with_capacity(dsts + 1);
+        indptr.push(0);
+        let mut indices = Vec::with_capacity(edges);
+        // Where block `q`'s destinations and its other sources start in the stacked rows.
+        let (mut dst_at, mut rest_at) = (0usize, dsts);
+        for b in blocks {
+            let nd = b.num_dst;
+            indices.extend(b.indices.iter().map(|&i| {
+                let i = i as usize;
+                let row = if i < nd { dst_at + i } else { rest_at + i - nd };
+                row as u32
+            }));
+            let base = indptr[indptr.len() - 1];
+            indptr.extend(b.indptr[1..].iter().map(|&o| base + o));
+            dst_at += nd;
+            rest_at += b.num_src() - nd;
+        }
+        Block {
+            num_dst: dsts,
+            src_nodes,
+            indptr,
+            indices,
+        }
+    }
+
     /// Check internal consistency (used by tests and debug builds).
     pub fn check(&self) -> Result<(), String> {
         if self.num_dst > self.src_nodes.len() {
@@ -130,5 +173,46 @@ impl Block {
             indptr: vec![0, 3, 3, 5],
             indices: vec![1, 1, 2, 2, 0],
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every stacked destination is the block's own, with the same sources (by global id) in
+    /// the same order; the destinations lead the sources, in block order.
+    #[test]
+    fn stacked_blocks_keep_every_destination_and_its_sources() {
+        let a = Block::small_example();
+        let b = Block {
+            num_dst: 2,
+            src_nodes: vec![11, 20, 10],
+            indptr: vec![0, 1, 3],
+            indices: vec![2, 0, 1],
+        };
+        let empty = Block {
+            num_dst: 0,
+            src_nodes: vec![],
+            indptr: vec![0],
+            indices: vec![],
+        };
+        let blocks = [a.clone(), empty, b.clone()];
+        let s = Block::stacked(&blocks);
+        s.check().unwrap();
+        assert_eq!(s.num_dst, 5);
+        assert_eq!(s.dst_nodes(), &[10, 11, 12, 11, 20]);
+        assert_eq!(s.num_src(), a.num_src() + b.num_src());
+        let sources = |blk: &Block, i: usize| -> Vec<NodeId> {
+            blk.in_edges(i)
+                .iter()
+                .map(|&j| blk.src_nodes[j as usize])
+                .collect()
+        };
+        let originals = [(&a, 0), (&a, 1), (&a, 2), (&b, 0), (&b, 1)];
+        for (row, (blk, i)) in originals.into_iter().enumerate() {
+            assert_eq!(sources(&s, row), sources(blk, i), "destination row {row}");
+        }
+        assert_eq!(Block::stacked(std::slice::from_ref(&a)), a);
     }
 }

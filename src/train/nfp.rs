@@ -6,7 +6,8 @@
 //! does (same blocks), and the input blocks of all ranks are allgathered. Each rank computes
 //! the input layer's partial `Σ_u w_uv · x_u[c_r..c_{r+1}] · W[c_r..c_{r+1}, :]` (SAGE: root
 //! and neighbour terms; GCN: the normalised aggregation; MLP: the row's product) for the
-//! destinations of every rank; the partial rows (hidden width) are summed at the
+//! destinations of every rank, in one pass over the ranks' blocks stacked into one
+//! ([`Block::stacked`]), on the model's own sliced weights; the partial rows (hidden width) are summed at the
 //! destinations' ranks (a reduce-scatter), which add the bias and the activation and run the
 //! upper layers data parallel, as GDP. Backward reverses it: the gradient of each rank's
 //! input-layer pre-activation rows goes to every rank (an allgather), and each computes the
@@ -36,7 +37,7 @@ use super::strategy::{
 use crate::backend::input_rows::InputRows;
 use crate::backend::{Backend, Cpu, DropoutMask};
 use crate::comm::Group;
-use crate::exchange::slices::{allgather_blocks, allgather_rows, reduce_scatter_rows, stack_rows};
+use crate::exchange::slices::{allgather_blocks, allgather_rows, reduce_scatter_rows};
 use crate::exchange::FeatureStore;
 use crate::graph::{Dataset, NodeId};
 use crate::nn::gcn::GcnConv;
@@ -195,7 +196,24 @@ impl<B: Backend> Nfp<B> {
         if let Some((mask, keys)) = mask {
             mask_columns(mask, &mut x, keys, self.cols.start);
         }
-        InputRows::Dense(be.upload_owned(x))
+        if B::IS_HOST {
+            // Given back to the store once the forward is done with it (`recycle_rows`).
+            InputRows::Dense(be.upload_owned(x))
+        } else {
+            let up = be.upload(x.view());
+            store.recycle(x);
+            InputRows::Dense(up)
+        }
+    }
+
+    /// Give a step's dense rows on the host back to the store, as GDP does: the next step's
+    /// gather writes into their memory instead of a fresh allocation.
+    fn recycle_rows(be: &B, store: &FeatureStore, x: InputRows<B>) {
+        if let InputRows::Dense(x) = x {
+            if B::IS_HOST {
+                store.recycle(be.download_owned(x));
+            }
+        }
     }
 
     /// The sliced input layer's forward pass on `x` (its sparse path for CSR rows).
@@ -270,7 +288,14 @@ impl<B: Backend> Nfp<B> {
         let inputs = allgather_blocks(group, "nfp_blocks", &blocks[0]);
         times.sample += t.elapsed().as_secs_f64();
 
-        // This rank's columns of every rank's input rows, masked with GDP's input dropout.
+        // Every rank's input block as one: the sliced layer runs once over all of them, and
+        // its partial rows come out stacked by rank, as they are sent.
+        let dst_counts: Vec<usize> = inputs.iter().map(|b| b.num_dst).collect();
+        let stacked = Block::stacked(&inputs);
+        drop(inputs);
+
+        // This rank's columns of the stacked block's input rows, masked with GDP's input
+        // dropout (keyed by vertex, as GDP keys them).
         let t = Instant::now();
         let ctx = DropoutCtx {
             training: true,
@@ -280,38 +305,27 @@ impl<B: Backend> Nfp<B> {
         };
         let first = &model.layers[0];
         let mask = (first.dropout > 0.0).then(|| first.input_dropout(&ctx));
-        let dst_counts: Vec<usize> = inputs.iter().map(|b| b.num_dst).collect();
-        let xs: Vec<InputRows<B>> = inputs
-            .iter()
-            .map(|b| {
-                let keys = mask
-                    .as_ref()
-                    .map(|_| row_keys(b, b.num_src(), ctx.orig_ids));
-                let masked = mask.as_ref().zip(keys.as_deref());
-                self.slice_rows(&be, &data.store, &b.src_nodes, masked)
-            })
-            .collect();
-        let graphs: Vec<B::Graph> = inputs.into_iter().map(|b| be.graph(b)).collect();
+        let keys = mask
+            .as_ref()
+            .map(|_| row_keys(&stacked, stacked.num_src(), ctx.orig_ids));
+        let masked = mask.as_ref().zip(keys.as_deref());
+        let x = (stacked.num_dst > 0)
+            .then(|| self.slice_rows(&be, &data.store, &stacked.src_nodes, masked));
+        let g = be.graph(stacked);
         let upper: Vec<B::Graph> = blocks.drain(1..).map(|b| be.graph(b)).collect();
         let mine = blocks[0].num_dst;
         times.gather += t.elapsed().as_secs_f64();
 
         let forward = PassClock::start(times);
         let h = self.layer.conv.out_dim();
-        let mut partials = Vec::with_capacity(graphs.len());
-        let mut caches = Vec::with_capacity(graphs.len());
-        for (g, x) in graphs.iter().zip(xs) {
-            if be.block(g).num_dst == 0 {
-                partials.push(be.zeros(0, h));
-                caches.push(None);
-                continue;
+        let (send, cache) = match x {
+            Some(x) => {
+                let (partials, cache) = self.forward_slice(&model.params, &g, &x, &ctx);
+                Self::recycle_rows(&be, &data.store, x);
+                (partials, Some(cache))
             }
-            let (p, cache) = self.forward_slice(&model.params, g, &x, &ctx);
-            partials.push(p);
-            caches.push(Some(cache));
-        }
-        let send = stack_rows(&be, &partials, h);
-        drop(partials);
+            None => (be.zeros(0, h), None),
+        };
         let mut z = times.time_shuffle(|| {
             reduce_scatter_rows(group, &be, "nfp_partials", send, &dst_counts, mine)
         });
@@ -337,20 +351,19 @@ impl<B: Backend> Nfp<B> {
             be.activation_backward(*act, saved, be.view_mut(&mut d_z));
         }
         accumulate_bias_grad(&mut model.params, Some(self.bias), be.view(&d_z));
+        // Every rank's gradient rows, stacked by rank: the stacked block's output gradient.
         let d_all = times
             .time_shuffle(|| allgather_rows(group, &be, "nfp_grads", be.view(&d_z), &dst_counts));
         drop(d_z);
-        let mut at = 0;
-        for ((g, cache), &n) in graphs.iter().zip(caches).zip(&dst_counts) {
-            let Some(cache): Option<LayerCache<B>> = cache else {
-                continue;
-            };
-            let d = be.to_owned(be.rows(be.view(&d_all), at..at + n));
-            at += n;
-            // A transpose caches one block's: a fresh one per block.
-            let transpose = B::Transpose::default();
-            self.layer
-                .backward_owned(&mut model.params, g, &transpose, cache, d, false);
+        if let Some(cache) = cache {
+            self.layer.backward(
+                &mut model.params,
+                &g,
+                &B::Transpose::default(),
+                cache,
+                be.view(&d_all),
+                false,
+            );
         }
         times.backward += backward.seconds(times);
         Ok(out)
