@@ -160,6 +160,23 @@ fn calibrate_writes_a_file_that_plan_then_uses() {
     let far = v["operators"]["gather_far"]["points"].as_array().unwrap();
     assert_eq!(far.len(), 12, "{v}");
     assert!(v["cache_bytes"].as_f64().unwrap() > 0.0, "{v}");
+    // Between them, how far a store's size takes its gathers from the near price to the far
+    // one is measured on tables of 32 MB and up (at least 32 and 64 MB: the far tables are
+    // 128 MB or more): from 0 at the near table to 1 at the far one, never falling.
+    let shares = v["far_shares"].as_array().unwrap();
+    assert!(shares.len() >= 4, "{v}");
+    let pairs: Vec<(f64, f64)> = shares
+        .iter()
+        .map(|p| (p[0].as_f64().unwrap(), p[1].as_f64().unwrap()))
+        .collect();
+    assert_eq!(pairs[0], (16.0 * 1048576.0, 0.0), "{v}");
+    assert_eq!(pairs[pairs.len() - 1].1, 1.0, "{v}");
+    assert!(
+        pairs
+            .windows(2)
+            .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1),
+        "{pairs:?}"
+    );
     // The aggregation is priced through its points (its cost per edge × column grows once
     // its sources outgrow the caches), the optimizer by its line.
     assert_eq!(v["operators"]["aggregate"]["by_points"], true, "{v}");
@@ -488,6 +505,48 @@ fn calibrate_plan_and_auto_run_on_emulated_cuda_ranks() {
     assert!(p["calibration_gathers_now"].as_f64().unwrap() > 0.0, "{p}");
     assert!(p["measured"]["step_seconds"].as_f64().unwrap() > 0.0, "{p}");
     assert!(p["relative_error"].as_f64().is_some(), "{p}");
+}
+
+/// The bounds a log line of `stderr` containing `marker` gives (`… bounds [a, b, c]`).
+fn logged_bounds(stderr: &str, marker: &str) -> String {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(marker))
+        .unwrap_or_else(|| panic!("no `{marker}` in:\n{stderr}"));
+    let at = line.find("bounds [").expect("bounds in the line") + "bounds ".len();
+    line[at..=at + line[at..].find(']').unwrap()].to_string()
+}
+
+/// The planner prices NFP's ranks by the column slices the loader will cut: on bag-of-words
+/// features (Cora) by equal non-zeros, counted by the dry run over the ranks' rows.
+#[test]
+fn the_planner_cuts_nfps_column_slices_as_its_loader_does() {
+    let test = "the_planner_cuts_nfps_column_slices_as_its_loader_does";
+    if !have_mpirun() {
+        return;
+    }
+    let Some(npz) = common::dataset("planetoid/cora.npz", test) else {
+        return;
+    };
+    let dir = common::tempdir();
+    let data = common::prepare(&npz, dir.path(), "cora");
+    let (_cal_dir, cal, _) = calibrated(2);
+    let head = ["--data", data.to_str().unwrap(), "--model", "gcn"];
+    let cal_args = ["--calibration", cal.to_str().unwrap()];
+    let (_, planned) = mpirun_ok(2, &with(&["plan"], &[&head[..], &cal_args[..]].concat()));
+    let run = [
+        &head[..],
+        &["--strategy", "nfp", "--max-steps", "1", "--eval-every", "0"],
+    ]
+    .concat();
+    let (_, trained) = mpirun_ok(2, &with(&["train"], &run));
+    let loaded = logged_bounds(&trained, "feature columns sliced by non-zeros");
+    assert_ne!(loaded, "[0, 716, 1433]", "{trained}");
+    assert_eq!(
+        logged_bounds(&planned, "planner: nfp's column slices"),
+        loaded,
+        "{planned}"
+    );
 }
 
 /// A copy of the calibration `cal` whose world alltoallv (every strategy's row exchange but

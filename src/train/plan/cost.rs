@@ -84,6 +84,9 @@ pub struct ModelShape {
     /// or `None` where each batch is prepared in its step (the CPU backend, whose cores the
     /// preparation would share, or `--prefetch off`).
     pub prefetch_workers: Option<usize>,
+    /// Each rank's input columns under NFP (`columns::planned_bounds`: equal non-zeros on
+    /// mostly-zero features, else even widths); empty: even widths.
+    pub nfp_columns: Vec<f64>,
 }
 
 impl ModelShape {
@@ -91,6 +94,22 @@ impl ModelShape {
     /// values non-zero: `None` unless most values are zero (the store's own test).
     pub fn packed_row_bytes(width: f64, density: f64) -> Option<f64> {
         (density < 0.5).then(|| (4.0 * (1.0 + 2.0 * density * width)).min(4.0 * (1.0 + width)))
+    }
+
+    /// Rank `r`'s input columns under NFP over `ranks` ranks.
+    fn nfp_width(&self, r: usize, ranks: usize) -> f64 {
+        match self.nfp_columns.get(r) {
+            Some(&w) if self.nfp_columns.len() == ranks => w,
+            _ => self.in_w[0] / ranks as f64,
+        }
+    }
+
+    /// The widest NFP slice over `ranks` ranks: its rank holds and updates the most of the
+    /// sliced weights.
+    fn nfp_widest(&self, ranks: usize) -> f64 {
+        (0..ranks)
+            .map(|r| self.nfp_width(r, ranks))
+            .fold(0.0, f64::max)
     }
 }
 
@@ -679,7 +698,7 @@ pub fn nfp(
     let p = all.len() as f64;
     let sum = |f: &dyn Fn(&Counts) -> f64| all.iter().map(|c| f(c)).sum::<f64>();
     let (dst, src, edges) = (sum(&|c| c.dst[0]), sum(&|c| c.src[0]), sum(&|c| c.edges[0]));
-    let slice = shape.in_w[0] / p;
+    let slice = shape.nfp_width(r, all.len());
     let mine = all[r];
     let hidden = shape.out_w[0] * 4.0;
     let blocks = src * 8.0 + edges * 4.0 + dst * 8.0;
@@ -700,34 +719,32 @@ pub fn nfp(
         csr_batches: false,
         ..shape.clone()
     };
-    // One gather per rank's input block.
+    // One gather of the stacked block's rows (every rank's input rows).
     let (mut load, bytes) = match csr {
         Some(nnz) => {
             let bytes = src * (nnz / p * 8.0 + 8.0);
             (
-                cal.op("gather_sparse").seconds_touching(src, bytes, p),
+                cal.op("gather_sparse").seconds_touching(src, bytes, 1.0),
                 bytes,
             )
         }
         None => {
             let bytes = src * slice * 4.0;
-            (dense_gather(shape, cal, src, bytes, p), bytes)
+            (dense_gather(shape, cal, src, bytes, 1.0), bytes)
         }
     };
     let upload = if shape.device {
-        cal.op("h2d").seconds(bytes, p)
+        cal.op("h2d").seconds(bytes, 1.0)
     } else {
         0.0
     };
     load += upload;
     // The rows' copies on this rank that the calibrated partial sums leave out (they time
-    // the peers' rows only): forward, the partial rows stacked into one zeroed send buffer
-    // (all `dst` of them) and, after the exchange, this rank's own rows passed to itself and
-    // added into a zeroed sum; backward, its own gradient rows gathered and passed to itself,
-    // and every rank's gradient rows copied out per block.
+    // the peers' rows only): forward, this rank's own rows passed to itself and added into a
+    // zeroed sum; backward, its own gradient rows gathered and passed to itself. (The
+    // stacked block's partial rows are the send buffer, and its gradient rows are read where
+    // they arrive: neither is copied.)
     let own = mine.dst[0] * hidden;
-    let stacked = local_side(cal, dst * hidden, dst * hidden);
-    let unstacked = local_side(cal, dst * hidden, 0.0);
     let (shuffle, allgather) = if p > 1.0 {
         (
             cal.op(partial_sums_op(a2a)).seconds(partials, 2.0) + local_side(cal, 4.0 * own, own),
@@ -745,7 +762,7 @@ pub fn nfp(
             build: cal.op("sample").seconds(mine.sampled_edges, 1.0) + allgather,
             load,
             shuffle,
-            train: sliced_train(&sliced, cal, all, r, csr.is_none()) + stacked + unstacked,
+            train: sliced_train(&sliced, cal, all, r, csr.is_none()),
             ..Phases::default()
         },
         bytes: if p > 1.0 { blocks + partials } else { 0.0 },
@@ -754,9 +771,10 @@ pub fn nfp(
 }
 
 /// NFP's model phase on rank `r` (`shape` cut to its slice of the input columns): the input
-/// layer once per rank's block, as `Nfp::step` runs it (each block its own products and
-/// aggregations, a block without destinations skipped), its activation on the rows this rank
-/// owns once the partial sums are in, and the layers above on this rank's own blocks.
+/// layer once over every rank's block stacked into one, as `Nfp::step` runs it
+/// (`Block::stacked`: the blocks' destinations, sources and edges summed), its activation on
+/// the rows this rank owns once the partial sums are in, and the layers above on this rank's
+/// own blocks.
 fn sliced_train(
     shape: &ModelShape,
     cal: &Calibration,
@@ -764,14 +782,13 @@ fn sliced_train(
     r: usize,
     scanned: bool,
 ) -> f64 {
-    let input: f64 = all
-        .iter()
-        .filter(|c| c.dst[0] > 0.0)
-        .map(|c| {
-            let rows = (c.dst[0], c.src[0], c.edges[0]);
-            layer(shape, cal, 0, rows, Order::Cheaper, scanned)
-        })
-        .sum();
+    let sum = |f: &dyn Fn(&Counts) -> f64| all.iter().map(|c| f(c)).sum::<f64>();
+    let stacked = (sum(&|c| c.dst[0]), sum(&|c| c.src[0]), sum(&|c| c.edges[0]));
+    let input = if stacked.0 > 0.0 {
+        layer(shape, cal, 0, stacked, Order::Cheaper, scanned)
+    } else {
+        0.0
+    };
     let mine = all[r];
     let upper: f64 = (1..shape.in_w.len())
         .map(|l| {
@@ -801,10 +818,15 @@ fn params_synced(shape: &ModelShape, strategy: &str, ranks: usize) -> f64 {
     (shape.params - sliced_weights(shape, strategy, ranks)).max(0.0)
 }
 
-/// The parameters each rank of `strategy` holds and updates: all of them, except under NFP,
-/// whose ranks hold a `1/P` row slice of the first layer's weights.
+/// The parameters the busiest rank of `strategy` holds and updates: all of them, except under
+/// NFP, whose ranks hold a row slice of the first layer's weights, the widest slice's rank the
+/// most (on Facebook's two ranks, sliced by non-zeros, 87 % of them: 10× the other's Adam).
 fn params_held(shape: &ModelShape, strategy: &str, ranks: usize) -> f64 {
-    shape.params - sliced_weights(shape, strategy, ranks) * (1.0 - 1.0 / ranks as f64)
+    let sliced = sliced_weights(shape, strategy, ranks);
+    if sliced == 0.0 {
+        return shape.params;
+    }
+    shape.params - sliced * (1.0 - shape.nfp_widest(ranks) / shape.in_w[0])
 }
 
 /// The weights `strategy` slices across its `ranks`: NFP's first-layer matrices (two for
@@ -1038,6 +1060,7 @@ mod tests {
             shared_cores: None,
             cache_bytes: 32.0 * 1024.0 * 1024.0,
             private_cache_bytes: 0.0,
+            far_shares: vec![],
         }
     }
 
@@ -1056,6 +1079,7 @@ mod tests {
             resident_rows: false,
             sync_ranks: 1,
             store_bytes: 0.0,
+            nfp_columns: vec![],
         }
     }
 
@@ -1607,6 +1631,40 @@ mod tests {
     }
 
     #[test]
+    fn nfp_prices_each_rank_by_its_own_slice_and_the_widest_updates_the_most() {
+        let cal = machine();
+        let (a, b) = (counts(500.0), counts(500.0));
+        // 100 columns cut 80 / 20 (equal non-zeros on skewed features), 100 × 10 weights.
+        let shape = ModelShape {
+            params: 1032.0,
+            nfp_columns: vec![80.0, 20.0],
+            ..shape()
+        };
+        // Each rank gathers both ranks' 1500 source rows at its own width.
+        let load = |r| {
+            nfp(&shape, &cal, &[&a, &b], r, "alltoallv_world")
+                .phases
+                .load
+        };
+        assert!((load(0) - 3000.0 * (80.0 * 4.0 * 1e-10 + 1e-8)).abs() < 1e-15);
+        assert!((load(1) - 3000.0 * (20.0 * 4.0 * 1e-10 + 1e-8)).abs() < 1e-15);
+        // The widest slice's rank holds 80 of the weights' 100 rows besides the 32 whole
+        // parameters, and bounds the optimizer; even slices hold 50 each.
+        assert_eq!(params_held(&shape, "nfp", 2), 32.0 + 800.0);
+        let even = ModelShape {
+            nfp_columns: vec![],
+            ..shape.clone()
+        };
+        assert_eq!(params_held(&even, "nfp", 2), 32.0 + 500.0);
+        assert_eq!(params_held(&shape, "gdp", 2), 1032.0);
+        // Widths of another rank count than the plan's are not used.
+        assert_eq!(params_held(&shape, "nfp", 4), 32.0 + 250.0);
+        let p = predict(&two_even_ranks(), &shape, &cal, &["nfp"], "alltoallv_world");
+        let optimizer = cal.op("optimizer").seconds(832.0, 1.0);
+        assert!((p.strategies["nfp"].phases.optimizer - optimizer).abs() < 1e-18);
+    }
+
+    #[test]
     fn nfp_moves_no_feature_rows_and_slices_the_first_layer() {
         let cal = machine();
         let (a, b) = (counts(500.0), counts(500.0));
@@ -1621,37 +1679,30 @@ mod tests {
         let own = 200.0 * 40.0;
         let shuffle = 2e-3 + 2.0 * 200.0 * 40.0 * 5e-10 + local_side(&cal, 4.0 * own, own);
         assert!((r.phases.shuffle - shuffle).abs() < 1e-15, "{:?}", r.phases);
-        // The model phase runs the sliced input layer on each rank's block, activates and
-        // runs the layers above on this rank's own rows only, stacks all 400 partial rows
-        // into a zeroed buffer and copies every gradient row out again.
+        // The model phase runs the sliced input layer once over both ranks' blocks stacked
+        // into one (their 400 destinations, 3000 sources and 4000 edges), then activates and
+        // runs the layers above on this rank's own rows only; nothing is stacked or copied
+        // out around it.
         let sliced = ModelShape {
             in_w: vec![50.0, shape().in_w[1]],
             csr_batches: false,
             ..shape()
         };
-        let theirs = layer(
-            &sliced,
-            &cal,
-            0,
-            (b.dst[0], b.src[0], b.edges[0]),
-            Order::Cheaper,
-            true,
+        let input = |c: &Counts| (c.dst[0], c.src[0], c.edges[0]);
+        let on = |rows| layer(&sliced, &cal, 0, rows, Order::Cheaper, true);
+        let stacked = (
+            a.dst[0] + b.dst[0],
+            a.src[0] + b.src[0],
+            a.edges[0] + b.edges[0],
         );
-        assert!(theirs > 0.0);
-        let all = 400.0 * 40.0;
-        let train = compute(&sliced, &cal, &a, Order::Cheaper, true)
-            + theirs
-            + local_side(&cal, all, all)
-            + local_side(&cal, all, 0.0);
+        assert!(on(stacked) > on(input(&a)));
+        let train = compute(&sliced, &cal, &a, Order::Cheaper, true) - on(input(&a)) + on(stacked);
         assert!((r.phases.train - train).abs() < 1e-15, "{:?}", r.phases);
-        // A rank whose block has no destinations adds no input layer (`Nfp::step` skips it).
+        // A rank whose block is empty (no seeds this step) adds nothing to the stacked block.
         let mut none = b.clone();
-        none.dst[0] = 0.0;
+        (none.dst[0], none.src[0], none.edges[0]) = (0.0, 0.0, 0.0);
         let alone = nfp(&shape(), &cal, &[&a, &none], 0, "alltoallv_world");
-        let mine = 200.0 * 40.0;
-        let train = compute(&sliced, &cal, &a, Order::Cheaper, true)
-            + local_side(&cal, mine, mine)
-            + local_side(&cal, mine, 0.0);
+        let train = compute(&sliced, &cal, &a, Order::Cheaper, true);
         assert!(
             (alone.phases.train - train).abs() < 1e-15,
             "{:?}",
@@ -1680,26 +1731,22 @@ mod tests {
         // pointer each.
         let load = 3000.0 * (3e-8 + (4.0 * 8.0 + 8.0) * 1e-10);
         assert!((r.phases.load - load).abs() < 1e-15, "{:?}", r.phases);
-        // The input layer multiplies the entries it was given, once per rank's block: no
-        // dense rows scanned.
+        // The input layer multiplies the entries it was given, once over the ranks' blocks
+        // stacked: no dense rows scanned.
         let sliced = ModelShape {
             in_w: vec![200.0, 10.0],
             input_nnz: Some(4.0),
             ..sparse.clone()
         };
-        let theirs = layer(
-            &sliced,
-            &cal,
-            0,
-            (b.dst[0], b.src[0], b.edges[0]),
-            Order::Cheaper,
-            false,
+        let on = |rows| layer(&sliced, &cal, 0, rows, Order::Cheaper, false);
+        let stacked = (
+            a.dst[0] + b.dst[0],
+            a.src[0] + b.src[0],
+            a.edges[0] + b.edges[0],
         );
-        let all = 400.0 * 40.0;
         let train = compute(&sliced, &cal, &a, Order::Cheaper, false)
-            + theirs
-            + local_side(&cal, all, all)
-            + local_side(&cal, all, 0.0);
+            - on((a.dst[0], a.src[0], a.edges[0]))
+            + on(stacked);
         assert!((r.phases.train - train).abs() < 1e-15, "{:?}", r.phases);
         // Slices narrower than the sparse path takes are gathered and multiplied dense.
         let narrow = ModelShape {

@@ -145,6 +145,7 @@ pub fn obtain<B: Backend>(
             shared_cores: None,
             cache_bytes: 0.0,
             private_cache_bytes: 0.0,
+            far_shares: vec![],
         });
         calibrate::share_from_root(world, &mut cal);
         let products_now = calibrate::products_against(be, world, &cal);
@@ -201,6 +202,22 @@ pub fn shape_of<B: Backend, M: Backend>(
         .collect();
     let (density, sparse_input, csr_everywhere) = input_density(model, be, data, group);
     let input_nnz = sparse_input.then_some(density * in_w[0]);
+    let mostly_zeros = density <= crate::backend::cpu::sparse::MAX_SPARSE_DENSITY;
+    let bounds = crate::train::columns::planned_bounds(group, data, mostly_zeros);
+    let widths: Vec<usize> = bounds.windows(2).map(|b| b[1] - b[0]).collect();
+    // Even slices differ by a column at most.
+    let uneven = widths
+        .iter()
+        .max()
+        .zip(widths.iter().min())
+        .is_some_and(|(hi, lo)| hi - lo > 1);
+    if group.rank() == 0 && uneven {
+        log::info!(
+            "planner: nfp's column slices as its loader cuts them (equal non-zeros): bounds \
+             {bounds:?}"
+        );
+    }
+    let nfp_columns = widths.into_iter().map(|w| w as f64).collect();
     ModelShape {
         packed_row_bytes: ModelShape::packed_row_bytes(in_w[0], density),
         kind: cfg.model,
@@ -229,6 +246,7 @@ pub fn shape_of<B: Backend, M: Backend>(
             sparse_input && csr_everywhere,
         ),
         sync_ranks: world_ranks,
+        nfp_columns,
         store_bytes: group.allreduce_max_f64(data.store.dense_bytes() as f64),
         // (Whether the host gathers dense rows sets the default worker count.)
         prefetch_workers: planned_workers(
