@@ -360,6 +360,7 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
     let kernels = KernelTimer::kernels(be, world, share);
     let gather = gather_points(host);
     let gather_far = gather_far_points(host, cache_of_host());
+    let gather_tables = gather_table_points(host, cache_of_host());
     let sparse_gather = sparse_gather_points(host);
     if B::IS_HOST {
         put("h2d", vec![]);
@@ -393,6 +394,7 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
     ops.insert("spmm", spmm);
     ops.insert("gather", gather);
     ops.insert("gather_far", gather_far);
+    ops.insert("gather_tables", (gather_tables, vec![]));
     ops.insert("gather_sparse", sparse_gather);
     ops
 }
@@ -527,11 +529,14 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
         }
         ops.insert(name.to_string(), fit);
     }
+    let (tables, _) = median_points(sweeps.iter().map(|s| &s["gather_tables"]));
+    let far_shares = far_shares(&ops["gather"], &ops["gather_far"], &tables, cache_of_host());
     let mut cal = Calibration {
         format: FORMAT,
         key,
         seconds_to_calibrate: 0.0,
         operators: ops,
+        far_shares,
         shared_cores: (share.turns > 1).then_some(SharedCores {
             turns: share.turns,
             factor: share.factor,
@@ -680,10 +685,83 @@ const FAR_TABLE_MAX_BYTES: usize = 512 << 20;
 /// planner mixes the two by how much of a rank's store its share of the cache can hold
 /// ([`super::calibration::Calibration::far_share`]).
 fn gather_far_points(timer: KernelTimer, cache_bytes: usize) -> (Vec<[f64; 2]>, Vec<f64>) {
-    let table_bytes =
-        (cache_bytes * FAR_TABLE_CACHE_MULTIPLE).clamp(FAR_TABLE_MIN_BYTES, FAR_TABLE_MAX_BYTES);
+    let table_bytes = far_table_bytes(cache_bytes);
     let tables = GATHER_WIDTHS.map(|width| (table_bytes / (width * 4), width));
     gathers_from_tables(timer, tables.into_iter())
+}
+
+/// The bytes of each far gather's table on a host whose largest cache is `cache_bytes`.
+fn far_table_bytes(cache_bytes: usize) -> usize {
+    (cache_bytes * FAR_TABLE_CACHE_MULTIPLE).clamp(FAR_TABLE_MIN_BYTES, FAR_TABLE_MAX_BYTES)
+}
+
+/// The tables between the near gathers' and the far ones that [`gather_table_points`] times.
+const SWEPT_TABLE_BYTES: [usize; 4] = [32 << 20, 64 << 20, 128 << 20, 256 << 20];
+
+/// The rows and row width of the gathers that measure how a table's size slows them: those of
+/// the near and far gathers' largest point at their middle width (16,384 rows of 512 bytes).
+const SWEPT_GATHER: (usize, usize) = (16384, 128);
+
+/// One gather of [`SWEPT_GATHER`] rows from tables of each of [`SWEPT_TABLE_BYTES`] smaller
+/// than the far gathers' (every rank at once, each from its own, as a step's gathers run):
+/// `x` = the table's bytes. The host's caches hold what they hold of each, whatever size it
+/// reports: the 2-core Xeon VM reports a 480 MB L3, which its neighbours share, and a 51 MB
+/// store there gathered its 256-byte rows at 65 ns each, where the near tables' price was
+/// about 28 and the far one's 90 ([`far_shares`]).
+fn gather_table_points(timer: KernelTimer, cache_bytes: usize) -> Vec<[f64; 2]> {
+    let (rows, width) = SWEPT_GATHER;
+    let mut points = Vec::new();
+    for table_bytes in SWEPT_TABLE_BYTES
+        .into_iter()
+        .filter(|&b| b < far_table_bytes(cache_bytes))
+    {
+        let table_rows = table_bytes / (width * 4);
+        let table = Array2::from_shape_fn((table_rows, width), |(i, j)| (i * 7 + j) as f32);
+        let store = FeatureStore::new(vec![0, table_rows as u64], 0, table);
+        let batches = spread_ids(rows, table_rows, timer.reps + 1);
+        let mut call = 0;
+        let s = timer.point(|| {
+            let (x, _) = store.gather_local(&batches[call]);
+            store.recycle(x);
+            call += 1;
+        });
+        points.push([table_bytes as f64, s]);
+    }
+    points
+}
+
+/// [`super::calibration::Calibration::far_shares`] from the near and far gathers and the
+/// swept tables' points: each table's gather of [`SWEPT_GATHER`] rows as a share of the way
+/// from the near gathers' time for them (share 0 at the near table's bytes) to the far ones'
+/// (1 at the far table's), non-decreasing. Empty where the far gather is no slower than the
+/// near one (nothing to interpolate).
+fn far_shares(near: &Fit, far: &Fit, tables: &[[f64; 2]], cache_bytes: usize) -> Vec<[f64; 2]> {
+    let (rows, width) = SWEPT_GATHER;
+    let bytes = (rows * width * 4) as f64;
+    let at = |f: &Fit| {
+        (0..f.points.len().min(f.point_bytes.len()))
+            .find(|&i| f.points[i][0] == rows as f64 && f.point_bytes[i] == bytes)
+            .map(|i| f.points[i][1])
+    };
+    let (Some(t_near), Some(t_far)) = (at(near), at(far)) else {
+        return vec![];
+    };
+    if t_far <= t_near {
+        return vec![];
+    }
+    let near_table = (GATHER_TABLE_ROWS[1] * GATHER_WIDTHS[1] * 4) as f64;
+    let far_table = far_table_bytes(cache_bytes) as f64;
+    let mut shares = vec![[near_table, 0.0]];
+    let mut highest = 0.0f64;
+    for &[table, t] in tables
+        .iter()
+        .filter(|p| p[0] > near_table && p[0] < far_table)
+    {
+        highest = highest.max(((t - t_near) / (t_far - t_near)).clamp(0.0, 1.0));
+        shares.push([table, highest]);
+    }
+    shares.push([far_table, 1.0]);
+    shares
 }
 
 /// [`time_gathers`] of the store's `gather_local` from a table of each `(rows, width)`.
@@ -1251,5 +1329,41 @@ mod tests {
         assert!((per_row(&wide, &narrow) - 1e-7).abs() < 1e-15);
         // One rank (no points): no cost per row.
         assert_eq!(per_row(&[], &[]), 0.0);
+    }
+
+    /// Each swept table's gather as a share of the way from the near gathers' time for the
+    /// same rows to the far ones', between a 0 at the near table and a 1 at the far table,
+    /// never falling; nothing where the far gather is no slower.
+    #[test]
+    fn far_shares_place_each_table_between_the_near_and_far_gathers() {
+        let (rows, width) = SWEPT_GATHER;
+        let bytes = (rows * width * 4) as f64;
+        let fit = |seconds: f64| Fit {
+            points: vec![[256.0, 1e-6], [rows as f64, seconds]],
+            point_bytes: vec![256.0 * 512.0, bytes],
+            ..Fit::free("row")
+        };
+        let mib = (1usize << 20) as f64;
+        // The last table is the far one's size (4× a 64 MiB cache): left to the far point.
+        let tables = [
+            [32.0 * mib, 2e-3],
+            [64.0 * mib, 1.5e-3],
+            [128.0 * mib, 5e-3],
+            [256.0 * mib, 2e-3],
+        ];
+        let cache = 64 << 20;
+        let shares = far_shares(&fit(1e-3), &fit(3e-3), &tables, cache);
+        assert_eq!(
+            shares,
+            vec![
+                [16.0 * mib, 0.0],
+                [32.0 * mib, 0.5],
+                [64.0 * mib, 0.5],
+                [128.0 * mib, 1.0],
+                [256.0 * mib, 1.0],
+            ]
+        );
+        assert!(far_shares(&fit(3e-3), &fit(3e-3), &tables, cache).is_empty());
+        assert!(far_shares(&Fit::free("row"), &fit(3e-3), &tables, cache).is_empty());
     }
 }

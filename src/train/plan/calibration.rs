@@ -30,8 +30,9 @@ use std::path::{Path, PathBuf};
 /// timed over blocks of three sizes at widths up to 1024 and priced by edges and row size,
 /// [`Fit::by_grid`], 21 the products' backward forms timed apart, `gemm_tn` and `gemm_nt`
 /// ([`Product`]), and the sparse products timed at output widths up to 1024 and priced through
-/// their points by non-zeros and width.)
-pub const FORMAT: u32 = 21;
+/// their points by non-zeros and width, 22 the gathers from tables between the near and the
+/// far ones, [`Calibration::far_shares`].)
+pub const FORMAT: u32 = 22;
 
 /// Dense products `m×k · k×n` of the shapes layers use, each into a newly allocated output as a
 /// layer's are: square-ish ones, bound by their flops (2·m·k·n), and skinny ones (a layer into
@@ -573,9 +574,17 @@ pub struct Calibration {
     /// timed and priced ([`super::core_share`]). Absent where every rank had cores of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_cores: Option<SharedCores>,
-    /// Bytes of rank 0's host's largest cache (32 MiB where the host reports none): how much
-    /// of a store's rows its ranks' gathers find there ([`Calibration::far_share`]).
+    /// Bytes of rank 0's host's largest cache (32 MiB where the host reports none): the size
+    /// of the far gathers' tables, and how much of a store's rows its ranks' gathers find
+    /// there where [`Calibration::far_shares`] is empty.
     pub cache_bytes: f64,
+    /// `[table bytes, share]`, ascending: how much of the way from the near gathers' price to
+    /// the far ones' a gather from a table of that size went, measured with every rank
+    /// gathering at once from its own (the near table's bytes at 0, the far table's at 1):
+    /// what the host's caches hold of a store, which a reported cache size does not say on a
+    /// VM whose neighbours share it ([`Calibration::far_share`]).
+    #[serde(default)]
+    pub far_shares: Vec<[f64; 2]>,
     /// Bytes of the largest cache below rank 0's host's last level (its L2; 0 for a device's
     /// calibration): a product's bytes within it cost no more than its flops, only those
     /// beyond are priced by `gemm`'s per-byte term ([`Calibration::products`]).
@@ -660,11 +669,29 @@ impl Calibration {
         (nearest.iter().map(|(d2, r)| r / d2).sum::<f64>() / weight).exp()
     }
 
-    /// The share of a gather's rows that come from memory rather than a cache, where each of
-    /// the host's ranks gathers from a store of `store_bytes`: what of the store does not fit
-    /// the rank's share of the largest cache (the host's ranks share it). A dense gather is
-    /// priced as `gather` plus this share of what `gather_far` costs more.
+    /// The share of the way from the near gathers' price to the far ones' that a gather from
+    /// a rank's store of `store_bytes` goes: through [`Calibration::far_shares`], linearly in
+    /// the logarithm of the bytes between its points (0 below the first, 1 beyond the last);
+    /// without them, what of the store does not fit the rank's share of the host's largest
+    /// cache (the host's ranks share it). A dense gather is priced as `gather` plus this share
+    /// of what `gather_far` costs more.
     pub fn far_share(&self, store_bytes: f64) -> f64 {
+        if let [first, .., last] = self.far_shares.as_slice() {
+            if store_bytes <= first[0] {
+                return first[1];
+            }
+            if store_bytes >= last[0] {
+                return last[1];
+            }
+            let hi = self
+                .far_shares
+                .iter()
+                .position(|p| p[0] >= store_bytes)
+                .unwrap_or(self.far_shares.len() - 1);
+            let (a, b) = (self.far_shares[hi - 1], self.far_shares[hi]);
+            let t = (store_bytes.ln() - a[0].ln()) / (b[0].ln() - a[0].ln());
+            return a[1] + t.clamp(0.0, 1.0) * (b[1] - a[1]);
+        }
         let share = self.cache_bytes / self.key.ranks_per_node.max(1) as f64;
         if store_bytes <= share {
             0.0
@@ -683,6 +710,15 @@ impl Calibration {
             if !v.is_finite() || v < 0.0 {
                 bail!(
                     "calibration {origin}: field `{field}` is {v}; it must be a finite number ≥ 0"
+                );
+            }
+        }
+        for (i, p) in self.far_shares.iter().enumerate() {
+            let ascending = i == 0 || p[0] > self.far_shares[i - 1][0];
+            if !(p[0].is_finite() && p[0] > 0.0 && (0.0..=1.0).contains(&p[1]) && ascending) {
+                bail!(
+                    "calibration {origin}: field `far_shares[{i}]` is {p:?}; it must be [bytes > \
+                     0, share in 0..1] with the bytes ascending"
                 );
             }
         }
@@ -747,6 +783,8 @@ impl Calibration {
         }
         w.push(self.cache_bytes);
         w.push(self.private_cache_bytes);
+        w.push(self.far_shares.len() as f64);
+        w.extend(self.far_shares.iter().flatten());
         w
     }
 
@@ -770,6 +808,8 @@ impl Calibration {
         }
         self.cache_bytes = next();
         self.private_cache_bytes = next();
+        let n = next() as usize;
+        self.far_shares = (0..n).map(|_| [next(), next()]).collect();
     }
 
     /// Write atomically (a reader never sees half a file).
@@ -892,6 +932,7 @@ mod tests {
             shared_cores: None,
             cache_bytes: 32.0 * 1024.0 * 1024.0,
             private_cache_bytes: 2.0 * 1024.0 * 1024.0,
+            far_shares: vec![],
         }
     }
 
@@ -1093,15 +1134,18 @@ mod tests {
         );
         cal.operators.get_mut("alltoallv_world").unwrap().per_row_s = 1e-7;
         cal.operators.insert("gather".into(), gather_grid());
+        cal.far_shares = vec![[16e6, 0.0], [64e6, 0.4], [512e6, 1.0]];
         let mut other = Calibration {
             operators: BTreeMap::new(),
             cache_bytes: 0.0,
             private_cache_bytes: 0.0,
+            far_shares: vec![],
             ..cal.clone()
         };
         other.set_wire(&cal.wire());
         assert_eq!(other.cache_bytes, cal.cache_bytes);
         assert_eq!(other.private_cache_bytes, cal.private_cache_bytes);
+        assert_eq!(other.far_shares, cal.far_shares);
         for (op, _) in OPERATORS {
             let (a, b) = (cal.op(op), other.op(op));
             assert_eq!(
@@ -1323,5 +1367,34 @@ mod tests {
             ..calibration()
         };
         assert!((alone.far_share(64.0 * mib) - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_far_share_follows_the_measured_tables_in_log_bytes_and_bad_points_are_refused() {
+        let mib = 1024.0 * 1024.0;
+        let cal = Calibration {
+            far_shares: vec![[16.0 * mib, 0.0], [64.0 * mib, 0.5], [512.0 * mib, 1.0]],
+            ..calibration()
+        };
+        // Not the cache size's rule (16 MiB a rank there: 0.75 at 64 MiB) but the points.
+        assert_eq!(cal.far_share(8.0 * mib), 0.0);
+        assert!((cal.far_share(32.0 * mib) - 0.25).abs() < 1e-12);
+        assert!((cal.far_share(64.0 * mib) - 0.5).abs() < 1e-12);
+        assert!((cal.far_share(128.0 * mib) - 0.5 - 0.5 / 3.0).abs() < 1e-12);
+        assert_eq!(cal.far_share(4096.0 * mib), 1.0);
+        cal.check("test").unwrap();
+        for bad in [
+            vec![[64.0 * mib, 0.5], [16.0 * mib, 0.0]],
+            vec![[16.0 * mib, 1.5]],
+            vec![[f64::NAN, 0.0]],
+            vec![[0.0, 0.0]],
+        ] {
+            let c = Calibration {
+                far_shares: bad,
+                ..calibration()
+            };
+            let e = c.check("cal.json").unwrap_err().to_string();
+            assert!(e.contains("far_shares"), "{e}");
+        }
     }
 }
