@@ -691,13 +691,6 @@ impl Layer {
     ) -> Option<B::Mat> {
         if self.activation.is_none() && !self.residual {
             // Nothing overwrites the gradient before the convolution reads it: no copy.
-            let be = params.backend().clone();
-            assert_eq!(
-                be.dim(d_h_dst).0,
-                be.block(g).num_dst,
-                "layer {}: gradient rows",
-                self.index
-            );
             return self
                 .convolution_backward(params, g, transpose, cache, d_h_dst, need_d_src, None);
         }
@@ -757,7 +750,6 @@ impl Layer {
         below_relu: Option<&B::Saved>,
     ) -> Option<B::Mat> {
         let be = params.backend().clone();
-        let block = be.block(g);
         if let (Some(positive), Some(DropoutSaved::Bits(kept))) = (below_relu, &cache.dropout) {
             assert!(
                 self.fuses_relu_below(&cache),
@@ -769,12 +761,6 @@ impl Layer {
                 .expect("whole-word rows");
             cache.dropout = Some(DropoutSaved::Bits(both));
         }
-        assert_eq!(
-            be.mat_dim(&d_h_dst).0,
-            block.num_dst,
-            "layer {}: gradient rows",
-            self.index
-        );
         let mut dz = d_h_dst;
         // The residual passes the output gradient straight to the destinations' input rows;
         // keep it before the activation's backward overwrites `dz`.
@@ -810,6 +796,12 @@ impl Layer {
     ) -> Option<B::Mat> {
         let be = params.backend().clone();
         let block = be.block(g);
+        assert_eq!(
+            be.dim(dz).0,
+            block.num_dst,
+            "layer {}: gradient rows",
+            self.index
+        );
         let need_d_base = need_d_src || self.input.is_some();
         // A norm's gain and bias (and a projection's weights) learn from the gradient of the
         // convolution's input, so it is needed even when the caller does not want d `h_src`.

@@ -157,12 +157,7 @@ fn by_nonzeros(group: &Group, x: &Array2<f32>, even: &ColumnSlice) -> ColumnSlic
     {
         return even.clone();
     }
-    let mut mine = vec![0u64; x.ncols()];
-    for row in x.rows() {
-        for (n, &v) in mine.iter_mut().zip(row) {
-            *n += (v != 0.0) as u64;
-        }
-    }
+    let mine = column_nonzeros(x);
     // Slices are contiguous and in rank order: their counts, gathered, are every column's.
     let (counts, _) = group.allgatherv("nfp_column_nonzeros", &mine);
     let Some(b) = nonzero_bounds(&counts, group.size(), x.nrows()) else {
@@ -207,18 +202,24 @@ pub fn planned_bounds(group: &Group, data: &TrainData, mostly_zeros: bool) -> Ve
     if !mostly_zeros {
         return even_bounds(x.ncols(), ranks);
     }
-    let mut counts = vec![0f64; x.ncols() + 1];
-    for row in x.rows() {
-        for (n, &v) in counts.iter_mut().zip(row) {
-            *n += (v != 0.0) as u8 as f64;
-        }
-    }
+    let mut counts: Vec<f64> = column_nonzeros(x).into_iter().map(|c| c as f64).collect();
     // The rows' count rides along in the last slot.
-    counts[x.ncols()] = x.nrows() as f64;
+    counts.push(x.nrows() as f64);
     group.allreduce_sum_f64(&mut counts);
     let rows = counts.pop().unwrap_or(0.0) as usize;
     let counts: Vec<u64> = counts.into_iter().map(|c| c as u64).collect();
     slice_bounds(&counts, ranks, rows)
+}
+
+/// The non-zeros of each column of `x`.
+fn column_nonzeros(x: &Array2<f32>) -> Vec<u64> {
+    let mut counts = vec![0u64; x.ncols()];
+    for row in x.rows() {
+        for (n, &v) in counts.iter_mut().zip(row) {
+            *n += (v != 0.0) as u64;
+        }
+    }
+    counts
 }
 
 /// The `ranks + 1` bounds of NFP's column slices of features whose column `c` holds

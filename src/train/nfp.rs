@@ -32,7 +32,7 @@
 use super::data::TrainData;
 use super::metrics::{PassClock, PhaseTimes};
 use super::strategy::{
-    dropout_stream, upper_layers_data_parallel, FullGraph, StepArgs, StepOutput,
+    dropout_stream, recycle_host_rows, upper_layers_data_parallel, FullGraph, StepArgs, StepOutput,
 };
 use crate::backend::input_rows::InputRows;
 use crate::backend::{Backend, Cpu, DropoutMask};
@@ -206,13 +206,10 @@ impl<B: Backend> Nfp<B> {
         }
     }
 
-    /// Give a step's dense rows on the host back to the store, as GDP does: the next step's
-    /// gather writes into their memory instead of a fresh allocation.
+    /// Give a step's dense rows on the host back to the store, as GDP does.
     fn recycle_rows(be: &B, store: &FeatureStore, x: InputRows<B>) {
         if let InputRows::Dense(x) = x {
-            if B::IS_HOST {
-                store.recycle(be.download_owned(x));
-            }
+            recycle_host_rows(be, store, x);
         }
     }
 

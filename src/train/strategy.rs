@@ -444,10 +444,21 @@ impl<B: Backend> Input<B> {
     /// Done with: dense rows on the host go back to the store for the next gather.
     fn recycle(self, be: &B, data: &TrainData) {
         if let Input::Dense(x, _) = self {
-            if B::IS_HOST {
-                data.store.recycle(be.download_owned(x));
-            }
+            recycle_host_rows(be, &data.store, x);
         }
+    }
+}
+
+/// Dense input rows the host backend trained on, given back to `store`: the next gather
+/// writes into their memory instead of a fresh allocation (a device's copy is not the
+/// store's buffer, so nothing goes back).
+pub(crate) fn recycle_host_rows<B: Backend>(
+    be: &B,
+    store: &crate::exchange::FeatureStore,
+    x: B::Mat,
+) {
+    if B::IS_HOST {
+        store.recycle(be.download_owned(x));
     }
 }
 
