@@ -722,12 +722,9 @@ fn gather_table_points(timer: KernelTimer, cache_bytes: usize) -> Vec<[f64; 2]> 
         let table_rows = table_bytes / (width * 4);
         let table = Array2::from_shape_fn((table_rows, width), |(i, j)| (i * 7 + j) as f32);
         let store = FeatureStore::new(vec![0, table_rows as u64], 0, table);
-        let batches = spread_ids(rows, table_rows, timer.reps + 1);
-        let mut call = 0;
-        let s = timer.point(|| {
-            let (x, _) = store.gather_local(&batches[call]);
+        let s = time_gather(timer, rows, table_rows, &mut |ids| {
+            let (x, _) = store.gather_local(ids);
             store.recycle(x);
-            call += 1;
         });
         points.push([table_bytes as f64, s]);
     }
@@ -839,15 +836,26 @@ fn time_gathers(
 ) {
     let (points, bytes) = out;
     for n in [256usize, 1024, 4096, 16384] {
-        let batches = spread_ids(n, table_rows, timer.reps + 1);
-        let mut call = 0;
-        let s = timer.point(|| {
-            gather(&batches[call]);
-            call += 1;
-        });
+        let s = time_gather(timer, n, table_rows, &mut gather);
         points.push([n as f64, s]);
         bytes.push((n * row_bytes) as f64);
     }
+}
+
+/// Seconds of `gather` of `n` ids among `table_rows` ([`KernelTimer::point`]), other ids every
+/// call (its warm-up and repetitions), as every batch reads other rows.
+fn time_gather(
+    timer: KernelTimer,
+    n: usize,
+    table_rows: usize,
+    gather: &mut impl FnMut(&[NodeId]),
+) -> f64 {
+    let batches = spread_ids(n, table_rows, timer.reps + 1);
+    let mut call = 0;
+    timer.point(|| {
+        gather(&batches[call]);
+        call += 1;
+    })
 }
 
 /// `calls` sets of `n` ids among `range`, one for every call a timer's point makes (its

@@ -762,7 +762,7 @@ pub fn nfp(
             build: cal.op("sample").seconds(mine.sampled_edges, 1.0) + allgather,
             load,
             shuffle,
-            train: sliced_train(&sliced, cal, all, r, csr.is_none()),
+            train: sliced_train(&sliced, cal, (dst, src, edges), mine, csr.is_none()),
             ..Phases::default()
         },
         bytes: if p > 1.0 { blocks + partials } else { 0.0 },
@@ -770,26 +770,23 @@ pub fn nfp(
     }
 }
 
-/// NFP's model phase on rank `r` (`shape` cut to its slice of the input columns): the input
-/// layer once over every rank's block stacked into one, as `Nfp::step` runs it
-/// (`Block::stacked`: the blocks' destinations, sources and edges summed), its activation on
-/// the rows this rank owns once the partial sums are in, and the layers above on this rank's
-/// own blocks.
+/// NFP's model phase on a rank whose own counts are `mine` (`shape` cut to its slice of the
+/// input columns): the input layer once over every rank's block stacked into one, as
+/// `Nfp::step` runs it (`stacked`: the blocks' destinations, sources and edges summed, as
+/// `Block::stacked` makes them), its activation on the rows this rank owns once the partial
+/// sums are in, and the layers above on this rank's own blocks.
 fn sliced_train(
     shape: &ModelShape,
     cal: &Calibration,
-    all: &[&Counts],
-    r: usize,
+    stacked: (f64, f64, f64),
+    mine: &Counts,
     scanned: bool,
 ) -> f64 {
-    let sum = |f: &dyn Fn(&Counts) -> f64| all.iter().map(|c| f(c)).sum::<f64>();
-    let stacked = (sum(&|c| c.dst[0]), sum(&|c| c.src[0]), sum(&|c| c.edges[0]));
     let input = if stacked.0 > 0.0 {
         layer(shape, cal, 0, stacked, Order::Cheaper, scanned)
     } else {
         0.0
     };
-    let mine = all[r];
     let upper: f64 = (1..shape.in_w.len())
         .map(|l| {
             layer(
