@@ -1,0 +1,128 @@
+//! Points of the sampler a rank runs, over a synthetic graph cut into contiguous ranges.
+
+use super::gathers::spread_ids;
+use super::{time_point_after, REPS};
+use crate::comm::World;
+use crate::exchange::sample_blocks_distributed;
+use crate::graph::NodeId;
+use crate::sample::{sample_blocks, Adjacency, BatchKey, Block};
+use crate::train::plan::evict::Evictor;
+
+/// A synthetic adjacency for timing the sampler: `n` vertices of `degree` pseudo-random
+/// neighbours each (16 MiB of ids at the size used: more than a core's caches, as a real
+/// graph's adjacency is).
+struct SyntheticGraph {
+    degree: usize,
+    neighbors: Vec<NodeId>,
+}
+
+impl SyntheticGraph {
+    fn new(n: usize, degree: usize) -> SyntheticGraph {
+        let neighbors = (0..n * degree)
+            .map(|i| ((i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as usize % n)
+            .map(|u| u as NodeId)
+            .collect();
+        SyntheticGraph { degree, neighbors }
+    }
+
+    fn neighbors(&self, v: NodeId) -> &[NodeId] {
+        let v = v as usize;
+        &self.neighbors[v * self.degree..(v + 1) * self.degree]
+    }
+}
+
+/// This rank's share of a [`SyntheticGraph`] cut into contiguous ranges, as a partitioned
+/// graph's rank holds its vertices' adjacency only (on one rank, the whole graph).
+struct OwnedRange<'a> {
+    graph: &'a SyntheticGraph,
+    first: u64,
+    end: u64,
+}
+
+impl Adjacency for OwnedRange<'_> {
+    fn owns(&self, v: NodeId) -> bool {
+        (self.first..self.end).contains(&(v as u64))
+    }
+
+    fn neighbors(&self, v: NodeId) -> &[NodeId] {
+        self.graph.neighbors(v)
+    }
+
+    fn orig_id(&self, v: NodeId) -> u64 {
+        v as u64
+    }
+}
+
+/// The sampler a rank runs, on two hops of fanout 10 and 5 from growing seed sets: `x` =
+/// edges in this rank's blocks (the mean over the timed calls and the ranks). On one rank the
+/// local `sample_blocks` (draws, de-duplication, block building); on several the owner-routed
+/// `sample_blocks_distributed` GDP's ranks run (and DNP's and SNP's upper hops), over the
+/// synthetic graph cut into contiguous ranges, every rank sampling seeds of its own: routing
+/// every frontier to its owners, drawing for the other ranks and merging their answers is
+/// work per edge the local sampler never does, and priced as local sampling the build phase
+/// of 2-rank steps ran 1.5-3.6× its prediction (2-core VM, grid h). Every call samples other
+/// seeds under another batch key, as training does, and the host's caches are evicted ahead
+/// of every call ([`Evictor`]): in a step the model's phases run between two batches'
+/// sampling and leave none of the adjacency or the sampler's tables in the caches, where
+/// back to back the calls found them there (a 16 MiB synthetic graph in a 105 MiB L3) and
+/// priced the build phase of the 2-rank grid at 1.2-1.9× less than it measured (2-core VM,
+/// grid j; one thread sampling real graphs after such an eviction took 1.1-1.7× as long as
+/// back to back). Where ranks share cores (`cold` false) the calls run back to back as
+/// before: 4 ranks on the 2 cores, all evicting, priced the build phase of GDP and DNP at
+/// 2-3× what it measured, and the same calibration their model phase at 1.4-1.7×. The
+/// strategies' id exchanges while sampling are also priced
+/// by their bytes and calls (`cost::build`), which counts the bytes GDP's sampler moves here
+/// a second time: 4-12 bytes an edge at the alltoallv's rate, a few ns against the tens an
+/// edge costs.
+pub(super) fn sample_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
+    let (n, degree) = (1usize << 18, 16usize);
+    let graph = SyntheticGraph::new(n, degree);
+    let ranks = world.size();
+    let offsets: Vec<u64> = (0..=ranks).map(|r| (r * n / ranks) as u64).collect();
+    let (first, end) = (offsets[world.rank()], offsets[world.rank() + 1]);
+    let mine = OwnedRange {
+        graph: &graph,
+        first,
+        end,
+    };
+    let mut evictor = cold.then(Evictor::for_host);
+    [128usize, 512, 1024, 2048]
+        .iter()
+        .map(|&seeds| {
+            let batches: Vec<Vec<NodeId>> = spread_ids(seeds, (end - first) as usize, REPS + 1)
+                .into_iter()
+                .map(|b| b.into_iter().map(|v| v + first as NodeId).collect())
+                .collect();
+            let (mut call, mut edges) = (0, 0usize);
+            let s = time_point_after(
+                world,
+                REPS,
+                || evictor.iter_mut().for_each(Evictor::evict),
+                || {
+                    let key = BatchKey {
+                        seed: 7,
+                        epoch: 0,
+                        batch: call as u64,
+                    };
+                    let blocks = if ranks > 1 {
+                        sample_blocks_distributed(
+                            world,
+                            &mine,
+                            &offsets,
+                            &batches[call],
+                            &[10, 5],
+                            key,
+                        )
+                    } else {
+                        sample_blocks(&mine, &batches[call], &[10, 5], key)
+                    };
+                    edges += blocks.iter().map(Block::num_edges).sum::<usize>();
+                    call += 1;
+                },
+            );
+            let mut mean = [edges as f64 / call as f64];
+            world.allreduce_sum_f64(&mut mean);
+            [mean[0] / ranks as f64, s]
+        })
+        .collect()
+}

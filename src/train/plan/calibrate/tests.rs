@@ -1,0 +1,56 @@
+//! The calibration's own arithmetic: costs per row, far shares.
+
+use super::gathers::SWEPT_GATHER;
+use super::*;
+
+#[test]
+fn the_cost_per_row_is_the_median_extra_time_over_the_extra_rows() {
+    // At 1 MiB: 4096 rows of 64 columns, 16384 of 16: 12288 more rows. Extra times of
+    // 1.2288 ms, 2.4576 ms and (noise) less than the wide rows' give 100 ns, 200 ns and 0.
+    let mib = 1048576.0;
+    let wide = [[mib, 1e-3], [mib, 1e-3], [mib, 1e-3]];
+    let narrow = [
+        [mib, 1e-3 + 1.2288e-3],
+        [mib, 1e-3 + 2.4576e-3],
+        [mib, 0.9e-3],
+    ];
+    assert!((per_row(&wide, &narrow) - 1e-7).abs() < 1e-15);
+    // One rank (no points): no cost per row.
+    assert_eq!(per_row(&[], &[]), 0.0);
+}
+
+/// Each swept table's gather as a share of the way from the near gathers' time for the
+/// same rows to the far ones', between a 0 at the near table and a 1 at the far table,
+/// never falling; nothing where the far gather is no slower.
+#[test]
+fn far_shares_place_each_table_between_the_near_and_far_gathers() {
+    let (rows, width) = SWEPT_GATHER;
+    let bytes = (rows * width * 4) as f64;
+    let fit = |seconds: f64| Fit {
+        points: vec![[256.0, 1e-6], [rows as f64, seconds]],
+        point_bytes: vec![256.0 * 512.0, bytes],
+        ..Fit::free("row")
+    };
+    let mib = (1usize << 20) as f64;
+    // The last table is the far one's size (4× a 64 MiB cache): left to the far point.
+    let tables = [
+        [32.0 * mib, 2e-3],
+        [64.0 * mib, 1.5e-3],
+        [128.0 * mib, 5e-3],
+        [256.0 * mib, 2e-3],
+    ];
+    let cache = 64 << 20;
+    let shares = far_shares(&fit(1e-3), &fit(3e-3), &tables, cache);
+    assert_eq!(
+        shares,
+        vec![
+            [16.0 * mib, 0.0],
+            [32.0 * mib, 0.5],
+            [64.0 * mib, 0.5],
+            [128.0 * mib, 1.0],
+            [256.0 * mib, 1.0],
+        ]
+    );
+    assert!(far_shares(&fit(3e-3), &fit(3e-3), &tables, cache).is_empty());
+    assert!(far_shares(&Fit::free("row"), &fit(3e-3), &tables, cache).is_empty());
+}
