@@ -7,9 +7,9 @@ use std::time::Instant;
 
 /// Repetitions of each drift point. The wait is a mean over them, set by a few long stalls
 /// (a rank descheduled for milliseconds), and a step pays it as a share of its work. On the
-/// 2-core VM four calibrations with [`super::REPS`] (5) spread 2.1× (2 ranks) and 3.2× (4 ranks) in
-/// drift, which moves a step's prediction by up to a tenth; three with 20 spread 1.7× and
-/// 1.45×, for 2-7 s more of calibration.
+/// 2-core VM four calibrations with [`REPS`](super::REPS) (5) spread 2.1× (2 ranks) and 3.2×
+/// (4 ranks) in drift, which moves a step's prediction by up to a tenth; three with 20 spread
+/// 1.7× and 1.45×, for 2-7 s more of calibration.
 const DRIFT_REPS: usize = 20;
 
 /// How far the ranks drift apart over a stretch of the same work between two collectives:

@@ -40,7 +40,7 @@ const FAR_TABLE_MAX_BYTES: usize = 512 << 20;
 /// priced the 200k SBM's gathers (51 MB of rows per rank) at 0.47× their measured time, its
 /// 512-byte rows at 47 ns each where one from a 512 MB table took about twice that. The
 /// planner mixes the two by how much of a rank's store its share of the cache can hold
-/// ([`crate::train::plan::calibration::Calibration::far_share`]).
+/// ([`Calibration::far_share`](crate::train::plan::calibration::Calibration::far_share)).
 pub(super) fn gather_far_points(
     timer: KernelTimer,
     cache_bytes: usize,
@@ -87,7 +87,8 @@ pub(super) fn gather_table_points(timer: KernelTimer, cache_bytes: usize) -> Vec
     points
 }
 
-/// [`crate::train::plan::calibration::Calibration::far_shares`] from the near and far gathers and the
+/// [`Calibration::far_shares`](crate::train::plan::calibration::Calibration::far_shares)
+/// from the near and far gathers and the
 /// swept tables' points: each table's gather of [`SWEPT_GATHER`] rows as a share of the way
 /// from the near gathers' time for them (share 0 at the near table's bytes) to the far ones'
 /// (1 at the far table's), non-decreasing. Empty where the far gather is no slower than the

@@ -92,7 +92,8 @@ const AGGREGATE_WIDTHS: [usize; 4] = [16, 64, 256, 1024];
 
 /// Mean aggregation over blocks of each [`AGGREGATE_SOURCES`] at each [`AGGREGATE_WIDTHS`]:
 /// `x` = edges, and the bytes of the source rows they read (edges × width × 4), so that it is
-/// priced through its points by edges and row size as the gathers are ([`Fit::by_grid`](crate::train::plan::calibration::Fit::by_grid)).
+/// priced through its points by edges and row size as the gathers are
+/// ([`Fit::by_grid`](crate::train::plan::calibration::Fit::by_grid)).
 /// An edge × column is not one price: its source rows are read at random, so it costs what
 /// the cache the sources fit in charges per row. Timed at widths up to 256 over 16384 sources
 /// (up to 16 MB) and priced by edges × columns alone, a real batch's input-layer aggregation
@@ -130,13 +131,13 @@ const SPMM_WIDTHS: [usize; 4] = [16, 64, 256, 1024];
 /// trained (16 to 1024 columns) and over 1024 and 4096 of the rows: `x` = 2 × stored
 /// non-zeros (each read by both products), the bytes the row of `w` (or of the gradient)
 /// each non-zero reads, `4 ×` the width. Priced through these points by non-zeros and width
-/// ([`Fit::by_grid`](crate::train::plan::calibration::Fit::by_grid)), as the aggregation is by edges and row size: a non-zero's cost per
-/// column is not one number (on the Xeon VM 0.12 ns at 64 columns, 0.18 at 256 and 0.26 at
-/// 1024, as the weight outgrows the 2 MB L2), and the line through widths up to 256 that
-/// priced them left Facebook's 2-rank steps of hidden 1024 at 1.14-1.49× their predicted
-/// train phase. A backend
-/// without a sparse path (it multiplies such rows densely, priced by `gemm`) has no points:
-/// the operator is free and unused.
+/// ([`Fit::by_grid`](crate::train::plan::calibration::Fit::by_grid)), as the aggregation is
+/// by edges and row size: a non-zero's cost per column is not one number (on the Xeon VM
+/// 0.12 ns at 64 columns, 0.18 at 256 and 0.26 at 1024, as the weight outgrows the 2 MB L2),
+/// and the line through widths up to 256 that priced them left Facebook's 2-rank steps of
+/// hidden 1024 at 1.14-1.49× their predicted train phase. A backend without a sparse path (it
+/// multiplies such rows densely, priced by `gemm`) has no points: the operator is free and
+/// unused.
 pub(super) fn spmm_points<B: Backend>(be: &B, timer: KernelTimer) -> (Vec<[f64; 2]>, Vec<f64>) {
     let (rows, cols, per_row) = (4096usize, 4096usize, 41usize);
     let mut dense = Array2::<f32>::zeros((rows, cols));

@@ -17,9 +17,10 @@ pub struct Fit {
     pub per_byte_s: f64,
     /// Row exchanges: seconds per row beyond what their bytes cost at
     /// [`ROW_EXCHANGE_WIDTH`] columns (routing, packing and placing each row by id), from
-    /// the same exchanges timed at [`super::ROW_EXCHANGE_NARROW_WIDTH`] columns. About 60 ns between
-    /// two ranks of the EPYC VM and 220 ns among four oversubscribed: Tolokers' 40-byte feature
-    /// rows, priced by their bytes alone, were fetched in 2-5× their predicted time. See
+    /// the same exchanges timed at [`ROW_EXCHANGE_NARROW_WIDTH`](super::ROW_EXCHANGE_NARROW_WIDTH)
+    /// columns. About 60 ns between two ranks of the EPYC VM and 220 ns among four
+    /// oversubscribed: Tolokers' 40-byte feature rows, priced by their bytes alone, were
+    /// fetched in 2-5× their predicted time. See
     /// [`Fit::seconds_rows`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub per_row_s: f64,
