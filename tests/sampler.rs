@@ -356,8 +356,10 @@ fn random_rows(dsts: usize, n: u64, salt: u64, repeat_dst: bool) -> (Vec<NodeId>
 
 #[test]
 fn parallel_and_serial_block_builds_are_identical() {
-    // Sizes from empty to several of the parallel build's 4,096-edge chunks, with first
-    // appearances straddling chunk borders, duplicate edges and a repeated destination.
+    // Sizes from empty to several of the parallel build's 4,096-key chunks, with first
+    // appearances straddling chunk borders, duplicate edges and a repeated destination; on
+    // one thread (two owners of the id table), three and sixteen (32 owners, most with a few
+    // keys of a chunk or none).
     for (dsts, n, salt) in [
         (0, 10, 1),
         (1, 5, 2),
@@ -368,7 +370,7 @@ fn parallel_and_serial_block_builds_are_identical() {
         for repeat_dst in [false, true] {
             let (dst, sampled) = random_rows(dsts, n, salt, repeat_dst);
             let want = reference_block(&dst, &sampled);
-            for threads in [1, 3] {
+            for threads in [1, 3, 16] {
                 let pool = rayon::ThreadPoolBuilder::new()
                     .num_threads(threads)
                     .build()

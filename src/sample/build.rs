@@ -39,22 +39,42 @@ impl BatchKey {
 /// as plain integers.
 #[derive(Debug, Default)]
 pub struct LocalIds {
-    slot: Vec<AtomicU32>,
+    lines: Vec<TableLine>,
 }
 
-/// Blocks with fewer sampled edges than this are built serially: the parallel build makes three
-/// passes over the edges where the serial one makes one, so it only pays on many threads and
+/// The 16 entries of [`LocalIds`] that share one 64-byte cache line, aligned to it, so that
+/// the parallel build can give whole lines to one owner ([`owner_of`]).
+#[derive(Debug)]
+#[repr(align(64))]
+struct TableLine([AtomicU32; 16]);
+
+/// Blocks with fewer sampled edges than this are built serially: the parallel build makes four
+/// passes over the keys where the serial one makes one, so it only pays on many threads and
 /// enough edges to spread (measured: see `docs/architecture.md`, "Host pipeline").
 pub(crate) const PAR_MIN_EDGES: usize = 1 << 15;
 
 /// Fewer threads than this build serially, whatever the block's size: the parallel build's
-/// three passes and atomic minima take 4.7× the branch-free serial pass's time on one thread
-/// (`host_phases_of_a_gdp_step` in `tests/sampler.rs`), so it needs more than four threads to
-/// win, and eight to win clearly.
+/// four passes take 4.4-7× the branch-free serial pass's time on one thread and 1.5-1.7× less
+/// on two (`host_phases_of_a_gdp_step` in `tests/sampler.rs`), so it cannot win below five
+/// threads and breaks even near eight; 16 threads are where it is meant to pay, and it has
+/// not been timed there.
 pub(crate) const PAR_MIN_THREADS: usize = 8;
 
-/// Edges per task of the parallel build; fixed, so the work split is the same everywhere.
+/// Keys (destinations, then edges) per task of the parallel build. At most `u16::MAX`: a
+/// chunk's owner bounds are `u16`.
 const EDGE_CHUNK: usize = 4096;
+
+/// The most owners the parallel build splits the id table among.
+const MAX_OWNERS: usize = 256;
+
+/// Which of `owners` owners handles vertex `v` in the parallel build: the 16 entries of one
+/// line of the id table ([`TableLine`]) have the same owner, so two owners never write one
+/// line, and lines are spread over owners by a multiplicative hash, so a run of popular ids
+/// does not land on one owner.
+fn owner_of(v: NodeId, owners: usize) -> usize {
+    let line = (v >> 4).wrapping_mul(0x9E37_79B9);
+    ((line as u64 * owners as u64) >> 32) as usize
+}
 
 impl LocalIds {
     /// Marks an id with no local index.
@@ -62,16 +82,29 @@ impl LocalIds {
 
     /// Make room for ids up to `max_id`.
     fn cover(&mut self, max_id: usize) {
-        if max_id >= self.slot.len() {
-            let len = (max_id + 1).max(2 * self.slot.len());
-            self.slot.resize_with(len, || AtomicU32::new(Self::ABSENT));
+        let lines = max_id / 16 + 1;
+        if lines > self.lines.len() {
+            let len = lines.max(2 * self.lines.len());
+            self.lines.resize_with(len, || {
+                TableLine(std::array::from_fn(|_| AtomicU32::new(Self::ABSENT)))
+            });
         }
+    }
+
+    /// The entry of id `v`, shared (the parallel build).
+    fn entry(&self, v: NodeId) -> &AtomicU32 {
+        &self.lines[v as usize / 16].0[v as usize % 16]
+    }
+
+    /// The entry of id `v`, owned (the serial build).
+    fn entry_mut(&mut self, v: NodeId) -> &mut u32 {
+        self.lines[v as usize / 16].0[v as usize % 16].get_mut()
     }
 
     /// Forget the indices of `ids` (the sources of the block just built).
     fn reset(&mut self, ids: &[NodeId]) {
         for &v in ids {
-            *self.slot[v as usize].get_mut() = Self::ABSENT;
+            *self.entry_mut(v) = Self::ABSENT;
         }
     }
 
@@ -95,7 +128,7 @@ impl LocalIds {
         let mut src_nodes = vec![0 as NodeId; nd + nbrs.len()];
         src_nodes[..nd].copy_from_slice(dst);
         for (i, &v) in dst.iter().enumerate() {
-            let s = self.slot[v as usize].get_mut();
+            let s = self.entry_mut(v);
             if *s == Self::ABSENT {
                 *s = i as u32;
             }
@@ -103,7 +136,7 @@ impl LocalIds {
         let mut indices = vec![0u32; nbrs.len()];
         let mut len = nd;
         for (o, &u) in indices.iter_mut().zip(nbrs) {
-            let s = self.slot[u as usize].get_mut();
+            let s = self.entry_mut(u);
             let new = *s == Self::ABSENT;
             let idx = if new { len as u32 } else { *s };
             *s = idx;
@@ -120,116 +153,182 @@ impl LocalIds {
     /// [`LocalIds::build_serial`]'s result, computed by all threads: bitwise the same, since
     /// every source's index is still its rank in order of first appearance.
     ///
-    /// Destination `i` has key `i` and edge `j` key `nd + j`. (1) Each vertex's entry becomes
-    /// the lowest key it appears under (an atomic minimum: the outcome does not depend on
-    /// timing). (2) Edge `j` is its vertex's first appearance iff the entry equals its key; a
-    /// bit per edge records it, and a prefix count of those bits (by 64-edge word) gives every
-    /// first appearance its rank. (3) Each edge reads its vertex's lowest key `k` and turns
-    /// it into the local index: `k` itself for a destination, else `nd` plus the rank of the
-    /// first appearance `k`; first appearances also write their vertex into `src_nodes`.
-    /// Three passes over the edges where the serial build makes one.
+    /// Destination `i` has key `i` and edge `j` key `nd + j`; a vertex's first appearance is
+    /// its lowest key. The id table is split among owners by cache line ([`owner_of`]) and
+    /// only a vertex's owner touches its entry until the reset, so no line is written by two
+    /// threads and no entry needs an atomic read-modify-write. (An atomic minimum per edge on a
+    /// shared table, the previous design, was no faster on two threads than on one: the
+    /// table's lines moved between the cores at every write.)
+    ///
+    /// (1) Each 4,096-key chunk's (vertex, key) pairs are sorted by owner, in key order within
+    /// an owner (a counting sort). (2) Each owner walks its share of every chunk in key order:
+    /// a vertex's first visit stores that key in its entry as its lowest, and every visit
+    /// replaces the pair's vertex with the lowest key. (3) A bit per key marks the edges that
+    /// are first appearances (lowest == own key), and a prefix count of the bits (by 64-key
+    /// word) ranks them. (4) Each first appearance writes its vertex at `nd` + its rank in
+    /// `src_nodes` (and clears its entry), and every edge turns its lowest key into its index:
+    /// the key itself for a destination, else `nd` + the rank of that first appearance. Four
+    /// passes over the keys where the serial build makes one, so it pays on several threads
+    /// only (see [`PAR_MIN_THREADS`]).
     fn build_parallel(&mut self, dst: &[NodeId], nbrs: &[NodeId]) -> (Vec<NodeId>, Vec<u32>) {
-        let nd = dst.len();
-        let Some(max_id) = dst.par_iter().chain(nbrs.par_iter()).copied().max() else {
+        let (nd, n) = (dst.len(), dst.len() + nbrs.len());
+        let owners = (2 * rayon::current_num_threads()).clamp(1, MAX_OWNERS);
+        let chunks = n.div_ceil(EDGE_CHUNK);
+        // The vertices of keys `start..end`: the destinations' part, then the edges'.
+        let keys = |start: usize, end: usize| {
+            let (a, b) = (start.min(nd), end.min(nd));
+            (&dst[a..b], &nbrs[start.max(nd) - nd..end.max(nd) - nd])
+        };
+        let vertex = |key: usize| if key < nd { dst[key] } else { nbrs[key - nd] };
+
+        // (1) Every chunk's pairs by owner: owner `o`'s share of chunk `c` is
+        // `pairs[c * EDGE_CHUNK ..][bounds[c][o]..bounds[c][o + 1]]`. Also each chunk's
+        // largest id, to size the table.
+        let mut pairs = vec![(0 as NodeId, 0u32); n];
+        let mut bounds = vec![0u16; chunks * (owners + 1)];
+        let max_id = pairs
+            .par_chunks_mut(EDGE_CHUNK)
+            .zip(bounds.par_chunks_mut(owners + 1))
+            .enumerate()
+            .map(|(c, (out, bound))| {
+                let start = c * EDGE_CHUNK;
+                let (a, b) = keys(start, start + out.len());
+                // Plain arrays, so the owner and maximum loops vectorise.
+                let mut vs = [0 as NodeId; EDGE_CHUNK];
+                vs[..a.len()].copy_from_slice(a);
+                vs[a.len()..out.len()].copy_from_slice(b);
+                let vs = &vs[..out.len()];
+                let mut of = [0u16; EDGE_CHUNK];
+                for (o, &v) in of.iter_mut().zip(vs) {
+                    *o = owner_of(v, owners) as u16;
+                }
+                let max_id = vs.iter().copied().max().unwrap_or(0);
+                for &o in &of[..vs.len()] {
+                    bound[o as usize + 1] += 1;
+                }
+                for o in 0..owners {
+                    bound[o + 1] += bound[o];
+                }
+                let mut at = [0u16; MAX_OWNERS];
+                at[..owners].copy_from_slice(&bound[..owners]);
+                for (k, (&o, &v)) in of.iter().zip(vs).enumerate() {
+                    let p = &mut at[o as usize];
+                    out[*p as usize] = (v, (start + k) as u32);
+                    *p += 1;
+                }
+                max_id
+            })
+            .max();
+        let Some(max_id) = max_id else {
             return (Vec::new(), Vec::new());
         };
         self.cover(max_id as usize);
-        let slot = &self.slot[..];
-        let entry = |v: NodeId| &slot[v as usize];
+        let table = &*self;
 
-        // (1) The lowest key of every vertex.
-        let lower = |v: NodeId, key: usize| {
-            let (e, key) = (entry(v), key as u32);
-            if key < e.load(Relaxed) {
-                e.fetch_min(key, Relaxed);
+        // (2) Each owner alone on its entries: every pair's vertex becomes its lowest key.
+        let mut shares: Vec<Vec<&mut [(NodeId, u32)]>> = (0..owners).map(|_| Vec::new()).collect();
+        for (chunk, bound) in pairs.chunks_mut(EDGE_CHUNK).zip(bounds.chunks(owners + 1)) {
+            let mut rest = chunk;
+            for (o, share) in shares.iter_mut().enumerate() {
+                let (mine, tail) = rest.split_at_mut((bound[o + 1] - bound[o]) as usize);
+                share.push(mine);
+                rest = tail;
             }
-        };
-        rayon::join(
-            || {
-                dst.par_iter()
-                    .enumerate()
-                    .with_min_len(EDGE_CHUNK)
-                    .for_each(|(i, &v)| lower(v, i))
-            },
-            || {
-                nbrs.par_chunks(EDGE_CHUNK)
-                    .enumerate()
-                    .for_each(|(c, chunk)| {
-                        let base = nd + c * EDGE_CHUNK;
-                        for (k, &u) in chunk.iter().enumerate() {
-                            lower(u, base + k)
-                        }
-                    })
-            },
-        );
+        }
+        shares.into_par_iter().for_each(|share| {
+            for (v, key) in share.into_iter().flatten() {
+                let entry = table.entry(*v);
+                let seen = entry.load(Relaxed);
+                let lowest = if seen == Self::ABSENT { *key } else { seen };
+                entry.store(lowest, Relaxed);
+                *v = lowest;
+            }
+        });
 
-        // (2) A bit per edge: is it its vertex's first appearance? Then the number of first
-        // appearances before every 64-edge word.
+        // (3) A bit per key for the first appearances of edges, and the count before each
+        // 64-key word. A chunk is 64 words, so each chunk sets its own words.
         const WORDS: usize = EDGE_CHUNK / 64;
-        let mut first = vec![0u64; nbrs.len().div_ceil(64)];
+        let mut first = vec![0u64; n.div_ceil(64)];
+        let nd_key = nd as u32;
         first
             .par_chunks_mut(WORDS)
-            .zip(nbrs.par_chunks(EDGE_CHUNK))
+            .zip(pairs.par_chunks(EDGE_CHUNK))
             .enumerate()
             .for_each(|(c, (bits, chunk))| {
-                let base = nd + c * EDGE_CHUNK;
-                for (k, &u) in chunk.iter().enumerate() {
-                    if entry(u).load(Relaxed) == (base + k) as u32 {
-                        bits[k / 64] |= 1 << (k % 64);
-                    }
+                let start = (c * EDGE_CHUNK) as u32;
+                for &(lowest, key) in chunk {
+                    let own = (lowest == key) & (key >= nd_key);
+                    let k = (key - start) as usize;
+                    bits[k / 64] |= (own as u64) << (k % 64);
                 }
             });
         let mut before = Vec::with_capacity(first.len() + 1);
-        let mut total = 0usize;
+        let mut total = 0u32;
         for w in &first {
             before.push(total);
-            total += w.count_ones() as usize;
+            total += w.count_ones();
         }
         before.push(total);
-        // The local index of the vertex whose lowest key is `k`.
+        // The index of the vertex whose lowest key is `k`.
         let index_of = |k: u32| -> u32 {
-            let k = k as usize;
-            if k < nd {
-                return k as u32;
+            let (w, b) = ((k / 64) as usize, k % 64);
+            let rank = before[w] + (first[w] & ((1u64 << b) - 1)).count_ones();
+            if k < nd_key {
+                k
+            } else {
+                nd_key + rank
             }
-            let (w, b) = ((k - nd) / 64, (k - nd) % 64);
-            (nd + before[w] + (first[w] & ((1u64 << b) - 1)).count_ones() as usize) as u32
         };
 
-        // (3) Every edge's source index; first appearances place their vertex. The new
-        // sources of a chunk of edges are one contiguous run of `src_nodes`.
-        let mut src_nodes = vec![0 as NodeId; nd + total];
+        // (4) First appearances place their vertex; every edge gets its index. Chunk `c`'s
+        // new sources are one run of `src_nodes`, its edges one run of `indices`.
+        let mut src_nodes = vec![0 as NodeId; nd + total as usize];
         let (head, mut rest) = src_nodes.split_at_mut(nd);
-        head.copy_from_slice(dst);
-        let mut runs = Vec::with_capacity(first.len().div_ceil(WORDS));
-        for c in 0..first.len().div_ceil(WORDS) {
-            let n = before[((c + 1) * WORDS).min(first.len())] - before[c * WORDS];
-            let (run, tail) = rest.split_at_mut(n);
-            runs.push(run);
+        let mut indices = vec![0u32; n - nd];
+        let mut edges = &mut indices[..];
+        let mut runs = Vec::with_capacity(chunks);
+        for c in 0..chunks {
+            let (start, end) = (c * EDGE_CHUNK, ((c + 1) * EDGE_CHUNK).min(n));
+            let news = (before[(end.div_ceil(64)).min(first.len())] - before[start / 64]) as usize;
+            let (run, tail) = rest.split_at_mut(news);
             rest = tail;
+            let (out, tail) = edges.split_at_mut(end.max(nd) - start.max(nd));
+            edges = tail;
+            runs.push((run, out));
         }
-        let mut indices = vec![0u32; nbrs.len()];
-        indices
-            .par_chunks_mut(EDGE_CHUNK)
-            .zip(nbrs.par_chunks(EDGE_CHUNK))
-            .zip(runs)
+        head.par_chunks_mut(EDGE_CHUNK)
+            .zip(dst.par_chunks(EDGE_CHUNK))
+            .for_each(|(out, part)| {
+                out.copy_from_slice(part);
+                part.iter()
+                    .for_each(|&v| table.entry(v).store(Self::ABSENT, Relaxed));
+            });
+        runs.into_par_iter()
+            .zip(pairs.par_chunks(EDGE_CHUNK))
             .enumerate()
-            .for_each(|(c, ((out, chunk), run))| {
-                let base = nd + c * EDGE_CHUNK;
-                let run_start = nd + before[c * WORDS];
-                for (k, (o, &u)) in out.iter_mut().zip(chunk).enumerate() {
-                    let lowest = entry(u).load(Relaxed);
-                    *o = index_of(lowest);
-                    if lowest as usize == base + k {
-                        run[*o as usize - run_start] = u;
+            .for_each(|(c, ((run, out), chunk))| {
+                let start = c * EDGE_CHUNK;
+                let mut placed = 0;
+                for (w, &bits) in first[start / 64..][..chunk.len().div_ceil(64)]
+                    .iter()
+                    .enumerate()
+                {
+                    let mut bits = bits;
+                    while bits != 0 {
+                        let v = vertex(start + w * 64 + bits.trailing_zeros() as usize);
+                        run[placed] = v;
+                        table.entry(v).store(Self::ABSENT, Relaxed);
+                        placed += 1;
+                        bits &= bits - 1;
+                    }
+                }
+                let edge0 = start.max(nd);
+                for &(lowest, key) in chunk {
+                    if key as usize >= nd {
+                        out[key as usize - edge0] = index_of(lowest);
                     }
                 }
             });
-
-        src_nodes
-            .par_iter()
-            .with_min_len(EDGE_CHUNK)
-            .for_each(|&v| entry(v).store(Self::ABSENT, Relaxed));
         (src_nodes, indices)
     }
 
