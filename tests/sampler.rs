@@ -813,3 +813,87 @@ fn process_cpu_seconds() -> f64 {
     assert_eq!(rc, 0, "clock_gettime failed");
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
+
+/// The block builds at every thread count, as JSON lines on stdout (`benchmarks/block_build.sh`
+/// runs it and writes the table): for each graph, the three blocks of a GDP batch (1,024
+/// seeds, fanouts 15/10/5) built by the serial and by the parallel build in a rayon pool of
+/// 1, 2, 4, … threads up to the machine's cores (`BUILD_THREADS`, a comma list, overrides),
+/// each the fastest of `BUILD_ROUNDS` rounds (default 5) over four batches. Graphs: 200k
+/// vertices of mean degree 20 (its id table, 800 KB, stays in a core's L2) and 3M of mean
+/// degree 10 (12 MB: beyond it); `BUILD_GRAPHS=small` keeps the first.
+#[test]
+#[ignore = "timing report, run by hand in a release build (benchmarks/block_build.sh)"]
+fn block_build_timings() {
+    use gnnpar::sample::build_block_forced;
+    use std::time::Instant;
+    gnnpar::backend::cpu::memory::keep_freed_memory();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads: Vec<usize> = match std::env::var("BUILD_THREADS") {
+        Ok(list) => list
+            .split(',')
+            .map(|t| {
+                t.trim()
+                    .parse()
+                    .expect("BUILD_THREADS: a comma list of counts")
+            })
+            .collect(),
+        Err(_) => std::iter::successors(Some(1usize), |t| Some(t * 2))
+            .take_while(|&t| t <= cores)
+            .chain((!cores.is_power_of_two()).then_some(cores))
+            .collect(),
+    };
+    let rounds: usize =
+        std::env::var("BUILD_ROUNDS").map_or(5, |r| r.parse().expect("BUILD_ROUNDS: a count"));
+    let small_only = std::env::var("BUILD_GRAPHS").is_ok_and(|g| g == "small");
+    let graphs = [(200_000usize, 20usize), (3_000_000, 10)];
+    for &(n, avg) in graphs.iter().take(if small_only { 1 } else { 2 }) {
+        let ds = whole(random_csr(n, avg, 12));
+        let adj = LocalGraph::new(&ds, None);
+        let train: Vec<NodeId> = (0..n as NodeId).collect();
+        let batches = epoch_batches(&train, |v| v as u64, 1, 0, 1024);
+        // Every block of four batches: (destinations, sampled rows).
+        let mut blocks = Vec::new();
+        for (b, seeds) in batches.iter().take(4).enumerate() {
+            let key = BatchKey {
+                seed: 1,
+                epoch: 0,
+                batch: b as u64,
+            };
+            let mut frontier = seeds.clone();
+            for (hop, &f) in [15, 10, 5].iter().enumerate() {
+                let sampled = sample_neighbors(&adj, &frontier, f, key.layer(hop as u32));
+                let next = build_block_forced(&frontier, &sampled, false).src_nodes;
+                blocks.push((frontier, sampled));
+                frontier = next;
+            }
+        }
+        let edges: usize = blocks.iter().map(|(_, s)| s.neighbors.len()).sum();
+        for &t in &threads {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(t)
+                .build()
+                .expect("a rayon pool");
+            let time = |parallel: bool| {
+                pool.install(|| {
+                    (0..rounds + 1)
+                        .map(|_| {
+                            let start = Instant::now();
+                            for (dst, sampled) in &blocks {
+                                std::hint::black_box(build_block_forced(dst, sampled, parallel));
+                            }
+                            start.elapsed().as_secs_f64() * 1e3 / 4.0
+                        })
+                        .skip(1)
+                        .fold(f64::MAX, f64::min)
+                })
+            };
+            let (serial, parallel) = (time(false), time(true));
+            println!(
+                "{{\"bench\": \"block_build\", \"vertices\": {n}, \"mean_degree\": {avg}, \
+                 \"edges_per_batch\": {}, \"threads\": {t}, \"cores\": {cores}, \
+                 \"serial_ms\": {serial:.4}, \"parallel_ms\": {parallel:.4}}}",
+                edges / 4
+            );
+        }
+    }
+}
