@@ -5,7 +5,8 @@ use gnnpar::graph::{Csr, Dataset, NodeId, Splits};
 use gnnpar::sample::rng::hash_key;
 use gnnpar::sample::{
     build_block, build_block_forced, epoch_batches, full_block, sample_blocks, sample_blocks_with,
-    sample_neighbors, Adjacency, BatchKey, Block, LayerKey, LocalGraph, Sampled,
+    sample_hop, sample_hop_pipelined, sample_neighbors, Adjacency, BatchKey, Block, LayerKey,
+    LocalGraph, Sampled,
 };
 use rayon::prelude::*;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -398,8 +399,9 @@ fn parallel_and_serial_block_builds_are_identical() {
 #[test]
 fn blocks_built_in_parallel_are_those_of_one_thread() {
     // Large enough frontiers (tens of thousands of edges per hop) for the parallel build at
-    // eight threads (its threshold), the serial one at one thread; the thread-local id table
-    // is reused across hops and batches in both.
+    // eight threads (its threshold), the pipelined hop (draws and numbering overlapped, a
+    // frontier of 8,192+) at two and three, the serial one at one thread; the thread-local id
+    // table is reused across hops and batches in all.
     let ds = whole(random_csr(30_000, 12, 9));
     let adj = LocalGraph::new(&ds, None);
     let seeds: Vec<NodeId> = (0..30_000).step_by(7).collect();
@@ -421,8 +423,95 @@ fn blocks_built_in_parallel_are_those_of_one_thread() {
         one[0][0].num_edges() > 1 << 15,
         "the input block should be large enough for the parallel build"
     );
+    assert!(
+        one[0][1].num_dst >= 8192,
+        "the last hop's frontier should be long enough to be pipelined"
+    );
     assert_eq!(one, run(8));
+    assert_eq!(one, run(2));
+    assert_eq!(one, run(3));
     check_batch(&adj, &seeds, &[10, 10, 5], &one[0]);
+}
+
+#[test]
+fn pipelined_hops_are_draws_then_build() {
+    // Frontiers around the 4,096-vertex parts (one part, a part and one vertex, several with
+    // a short last one), repeated frontier vertices (identical rows, edges to the first copy),
+    // fanouts of some, all, and none, on one to five threads.
+    let ds = whole(random_csr(50_000, 10, 21));
+    let adj = LocalGraph::new(&ds, None);
+    for (len, salt) in [
+        (0, 1),
+        (1, 2),
+        (4096, 3),
+        (4097, 4),
+        (3 * 4096 + 5, 5),
+        (20_000, 6),
+    ] {
+        let mut frontier: Vec<NodeId> = (0..len as u64)
+            .map(|i| (hash_key(&[salt, i]) % 50_000) as NodeId)
+            .collect();
+        if len > 10 {
+            frontier[len - 1] = frontier[3];
+        }
+        for fanout in [5, -1, 0] {
+            let key = LayerKey {
+                seed: 3,
+                epoch: 1,
+                batch: salt,
+                layer: 1,
+            };
+            let want = build_block(&frontier, &sample_neighbors(&adj, &frontier, fanout, key));
+            for threads in [1, 2, 5] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let (pipelined, hop) = pool.install(|| {
+                    (
+                        sample_hop_pipelined(&adj, &frontier, fanout, key),
+                        sample_hop(&adj, &frontier, fanout, key),
+                    )
+                });
+                let tag = format!("frontier {len}, fanout {fanout}, {threads} threads");
+                assert_eq!(pipelined, want, "pipelined hop, {tag}");
+                assert_eq!(hop, want, "sample_hop, {tag}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_failed_draw_in_a_pipelined_hop_panics_instead_of_hanging() {
+    // A vertex this part does not own, in the last of four parts: whichever thread draws that
+    // part panics, and the numbering thread, waiting for it, must give up rather than spin.
+    let ds = whole(random_csr(20_000, 8, 22));
+    let mine = part(&ds, 0, 10_000);
+    let adj = LocalGraph::new(&mine, None);
+    let mut frontier: Vec<NodeId> = (0..4 * 2048).map(|i| (i % 10_000) as NodeId).collect();
+    frontier[4 * 2048 - 7] = 15_000;
+    let key = LayerKey {
+        seed: 1,
+        epoch: 0,
+        batch: 0,
+        layer: 0,
+    };
+    for threads in [1, 2, 4] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pool.install(|| sample_hop_pipelined(&adj, &frontier, 5, key))
+        }));
+        let message = outcome.expect_err("the hop should fail");
+        let text = message
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| message.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        assert!(text.contains("not owned"), "{threads} threads: {text}");
+    }
 }
 
 #[test]

@@ -1,12 +1,12 @@
 //! Turning sampled neighbours into blocks, and whole mini-batches of blocks.
 
-use super::neighbor::{sample_neighbors, Adjacency, LayerKey, Sampled};
+use super::hop::sample_hop;
+use super::neighbor::{Adjacency, LayerKey, Sampled};
 use super::Block;
 use crate::graph::{Dataset, NodeId};
 use crate::util::prefetch::prefetch;
 use rayon::prelude::*;
 use std::cell::RefCell;
-use std::convert::Infallible;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 /// What identifies one global mini-batch: the run's seed, the epoch and the batch number.
@@ -133,33 +133,9 @@ impl LocalIds {
     /// were most of the loop. Every edge writes its vertex after the sources found so far and
     /// counts it only when new; a chosen index is a conditional move.
     fn build_serial(&mut self, dst: &[NodeId], nbrs: &[NodeId]) -> (Vec<NodeId>, Vec<u32>) {
-        let nd = dst.len();
-        assert!(
-            nd + nbrs.len() < Self::ABSENT as usize,
-            "a block has fewer than 2^32 - 1 sources"
-        );
-        let Some(&max_id) = dst.iter().chain(nbrs).max() else {
-            return (Vec::new(), Vec::new());
-        };
-        self.cover(max_id as usize);
-        let mut src_nodes = vec![0 as NodeId; nd + nbrs.len()];
-        src_nodes[..nd].copy_from_slice(dst);
-        for (i, &v) in dst.iter().enumerate() {
-            let s = self.entry_mut(v);
-            if *s == Self::ABSENT {
-                *s = i as u32;
-            }
-        }
-        let mut indices = vec![0u32; nbrs.len()];
-        let len = if self.far() {
-            self.number_edges::<true>(nbrs, &mut indices, &mut src_nodes, nd)
-        } else {
-            self.number_edges::<false>(nbrs, &mut indices, &mut src_nodes, nd)
-        };
-        src_nodes.truncate(len);
-        self.reset(&src_nodes);
-        src_nodes.shrink_to_fit();
-        (src_nodes, indices)
+        let mut numbering = Numbering::start(self, dst);
+        numbering.add_edges(nbrs);
+        numbering.finish()
     }
 
     /// The serial build's edge loop: every edge's index into `indices`, new sources appended
@@ -400,6 +376,70 @@ impl LocalIds {
     }
 }
 
+/// The serial build taken edge run by edge run: [`LocalIds::build_serial`] is one run, and a
+/// pipelined hop ([`super::hop`]) adds each part of the frontier's rows as soon as it is drawn,
+/// in order, so the sources and indices are those of one run over all of them.
+pub(super) struct Numbering<'a> {
+    ids: &'a mut LocalIds,
+    /// The sources so far (`len` of them); entries past `len` are scratch.
+    src_nodes: Vec<NodeId>,
+    len: usize,
+    indices: Vec<u32>,
+}
+
+impl<'a> Numbering<'a> {
+    /// Destinations first: destination `i` is source `i`, and a repeated destination's edges
+    /// refer to its first copy.
+    pub(super) fn start(ids: &'a mut LocalIds, dst: &[NodeId]) -> Self {
+        if let Some(&max_id) = dst.iter().max() {
+            ids.cover(max_id as usize);
+        }
+        for (i, &v) in dst.iter().enumerate() {
+            let s = ids.entry_mut(v);
+            if *s == LocalIds::ABSENT {
+                *s = i as u32;
+            }
+        }
+        Numbering {
+            ids,
+            src_nodes: dst.to_vec(),
+            len: dst.len(),
+            indices: Vec::new(),
+        }
+    }
+
+    /// Number the next run of edges (their sources, in order).
+    pub(super) fn add_edges(&mut self, nbrs: &[NodeId]) {
+        assert!(
+            self.len + self.indices.len() + nbrs.len() < LocalIds::ABSENT as usize,
+            "a block has fewer than 2^32 - 1 sources"
+        );
+        let Some(&max_id) = nbrs.iter().max() else {
+            return;
+        };
+        self.ids.cover(max_id as usize);
+        let first = self.indices.len();
+        self.indices.resize(first + nbrs.len(), 0);
+        self.src_nodes.resize(self.len + nbrs.len(), 0);
+        let (indices, src_nodes) = (&mut self.indices[first..], &mut self.src_nodes[..]);
+        self.len = if self.ids.far() {
+            self.ids
+                .number_edges::<true>(nbrs, indices, src_nodes, self.len)
+        } else {
+            self.ids
+                .number_edges::<false>(nbrs, indices, src_nodes, self.len)
+        };
+    }
+
+    /// The sources and every edge's index; the table is clean again.
+    pub(super) fn finish(mut self) -> (Vec<NodeId>, Vec<u32>) {
+        self.src_nodes.truncate(self.len);
+        self.ids.reset(&self.src_nodes);
+        self.src_nodes.shrink_to_fit();
+        (self.src_nodes, self.indices)
+    }
+}
+
 thread_local! {
     /// The id table of the blocks this thread builds: allocated once per thread (it grows to
     /// the graph's size), instead of once per block.
@@ -408,7 +448,7 @@ thread_local! {
 
 /// Run `f` with this thread's id table. The table is taken out of its cell for the call, so a
 /// nested call (none is expected) would get a fresh one instead of a borrow error.
-fn with_thread_table<R>(f: impl FnOnce(&mut LocalIds) -> R) -> R {
+pub(super) fn with_thread_table<R>(f: impl FnOnce(&mut LocalIds) -> R) -> R {
     let mut ids = TABLE.with(|t| t.take());
     let out = f(&mut ids);
     TABLE.with(|t| t.replace(ids));
@@ -475,14 +515,13 @@ pub fn sample_blocks(
     fanouts: &[i32],
     key: BatchKey,
 ) -> Vec<Block> {
-    let result: Result<Vec<Block>, Infallible> =
-        sample_blocks_with(seeds, fanouts, key, |frontier, fanout, lkey| {
-            Ok(sample_neighbors(adj, frontier, fanout, lkey))
-        });
-    match result {
-        Ok(blocks) => blocks,
-        Err(never) => match never {},
+    let mut blocks: Vec<Block> = Vec::with_capacity(fanouts.len());
+    for (hop, &fanout) in fanouts.iter().enumerate() {
+        let frontier: &[NodeId] = blocks.last().map_or(seeds, |b| &b.src_nodes);
+        blocks.push(sample_hop(adj, frontier, fanout, key.layer(hop as u32)));
     }
+    blocks.reverse();
+    blocks
 }
 
 /// [`sample_blocks`] with the per-hop sampling supplied by the caller:

@@ -21,6 +21,7 @@
 pub mod batches;
 pub mod block;
 pub mod build;
+pub mod hop;
 pub mod neighbor;
 pub mod positions;
 pub mod rng;
@@ -31,4 +32,5 @@ pub use build::{
     build_block, build_block_forced, build_block_with, full_block, sample_blocks,
     sample_blocks_with, BatchKey, LocalIds,
 };
+pub use hop::{sample_hop, sample_hop_pipelined};
 pub use neighbor::{sample_count, sample_neighbors, Adjacency, LayerKey, LocalGraph, Sampled};
