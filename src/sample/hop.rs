@@ -2,10 +2,10 @@
 //! then number them into a block. On a few threads the numbering (the serial block build) is
 //! a serial tail after the parallel draws, so there the two overlap: the frontier goes in
 //! parts, threads take parts in order and draw them, and the calling thread numbers each part
-//! as soon as it is drawn (drawing the next untaken one while its turn has not come), so that
-//! the id table stays in one core's cache. (With the numbering taken by whichever thread
-//! finished the next part, the table's lines moved between the cores and two threads were
-//! slower than drawing everything first.)
+//! as soon as it is drawn (drawing the next untaken one while its turn has not come, and
+//! numbering what is left once all are taken), so that the id table stays in one core's
+//! cache. (With the numbering taken by whichever thread finished the next part, the table's
+//! lines moved between the cores and two threads were slower than drawing everything first.)
 //!
 //! The block is bitwise the one [`sample_neighbors`] and [`build_block`] give: a vertex's
 //! draw depends on its id and key only, and the numbering is the serial build's loop run over
@@ -16,26 +16,15 @@ use super::neighbor::{sample_neighbors, Adjacency, LayerKey, Sampled};
 use super::{build_block, Block};
 use crate::graph::NodeId;
 use rayon::prelude::*;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::OnceLock;
 
 /// Frontier vertices per part of a pipelined hop: small enough that the numbering starts soon
 /// after the draws begin and ends soon after they end, large enough that each part's draw is
 /// still a parallel loop worth its tasks. On the 200k SBM at two threads (1,024 seeds, fanouts
-/// 15/10/5) parts of 1,024, 2,048 and 4,096 vertices took a batch's sampling 7-10 % below
-/// drawing everything first, 4,096 the least.
+/// 15/10/5) parts of 1,024, 2,048 and 4,096 vertices took a batch's sampling about as far
+/// below drawing everything first (5-10 %), 4,096 the least.
 const PART: usize = 2048;
-
-/// Raises its flag when dropped by a panicking thread.
-struct FailFlag<'a>(&'a AtomicBool);
-
-impl Drop for FailFlag<'_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            self.0.store(true, Relaxed);
-        }
-    }
-}
 
 /// The block of one hop from `frontier` (the destinations) with `fanout` draws each: the
 /// draws and the numbering overlapped on 2 to 7 threads when the frontier has several parts;
@@ -60,35 +49,32 @@ pub fn sample_hop_pipelined(
     let parts: Vec<&[NodeId]> = frontier.chunks(PART).collect();
     let drawn: Vec<OnceLock<Sampled>> = parts.iter().map(|_| OnceLock::new()).collect();
     let next_part = AtomicUsize::new(0);
-    // Set when a draw panics, so that the numbering thread stops waiting for its part (the
-    // panic then reaches the caller through `join`) instead of spinning for ever.
-    let failed = AtomicBool::new(false);
     let draw = |k: usize| {
-        let _failing = FailFlag(&failed);
         // The set cannot fail: part `k` is taken once.
         let _ = drawn[k].set(sample_neighbors(adj, parts[k], fanout, key));
     };
     let take = || Some(next_part.fetch_add(1, Relaxed)).filter(|&k| k < parts.len());
     let (src_nodes, indices) = with_thread_table(|ids| {
         let mut numbering = Numbering::start(ids, frontier);
-        rayon::join(
+        let (numbered, ()) = rayon::join(
             // This thread numbers every part as soon as it is drawn, in order, and draws the
             // next untaken part when its turn has not come: the id table stays in its cache.
+            // It never waits for a part another thread is drawing (a thread waiting inside a
+            // rayon task could be waiting on work stacked under itself): once every part is
+            // taken, the rest are numbered after the join.
             || {
-                for part in &drawn {
-                    loop {
-                        if let Some(sampled) = part.get() {
-                            numbering.add_edges(&sampled.neighbors);
-                            break;
-                        }
-                        match take() {
-                            Some(k) => draw(k),
-                            None if failed.load(Relaxed) => return,
-                            // Taken by another thread, which is drawing it.
-                            None => std::thread::yield_now(),
-                        }
+                let mut numbered = 0;
+                while numbered < parts.len() {
+                    if let Some(sampled) = drawn[numbered].get() {
+                        numbering.add_edges(&sampled.neighbors);
+                        numbered += 1;
+                    } else if let Some(k) = take() {
+                        draw(k);
+                    } else {
+                        break;
                     }
                 }
+                numbered
             },
             // The other threads only draw.
             || {
@@ -102,6 +88,12 @@ pub fn sample_hop_pipelined(
                     })
             },
         );
+        for part in &drawn[numbered..] {
+            let sampled = part
+                .get()
+                .expect("every part is drawn once the join returns");
+            numbering.add_edges(&sampled.neighbors);
+        }
         numbering.finish()
     });
     assert!(
