@@ -484,7 +484,8 @@ fn pipelined_hops_are_draws_then_build() {
 #[test]
 fn a_failed_draw_in_a_pipelined_hop_panics_instead_of_hanging() {
     // A vertex this part does not own, in the last of four parts: whichever thread draws that
-    // part panics, and the numbering thread, waiting for it, must give up rather than spin.
+    // part panics, and the panic must reach the caller (the numbering thread never waits for a
+    // part another thread is drawing, so nothing is left spinning).
     let ds = whole(random_csr(20_000, 8, 22));
     let mine = part(&ds, 0, 10_000);
     let adj = LocalGraph::new(&mine, None);
