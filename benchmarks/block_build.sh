@@ -3,8 +3,10 @@
 # serial build (one pass over the edges with the id table) against the parallel one (the id
 # table split among owners by cache line, four passes), on the three blocks of a GDP batch of
 # a 200k-vertex graph (table in the L2) and of a 3M-vertex graph (beyond it), in rayon pools
-# of 1, 2, 4, … threads up to the cores. `build_block` takes the parallel build from
-# `PAR_MIN_THREADS` (8) threads and 32k edges; this is the measurement that threshold needs.
+# of 1, 2, 4, … threads up to the cores; and the batch's whole sampling with every hop done
+# each way (all draws then either build, or draws and numbering overlapped) and as
+# `sample_blocks` does it (overlapped on 2-7 threads, the parallel build from 8 threads and
+# 32k edges). Those two thresholds are arithmetic until this runs on a many-core host.
 #
 #   benchmarks/block_build.sh                      # ~1 minute on 2 cores, build included
 #   BUILD_THREADS=1,4,16 LABEL=h100host benchmarks/block_build.sh
@@ -67,21 +69,31 @@ rows = [json.loads(l) for l in open(path) if l.strip()]
 groups = defaultdict(list)
 for r in rows:
     groups[(r["label"], r["host"], r["cpu"], r["vertices"], r["mean_degree"])].append(r)
-md = ["# Block builds by thread count (`benchmarks/block_build.sh`)", "",
-      "Milliseconds per GDP batch (1,024 seeds, fanouts 15/10/5: its three blocks), fastest of the",
-      "rounds. *par ×*: the parallel build's speed-up over its own one-thread time; *par vs serial*:",
-      "serial time / parallel time at that thread count (above 1: the parallel build wins).",
-      "`build_block` picks the parallel build from 8 threads (`PAR_MIN_THREADS`).", ""]
+md = ["# Block builds and a batch's sampling by thread count (`benchmarks/block_build.sh`)", "",
+      "Milliseconds per GDP batch (1,024 seeds, fanouts 15/10/5), fastest of the rounds.",
+      "*serial*, *parallel*: building its three blocks from the same draws; *par ×*: the",
+      "parallel build's speed-up over its own one-thread time; *par vs serial*: serial /",
+      "parallel at that thread count (above 1: the parallel build wins). The sampling columns",
+      "time the whole batch (draws and builds) with every hop done one way: all draws then the",
+      "serial build, all draws then the parallel build, draws and numbering overlapped",
+      "(`sample_hop_pipelined`), and `sample_blocks`, which overlaps on 2-7 threads of a",
+      "frontier of 4,096+ and builds in parallel from 8 threads (`PAR_MIN_THREADS`) and 32k",
+      "edges. Rows of builds before those columns existed show –.", ""]
+ways = ["draws_then_serial_ms", "draws_then_parallel_ms", "pipelined_ms", "sample_blocks_ms"]
+def ms(r, k):
+    return f"{r[k]:.2f}" if k in r else "–"
 for (label, host, cpu, n, deg), rs in groups.items():
     rs.sort(key=lambda r: r["threads"])
     one = next((r["parallel_ms"] for r in rs if r["threads"] == 1), None)
     md += [f"## {label}: {n:,} vertices, mean degree {deg}, {rs[0]['edges_per_batch']:,} edges a batch",
            f"{host}, {rs[0]['cores']} cores ({cpu}), load {rs[0]['loadavg']}", "",
-           "| threads | serial ms | parallel ms | par × | par vs serial |", "|---|---|---|---|---|"]
+           "| threads | serial ms | parallel ms | par × | par vs serial | sampling: draws + serial | draws + parallel | overlapped | `sample_blocks` |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for r in rs:
         scale = f"{one / r['parallel_ms']:.2f}×" if one else "–"
         md.append(f"| {r['threads']} | {r['serial_ms']:.2f} | {r['parallel_ms']:.2f} | {scale} | "
-                  f"{r['serial_ms'] / r['parallel_ms']:.2f} |")
+                  f"{r['serial_ms'] / r['parallel_ms']:.2f} | "
+                  + " | ".join(ms(r, k) for k in ways) + " |")
     md.append("")
 open(path[:-len(".jsonl")] + ".md", "w").write("\n".join(md))
 PY

@@ -908,7 +908,8 @@ fn process_cpu_seconds() -> f64 {
 /// runs it and writes the table): for each graph, the three blocks of a GDP batch (1,024
 /// seeds, fanouts 15/10/5) built by the serial and by the parallel build in a rayon pool of
 /// 1, 2, 4, … threads up to the machine's cores (`BUILD_THREADS`, a comma list, overrides),
-/// each the fastest of `BUILD_ROUNDS` rounds (default 5) over four batches. Graphs: 200k
+/// and the batch's whole sampling (draws and builds) by each way of doing a hop and by
+/// `sample_blocks`; each the fastest of `BUILD_ROUNDS` rounds (default 5) over four batches. Graphs: 200k
 /// vertices of mean degree 20 (its id table, 800 KB, stays in a core's L2) and 3M of mean
 /// degree 10 (12 MB: beyond it); `BUILD_GRAPHS=small` keeps the first.
 #[test]
@@ -978,12 +979,79 @@ fn block_build_timings() {
                 })
             };
             let (serial, parallel) = (time(false), time(true));
+            // A whole batch's sampling (draws and builds, three hops) by each way of doing a
+            // hop, and by `sample_blocks`, which picks one by the thread count.
+            let sample = |way: Way| {
+                pool.install(|| {
+                    (0..rounds + 1)
+                        .map(|_| {
+                            let start = Instant::now();
+                            for (b, seeds) in batches.iter().take(4).enumerate() {
+                                let key = BatchKey {
+                                    seed: 1,
+                                    epoch: 0,
+                                    batch: b as u64,
+                                };
+                                std::hint::black_box(sample_batch(&adj, seeds, key, way));
+                            }
+                            start.elapsed().as_secs_f64() * 1e3 / 4.0
+                        })
+                        .skip(1)
+                        .fold(f64::MAX, f64::min)
+                })
+            };
+            let ways = [
+                ("draws_then_serial_ms", Way::DrawsThen(false)),
+                ("draws_then_parallel_ms", Way::DrawsThen(true)),
+                ("pipelined_ms", Way::Pipelined),
+                ("sample_blocks_ms", Way::SampleBlocks),
+            ];
+            let sampling: Vec<String> = ways
+                .iter()
+                .map(|&(name, way)| format!("\"{name}\": {:.4}", sample(way)))
+                .collect();
             println!(
                 "{{\"bench\": \"block_build\", \"vertices\": {n}, \"mean_degree\": {avg}, \
                  \"edges_per_batch\": {}, \"threads\": {t}, \"cores\": {cores}, \
-                 \"serial_ms\": {serial:.4}, \"parallel_ms\": {parallel:.4}}}",
-                edges / 4
+                 \"serial_ms\": {serial:.4}, \"parallel_ms\": {parallel:.4}, {}}}",
+                edges / 4,
+                sampling.join(", ")
             );
         }
     }
+}
+
+/// How [`block_build_timings`] samples a batch's hops.
+#[derive(Clone, Copy)]
+enum Way {
+    /// All draws, then the serial (`false`) or the parallel (`true`) build.
+    DrawsThen(bool),
+    /// Draws and numbering overlapped on any thread count.
+    Pipelined,
+    /// What `sample_blocks` picks.
+    SampleBlocks,
+}
+
+/// The blocks of one batch from `seeds` with fanouts 15/10/5, sampled `way`.
+fn sample_batch(adj: &LocalGraph, seeds: &[NodeId], key: BatchKey, way: Way) -> Vec<Block> {
+    use gnnpar::sample::build_block_forced;
+    let fanouts = [15, 10, 5];
+    if let Way::SampleBlocks = way {
+        return sample_blocks(adj, seeds, &fanouts, key);
+    }
+    let mut blocks: Vec<Block> = Vec::new();
+    for (hop, &f) in fanouts.iter().enumerate() {
+        let frontier: &[NodeId] = blocks.last().map_or(seeds, |b| &b.src_nodes);
+        let lkey = key.layer(hop as u32);
+        let block = match way {
+            Way::DrawsThen(parallel) => build_block_forced(
+                frontier,
+                &sample_neighbors(adj, frontier, f, lkey),
+                parallel,
+            ),
+            _ => sample_hop_pipelined(adj, frontier, f, lkey),
+        };
+        blocks.push(block);
+    }
+    blocks
 }
