@@ -964,40 +964,40 @@ fn block_build_timings() {
                 .num_threads(t)
                 .build()
                 .expect("a rayon pool");
-            let time = |parallel: bool| {
+            // Milliseconds per batch of `run` (four batches), the fastest round after one
+            // warm-up, in this pool.
+            let fastest = |run: &(dyn Fn() + Sync)| {
                 pool.install(|| {
                     (0..rounds + 1)
                         .map(|_| {
                             let start = Instant::now();
-                            for (dst, sampled) in &blocks {
-                                std::hint::black_box(build_block_forced(dst, sampled, parallel));
-                            }
+                            run();
                             start.elapsed().as_secs_f64() * 1e3 / 4.0
                         })
                         .skip(1)
                         .fold(f64::MAX, f64::min)
                 })
             };
+            let time = |parallel: bool| {
+                fastest(&|| {
+                    for (dst, sampled) in &blocks {
+                        std::hint::black_box(build_block_forced(dst, sampled, parallel));
+                    }
+                })
+            };
             let (serial, parallel) = (time(false), time(true));
             // A whole batch's sampling (draws and builds, three hops) by each way of doing a
             // hop, and by `sample_blocks`, which picks one by the thread count.
             let sample = |way: Way| {
-                pool.install(|| {
-                    (0..rounds + 1)
-                        .map(|_| {
-                            let start = Instant::now();
-                            for (b, seeds) in batches.iter().take(4).enumerate() {
-                                let key = BatchKey {
-                                    seed: 1,
-                                    epoch: 0,
-                                    batch: b as u64,
-                                };
-                                std::hint::black_box(sample_batch(&adj, seeds, key, way));
-                            }
-                            start.elapsed().as_secs_f64() * 1e3 / 4.0
-                        })
-                        .skip(1)
-                        .fold(f64::MAX, f64::min)
+                fastest(&|| {
+                    for (b, seeds) in batches.iter().take(4).enumerate() {
+                        let key = BatchKey {
+                            seed: 1,
+                            epoch: 0,
+                            batch: b as u64,
+                        };
+                        std::hint::black_box(sample_batch(&adj, seeds, key, way));
+                    }
                 })
             };
             let ways = [

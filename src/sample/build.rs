@@ -7,6 +7,7 @@ use crate::graph::{Dataset, NodeId};
 use crate::util::prefetch::prefetch;
 use rayon::prelude::*;
 use std::cell::RefCell;
+use std::convert::Infallible;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 /// What identifies one global mini-batch: the run's seed, the epoch and the batch number.
@@ -133,7 +134,7 @@ impl LocalIds {
     /// were most of the loop. Every edge writes its vertex after the sources found so far and
     /// counts it only when new; a chosen index is a conditional move.
     fn build_serial(&mut self, dst: &[NodeId], nbrs: &[NodeId]) -> (Vec<NodeId>, Vec<u32>) {
-        let mut numbering = Numbering::start(self, dst);
+        let mut numbering = Numbering::start(self, dst, nbrs.len());
         numbering.add_edges(nbrs);
         numbering.finish()
     }
@@ -210,7 +211,7 @@ impl LocalIds {
             .map(|(c, (out, bound))| {
                 let start = c * EDGE_CHUNK;
                 let (a, b) = keys(start, start + out.len());
-                // Plain arrays, so the owner and maximum loops vectorise.
+                // The chunk's vertices as one slice, read by the three loops below.
                 let mut vs = [0 as NodeId; EDGE_CHUNK];
                 vs[..a.len()].copy_from_slice(a);
                 vs[a.len()..out.len()].copy_from_slice(b);
@@ -389,8 +390,9 @@ pub(super) struct Numbering<'a> {
 
 impl<'a> Numbering<'a> {
     /// Destinations first: destination `i` is source `i`, and a repeated destination's edges
-    /// refer to its first copy.
-    pub(super) fn start(ids: &'a mut LocalIds, dst: &[NodeId]) -> Self {
+    /// refer to its first copy. `edges`: how many edges will be added, where known (room is
+    /// made for them once instead of growing run by run).
+    pub(super) fn start(ids: &'a mut LocalIds, dst: &[NodeId], edges: usize) -> Self {
         if let Some(&max_id) = dst.iter().max() {
             ids.cover(max_id as usize);
         }
@@ -400,11 +402,13 @@ impl<'a> Numbering<'a> {
                 *s = i as u32;
             }
         }
+        let mut src_nodes = Vec::with_capacity(dst.len() + edges);
+        src_nodes.extend_from_slice(dst);
         Numbering {
             ids,
-            src_nodes: dst.to_vec(),
+            src_nodes,
             len: dst.len(),
-            indices: Vec::new(),
+            indices: Vec::with_capacity(edges),
         }
     }
 
@@ -515,13 +519,14 @@ pub fn sample_blocks(
     fanouts: &[i32],
     key: BatchKey,
 ) -> Vec<Block> {
-    let mut blocks: Vec<Block> = Vec::with_capacity(fanouts.len());
-    for (hop, &fanout) in fanouts.iter().enumerate() {
-        let frontier: &[NodeId] = blocks.last().map_or(seeds, |b| &b.src_nodes);
-        blocks.push(sample_hop(adj, frontier, fanout, key.layer(hop as u32)));
+    let blocks: Result<Vec<Block>, Infallible> =
+        blocks_by_hop(seeds, fanouts, key, |frontier, fanout, lkey| {
+            Ok(sample_hop(adj, frontier, fanout, lkey))
+        });
+    match blocks {
+        Ok(blocks) => blocks,
+        Err(never) => match never {},
     }
-    blocks.reverse();
-    blocks
 }
 
 /// [`sample_blocks`] with the per-hop sampling supplied by the caller:
@@ -535,11 +540,26 @@ pub fn sample_blocks_with<E>(
     key: BatchKey,
     mut sample: impl FnMut(&[NodeId], i32, LayerKey) -> Result<Sampled, E>,
 ) -> Result<Vec<Block>, E> {
+    blocks_by_hop(seeds, fanouts, key, |frontier, fanout, lkey| {
+        let Sampled { offsets, neighbors } = sample(frontier, fanout, lkey)?;
+        Ok(with_thread_table(|ids| {
+            build_parts(frontier, offsets, &neighbors, ids, None)
+        }))
+    })
+}
+
+/// The blocks of one mini-batch, each hop's by `hop(frontier, fanout, layer_key)` from the
+/// previous hop's sources (the seeds first), returned input layer first.
+fn blocks_by_hop<E>(
+    seeds: &[NodeId],
+    fanouts: &[i32],
+    key: BatchKey,
+    mut hop: impl FnMut(&[NodeId], i32, LayerKey) -> Result<Block, E>,
+) -> Result<Vec<Block>, E> {
     let mut blocks: Vec<Block> = Vec::with_capacity(fanouts.len());
-    for (hop, &fanout) in fanouts.iter().enumerate() {
+    for (layer, &fanout) in fanouts.iter().enumerate() {
         let frontier: &[NodeId] = blocks.last().map_or(seeds, |b| &b.src_nodes);
-        let Sampled { offsets, neighbors } = sample(frontier, fanout, key.layer(hop as u32))?;
-        let block = with_thread_table(|ids| build_parts(frontier, offsets, &neighbors, ids, None));
+        let block = hop(frontier, fanout, key.layer(layer as u32))?;
         blocks.push(block);
     }
     blocks.reverse();

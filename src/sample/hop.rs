@@ -55,7 +55,7 @@ pub fn sample_hop_pipelined(
     };
     let take = || Some(next_part.fetch_add(1, Relaxed)).filter(|&k| k < parts.len());
     let (src_nodes, indices) = with_thread_table(|ids| {
-        let mut numbering = Numbering::start(ids, frontier);
+        let mut numbering = Numbering::start(ids, frontier, 0);
         let (numbered, ()) = rayon::join(
             // This thread numbers every part as soon as it is drawn, in order, and draws the
             // next untaken part when its turn has not come: the id table stays in its cache.
