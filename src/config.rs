@@ -100,6 +100,10 @@ pub struct TrainConfig {
     pub cache_mb: CacheSize,
     /// Mini-batches sampled before training to rank remote rows by access frequency.
     pub cache_presample_batches: usize,
+    /// Ranks of one host read each other's input feature rows in shared memory (`true`, the
+    /// default) instead of fetching them by alltoallv as from ranks of other hosts. Changes
+    /// no number.
+    pub shared_features: bool,
     /// SliceGCN: add a learned per-rank vector to each rank's GCN output (slice encoding).
     pub slice_encoding: bool,
     /// SliceGCN: feed every rank's GCN a learned 2-layer MLP of all features (feature fusion)
@@ -153,6 +157,7 @@ impl Default for TrainConfig {
             cache_mb: CacheSize::default(),
             cache_presample_batches: 8,
             slice_encoding: true,
+            shared_features: true,
             feature_fusion: false,
             slice_size_scale: 1.0,
             dataset: None,

@@ -305,7 +305,8 @@ fn a_cache_cuts_fetched_bytes_and_changes_no_parameter() {
     }
     // GDP's cache holds the rows its samples read; DNP's those its owner-sampled input layer
     // reads (another set: a GDP-chosen cache would serve DNP much less); split's those of its
-    // cooperative input layer.
+    // cooperative input layer. The ranks share one host, whose rows GDP and DNP would read in
+    // shared memory: `--shared-features off` makes them fetch as from other hosts.
     for strategy in ["gdp", "dnp", "split"] {
         cache_cuts_fetched_bytes(strategy);
     }
@@ -336,6 +337,8 @@ fn cache_cuts_fetched_bytes(strategy: &str) {
             cache,
             "--strategy",
             strategy,
+            "--shared-features",
+            "off",
         ]);
         let out = mpirun_ok(2, &args);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -387,6 +390,76 @@ fn cache_cuts_fetched_bytes(strategy: &str) {
 }
 
 #[test]
+fn rows_shared_on_the_host_change_no_parameter_and_move_no_feature_bytes() {
+    if !have_mpirun() {
+        return;
+    }
+    // GDP and DNP on ranks of one host read each other's feature rows in shared memory: the
+    // same parameters bit for bit as fetching them (`--shared-features off`), with and
+    // without prefetch workers reading them on their own threads, and no feature byte on the
+    // wire. Pretend nodes of one rank share nothing (as ranks of different hosts); on 4 ranks
+    // in pretend nodes of 2, a batch's rows come from both sources.
+    let fx = Fixture::new();
+    for (strategy, np) in [("gdp", 2usize), ("gdp", 4), ("dnp", 2)] {
+        let parts = fx.path(&format!("parts{np}"));
+        let mut reference: Option<Vec<u32>> = None;
+        // (tag, options, some rows read in shared memory, some rows fetched)
+        let mut runs: Vec<(&str, &[&str], bool, bool)> = vec![
+            ("off", &["--shared-features", "off"], false, true),
+            ("on", &["--shared-features", "on"], true, false),
+            (
+                "prefetch",
+                &["--prefetch", "on", "--prefetch-workers", "2"],
+                true,
+                false,
+            ),
+            ("apart", &["--ranks-per-node", "1"], false, true),
+        ];
+        if np == 4 {
+            runs.push(("pairs", &["--ranks-per-node", "2"], true, true));
+        }
+        for (tag, extra, shares, fetches) in runs {
+            let tag = format!("shared-{strategy}{np}-{tag}");
+            let ck = fx.path(&format!("{tag}.h5"));
+            let metrics = fx.path(&format!("{tag}.jsonl"));
+            let mut args = train_args(&[
+                "--data",
+                parts.to_str().unwrap(),
+                "--strategy",
+                strategy,
+                "--checkpoint",
+                ck.to_str().unwrap(),
+                "--metrics",
+                metrics.to_str().unwrap(),
+            ]);
+            args.extend_from_slice(extra);
+            let out = mpirun_ok(np, &args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(
+                shares,
+                stderr.contains("in shared memory"),
+                "{tag}: the log says whether rows are shared:\n{stderr}"
+            );
+            let peer_rows = max_over_ranks(&metrics, "store.peer_rows");
+            let fetched = max_over_ranks(&metrics, "store.fetched_rows");
+            let bytes = max_over_ranks(&metrics, "comm.store_rows.bytes_received");
+            eprintln!("{tag}: peer rows {peer_rows}, fetched rows {fetched}, bytes {bytes}");
+            assert_eq!(shares, peer_rows > 0.0, "{tag}: rows read in shared memory");
+            assert_eq!(fetches, fetched > 0.0, "{tag}: rows fetched");
+            assert_eq!(fetches, bytes > 0.0, "{tag}: feature bytes received");
+            let params = common::bits(&read_params(&ck));
+            match &reference {
+                None => reference = Some(params),
+                Some(want) => assert!(
+                    *want == params,
+                    "{tag}: other parameters than fetching the rows"
+                ),
+            }
+        }
+    }
+}
+
+#[test]
 fn prefetching_on_2_and_4_ranks_changes_no_parameter_and_moves_the_same_bytes() {
     if !have_mpirun() {
         return;
@@ -397,7 +470,8 @@ fn prefetching_on_2_and_4_ranks_changes_no_parameter_and_moves_the_same_bytes() 
     // (split, hybrid, DNP and SNP: and shuffles rows along the workers' plans): the
     // parameters must be bitwise those of `--prefetch off`, one worker or two, across an
     // epoch boundary and a stop inside the second epoch, and every kind of exchange must move
-    // the same bytes (the workers' counts reach the epoch's JSON).
+    // the same bytes (the workers' counts reach the epoch's JSON). Rows are fetched as from
+    // other hosts (`--shared-features off`), so that the workers' fetches are exercised.
     let fx = Fixture::new();
     // (strategy, ranks, parts, extra options): hybrid on 2 pretend nodes of 2 ranks, whose
     // workers sample and fetch on duplicates of their node's communicator.
@@ -432,6 +506,8 @@ fn prefetching_on_2_and_4_ranks_changes_no_parameter_and_moves_the_same_bytes() 
                     prefetch,
                     "--prefetch-workers",
                     workers,
+                    "--shared-features",
+                    "off",
                     "--checkpoint",
                     ck.to_str().unwrap(),
                     "--metrics",

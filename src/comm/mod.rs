@@ -12,9 +12,11 @@
 pub mod cuda_aware;
 mod group;
 pub mod launcher;
+mod shared;
 mod stats;
 
 pub use group::Group;
+pub use shared::HostShared;
 pub use stats::{CommStats, OpStats};
 
 use mpi::collective::Root;
@@ -34,6 +36,11 @@ static THREAD_MULTIPLE: AtomicBool = AtomicBool::new(false);
 /// error must still be able to `MPI_Abort` the job after the command that hit it has dropped
 /// its world. `main` finalises through [`finalize`] once the command succeeded.
 static UNIVERSE: Mutex<Option<mpi::environment::Universe>> = Mutex::new(None);
+
+/// Whether MPI is initialised and not yet finalised.
+fn mpi_active() -> bool {
+    MPI_ACTIVE.load(Ordering::SeqCst)
+}
 
 /// Finalise MPI (after a successful command). Does nothing when MPI was never initialised.
 pub fn finalize() {

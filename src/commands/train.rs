@@ -121,6 +121,10 @@ pub struct TrainArgs {
     /// machine; default: the real nodes). K must divide the number of ranks.
     #[arg(long, value_name = "K")]
     pub ranks_per_node: Option<usize>,
+    /// Ranks of one host read each other's feature rows in shared memory instead of
+    /// fetching them by alltoallv: on (default) or off. Same numbers either way.
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    pub shared_features: Option<bool>,
     /// SliceGCN: add a learned per-rank vector to each slice's output: on or off.
     #[arg(long, value_name = "on|off", value_parser = on_off)]
     pub slice_encoding: Option<bool>,
@@ -198,6 +202,7 @@ impl TrainArgs {
             prefetch,
             lr_schedule,
             slice_encoding,
+            shared_features,
             feature_fusion,
             slice_size_scale
         );

@@ -8,6 +8,7 @@
 //! ARCHITECTURE invariant 1); a rank holds the adjacency, features and labels of its own
 //! vertices only and asks owners for everything else.
 
+pub mod host_rows;
 pub mod inference;
 pub mod packed_rows;
 pub mod partial;

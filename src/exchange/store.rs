@@ -1,8 +1,10 @@
 //! The distributed feature store: every rank holds the feature rows of the vertices it owns;
-//! rows of other vertices come from their owners by alltoallv, unless they sit in this rank's
-//! cache of the hottest remote rows (ranked by pre-sampled access frequency, within a byte
-//! budget).
+//! rows of the other ranks of its host are read in shared memory where the store was shared
+//! ([`FeatureStore::share_on_host`]); rows of other vertices come from their owners by
+//! alltoallv, unless they sit in this rank's cache of the hottest remote rows (ranked by
+//! pre-sampled access frequency, within a byte budget).
 
+use super::host_rows::HostRows;
 use super::packed_rows::{PackedRows, RowSource};
 use super::plan::RowExchange;
 use crate::backend::cpu::gather::gather_rows;
@@ -24,6 +26,8 @@ use std::sync::{Mutex, OnceLock};
 pub struct StoreStats {
     /// Rows served from this rank's own shard.
     pub local_rows: u64,
+    /// Rows of other ranks of this host read in shared memory.
+    pub peer_rows: u64,
     /// Remote rows served from the cache.
     pub cache_hits: u64,
     /// Remote rows fetched from their owners.
@@ -35,9 +39,18 @@ impl StoreStats {
     pub fn since(&self, earlier: &StoreStats) -> StoreStats {
         StoreStats {
             local_rows: self.local_rows - earlier.local_rows,
+            peer_rows: self.peer_rows - earlier.peer_rows,
             cache_hits: self.cache_hits - earlier.cache_hits,
             fetched_rows: self.fetched_rows - earlier.fetched_rows,
         }
+    }
+
+    /// Add the counters of `s`.
+    pub fn add(&mut self, s: &StoreStats) {
+        self.local_rows += s.local_rows;
+        self.peer_rows += s.peer_rows;
+        self.cache_hits += s.cache_hits;
+        self.fetched_rows += s.fetched_rows;
     }
 
     /// Fraction of remote accesses the cache served (NaN without remote accesses).
@@ -50,7 +63,7 @@ impl StoreStats {
 pub struct FeatureStore {
     offsets: Vec<u64>,
     first: u64,
-    own: Array2<f32>,
+    own: HostRows,
     cache_slot: HashMap<NodeId, u32>,
     cache: Array2<f32>,
     pub stats: StoreStats,
@@ -98,7 +111,7 @@ impl FeatureStore {
             send_packed: density < 0.5,
             first: offsets[rank],
             offsets,
-            own,
+            own: HostRows::private(own),
             cache_slot: HashMap::new(),
             cache: Array2::zeros((0, d)),
             stats: StoreStats::default(),
@@ -117,8 +130,22 @@ impl FeatureStore {
     }
 
     /// This rank's own rows.
-    pub fn own_rows(&self) -> &Array2<f32> {
-        &self.own
+    pub fn own_rows(&self) -> ArrayView2<'_, f32> {
+        self.own.view()
+    }
+
+    /// Move this rank's rows into memory shared with the ranks of `group` (whose ranks
+    /// `offsets` numbers) on its host and pretend node `node`, and read theirs there from now
+    /// on instead of fetching them. Collective over `group`; returns the number of ranks
+    /// whose rows are read directly (0 where this rank shares its host with none).
+    pub fn share_on_host(&mut self, group: &Group, node: usize) -> usize {
+        self.own.share_on_host(group, node, &self.offsets)
+    }
+
+    /// Whether vertex `v`'s row is read without communication: own, or of a rank sharing
+    /// this host's memory ([`FeatureStore::share_on_host`]).
+    pub fn reads_directly(&self, v: NodeId) -> bool {
+        self.is_own(v) || self.own.is_peer_row(&self.offsets, v)
     }
 
     /// Rows of `ids`, which must all be this rank's own vertices: a local gather, no
@@ -171,6 +198,7 @@ impl FeatureStore {
             Some(csr) => csr.row_len(r),
             None => self.own_nonzeros.get_or_init(|| {
                 self.own
+                    .view()
                     .axis_iter(ndarray::Axis(0))
                     .into_par_iter()
                     .with_min_len(LOOKUPS_PER_TASK / 4)
@@ -310,9 +338,7 @@ impl FeatureStore {
 
     /// Count rows served elsewhere ([`FeatureStore::gather_local`]) in [`FeatureStore::stats`].
     pub fn add_stats(&mut self, s: &StoreStats) {
-        self.stats.local_rows += s.local_rows;
-        self.stats.cache_hits += s.cache_hits;
-        self.stats.fetched_rows += s.fetched_rows;
+        self.stats.add(s);
     }
 
     /// Give back a matrix of gathered rows that is no longer needed: the next gather writes
@@ -458,6 +484,7 @@ impl FeatureStore {
     fn row_nonzeros(&self, own: &CsrMatrix, r: RowFrom, fetched: &PackedRows) -> usize {
         match r {
             RowFrom::Own(i) => own.row_len(i as usize),
+            RowFrom::Peer(p, i) => row_nonzeros(self.own.peer_row_slice(p, i)),
             RowFrom::Cache(i) => {
                 row_nonzeros(self.cache.row(i as usize).as_slice().expect("row-major"))
             }
@@ -479,6 +506,7 @@ impl FeatureStore {
                 idx.copy_from_slice(c);
                 val.copy_from_slice(v);
             }
+            RowFrom::Peer(p, r) => write_row_nonzeros(self.own.peer_row_slice(p, r), idx, val),
             RowFrom::Cache(r) => write_row_nonzeros(
                 self.cache.row(r as usize).as_slice().expect("row-major"),
                 idx,
@@ -503,6 +531,8 @@ impl FeatureStore {
             .map(|&v| {
                 if self.is_own(v) {
                     RowFrom::Own((v as u64 - self.first) as u32)
+                } else if let Some((p, r)) = self.own.peer_row(&self.offsets, v) {
+                    RowFrom::Peer(p, r)
                 } else if let Some(&slot) = self.cache_slot.get(&v) {
                     RowFrom::Cache(slot)
                 } else {
@@ -513,6 +543,7 @@ impl FeatureStore {
         let count = |kind: fn(&RowFrom) -> bool| from.par_iter().filter(|r| kind(r)).count() as u64;
         let stats = StoreStats {
             local_rows: count(|r| matches!(r, RowFrom::Own(_))),
+            peer_rows: count(|r| matches!(r, RowFrom::Peer(..))),
             cache_hits: count(|r| matches!(r, RowFrom::Cache(_))),
             fetched_rows: count(|r| matches!(r, RowFrom::Fetched(_))),
         };
@@ -610,6 +641,7 @@ impl FeatureStore {
             local_rows: own as u64,
             cache_hits: cached as u64,
             fetched_rows: remote as u64,
+            ..StoreStats::default()
         };
         (fetched, stats)
     }
@@ -642,12 +674,13 @@ impl FeatureStore {
     /// `fetched`, in parallel into a recycled buffer.
     fn fill(&self, from: &[RowFrom], fetched: &PackedRows) -> Array2<f32> {
         let d = self.dim();
-        let own = self.own.as_slice().expect("row-major features");
+        let own = self.own.as_slice();
         let cache = self.cache.as_slice().expect("row-major cache");
         // A local row (own or cached) to copy; fetched rows are decoded instead.
         let local = |r: RowFrom| -> Option<&[f32]> {
             let (m, i) = match r {
                 RowFrom::Own(i) => (own, i),
+                RowFrom::Peer(p, i) => (self.own.peer_slice(p), i),
                 RowFrom::Cache(i) => (cache, i),
                 RowFrom::Fetched(_) => return None,
             };
@@ -673,7 +706,7 @@ impl FeatureStore {
                             (RowFrom::Fetched(i), _) => fetched.write_row(i as usize, dst),
                             (_, row) => {
                                 dst.write_copy_of_slice(
-                                    row.expect("own and cached rows are local"),
+                                    row.expect("own, peer and cached rows are local"),
                                 );
                             }
                         }
@@ -724,11 +757,12 @@ pub struct PlacedRows {
     pub host_rows: Array2<f32>,
 }
 
-/// Where one requested row is read: a row of the own shard, of the cache, or of the rows
-/// fetched for this gather.
+/// Where one requested row is read: a row of the own shard, of a host peer's shard in shared
+/// memory (peer, row), of the cache, or of the rows fetched for this gather.
 #[derive(Clone, Copy, Debug)]
 enum RowFrom {
     Own(u32),
+    Peer(u32, u32),
     Cache(u32),
     Fetched(u32),
 }

@@ -14,7 +14,7 @@ use crate::config::{FeatureNorm, TrainConfig};
 use crate::exchange::FeatureStore;
 use crate::graph::{format, parts, Csr, Dataset, Splits};
 use anyhow::{bail, Context, Result};
-use ndarray::{s, Array2};
+use ndarray::{s, Array2, ArrayView2};
 use std::ops::Range;
 use std::path::Path;
 
@@ -157,7 +157,7 @@ fn by_nonzeros(group: &Group, x: &Array2<f32>, even: &ColumnSlice) -> ColumnSlic
     {
         return even.clone();
     }
-    let mine = column_nonzeros(x);
+    let mine = column_nonzeros(x.view());
     // Slices are contiguous and in rank order: their counts, gathered, are every column's.
     let (counts, _) = group.allgatherv("nfp_column_nonzeros", &mine);
     let Some(b) = nonzero_bounds(&counts, group.size(), x.nrows()) else {
@@ -212,7 +212,7 @@ pub fn planned_bounds(group: &Group, data: &TrainData, mostly_zeros: bool) -> Ve
 }
 
 /// The non-zeros of each column of `x`.
-fn column_nonzeros(x: &Array2<f32>) -> Vec<u64> {
+fn column_nonzeros(x: ArrayView2<'_, f32>) -> Vec<u64> {
     let mut counts = vec![0u64; x.ncols()];
     for row in x.rows() {
         for (n, &v) in counts.iter_mut().zip(row) {

@@ -24,7 +24,7 @@ pub mod split;
 pub mod strategy;
 
 use crate::backend::{Backend, Cpu};
-use crate::comm::World;
+use crate::comm::{Group, World};
 use crate::config::TrainConfig;
 use crate::exchange::inference::HaloPlan;
 use crate::graph::NodeId;
@@ -458,6 +458,7 @@ impl Planning {
         files.check_reports(world)?;
         let group = hybrid::data_group(world, cfg.strategy);
         let mut data = load_data(files, &cfg, group)?;
+        share_rows_on_host(&cfg, &mut data, world, group);
         let host_model = Model::new(
             model_config(&cfg, data.feature_dim(), data.num_classes),
             cfg.seed,
@@ -497,6 +498,37 @@ impl Planning {
             unplanned,
             cache_budget,
         })
+    }
+}
+
+/// Where `cfg`'s strategy reads other ranks' input rows through the feature store's own
+/// lookups (GDP, DNP, and `auto`, which may pick them), move each rank's rows into memory its
+/// host's other ranks read directly (`--shared-features`), and log what is shared (rank 0).
+/// Split and hybrid route their input rows when they sample, SNP and NFP read only their
+/// own, and full-batch training exchanges a halo: those keep fetching. Collective over
+/// `group`.
+fn share_rows_on_host(cfg: &TrainConfig, data: &mut TrainData, world: &World, group: &Group) {
+    let reads_through_store =
+        matches!(cfg.strategy, Strategy::Gdp | Strategy::Dnp | Strategy::Auto);
+    if !cfg.shared_features || cfg.full_batch || !reads_through_store || group.size() == 1 {
+        return;
+    }
+    let t = Instant::now();
+    let peers = data.store.share_on_host(group, world.node_index().0);
+    let most = group.allreduce_max_f64(peers as f64) as usize;
+    if group.rank() == 0 {
+        if most == 0 {
+            log::info!(
+                "feature store: no rank shares its host (and node) with another: rows of \
+                 other ranks are fetched"
+            );
+        } else {
+            log::info!(
+                "feature store: ranks read the rows of up to {most} other rank(s) of their \
+                 host in shared memory ({:.2} s to share); rows of other hosts are fetched",
+                t.elapsed().as_secs_f64()
+            );
+        }
     }
 }
 

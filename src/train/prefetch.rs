@@ -375,9 +375,7 @@ impl<B: Backend> Trainer<'_, B> {
                     return Err(anyhow!("prefetch worker {worker} stopped before batch {b}"));
                 };
                 times.prefetch_wait += t.elapsed().as_secs_f64();
-                store.local_rows += host.store().local_rows;
-                store.cache_hits += host.store().cache_hits;
-                store.fetched_rows += host.store().fetched_rows;
+                store.add(host.store());
                 model.params.zero_grads();
                 let batch = &batches[b];
                 let args = StepArgs {

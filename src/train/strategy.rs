@@ -19,7 +19,7 @@ use crate::nn::{DropoutCtx, Model};
 use crate::sample::rng::hash_key;
 use crate::sample::{sample_blocks, BatchKey, Block, LocalGraph};
 use anyhow::Result;
-use ndarray::{concatenate, Array2, Axis, CowArray, Ix2};
+use ndarray::{concatenate, Array2, ArrayView2, Axis, CowArray, Ix2};
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -464,11 +464,14 @@ pub(crate) fn recycle_host_rows<B: Backend>(
 
 /// The source rows of a full-graph layer: owned rows then halo rows, without a copy when
 /// there is no halo (one rank).
-pub(crate) fn with_halo<'a>(own: &'a Array2<f32>, halo: &Array2<f32>) -> CowArray<'a, f32, Ix2> {
+pub(crate) fn with_halo<'a>(
+    own: ArrayView2<'a, f32>,
+    halo: &Array2<f32>,
+) -> CowArray<'a, f32, Ix2> {
     if halo.nrows() == 0 {
-        CowArray::from(own.view())
+        CowArray::from(own)
     } else {
-        CowArray::from(concatenate(Axis(0), &[own.view(), halo.view()]).expect("same width"))
+        CowArray::from(concatenate(Axis(0), &[own, halo.view()]).expect("same width"))
     }
 }
 

@@ -59,22 +59,26 @@ pub(super) fn load(
     // A fetched row: its 8-byte id out and the row back, dense or as the store packs it.
     let wire = shape.packed_row_bytes.unwrap_or(row);
     let fetched = c.input_remote * (wire + 8.0);
-    // Every row the rank reads (its own, cached, served) or places (fetched) is looked up
-    // and written once; `gathered` the bytes those reads and writes touch.
-    let every_row = c.input_local + c.input_cached + c.input_served + c.input_remote;
+    // Every row the rank reads (its own, a host peer's, cached, served) or places (fetched)
+    // is looked up and written once; `gathered` the bytes those reads and writes touch. A
+    // peer's row, read in the host's shared memory, costs what a cached row costs: a dense
+    // row read here (the device holds neither).
+    let near = c.input_cached + c.input_peer;
+    let every_row = c.input_local + near + c.input_served + c.input_remote;
     let (read, gathered, copied_up) = if rows == Rows::Resident {
-        // Served rows are still read for the ranks that fetch them.
+        // Served rows are still read for the ranks that fetch them; peers' rows are read
+        // here and go up with the fetched ones.
         (
-            c.input_remote + c.input_served,
-            (c.input_remote + c.input_served) * row,
-            c.input_remote * row,
+            c.input_remote + c.input_served + c.input_peer,
+            (c.input_remote + c.input_served + c.input_peer) * row,
+            (c.input_remote + c.input_peer) * row,
         )
     } else if rows == Rows::Csr {
         let entries = shape.input_nnz.unwrap_or(shape.in_w[0]) * 8.0;
         (
             every_row,
-            (c.input_local + c.input_served + c.input_remote) * entries + c.input_cached * row,
-            (c.input_local + c.input_cached + c.input_remote) * (entries + 8.0),
+            (c.input_local + c.input_served + c.input_remote) * entries + near * row,
+            (c.input_local + near + c.input_remote) * (entries + 8.0),
         )
     } else {
         // Rows the feature cache serves are read locally like own rows; a packed row is also
@@ -86,8 +90,8 @@ pub(super) fn load(
         };
         (
             every_row,
-            (c.input_local + c.input_cached + c.input_served + decoded) * row,
-            (c.input_local + c.input_cached + c.input_remote) * row,
+            (c.input_local + near + c.input_served + decoded) * row,
+            (c.input_local + near + c.input_remote) * row,
         )
     };
     // CSR rows are assembled from the store's sparse copy, a path of its own per row.

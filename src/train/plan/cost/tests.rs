@@ -94,6 +94,7 @@ fn counts(remote: f64) -> Counts {
         requests_to: vec![0.0, remote],
         input_served: remote,
         input_cached: 0.0,
+        input_peer: 0.0,
         rows_in: vec![remote, 50.0],
         hidden_rows: 20.0,
         partial_rows: 30.0,
@@ -541,6 +542,31 @@ fn cached_rows_are_read_locally_not_fetched() {
         (1000.0 + 200.0 + 500.0) * 400.0 * 1e-10 + 2000.0 * 1e-8 + 2e-3 + 300.0 * 408.0 * 1e-9;
     assert!((r.phases.load - load).abs() < 1e-15, "{:?}", r.phases);
     assert_eq!(r.bytes, 300.0 * 408.0);
+}
+
+#[test]
+fn rows_of_host_peers_are_read_in_shared_memory_not_fetched() {
+    let cal = machine();
+    let mut c = counts(500.0);
+    (c.input_remote, c.input_peer) = (300.0, 200.0);
+    c.requests_to = vec![0.0, 300.0];
+    let r = gdp(&shape(), &cal, &c, "alltoallv_world");
+    // As a cached row: 1000 own, 200 peer and 500 served rows read, those and 300 fetched
+    // rows placed, and only the fetched rows on the wire.
+    let load =
+        (1000.0 + 200.0 + 500.0) * 400.0 * 1e-10 + 2000.0 * 1e-8 + 2e-3 + 300.0 * 408.0 * 1e-9;
+    assert!((r.phases.load - load).abs() < 1e-15, "{:?}", r.phases);
+    assert_eq!(r.bytes, 300.0 * 408.0);
+    // With own rows on the device, peers' rows are read on the host and go up with the
+    // fetched ones.
+    let resident = ModelShape {
+        device: true,
+        resident_rows: true,
+        ..shape()
+    };
+    let r = gdp(&resident, &cal, &c, "alltoallv_world");
+    let up = 1e-5 + 500.0 * 400.0 * 1e-10;
+    assert!((r.upload - up).abs() < 1e-18, "{}", r.upload);
 }
 
 #[test]
