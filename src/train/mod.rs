@@ -513,6 +513,19 @@ fn share_rows_on_host(cfg: &TrainConfig, data: &mut TrainData, world: &World, gr
     if !cfg.shared_features || cfg.full_batch || !reads_through_store || group.size() == 1 {
         return;
     }
+    // Mostly-zero rows (bag-of-words) travel as their few non-zeros from the owner's CSR
+    // copy (~100 bytes a Facebook row), while a peer would scan the whole dense row for them
+    // (18.9 KB): on Facebook at 2 ranks of the 2-core VM, shared rows made the gather 0.50 s
+    // for 6 steps against 0.016 fetched. Those stay fetched.
+    if group.allreduce_max_f64(f64::from(u8::from(data.store.has_sparse_copy()))) > 0.0 {
+        if group.rank() == 0 {
+            log::info!(
+                "feature store: rows are mostly zeros and travel as their non-zeros; not \
+                 shared on the host"
+            );
+        }
+        return;
+    }
     let t = Instant::now();
     let peers = data.store.share_on_host(group, world.node_index().0);
     let most = group.allreduce_max_f64(peers as f64) as usize;
