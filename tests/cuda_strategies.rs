@@ -254,12 +254,15 @@ fn every_strategy_on_emulated_cuda_ranks_trains_the_model_of_one_cpu_rank() {
 
     // With a feature cache, GDP's, split's and DNP's ranks keep it on the device beside
     // their own rows: cached rows are gathered there, only fetched rows go up, and the model is
-    // still 1 CPU rank's.
+    // still 1 CPU rank's. The ranks share a host: rows are fetched as from other hosts
+    // (`--shared-features off`), else every remote row is read in shared memory and none is
+    // cached.
     let reference = common::read_f32s(&tmp.path().join("cpu-sage.h5"), "params");
     for strategy in ["gdp", "split", "dnp"] {
         let ck = tmp.path().join(format!("cuda-{strategy}-cached.h5"));
         let mut args = train_args(&data, "sage");
         args.extend_from_slice(&["--strategy", strategy, "--cache-mb", "1"]);
+        args.extend_from_slice(&["--shared-features", "off"]);
         args.extend_from_slice(&["--checkpoint", s(&ck)]);
         let out = mpirun_cuda(2, Gpu::Emulated(2), &args, &[]).expect_ok("with a cache");
         assert!(

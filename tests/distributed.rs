@@ -394,29 +394,36 @@ fn rows_shared_on_the_host_change_no_parameter_and_move_no_feature_bytes() {
     if !have_mpirun() {
         return;
     }
-    // GDP and DNP on ranks of one host read each other's feature rows in shared memory: the
-    // same parameters bit for bit as fetching them (`--shared-features off`), with and
-    // without prefetch workers reading them on their own threads, and no feature byte on the
-    // wire. Pretend nodes of one rank share nothing (as ranks of different hosts); on 4 ranks
-    // in pretend nodes of 2, a batch's rows come from both sources.
+    // GDP, split and DNP on ranks of one host read each other's input feature rows in shared
+    // memory: the same parameters bit for bit as fetching them (`--shared-features off`),
+    // with and without prefetch workers reading them on their own threads, and no feature
+    // byte on the wire. Pretend nodes of one rank share nothing (as ranks of different
+    // hosts); on 4 ranks in pretend nodes of 2, a batch's rows come from both sources. Hybrid
+    // (pretend nodes of 2) shares inside each node, which holds the whole graph.
     let fx = Fixture::new();
-    for (strategy, np) in [("gdp", 2usize), ("gdp", 4), ("dnp", 2)] {
-        let parts = fx.path(&format!("parts{np}"));
+    let cases: [(&str, usize, &[&str]); 5] = [
+        ("gdp", 2, &[]),
+        ("gdp", 4, &[]),
+        ("split", 4, &[]),
+        ("dnp", 2, &[]),
+        ("hybrid", 4, &["--ranks-per-node", "2"]),
+    ];
+    for (strategy, np, base) in cases {
+        let part_count = if strategy == "hybrid" { 2 } else { np };
+        let parts = fx.path(&format!("parts{part_count}"));
         let mut reference: Option<Vec<u32>> = None;
         // (tag, options, some rows read in shared memory, some rows fetched)
+        let prefetch: &[&str] = &["--prefetch", "on", "--prefetch-workers", "2"];
         let mut runs: Vec<(&str, &[&str], bool, bool)> = vec![
             ("off", &["--shared-features", "off"], false, true),
             ("on", &["--shared-features", "on"], true, false),
-            (
-                "prefetch",
-                &["--prefetch", "on", "--prefetch-workers", "2"],
-                true,
-                false,
-            ),
-            ("apart", &["--ranks-per-node", "1"], false, true),
+            ("prefetch", prefetch, true, false),
         ];
-        if np == 4 {
-            runs.push(("pairs", &["--ranks-per-node", "2"], true, true));
+        if base.is_empty() {
+            runs.push(("apart", &["--ranks-per-node", "1"], false, true));
+            if np == 4 {
+                runs.push(("pairs", &["--ranks-per-node", "2"], true, true));
+            }
         }
         for (tag, extra, shares, fetches) in runs {
             let tag = format!("shared-{strategy}{np}-{tag}");
@@ -432,6 +439,7 @@ fn rows_shared_on_the_host_change_no_parameter_and_move_no_feature_bytes() {
                 "--metrics",
                 metrics.to_str().unwrap(),
             ]);
+            args.extend_from_slice(base);
             args.extend_from_slice(extra);
             let out = mpirun_ok(np, &args);
             let stderr = String::from_utf8_lossy(&out.stderr);
@@ -442,7 +450,13 @@ fn rows_shared_on_the_host_change_no_parameter_and_move_no_feature_bytes() {
             );
             let peer_rows = max_over_ranks(&metrics, "store.peer_rows");
             let fetched = max_over_ranks(&metrics, "store.fetched_rows");
-            let bytes = max_over_ranks(&metrics, "comm.store_rows.bytes_received");
+            // Split routes its input rows when it samples (`split_features`).
+            let kind = if matches!(strategy, "split" | "hybrid") {
+                "split_features"
+            } else {
+                "store_rows"
+            };
+            let bytes = max_over_ranks(&metrics, &format!("comm.{kind}.bytes_received"));
             eprintln!("{tag}: peer rows {peer_rows}, fetched rows {fetched}, bytes {bytes}");
             assert_eq!(shares, peer_rows > 0.0, "{tag}: rows read in shared memory");
             assert_eq!(fetches, fetched > 0.0, "{tag}: rows fetched");

@@ -218,7 +218,13 @@ fn the_feature_cache_is_priced_per_strategy() {
         serde_json::from_str::<serde_json::Value>(stdout.lines().last().unwrap()).unwrap()["plan"]
             .clone()
     };
-    let (without, with_cache) = (plan(&[]), plan(&["--cache-mb", "64"]));
+    // The two ranks share a host: rows are fetched as from other hosts, for a cache to
+    // serve.
+    let fetching = ["--shared-features", "off"];
+    let (without, with_cache) = (
+        plan(&fetching),
+        plan(&[&fetching[..], &["--cache-mb", "64"]].concat()),
+    );
     let bytes =
         |p: &serde_json::Value, s: &str| p["strategies"][s]["bytes_per_step"].as_f64().unwrap();
     // A cache of every remote row: gdp, split and dnp fetch fewer rows (the cache is chosen
@@ -238,10 +244,22 @@ fn the_feature_cache_is_priced_per_strategy() {
     );
     // `auto` sizes the cache from the node's memory: on this small graph every remote row
     // the dry run reads fits, as in 64 MiB.
-    let auto = plan(&["--cache-mb", "auto"]);
+    let auto = plan(&[&fetching[..], &["--cache-mb", "auto"]].concat());
     for s in ["gdp", "split", "dnp", "snp"] {
         assert_eq!(bytes(&auto, s), bytes(&with_cache, s), "{s}");
     }
+    // Rows shared on the host (the default) are priced as read there: gdp, split and dnp
+    // move fewer bytes than fetching (no feature row; split and dnp still move hidden rows).
+    let shared = plan(&[]);
+    for s in ["gdp", "split", "dnp"] {
+        assert!(
+            bytes(&shared, s) < bytes(&without, s),
+            "{s}: {} bytes shared, {} fetched",
+            bytes(&shared, s),
+            bytes(&without, s)
+        );
+    }
+    assert_eq!(shared["strategies"]["snp"], without["strategies"]["snp"]);
 }
 
 #[test]

@@ -565,6 +565,19 @@ impl FeatureStore {
         (from, fetched, stats)
     }
 
+    /// Where vertex `v`'s row is read in a host peer's shared shard.
+    ///
+    /// # Panics
+    /// If no rank of this host shares it (a caller bug: the caller classified `v` with
+    /// [`FeatureStore::reads_directly`]).
+    fn peer_row_of(&self, v: NodeId) -> RowFrom {
+        let (p, r) = self
+            .own
+            .peer_row(&self.offsets, v)
+            .unwrap_or_else(|| panic!("vertex {v}'s row is not shared on this host"));
+        RowFrom::Peer(p, r)
+    }
+
     /// The cache slot of remote vertex `v`, when the cache holds its row.
     pub fn cache_slot(&self, v: NodeId) -> Option<u32> {
         self.cache_slot.get(&v).copied()
@@ -573,7 +586,8 @@ impl FeatureStore {
     /// The input rows of a layer whose sources were routed when it was sampled (split's input
     /// layer): `n` rows, row `own_pos[i]` this rank's shard row `own_rows[i]`, row
     /// `cached_pos[i]` cache slot `cached_slots[i]` ([`FeatureStore::cache_slot`]), row
-    /// `remote_pos[j]` the plan's `j`-th wanted row, brought by `plan` packed as
+    /// `peer_pos[i]` vertex `peer_ids[i]`'s row, which a rank of this host shares
+    /// ([`FeatureStore::reads_directly`]), row `remote_pos[j]` the plan's `j`-th wanted row, brought by `plan` packed as
     /// [`FeatureStore::gather`] brings them and decoded straight into place — as CSR under
     /// [`FeatureStore::gather_input`]'s rule (`sparse_first_layer`). Collective over
     /// `group`, which may be another thread's; returns the counters to add with
@@ -587,7 +601,8 @@ impl FeatureStore {
         group: &Group,
         kind: &'static str,
         plan: &RowExchange,
-        [(own_rows, own_pos), (cached_slots, cached_pos)]: [(&[u32], &[u32]); 2],
+        [(own_rows, own_pos), (cached_slots, cached_pos), (peer_ids, peer_pos)]: [(&[u32], &[u32]);
+            3],
         remote_pos: &[u32],
         n: usize,
         sparse_first_layer: bool,
@@ -598,8 +613,9 @@ impl FeatureStore {
             cached_pos.len(),
             "one slot per cached position"
         );
+        assert_eq!(peer_ids.len(), peer_pos.len(), "one id per peer position");
         assert_eq!(
-            own_pos.len() + cached_pos.len() + remote_pos.len(),
+            own_pos.len() + cached_pos.len() + peer_pos.len() + remote_pos.len(),
             n,
             "one source per row"
         );
@@ -609,6 +625,9 @@ impl FeatureStore {
         }
         for (&slot, &pos) in cached_slots.iter().zip(cached_pos) {
             from[pos as usize] = RowFrom::Cache(slot);
+        }
+        for (&v, &pos) in peer_ids.iter().zip(peer_pos) {
+            from[pos as usize] = self.peer_row_of(v);
         }
         for (j, &pos) in remote_pos.iter().enumerate() {
             from[pos as usize] = RowFrom::Fetched(j as u32);
@@ -621,34 +640,40 @@ impl FeatureStore {
             group,
             kind,
             plan,
-            (own_rows.len(), cached_pos.len(), remote_pos.len()),
+            [
+                own_rows.len(),
+                peer_pos.len(),
+                cached_pos.len(),
+                remote_pos.len(),
+            ],
         );
         (self.fill_input(&from, &fetched, sparse_first_layer), stats)
     }
 
     /// The rows `plan` brings (`remote` of them), with the store's counters of a planned
-    /// gather of `own` own, `cached` cached and those rows. Collective.
+    /// gather of `own` own, `peer` host peers', `cached` cached and those rows. Collective.
     fn fetch_planned(
         &self,
         group: &Group,
         kind: &'static str,
         plan: &RowExchange,
-        (own, cached, remote): (usize, usize, usize),
+        [own, peer, cached, remote]: [usize; 4],
     ) -> (PackedRows, StoreStats) {
         let fetched = plan.forward_packed_rows(group, kind, self.row_source());
         assert_eq!(fetched.len(), remote, "one fetched row per remote source");
         let stats = StoreStats {
             local_rows: own as u64,
+            peer_rows: peer as u64,
             cache_hits: cached as u64,
             fetched_rows: remote as u64,
-            ..StoreStats::default()
         };
         (fetched, stats)
     }
 
     /// [`FeatureStore::gather_planned`] for a device that holds this rank's own rows (and
     /// its cache when `cache_on_device`): only the rows it lacks are made here, dense, in
-    /// order: the cached rows (unless the device holds them), then the plan's fetched rows.
+    /// order: the cached rows (unless the device holds them), the rows of `peer_ids` (which
+    /// ranks of this host share), then the plan's fetched rows.
     /// The caller places them. Collective, as `gather_planned`, and returns the counters as
     /// it does.
     pub fn gather_planned_missing(
@@ -656,15 +681,16 @@ impl FeatureStore {
         group: &Group,
         kind: &'static str,
         plan: &RowExchange,
-        (own, cached_slots, remote): (usize, &[u32], usize),
+        (own, cached_slots, peer_ids, remote): (usize, &[u32], &[NodeId], usize),
         cache_on_device: bool,
     ) -> (Array2<f32>, StoreStats) {
-        let (fetched, stats) =
-            self.fetch_planned(group, kind, plan, (own, cached_slots.len(), remote));
+        let counts = [own, peer_ids.len(), cached_slots.len(), remote];
+        let (fetched, stats) = self.fetch_planned(group, kind, plan, counts);
         let cached: &[u32] = if cache_on_device { &[] } else { cached_slots };
         let from: Vec<RowFrom> = cached
             .iter()
             .map(|&slot| RowFrom::Cache(slot))
+            .chain(peer_ids.iter().map(|&v| self.peer_row_of(v)))
             .chain((0..remote as u32).map(RowFrom::Fetched))
             .collect();
         (self.fill(&from, &fetched), stats)
@@ -849,7 +875,7 @@ mod tests {
             &world,
             "test_rows",
             &plan,
-            [(&[3, 9], &[4, 0]), (&[], &[])],
+            [(&[3, 9], &[4, 0]), (&[], &[]), (&[], &[])],
             &[1, 3, 2],
             5,
             false,

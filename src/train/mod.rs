@@ -501,15 +501,16 @@ impl Planning {
     }
 }
 
-/// Where `cfg`'s strategy reads other ranks' input rows through the feature store's own
-/// lookups (GDP, DNP, and `auto`, which may pick them), move each rank's rows into memory its
-/// host's other ranks read directly (`--shared-features`), and log what is shared (rank 0).
-/// Split and hybrid route their input rows when they sample, SNP and NFP read only their
-/// own, and full-batch training exchanges a halo: those keep fetching. Collective over
-/// `group`.
+/// Where `cfg`'s strategy reads other ranks' input rows through the feature store (GDP,
+/// split, DNP, hybrid, and `auto`, which may pick them), move each rank's rows into memory
+/// its host's other ranks read directly (`--shared-features`), and log what is shared (rank
+/// 0). SNP and NFP read only their own rows, and full-batch training exchanges a halo: those
+/// keep their rows private. Collective over `group`.
 fn share_rows_on_host(cfg: &TrainConfig, data: &mut TrainData, world: &World, group: &Group) {
-    let reads_through_store =
-        matches!(cfg.strategy, Strategy::Gdp | Strategy::Dnp | Strategy::Auto);
+    let reads_through_store = matches!(
+        cfg.strategy,
+        Strategy::Gdp | Strategy::Split | Strategy::Dnp | Strategy::Hybrid | Strategy::Auto
+    );
     if !cfg.shared_features || cfg.full_batch || !reads_through_store || group.size() == 1 {
         return;
     }
@@ -648,7 +649,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 let others = if t.cfg.strategy == Strategy::Snp {
                     "SNP reads no row of another rank"
                 } else {
-                    "rows of other ranks are fetched on the host per batch and placed there"
+                    "rows of other ranks are read (shared on the host) or fetched on the host per batch and placed there"
                 };
                 log::info!(
                     "features on the device: each rank's own rows{}; {others}",

@@ -464,7 +464,7 @@ impl<B: Backend> Trainer<'_, B> {
 fn input_rows_where(input: InputSource, data: &TrainData) -> &'static str {
     match (input.csr_rows(data), input.resident) {
         (true, _) => "as CSR on the host, from the store's sparse copy",
-        (false, true) => "gathered on the device, other ranks' rows fetched on the host",
+        (false, true) => "gathered on the device, other ranks' rows read or fetched on the host",
         (false, false) => "gathered on the host",
     }
 }

@@ -41,6 +41,10 @@ pub struct SplitLayer {
     /// here, not fetched), and their cache slots.
     cached_pos: Vec<u32>,
     cached_slots: Vec<u32>,
+    /// Input layer only: source positions of remote sources whose owner shares this host's
+    /// memory (read there, not fetched: `FeatureStore::share_on_host`), and their ids.
+    peer_pos: Vec<u32>,
+    peer_ids: Vec<NodeId>,
     /// Brings the remote sources' input rows from their owners.
     plan: RowExchange,
 }
@@ -84,7 +88,7 @@ impl SplitBatch {
             .iter()
             .map(|l| {
                 let mut is_remote = vec![false; l.block.num_src()];
-                for &p in l.remote_pos.iter().chain(&l.cached_pos) {
+                for &p in l.remote_pos.iter().chain(&l.cached_pos).chain(&l.peer_pos) {
                     is_remote[p as usize] = true;
                 }
                 SplitLayerStats {
@@ -184,8 +188,9 @@ pub fn sample_split(
 }
 
 /// One hop's layer from its block and remote source positions: own sources' rows
-/// (`row_of`, this rank's row of a vertex it owns), remote ones the feature cache holds (the
-/// input layer's, `input_is_features`), and the plan that brings the rest. Collective.
+/// (`row_of`, this rank's row of a vertex it owns), remote ones the feature cache holds or a
+/// rank of this host shares (the input layer's, `input_is_features`), and the plan that
+/// brings the rest. Collective.
 fn split_layer(
     group: &Group,
     data: &TrainData,
@@ -204,21 +209,26 @@ fn split_layer(
         own_pos.push(p as u32);
         own_rows.push(row_of(v));
     }
-    // Remote feature rows in the cache are read here; the rest are fetched.
+    // Remote feature rows a rank of this host shares or the cache holds are read here; the
+    // rest are fetched.
     let (mut cached_pos, mut cached_slots) = (Vec::new(), Vec::new());
+    let (mut peer_pos, mut peer_ids) = (Vec::new(), Vec::new());
     let remote_pos: Vec<u32> = if input_is_features {
         remote_pos
             .into_iter()
-            .filter(
-                |&p| match data.store.cache_slot(block.src_nodes[p as usize]) {
-                    Some(slot) => {
-                        cached_pos.push(p);
-                        cached_slots.push(slot);
-                        false
-                    }
-                    None => true,
-                },
-            )
+            .filter(|&p| {
+                let v = block.src_nodes[p as usize];
+                if data.store.reads_directly(v) {
+                    peer_pos.push(p);
+                    peer_ids.push(v);
+                } else if let Some(slot) = data.store.cache_slot(v) {
+                    cached_pos.push(p);
+                    cached_slots.push(slot);
+                } else {
+                    return true;
+                }
+                false
+            })
             .collect()
     } else {
         remote_pos
@@ -235,6 +245,8 @@ fn split_layer(
         remote_pos,
         cached_pos,
         cached_slots,
+        peer_pos,
+        peer_ids,
         plan,
     }
 }
@@ -358,20 +370,25 @@ pub fn split_host_batch(
                 (
                     first.own_rows.len(),
                     &first.cached_slots,
+                    &first.peer_ids,
                     first.remote_pos.len(),
                 ),
                 on_device,
             );
             let take = std::mem::take::<Vec<u32>>;
+            // The host's rows in the order they were made: cached (unless on the device),
+            // shared by a rank of this host, fetched.
             let (cached_slots, cached_pos, host_pos) = if on_device {
-                let host_pos = take(&mut first.remote_pos);
+                let host_pos = first.peer_pos.iter().chain(&first.remote_pos).copied();
+                let host_pos = host_pos.collect();
                 (
                     take(&mut first.cached_slots),
                     take(&mut first.cached_pos),
                     host_pos,
                 )
             } else {
-                let pos = first.cached_pos.iter().chain(&first.remote_pos).copied();
+                let pos = first.cached_pos.iter().chain(&first.peer_pos);
+                let pos = pos.chain(&first.remote_pos).copied();
                 (Vec::new(), Vec::new(), pos.collect())
             };
             let placed = PlacedRows {
@@ -393,6 +410,7 @@ pub fn split_host_batch(
                 [
                     (&first.own_rows, &first.own_pos),
                     (&first.cached_slots, &first.cached_pos),
+                    (&first.peer_ids, &first.peer_pos),
                 ],
                 &first.remote_pos,
                 n,

@@ -40,7 +40,7 @@ pub struct Counts {
     /// Input-layer feature rows read from this rank's own store.
     pub input_local: f64,
     /// Input-layer feature rows of other ranks of this host, read in shared memory
-    /// (`--shared-features`; GDP and DNP, whose store looks them up).
+    /// (`--shared-features`).
     pub input_peer: f64,
     /// Input-layer feature rows fetched from other ranks, and how many from each rank.
     pub input_remote: f64,
@@ -164,13 +164,13 @@ impl Counts {
         }
     }
 
-    /// Count the input rows of `ids` (local, read in the host's shared memory where
-    /// `shared` — the strategy reads its rows through the store's lookups — or whose owner).
-    fn input_rows(&mut self, data: &TrainData, ids: &[NodeId], shared: bool) {
+    /// Count the input rows of `ids` (local, read in the host's shared memory, or whose
+    /// owner).
+    fn input_rows(&mut self, data: &TrainData, ids: &[NodeId]) {
         for &v in ids {
             if data.owns(v) {
                 self.input_local += 1.0;
-            } else if shared && data.store.reads_directly(v) {
+            } else if data.store.reads_directly(v) {
                 self.input_peer += 1.0;
             } else {
                 self.input_remote += 1.0;
@@ -246,11 +246,6 @@ fn sampled_index(strategy: &str) -> usize {
 /// Remote input rows each strategy reads ([`SAMPLED`] order), with how often: the rows a
 /// feature cache would hold. SNP reads none.
 pub type Reads = [HashMap<NodeId, u32>; 4];
-
-/// Whether each of [`SAMPLED`] reads the rows of its host's other ranks in shared memory where
-/// the feature store is shared (`FeatureStore::reads_directly`): GDP and DNP look every row
-/// up in the store; split routes its input rows when it samples; SNP reads only its own.
-const SHARED_READS: [bool; 4] = [true, false, true, false];
 
 /// The strategies whose input rows pass through the feature store, hence its cache (SNP and
 /// NFP read only their own rows).
@@ -491,18 +486,10 @@ fn sample_batch(
 ) {
     let graph = LocalGraph::new(&data.part, data.orig_ids.as_deref());
     let remote = |ids: &[NodeId]| ids.iter().filter(|&&v| !data.owns(v)).count() as f64;
-    // The rows a strategy fetches, which a cache could hold: GDP and DNP read the rows of
-    // their host's other ranks in shared memory (where the store is shared); split routes
-    // its input rows when it samples and fetches every row of another rank.
+    // The rows a strategy fetches, which a cache could hold: not those of its host's other
+    // ranks where the store is shared.
     let mut read = |s: usize, ids: &[NodeId]| {
-        let fetched = |v: NodeId| {
-            if SHARED_READS[s] {
-                !data.store.reads_directly(v)
-            } else {
-                !data.owns(v)
-            }
-        };
-        for &v in ids.iter().filter(|&&v| fetched(v)) {
+        for &v in ids.iter().filter(|&&v| !data.store.reads_directly(v)) {
             *reads[s].entry(v).or_default() += 1;
         }
     };
@@ -520,7 +507,7 @@ fn sample_batch(
         };
         gdp.sampling_traffic(stats, &before);
         gdp.sampled_edges += edges_of(&blocks);
-        gdp.input_rows(data, &blocks[0].src_nodes, SHARED_READS[0]);
+        gdp.input_rows(data, &blocks[0].src_nodes);
         read(0, &blocks[0].src_nodes);
         for (l, b) in blocks.iter().enumerate() {
             gdp.block(l, b, self_loops);
@@ -552,7 +539,7 @@ fn sample_batch(
                 c.block(l + 1, b, self_loops);
             }
         }
-        dnp.input_rows(data, &input_block.src_nodes, SHARED_READS[2]);
+        dnp.input_rows(data, &input_block.src_nodes);
         read(2, &input_block.src_nodes);
 
         // SNP: the input layer's neighbour sums are formed by the sources' owners, which read
@@ -591,7 +578,7 @@ fn sample_batch(
             .iter()
             .map(|l| l.block.num_edges() as f64)
             .sum::<f64>();
-        split.input_rows(data, &sb.layers[0].block.src_nodes, SHARED_READS[1]);
+        split.input_rows(data, &sb.layers[0].block.src_nodes);
         read(1, &sb.layers[0].block.src_nodes);
         for (l, (layer, rows)) in sb.layers.iter().zip(sb.remote_rows()).enumerate() {
             split.rows_in[l] += rows as f64;
