@@ -183,11 +183,6 @@ impl HostShared {
         // SAFETY: this rank's floats; writes need `&mut self`.
         unsafe { std::slice::from_raw_parts(s.ptr, s.len) }
     }
-
-    /// Number of ranks sharing the window.
-    pub fn members(&self) -> usize {
-        self.segments.len()
-    }
 }
 
 impl Drop for HostShared {

@@ -129,6 +129,13 @@ impl HostRows {
         }
     }
 
+    /// Every peer's rows, in peer order: looked up once per gather rather than per row.
+    pub fn peer_slices(&self) -> Vec<&[f32]> {
+        (0..self.peers.len() as u32)
+            .map(|p| self.peer_slice(p))
+            .collect()
+    }
+
     /// Row `r` of peer `p`.
     pub fn peer_row_slice(&self, p: u32, r: u32) -> &[f32] {
         let d = self.cols;

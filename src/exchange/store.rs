@@ -702,11 +702,12 @@ impl FeatureStore {
         let d = self.dim();
         let own = self.own.as_slice();
         let cache = self.cache.as_slice().expect("row-major cache");
+        let peers = self.own.peer_slices();
         // A local row (own or cached) to copy; fetched rows are decoded instead.
         let local = |r: RowFrom| -> Option<&[f32]> {
             let (m, i) = match r {
                 RowFrom::Own(i) => (own, i),
-                RowFrom::Peer(p, i) => (self.own.peer_slice(p), i),
+                RowFrom::Peer(p, i) => (peers[p as usize], i),
                 RowFrom::Cache(i) => (cache, i),
                 RowFrom::Fetched(_) => return None,
             };
