@@ -93,6 +93,11 @@ pub struct TrainConfig {
     /// quarter of the rank's threads, at most 8, when the device gathers the input rows; one
     /// when the host gathers them, as every batch in flight holds its rows). Changes no number.
     pub prefetch_workers: Option<usize>,
+    /// Where a rank samples its batches locally and in its steps (GDP on one rank, NFP; no
+    /// prefetch): batches sampled at once, each whole batch on a thread of its own, ahead of
+    /// their steps (default: the rank's threads, at most 16, and as many as the sampling
+    /// threads' id tables fit in 1 GiB; 1: each batch sampled in its step). Changes no number.
+    pub sample_ahead: Option<usize>,
     /// Group consecutive ranks into pretend nodes of this many ranks (tests of `hybrid` on
     /// one machine); default: the real nodes (MPI shared-memory domains).
     pub ranks_per_node: Option<usize>,
@@ -153,6 +158,7 @@ impl Default for TrainConfig {
             threads: None,
             prefetch: Prefetch::Auto,
             prefetch_workers: None,
+            sample_ahead: None,
             ranks_per_node: None,
             cache_mb: CacheSize::default(),
             cache_presample_batches: 8,
@@ -277,6 +283,9 @@ impl TrainConfig {
         }
         if self.prefetch_workers == Some(0) {
             bail!("config: `prefetch_workers` (--prefetch-workers) must be at least 1");
+        }
+        if self.sample_ahead == Some(0) {
+            bail!("config: `sample_ahead` (--sample-ahead) must be at least 1 (1: sample each batch in its step)");
         }
         if self.ranks_per_node == Some(0) {
             bail!("config: `ranks_per_node` (--ranks-per-node) must be at least 1");

@@ -554,7 +554,7 @@ fn a_stores_sparse_copy_gives_the_numbers_of_the_dense_gather() {
                 sparse_first_layer: true,
                 transposes: if ahead { plan } else { TransposePlan::none() },
             };
-            gdp_host_batch(&data, None, args.spec(), input, false)
+            gdp_host_batch(&data, None, args.spec(), input, false, None)
         };
         let prepare = |resident: bool| prepare_with(resident, resident);
         // CPU: the store's CSR rows against the dense gather.

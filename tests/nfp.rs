@@ -199,6 +199,46 @@ fn nfp_with_sage_and_gcn_on_2_3_and_4_ranks_trains_the_model_of_1_gdp_rank() {
 }
 
 #[test]
+fn nfp_sampling_batches_ahead_in_windows_changes_no_parameter() {
+    // NFP's ranks sample their seeds locally, so each samples its next batches side by side
+    // (`--sample-ahead`): windows of 3 over 5 steps of 2 epochs (one window crosses the
+    // epoch's end, one is cut by `--max-steps`) train the parameters of the step's own
+    // sampling, bit for bit.
+    let test = "nfp_sampling_batches_ahead_in_windows_changes_no_parameter";
+    if !common::have_mpirun(test) {
+        return;
+    }
+    let dir = common::tempdir();
+    let data = sbm(dir.path(), 16);
+    let (in_step, _, _) = train(
+        dir.path(),
+        &data,
+        "sage",
+        "nfp",
+        2,
+        &["--sample-ahead", "1"],
+        &[],
+    );
+    let (ahead, _, _) = train(
+        dir.path(),
+        &data,
+        "sage",
+        "nfp",
+        2,
+        &["--sample-ahead", "3"],
+        &[],
+    );
+    assert_eq!(in_step.len(), ahead.len());
+    assert!(
+        in_step
+            .iter()
+            .zip(&ahead)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "nfp with batches sampled ahead trained other parameters"
+    );
+}
+
+#[test]
 fn nfp_with_10_features_on_3_and_4_ranks_slices_unevenly_and_still_matches() {
     let test = "nfp_with_10_features_on_3_and_4_ranks_slices_unevenly_and_still_matches";
     if !common::have_mpirun(test) {

@@ -284,6 +284,71 @@ fn prefetching_changes_no_parameter_at_one_or_two_threads() {
 }
 
 #[test]
+fn sampling_batches_ahead_in_windows_changes_no_parameter() {
+    // Without prefetch, one GDP rank samples the next batches side by side, each on a thread
+    // of its own (`--sample-ahead`, default the rank's threads). Windows that cross the
+    // epoch's end (4 steps an epoch, windows of 3), a run that `--max-steps` stops inside an
+    // epoch (a window sampled past the last step is not), a window wider than the threads,
+    // and the step's own sampling must all train the same parameters, bit for bit.
+    let tmp = common::tempdir();
+    let data = small_sbm(tmp.path());
+    for (toml, tag) in [(MINIBATCH, "sage"), (MINIBATCH_GCN, "gcn")] {
+        let config = &config_file(tmp.path(), tag, toml);
+        for stop in [
+            &["--epochs", "2"][..],
+            &["--epochs", "3", "--max-steps", "6"],
+        ] {
+            let mut reference: Option<Vec<u32>> = None;
+            for (threads, ahead, window) in [
+                ("2", Some("1"), 1),
+                ("2", None, 2),
+                ("2", Some("3"), 3),
+                ("1", None, 1),
+                ("1", Some("4"), 4),
+            ] {
+                let what = format!("{tag} {stop:?} --threads {threads} --sample-ahead {ahead:?}");
+                let ck = tmp.path().join(format!(
+                    "ahead-{tag}-{}-t{threads}-{}.h5",
+                    stop.len(),
+                    ahead.unwrap_or("default")
+                ));
+                let mut args = vec!["--device", "cpu", "--threads", threads];
+                args.extend_from_slice(&["--prefetch", "off", "--checkpoint", s(&ck)]);
+                if let Some(n) = ahead {
+                    args.extend_from_slice(&["--sample-ahead", n]);
+                }
+                args.extend_from_slice(stop);
+                let out = train(&data, config, &args);
+                assert_eq!(
+                    out.last_json()["steps"],
+                    if stop.len() == 2 { 8 } else { 6 }
+                );
+                let said = format!("sampling ahead: {window} batches at once");
+                assert_eq!(
+                    out.stderr.contains("sampling ahead:"),
+                    window > 1,
+                    "{what}: {}",
+                    out.stderr
+                );
+                assert!(
+                    window == 1 || out.stderr.contains(&said),
+                    "{what}: {}",
+                    out.stderr
+                );
+                let params = bits(&read_f32s(&ck, "params"));
+                match &reference {
+                    None => reference = Some(params),
+                    Some(want) => assert!(
+                        *want == params,
+                        "{what} trained other parameters than each batch sampled in its step"
+                    ),
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn prefetching_on_a_device_changes_no_parameter() {
     // With the model on a device (here the CUDA backend on its CPU emulator), `auto` turns the
     // prefetch thread on, and the input rows are gathered on the device from its resident

@@ -117,6 +117,11 @@ pub struct TrainArgs {
     /// numbers either way.
     #[arg(long, value_name = "N")]
     pub prefetch_workers: Option<usize>,
+    /// Without prefetch, where a rank samples locally (GDP on one rank, NFP): batches sampled
+    /// at once ahead of their steps, each on a thread of its own (default: the threads, at
+    /// most 16; 1: each batch in its step). Same numbers either way.
+    #[arg(long, value_name = "N")]
+    pub sample_ahead: Option<usize>,
     /// Group consecutive ranks into pretend nodes of K ranks (tests of hybrid on one
     /// machine; default: the real nodes). K must divide the number of ranks.
     #[arg(long, value_name = "K")]
@@ -219,6 +224,9 @@ impl TrainArgs {
         }
         if self.prefetch_workers.is_some() {
             cfg.prefetch_workers = self.prefetch_workers;
+        }
+        if self.sample_ahead.is_some() {
+            cfg.sample_ahead = self.sample_ahead;
         }
         if self.threads.is_some() {
             cfg.threads = self.threads;

@@ -11,8 +11,14 @@ use anyhow::{bail, Result};
 use std::path::Path;
 
 /// Settings a rank may choose for itself: how it computes, not what (its thread count, its
-/// prefetch workers, how its MPI moves device buffers) or a label.
-const PER_RANK: [&str; 4] = ["threads", "prefetch_workers", "cuda_aware_mpi", "dataset"];
+/// prefetch workers, its batches sampled ahead, how its MPI moves device buffers) or a label.
+const PER_RANK: [&str; 5] = [
+    "threads",
+    "prefetch_workers",
+    "sample_ahead",
+    "cuda_aware_mpi",
+    "dataset",
+];
 
 /// The settings every rank must share, by name.
 pub fn shared_settings(cfg: &TrainConfig) -> serde_json::Value {

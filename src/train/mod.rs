@@ -18,6 +18,7 @@ pub mod owner_input;
 pub mod plan;
 pub mod prefetch;
 pub mod report;
+pub mod sample_ahead;
 pub mod slicegcn;
 pub mod snp;
 pub mod split;
@@ -344,6 +345,9 @@ pub struct Trainer<'w, B: Backend = Cpu> {
     /// Bytes of remote feature rows each rank may cache (`--cache-mb`), sized once so that
     /// the planner prices the cache the trainer fills.
     cache_budget: usize,
+    /// Batches sampled ahead of their steps, where this rank samples locally in its steps
+    /// (`--sample-ahead`; [`sample_ahead`]).
+    ahead: Option<sample_ahead::SampleAhead>,
 }
 
 impl<'w> Trainer<'w, Cpu> {
@@ -626,7 +630,19 @@ impl<'w, B: Backend> Trainer<'w, B> {
             planned,
             unplanned,
             cache_budget,
+            ahead: None,
         };
+        let window = t.sample_window();
+        if window > 1 {
+            if t.world.rank() == 0 {
+                log::info!(
+                    "sampling ahead: {window} batches at once, each on a thread of its own, \
+                     where a step does not prepare its batch on prefetch workers \
+                     (--sample-ahead)"
+                );
+            }
+            t.ahead = Some(sample_ahead::SampleAhead::new(window));
+        }
         if let Some(dir) = &t.files.dump_blocks {
             t.dump = Some(dump::BlockDump::create(dir, world.rank())?);
         }
@@ -1025,11 +1041,80 @@ impl<'w, B: Backend> Trainer<'w, B> {
         )
     }
 
+    /// Batches a window of [`sample_ahead`] samples at once on this rank: GDP's mini-batches on
+    /// one rank and NFP's (whose ranks sample their seeds locally, over the whole topology);
+    /// 1 elsewhere (several ranks' samplers are collective) and for full-batch training.
+    fn sample_window(&self) -> usize {
+        let local = match self.cfg.strategy {
+            Strategy::Gdp => self.data_group().size() == 1,
+            Strategy::Nfp => true,
+            _ => false,
+        };
+        if !local || self.cfg.full_batch {
+            return 1;
+        }
+        let vertices = self.data.offsets.last().copied().unwrap_or(0);
+        sample_ahead::window_size(
+            self.cfg.sample_ahead,
+            rayon::current_num_threads(),
+            vertices,
+        )
+    }
+
+    /// Batch `b`'s blocks (as sampled, before self-loops) from the window of batches sampled
+    /// ahead, sampling the next window first when `b` is not in it (its seconds go to
+    /// `times.sample`); `None` where this run samples each batch in its step.
+    fn sampled_ahead(
+        &mut self,
+        batches: &[Vec<NodeId>],
+        b: usize,
+        times: &mut PhaseTimes,
+    ) -> Result<Option<Vec<crate::sample::Block>>> {
+        let Some(ahead) = self.ahead.as_mut() else {
+            return Ok(None);
+        };
+        let data = &self.data;
+        let topology = match (&data.sliced, self.cfg.strategy) {
+            (Some(sliced), Strategy::Nfp) => &sliced.topology,
+            _ => &data.part,
+        };
+        let graph = crate::sample::LocalGraph::new(topology, data.orig_ids.as_deref());
+        // Only batches this run will step through: `max_steps` may end the epoch early.
+        let mut end = batches.len();
+        if let Some(max) = self.cfg.max_steps {
+            end = end.min(b + max.saturating_sub(self.pos.step) as usize);
+        }
+        let (seed, epoch) = (self.cfg.seed, self.pos.epoch as u64);
+        let (blocks, seconds) = ahead.take(
+            b,
+            end,
+            &graph,
+            &self.cfg.fanouts,
+            |i| {
+                batches[i]
+                    .iter()
+                    .copied()
+                    .filter(|&v| data.owns(v))
+                    .collect()
+            },
+            |i| BatchKey {
+                seed,
+                epoch,
+                batch: i as u64,
+            },
+        )?;
+        times.sample += seconds;
+        Ok(Some(blocks))
+    }
+
     /// Run the rest of the current epoch (or until `max_steps`).
     fn train_epoch(&mut self) -> Result<EpochOutcome> {
         let batches = self.batches();
         if let Some(workers) = self.prefetch_workers() {
             return self.train_epoch_prefetched(&batches, workers);
+        }
+        if let Some(ahead) = &mut self.ahead {
+            ahead.clear();
         }
         let mut times = PhaseTimes::default();
         let mut totals = EpochTotals::new();
@@ -1061,6 +1146,11 @@ impl<'w, B: Backend> Trainer<'w, B> {
             if self.cfg.full_batch {
                 self.ensure_full_plan();
             }
+            let sampled = match self.cfg.strategy {
+                Strategy::Gdp | Strategy::Nfp => self.sampled_ahead(&batches, b, &mut times)?,
+                _ => None,
+            };
+
             let args = StepArgs {
                 group: self.world,
                 batch,
@@ -1101,13 +1191,14 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 }
                 (false, Strategy::Nfp) => {
                     let nfp = self.nfp.as_mut().expect("built in Trainer::on for nfp");
-                    nfp.step(model, data, &args, &mut times)?
+                    nfp.step(model, data, &args, sampled, &mut times)?
                 }
                 (false, Strategy::Gdp) => strategy::gdp_minibatch_step(
                     model,
                     data,
                     self.resident.as_ref(),
                     &args,
+                    sampled,
                     &mut times,
                     dump,
                 )?,

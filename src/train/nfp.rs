@@ -249,12 +249,14 @@ impl<B: Backend> Nfp<B> {
     }
 
     /// One NFP step; gradients accumulate in `model` (the sliced weights' only in this rank's
-    /// rows). Collective.
+    /// rows). `sampled`: this rank's seeds' blocks sampled ahead ([`super::sample_ahead`]),
+    /// else sampled here. Collective.
     pub fn step(
         &mut self,
         model: &mut Model<B>,
         data: &mut TrainData,
         args: &StepArgs,
+        sampled: Option<Vec<Block>>,
         times: &mut PhaseTimes,
     ) -> Result<StepOutput> {
         let StepArgs {
@@ -270,8 +272,13 @@ impl<B: Backend> Nfp<B> {
         let sliced = data.sliced.as_ref().context("nfp: no sliced data")?;
         let seeds: Vec<NodeId> = batch.iter().copied().filter(|&v| data.owns(v)).collect();
         // Every rank holds the whole topology: its seeds' blocks are GDP's, sampled locally.
-        let graph = LocalGraph::new(&sliced.topology, data.orig_ids.as_deref());
-        let mut blocks = sample_blocks(&graph, &seeds, fanouts, key);
+        let mut blocks = match sampled {
+            Some(blocks) => blocks,
+            None => {
+                let graph = LocalGraph::new(&sliced.topology, data.orig_ids.as_deref());
+                sample_blocks(&graph, &seeds, fanouts, key)
+            }
+        };
         if self_loops {
             blocks = blocks.iter().map(Block::with_self_loops).collect();
         }

@@ -191,7 +191,14 @@ impl BatchPreparer<'_> {
                 Prepared::Snp(snp_host_batch(data, several(), spec, snp, input))
             }
             Strategy::Dnp => Prepared::Dnp(dnp_host_batch(data, several(), spec, input)),
-            _ => Prepared::Gdp(gdp_host_batch(data, group, spec, input, self.keep_sampled)),
+            _ => Prepared::Gdp(gdp_host_batch(
+                data,
+                group,
+                spec,
+                input,
+                self.keep_sampled,
+                None,
+            )),
         }
     }
 }

@@ -224,6 +224,7 @@ pub fn gdp_host_batch(
     spec: BatchSpec,
     source: InputSource,
     keep_sampled: bool,
+    sampled_ahead: Option<Vec<Block>>,
 ) -> HostBatch {
     let BatchSpec {
         batch,
@@ -234,9 +235,12 @@ pub fn gdp_host_batch(
     let t = Instant::now();
     let seeds: Vec<NodeId> = batch.iter().copied().filter(|&v| data.owns(v)).collect();
     let graph = LocalGraph::new(&data.part, data.orig_ids.as_deref());
-    let mut blocks = match group {
-        None => sample_blocks(&graph, &seeds, fanouts, key),
-        Some(g) => sample_blocks_distributed(g, &graph, &data.offsets, &seeds, fanouts, key),
+    let mut blocks = match (sampled_ahead, group) {
+        (Some(blocks), _) => blocks,
+        (None, None) => sample_blocks(&graph, &seeds, fanouts, key),
+        (None, Some(g)) => {
+            sample_blocks_distributed(g, &graph, &data.offsets, &seeds, fanouts, key)
+        }
     };
     let mut sampled = None;
     if self_loops {
@@ -289,13 +293,21 @@ pub fn gdp_minibatch_step<B: Backend>(
     data: &mut TrainData,
     resident: Option<&ResidentFeatures<B>>,
     args: &StepArgs,
+    sampled_ahead: Option<Vec<Block>>,
     times: &mut PhaseTimes,
     dump: Option<(&mut BlockDump, u64)>,
 ) -> Result<StepOutput> {
     // Exactly what the prefetch workers would have prepared.
     let input = InputSource::of(model, resident);
     let partitioned = (args.group.size() > 1).then_some(args.group);
-    let host = gdp_host_batch(data, partitioned, args.spec(), input, dump.is_some());
+    let host = gdp_host_batch(
+        data,
+        partitioned,
+        args.spec(),
+        input,
+        dump.is_some(),
+        sampled_ahead,
+    );
     data.store.add_stats(&host.store);
     gdp_train_step(model, data, resident, host, args, times, dump)
 }

@@ -145,6 +145,7 @@ pub fn obtain<B: Backend>(
             shared_cores: None,
             cache_bytes: 0.0,
             private_cache_bytes: 0.0,
+            sample_window: 1,
             far_shares: vec![],
         });
         calibrate::share_from_root(world, &mut cal);
@@ -218,7 +219,25 @@ pub fn shape_of<B: Backend, M: Backend>(
         );
     }
     let nfp_columns = widths.into_iter().map(|w| w as f64).collect();
+    // Batches sampled side by side ahead of their steps where a rank samples locally in them
+    // (`Trainer::sample_window`): NFP always, GDP on one rank without prefetch workers.
+    let window = if cfg.full_batch {
+        1
+    } else {
+        crate::train::sample_ahead::window_size(
+            cfg.sample_ahead,
+            rayon::current_num_threads(),
+            data.offsets.last().copied().unwrap_or(0),
+        )
+    };
+    let gdp_prefetched = crate::train::prefetch::prefetches(cfg, !B::IS_HOST);
     ModelShape {
+        gdp_sample_window: if group.size() == 1 && !gdp_prefetched {
+            window
+        } else {
+            1
+        },
+        nfp_sample_window: window,
         packed_row_bytes: ModelShape::packed_row_bytes(in_w[0], density),
         kind: cfg.model,
         in_w,

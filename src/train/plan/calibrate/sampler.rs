@@ -7,6 +7,7 @@ use crate::exchange::sample_blocks_distributed;
 use crate::graph::NodeId;
 use crate::sample::{sample_blocks, Adjacency, BatchKey, Block};
 use crate::train::plan::evict::Evictor;
+use crate::train::sample_ahead::{window_size, SampleAhead};
 
 /// A synthetic adjacency for timing the sampler: `n` vertices of `degree` pseudo-random
 /// neighbours each (16 MiB of ids at the size used: more than a core's caches, as a real
@@ -75,7 +76,7 @@ impl Adjacency for OwnedRange<'_> {
 /// a second time: 4-12 bytes an edge at the alltoallv's rate, a few ns against the tens an
 /// edge costs.
 pub(super) fn sample_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
-    let (n, degree) = (1usize << 18, 16usize);
+    let (n, degree) = (SYNTHETIC_VERTICES, 16usize);
     let graph = SyntheticGraph::new(n, degree);
     let ranks = world.size();
     let offsets: Vec<u64> = (0..=ranks).map(|r| (r * n / ranks) as u64).collect();
@@ -117,6 +118,88 @@ pub(super) fn sample_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
                         sample_blocks(&mine, &batches[call], &[10, 5], key)
                     };
                     edges += blocks.iter().map(Block::num_edges).sum::<usize>();
+                    call += 1;
+                },
+            );
+            let mut mean = [edges as f64 / call as f64];
+            world.allreduce_sum_f64(&mut mean);
+            [mean[0] / ranks as f64, s]
+        })
+        .collect()
+}
+
+/// The synthetic graph's vertices the sampler points are timed on.
+const SYNTHETIC_VERTICES: usize = 1 << 18;
+
+/// Batches a window samples at once on this rank's threads with `--sample-ahead` at its
+/// default ([`window_size`] on the synthetic graph): what [`sample_ahead_points`] time, and
+/// 1 (nothing to time) on one thread.
+pub(super) fn calibrated_window() -> usize {
+    window_size(
+        None,
+        rayon::current_num_threads(),
+        SYNTHETIC_VERTICES as u64,
+    )
+}
+
+/// The local sampler run in windows ([`crate::train::sample_ahead`]: GDP on one rank, NFP):
+/// every rank samples [`calibrated_window`] batches of its own seeds over the whole synthetic
+/// graph side by side, each on a thread of its own, on the same two hops as
+/// [`sample_points`]: `x` = the window's edges (the mean over the timed calls and the ranks),
+/// the seconds those of the window. No points on one thread. From cold caches where every
+/// rank has cores of its own, as [`sample_points`].
+pub(super) fn sample_ahead_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
+    let window = calibrated_window();
+    if window < 2 {
+        return Vec::new();
+    }
+    let n = SYNTHETIC_VERTICES;
+    let graph = SyntheticGraph::new(n, 16);
+    let whole = OwnedRange {
+        graph: &graph,
+        first: 0,
+        end: n as u64,
+    };
+    let ranks = world.size();
+    let mut ahead = SampleAhead::new(window);
+    let mut evictor = cold.then(Evictor::for_host);
+    [128usize, 512, 1024, 2048]
+        .iter()
+        .map(|&seeds| {
+            // Every rank its own seeds, as NFP's ranks sample theirs.
+            let batches: Vec<Vec<NodeId>> = spread_ids(seeds, n, (REPS + 1) * window)
+                .into_iter()
+                .map(|b| {
+                    b.into_iter()
+                        .map(|v| ((v as usize + world.rank() * 7919) % n) as NodeId)
+                        .collect()
+                })
+                .collect();
+            let (mut call, mut edges) = (0, 0usize);
+            let s = time_point_after(
+                world,
+                REPS,
+                || evictor.iter_mut().for_each(Evictor::evict),
+                || {
+                    let first = call * window;
+                    ahead.clear();
+                    for b in 0..window {
+                        let (blocks, _) = ahead
+                            .take(
+                                b,
+                                window,
+                                &whole,
+                                &[10, 5],
+                                |i| batches[first + i].clone(),
+                                |i| BatchKey {
+                                    seed: 7,
+                                    epoch: 1,
+                                    batch: (first + i) as u64,
+                                },
+                            )
+                            .expect("the sampling threads start");
+                        edges += blocks.iter().map(Block::num_edges).sum::<usize>();
+                    }
                     call += 1;
                 },
             );

@@ -39,8 +39,9 @@ pub use fit::Fit;
 /// [`Fit::by_grid`], 21 the products' backward forms timed apart, `gemm_tn` and `gemm_nt`
 /// ([`Product`]), and the sparse products timed at output widths up to 1024 and priced through
 /// their points by non-zeros and width, 22 the gathers from tables between the near and the
-/// far ones, [`Calibration::far_shares`].)
-pub const FORMAT: u32 = 22;
+/// far ones, [`Calibration::far_shares`], 23 the local sampler timed in windows of batches
+/// side by side, `sample_ahead` ([`Calibration::sample_window`]).)
+pub const FORMAT: u32 = 23;
 
 /// Dense products `m×k · k×n` of the shapes layers use, each into a newly allocated output as a
 /// layer's are: square-ish ones, bound by their flops (2·m·k·n), and skinny ones (a layer into
@@ -145,6 +146,7 @@ pub const OPERATORS: &[(&str, &str)] = &[
     ("aggregate", "edge"),
     ("spmm", "nnz"),
     ("sample", "edge"),
+    ("sample_ahead", "edge"),
     ("optimizer", "param"),
     ("attention", "edge_col"),
     ("elementwise", "byte"),
@@ -185,6 +187,15 @@ pub struct Calibration {
     /// calibration): a product's bytes within it cost no more than its flops, only those
     /// beyond are priced by `gemm`'s per-byte term ([`Calibration::products`]).
     pub private_cache_bytes: f64,
+    /// Batches the `sample_ahead` points sampled at once (the rank's threads, at most 16;
+    /// 1 where it has one thread, and those points are empty): a run's window of another size
+    /// is priced from them ([`Calibration::local_sampling`]).
+    #[serde(default = "one")]
+    pub sample_window: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// The kernels of a calibration timed in turns on a host whose ranks share its cores.
@@ -198,6 +209,20 @@ pub struct SharedCores {
 }
 
 impl Calibration {
+    /// Seconds for a rank to sample a batch of `edges` edges locally, in its step
+    /// (`sample`), or in a window of `window` batches side by side
+    /// ([`crate::train::sample_ahead`]): the calibrated window's time at `edges` a batch,
+    /// shared by the run's batches of a window (no more than the calibration sampled at once:
+    /// one thread a batch).
+    pub fn local_sampling(&self, edges: f64, window: usize) -> f64 {
+        if window < 2 || self.sample_window < 2 {
+            return self.op("sample").seconds(edges, 1.0);
+        }
+        let calibrated = self.sample_window as f64;
+        self.op("sample_ahead").seconds(edges * calibrated, 1.0)
+            / window.min(self.sample_window) as f64
+    }
+
     /// The fit of `op` (one of [`OPERATORS`]). Every loaded or measured calibration has them
     /// all ([`Calibration::check`]); an operator the machine lacks (no device, one node) is
     /// stored as free.
@@ -379,6 +404,7 @@ impl Calibration {
         }
         w.push(self.cache_bytes);
         w.push(self.private_cache_bytes);
+        w.push(self.sample_window as f64);
         w.push(self.far_shares.len() as f64);
         w.extend(self.far_shares.iter().flatten());
         w
@@ -404,6 +430,7 @@ impl Calibration {
         }
         self.cache_bytes = next();
         self.private_cache_bytes = next();
+        self.sample_window = next() as usize;
         let n = next() as usize;
         self.far_shares = (0..n).map(|_| [next(), next()]).collect();
     }

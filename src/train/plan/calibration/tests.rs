@@ -26,6 +26,7 @@ fn calibration() -> Calibration {
         shared_cores: None,
         cache_bytes: 32.0 * 1024.0 * 1024.0,
         private_cache_bytes: 2.0 * 1024.0 * 1024.0,
+        sample_window: 1,
         far_shares: vec![],
     }
 }
@@ -233,6 +234,7 @@ fn the_wire_carries_every_operators_pricing() {
         operators: BTreeMap::new(),
         cache_bytes: 0.0,
         private_cache_bytes: 0.0,
+        sample_window: 1,
         far_shares: vec![],
         ..cal.clone()
     };

@@ -91,6 +91,12 @@ pub struct ModelShape {
     /// or `None` where each batch is prepared in its step (the CPU backend, whose cores the
     /// preparation would share, or `--prefetch off`).
     pub prefetch_workers: Option<usize>,
+    /// Batches sampled at once, each on a thread of its own, ahead of their steps
+    /// (`train::sample_ahead`) where GDP samples locally in its steps (one rank, no prefetch
+    /// workers); 1: each batch sampled in its step.
+    pub gdp_sample_window: usize,
+    /// The same for NFP, whose ranks all sample their seeds locally.
+    pub nfp_sample_window: usize,
     /// Each rank's input columns under NFP (`columns::planned_bounds`: equal non-zeros on
     /// mostly-zero features, else even widths); empty: even widths.
     pub nfp_columns: Vec<f64>,

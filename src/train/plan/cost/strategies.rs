@@ -163,6 +163,10 @@ fn build(cal: &Calibration, c: &Counts, a2a: &str) -> f64 {
 pub fn gdp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
     let rows = Rows::of_input_block(shape);
     let mut r = load(shape, cal, c, a2a, rows);
+    if shape.gdp_sample_window > 1 {
+        // One rank sampling in windows: no id exchange, the local sampler side by side.
+        r.phases.build = cal.local_sampling(c.sampled_edges, shape.gdp_sample_window);
+    }
     r.phases.train = compute(shape, cal, c, Order::Cheaper, rows != Rows::Csr);
     r
 }
@@ -338,7 +342,7 @@ pub fn nfp(
             // ids are routed to owners. The input blocks' allgather (ids and edges, as the
             // other strategies' id exchanges while sampling) is part of building the step,
             // where training times it too (`Nfp`'s sample phase).
-            build: cal.op("sample").seconds(mine.sampled_edges, 1.0) + allgather,
+            build: cal.local_sampling(mine.sampled_edges, shape.nfp_sample_window) + allgather,
             load,
             shuffle,
             train: sliced_train(&sliced, cal, (dst, src, edges), mine, csr.is_none()),

@@ -61,6 +61,7 @@ fn machine() -> Calibration {
         shared_cores: None,
         cache_bytes: 32.0 * 1024.0 * 1024.0,
         private_cache_bytes: 0.0,
+        sample_window: 1,
         far_shares: vec![],
     }
 }
@@ -77,6 +78,8 @@ fn shape() -> ModelShape {
         packed_row_bytes: None,
         csr_batches: false,
         prefetch_workers: None,
+        gdp_sample_window: 1,
+        nfp_sample_window: 1,
         resident_rows: false,
         sync_ranks: 1,
         store_bytes: 0.0,
@@ -104,6 +107,47 @@ fn counts(remote: f64) -> Counts {
         src: vec![1000.0 + remote, 200.0],
         edges: vec![2000.0, 200.0],
     }
+}
+
+#[test]
+fn batches_sampled_in_windows_share_the_calibrated_window() {
+    let mut cal = machine();
+    let c = counts(0.0);
+    let local = ModelShape {
+        gdp_sample_window: 4,
+        nfp_sample_window: 4,
+        ..shape()
+    };
+    // A calibration of one thread has no window: its sampler prices every batch, also the
+    // windowed ones, and GDP on one rank pays no id exchange.
+    let one = gdp(&local, &cal, &c, "alltoallv_world").phases.build;
+    assert!((one - (1e-4 + 2200.0 * 1e-6)).abs() < 1e-15, "{one}");
+    // Calibrated in windows of 8 batches at 1 µs an edge with 1 ms latency: 8 batches of
+    // 2,200 edges take 18.6 ms side by side; the run's windows of 4 share it 4 ways (4 of the
+    // calibration's 8 threads), of 16 share it 8 ways.
+    cal.sample_window = 8;
+    let ahead = cal.operators.get_mut("sample_ahead").unwrap();
+    (ahead.latency_s, ahead.per_unit_s) = (1e-3, 1e-6);
+    let window = 1e-3 + 8.0 * 2200.0 * 1e-6;
+    let four = gdp(&local, &cal, &c, "alltoallv_world").phases.build;
+    assert!((four - window / 4.0).abs() < 1e-15, "{four}");
+    let sixteen = ModelShape {
+        gdp_sample_window: 16,
+        ..shape()
+    };
+    let wide = gdp(&sixteen, &cal, &c, "alltoallv_world").phases.build;
+    assert!((wide - window / 8.0).abs() < 1e-15, "{wide}");
+    // Several GDP ranks sample in their steps (window 1): the owner-routed sampler and its
+    // id exchanges, as before.
+    let routed = gdp(&shape(), &cal, &c, "alltoallv_world").phases.build;
+    let exchanges = cal.op("alltoallv_world").seconds(8000.0, 6.0);
+    assert!((routed - (1e-4 + 2200.0 * 1e-6) - exchanges).abs() < 1e-15);
+    // NFP: its window's sampling and the blocks' allgather.
+    let all = [&c, &c];
+    let nfp_windowed = nfp(&local, &cal, &all, 0, "alltoallv_world").phases.build;
+    let nfp_step = nfp(&shape(), &cal, &all, 0, "alltoallv_world").phases.build;
+    let gap = (1e-4 + 2200.0 * 1e-6) - window / 4.0;
+    assert!((nfp_step - nfp_windowed - gap).abs() < 1e-15);
 }
 
 #[test]

@@ -1,0 +1,206 @@
+//! Sampling ahead in windows: where a rank samples its batches locally (GDP on one rank, NFP
+//! on any number) and prepares each batch in its step (no prefetch workers: the CPU backend's
+//! default), the next `K` batches are sampled at once, each whole batch on one thread, and
+//! the steps then take their blocks from the window.
+//!
+//! Why: one batch's sampling is short parallel loops with a serial block build between them,
+//! so its threads idle (on the 16-core GPU hosts a batch's sampling scaled 2.7-2.9× at 16
+//! threads while the gather scaled 8.8×); whole batches side by side scale with the threads
+//! (`benchmarks/results/sample_ahead_ab.md`). Unlike the prefetch workers, the window runs
+//! between steps, on every thread, so it never shares the cores with training (what keeps
+//! prefetch off on the CPU backend).
+//!
+//! Each batch samples in a rayon pool of one thread of its own, so inside it the sampler
+//! takes its serial path (the parallel block build and the pipelined hop are for threads a
+//! batch has to itself). The blocks are bitwise what the step would have sampled: a batch's
+//! sample is a pure function of its key (ARCHITECTURE invariant 3).
+//!
+//! Memory: a window holds `K` batches' blocks, and each sampling thread keeps an id table of
+//! 4 bytes per vertex of the graph for its life ([`crate::sample::build`]); `K` is bounded by
+//! [`MAX_WINDOW`] and so that the tables stay within [`TABLES_BUDGET_BYTES`].
+
+use crate::graph::NodeId;
+use crate::sample::{sample_blocks, Adjacency, BatchKey, Block};
+use anyhow::{anyhow, Result};
+use std::time::Instant;
+
+/// The most batches one window samples: beyond this their blocks cost memory (a few MB a
+/// batch with `inputs/sage-bench.toml`'s fanouts on the 200k SBM) for throughput the
+/// measured hosts (16 cores) could not use.
+pub const MAX_WINDOW: usize = 16;
+
+/// The id tables of a window's sampling threads together (4 bytes per vertex each).
+pub const TABLES_BUDGET_BYTES: u64 = 1 << 30;
+
+/// Batches a window samples at once: `configured` (`--sample-ahead`) when set, else the
+/// rank's `threads` up to [`MAX_WINDOW`]; at most as many sampling threads as keep their id
+/// tables of a `vertices`-vertex graph within [`TABLES_BUDGET_BYTES`]. 1 means each batch is
+/// sampled in its step.
+pub fn window_size(configured: Option<usize>, threads: usize, vertices: u64) -> usize {
+    let wanted = configured.unwrap_or(threads.min(MAX_WINDOW)).max(1);
+    let table = 4 * vertices.max(1);
+    let fit = (TABLES_BUDGET_BYTES / table).max(1) as usize;
+    wanted.min(fit)
+}
+
+/// One epoch's window: the sampled blocks of batches `first..first + blocks.len()`.
+pub struct SampleAhead {
+    /// One single-thread pool per batch of a window, started on first use.
+    pools: Vec<rayon::ThreadPool>,
+    size: usize,
+    first: usize,
+    blocks: Vec<Option<Vec<Block>>>,
+}
+
+impl SampleAhead {
+    /// A window of `size` batches (at least 2: one batch is sampled in its step).
+    pub fn new(size: usize) -> SampleAhead {
+        debug_assert!(
+            size >= 2,
+            "a window of one batch is the step's own sampling"
+        );
+        SampleAhead {
+            pools: Vec::new(),
+            size,
+            first: 0,
+            blocks: Vec::new(),
+        }
+    }
+
+    /// Batches a window samples at once.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Forget the window (a new epoch's batches are other batches).
+    pub fn clear(&mut self) {
+        self.first = 0;
+        self.blocks.clear();
+    }
+
+    /// The blocks of batch `b` (input layer first, as [`sample_blocks`] returns them) and the
+    /// seconds spent sampling for it: when `b` is not in the window, batches `b..end` (at
+    /// most [`SampleAhead::size`]) are sampled first, side by side, batch `i` as
+    /// `sample_blocks(adj, &seeds_of(i), fanouts, key_of(i))`, and the seconds are the
+    /// window's; else 0.
+    pub fn take<A: Adjacency + Sync>(
+        &mut self,
+        b: usize,
+        end: usize,
+        adj: &A,
+        fanouts: &[i32],
+        seeds_of: impl Fn(usize) -> Vec<NodeId> + Sync,
+        key_of: impl Fn(usize) -> BatchKey + Sync,
+    ) -> Result<(Vec<Block>, f64)> {
+        let mut seconds = 0.0;
+        let held = b >= self.first && b - self.first < self.blocks.len();
+        if !held || self.blocks[b - self.first].is_none() {
+            let t = Instant::now();
+            self.fill(b, end.max(b + 1), adj, fanouts, &seeds_of, &key_of)?;
+            seconds = t.elapsed().as_secs_f64();
+        }
+        let blocks = self.blocks[b - self.first]
+            .take()
+            .expect("batch b was sampled into the window");
+        Ok((blocks, seconds))
+    }
+
+    fn fill<A: Adjacency + Sync>(
+        &mut self,
+        b: usize,
+        end: usize,
+        adj: &A,
+        fanouts: &[i32],
+        seeds_of: &(impl Fn(usize) -> Vec<NodeId> + Sync),
+        key_of: &(impl Fn(usize) -> BatchKey + Sync),
+    ) -> Result<()> {
+        let count = (end - b).min(self.size);
+        while self.pools.len() < count {
+            let k = self.pools.len();
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .thread_name(move |_| format!("gnnpar-sample-{k}"))
+                .build()
+                .map_err(|e| anyhow!("sampling ahead: starting sampling thread {k}: {e}"))?;
+            self.pools.push(pool);
+        }
+        let pools = &self.pools[..count];
+        // Each batch on a thread of its own, blocked in its one-thread pool until sampled.
+        self.blocks = std::thread::scope(|s| {
+            let handles: Vec<_> = pools
+                .iter()
+                .enumerate()
+                .map(|(k, pool)| {
+                    s.spawn(move || {
+                        pool.install(|| {
+                            sample_blocks(adj, &seeds_of(b + k), fanouts, key_of(b + k))
+                        })
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().map(Some))
+                .collect::<std::thread::Result<Vec<_>>>()
+        })
+        .map_err(|_| anyhow!("sampling ahead: a sampling thread panicked"))?;
+        self.first = b;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sample::LocalGraph;
+
+    #[test]
+    fn the_window_is_as_large_as_the_threads_allow_and_the_tables_fit() {
+        assert_eq!(window_size(None, 1, 1000), 1);
+        assert_eq!(window_size(None, 2, 1000), 2);
+        assert_eq!(window_size(None, 64, 1000), MAX_WINDOW);
+        assert_eq!(window_size(Some(3), 64, 1000), 3);
+        assert_eq!(window_size(Some(0), 64, 1000), 1);
+        // 111M vertices (ogbn-papers100M): 444 MB a table, two fit in the budget.
+        assert_eq!(window_size(None, 16, 111_000_000), 2);
+        assert_eq!(window_size(Some(8), 16, 1 << 31), 1);
+    }
+
+    #[test]
+    fn batches_sampled_ahead_are_the_blocks_each_step_would_sample() {
+        let data = crate::graph::generate::synthetic_default(0);
+        let graph = LocalGraph::new(&data, None);
+        let n = data.num_nodes as NodeId;
+        let seeds_of = |i: usize| -> Vec<NodeId> {
+            (0..64).map(|j| ((i * 97 + j * 13) as NodeId) % n).collect()
+        };
+        let key_of = |i: usize| BatchKey {
+            seed: 5,
+            epoch: 1,
+            batch: i as u64,
+        };
+        let fanouts = [5, 3, 2];
+        let mut ahead = SampleAhead::new(3);
+        let end = 7;
+        let mut windows = 0;
+        for b in 0..end {
+            let (blocks, seconds) = ahead
+                .take(b, end, &graph, &fanouts, seeds_of, key_of)
+                .unwrap();
+            windows += usize::from(seconds > 0.0);
+            let direct = sample_blocks(&graph, &seeds_of(b), &fanouts, key_of(b));
+            assert_eq!(blocks, direct, "batch {b}");
+        }
+        // Batches 0-2, 3-5 and 6.
+        assert_eq!(windows, 3);
+        // A batch taken twice (a resumed step) is sampled again, the same.
+        ahead.clear();
+        let (again, _) = ahead
+            .take(4, end, &graph, &fanouts, seeds_of, key_of)
+            .unwrap();
+        assert_eq!(
+            again,
+            sample_blocks(&graph, &seeds_of(4), &fanouts, key_of(4))
+        );
+    }
+}
