@@ -78,8 +78,10 @@ md = ["# Block builds and a batch's sampling by thread count (`benchmarks/block_
       "serial build, all draws then the parallel build, draws and numbering overlapped",
       "(`sample_hop_pipelined`), and `sample_blocks`, which overlaps on 2-7 threads of a",
       "frontier of 4,096+ and builds in parallel from 8 threads (`PAR_MIN_THREADS`) and 32k",
-      "edges. Rows of builds before those columns existed show –.", ""]
-ways = ["draws_then_serial_ms", "draws_then_parallel_ms", "pipelined_ms", "sample_blocks_ms"]
+      "edges; *window*: as many batches as threads side by side, each on a thread of its own",
+      "(`--sample-ahead`, `train::sample_ahead`), per batch. Rows of builds before those",
+      "columns existed show –.", ""]
+ways = ["draws_then_serial_ms", "draws_then_parallel_ms", "pipelined_ms", "sample_blocks_ms", "window_ms"]
 def ms(r, k):
     return f"{r[k]:.2f}" if k in r else "–"
 for (label, host, cpu, n, deg), rs in groups.items():
@@ -87,8 +89,8 @@ for (label, host, cpu, n, deg), rs in groups.items():
     one = next((r["parallel_ms"] for r in rs if r["threads"] == 1), None)
     md += [f"## {label}: {n:,} vertices, mean degree {deg}, {rs[0]['edges_per_batch']:,} edges a batch",
            f"{host}, {rs[0]['cores']} cores ({cpu}), load {rs[0]['loadavg']}", "",
-           "| threads | serial ms | parallel ms | par × | par vs serial | sampling: draws + serial | draws + parallel | overlapped | `sample_blocks` |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "| threads | serial ms | parallel ms | par × | par vs serial | sampling: draws + serial | draws + parallel | overlapped | `sample_blocks` | window |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rs:
         scale = f"{one / r['parallel_ms']:.2f}×" if one else "–"
         md.append(f"| {r['threads']} | {r['serial_ms']:.2f} | {r['parallel_ms']:.2f} | {scale} | "

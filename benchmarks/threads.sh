@@ -28,9 +28,9 @@
 #   SBM_STEPS   optimizer steps on the SBM graph (default 20)
 #   REPEAT      runs of every setting (default 1); the table keeps the fastest of them
 #   RUN_TIMEOUT seconds before one run is killed and recorded as failed (default 900)
-#   SAMPLE_AHEAD --sample-ahead of the runs (default: gnnpar's, the threads up to 16; 1
-#               samples each batch in its step, as builds before 2026-12-05 did); name the
-#               build measured in LABEL, e.g. LABEL=ahead-1 SAMPLE_AHEAD=1
+#   SAMPLE_AHEAD --sample-ahead of the runs (default: gnnpar's, the threads from 4 threads
+#               on, up to 16; 1 samples each batch in its step, as builds before 2026-12-05
+#               did); name the setting measured in LABEL, e.g. LABEL=in-step SAMPLE_AHEAD=1
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -95,8 +95,9 @@ pub struct TrainConfig {
     pub prefetch_workers: Option<usize>,
     /// Where a rank samples its batches locally and in its steps (GDP on one rank, NFP; no
     /// prefetch): batches sampled at once, each whole batch on a thread of its own, ahead of
-    /// their steps (default: the rank's threads, at most 16, and as many as the sampling
-    /// threads' id tables fit in 1 GiB; 1: each batch sampled in its step). Changes no number.
+    /// their steps (default: the rank's threads from 4 threads on, at most 16 and as many as
+    /// the sampling threads' id tables fit in 1 GiB; below 4 threads, 1: each batch sampled
+    /// in its step). Changes no number.
     pub sample_ahead: Option<usize>,
     /// Group consecutive ranks into pretend nodes of this many ranks (tests of `hybrid` on
     /// one machine); default: the real nodes (MPI shared-memory domains).

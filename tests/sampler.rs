@@ -909,13 +909,15 @@ fn process_cpu_seconds() -> f64 {
 /// seeds, fanouts 15/10/5) built by the serial and by the parallel build in a rayon pool of
 /// 1, 2, 4, … threads up to the machine's cores (`BUILD_THREADS`, a comma list, overrides),
 /// and the batch's whole sampling (draws and builds) by each way of doing a hop and by
-/// `sample_blocks`; each the fastest of `BUILD_ROUNDS` rounds (default 5) over four batches. Graphs: 200k
+/// `sample_blocks`, and from two threads a window of as many batches side by side
+/// (`train::sample_ahead`); each the fastest of `BUILD_ROUNDS` rounds (default 5) over four batches. Graphs: 200k
 /// vertices of mean degree 20 (its id table, 800 KB, stays in a core's L2) and 3M of mean
 /// degree 10 (12 MB: beyond it); `BUILD_GRAPHS=small` keeps the first.
 #[test]
 #[ignore = "timing report, run by hand in a release build (benchmarks/block_build.sh)"]
 fn block_build_timings() {
     use gnnpar::sample::build_block_forced;
+    use gnnpar::train::sample_ahead::SampleAhead;
     use std::time::Instant;
     gnnpar::backend::cpu::memory::keep_freed_memory();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -1006,10 +1008,44 @@ fn block_build_timings() {
                 ("pipelined_ms", Way::Pipelined),
                 ("sample_blocks_ms", Way::SampleBlocks),
             ];
-            let sampling: Vec<String> = ways
+            let mut sampling: Vec<String> = ways
                 .iter()
                 .map(|&(name, way)| format!("\"{name}\": {:.4}", sample(way)))
                 .collect();
+            // Whole batches side by side, as a rank sampling ahead does (`--sample-ahead`):
+            // a window of `t` batches, each on a thread of its own; ms per batch.
+            if t > 1 {
+                let mut ahead = SampleAhead::new(t);
+                let window = batches.len().min(t);
+                let ms = pool.install(|| {
+                    (0..rounds + 1)
+                        .map(|_| {
+                            ahead.clear();
+                            let start = Instant::now();
+                            for b in 0..window {
+                                let (blocks, _) = ahead
+                                    .take(
+                                        b,
+                                        window,
+                                        &adj,
+                                        &[15, 10, 5],
+                                        |i| batches[i].clone(),
+                                        |i| BatchKey {
+                                            seed: 1,
+                                            epoch: 0,
+                                            batch: i as u64,
+                                        },
+                                    )
+                                    .expect("sampling threads start");
+                                std::hint::black_box(blocks);
+                            }
+                            start.elapsed().as_secs_f64() * 1e3 / window as f64
+                        })
+                        .skip(1)
+                        .fold(f64::MAX, f64::min)
+                });
+                sampling.push(format!("\"window_ms\": {ms:.4}"));
+            }
             println!(
                 "{{\"bench\": \"block_build\", \"vertices\": {n}, \"mean_degree\": {avg}, \
                  \"edges_per_batch\": {}, \"threads\": {t}, \"cores\": {cores}, \

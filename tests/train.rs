@@ -286,10 +286,11 @@ fn prefetching_changes_no_parameter_at_one_or_two_threads() {
 #[test]
 fn sampling_batches_ahead_in_windows_changes_no_parameter() {
     // Without prefetch, one GDP rank samples the next batches side by side, each on a thread
-    // of its own (`--sample-ahead`, default the rank's threads). Windows that cross the
-    // epoch's end (4 steps an epoch, windows of 3), a run that `--max-steps` stops inside an
-    // epoch (a window sampled past the last step is not), a window wider than the threads,
-    // and the step's own sampling must all train the same parameters, bit for bit.
+    // of its own (`--sample-ahead`; by default from 4 rank threads on). Windows that cross
+    // the epoch's end (4 steps an epoch, windows of 3), a run that `--max-steps` stops inside
+    // an epoch, a window wider than the threads, the default window of 4 threads, and the
+    // step's own sampling must all train the same parameters, bit for bit; so must a run
+    // stopped inside an epoch and resumed, in windows.
     let tmp = common::tempdir();
     let data = small_sbm(tmp.path());
     for (toml, tag) in [(MINIBATCH, "sage"), (MINIBATCH_GCN, "gcn")] {
@@ -301,10 +302,11 @@ fn sampling_batches_ahead_in_windows_changes_no_parameter() {
             let mut reference: Option<Vec<u32>> = None;
             for (threads, ahead, window) in [
                 ("2", Some("1"), 1),
-                ("2", None, 2),
+                ("2", None, 1),
+                ("2", Some("2"), 2),
                 ("2", Some("3"), 3),
-                ("1", None, 1),
                 ("1", Some("4"), 4),
+                ("4", None, 4),
             ] {
                 let what = format!("{tag} {stop:?} --threads {threads} --sample-ahead {ahead:?}");
                 let ck = tmp.path().join(format!(
@@ -345,6 +347,25 @@ fn sampling_batches_ahead_in_windows_changes_no_parameter() {
                 }
             }
         }
+        // 3 epochs straight through in the steps, and in windows of 3 stopped after 6 steps
+        // (inside epoch 2) and resumed.
+        let whole = tmp.path().join(format!("ahead-{tag}-whole.h5"));
+        let base = ["--device", "cpu", "--prefetch", "off", "--epochs", "3"];
+        let mut args = base.to_vec();
+        args.extend_from_slice(&["--sample-ahead", "1", "--checkpoint", s(&whole)]);
+        train(&data, config, &args);
+        let legs = tmp.path().join(format!("ahead-{tag}-legs.h5"));
+        let mut first = base.to_vec();
+        first.extend_from_slice(&["--sample-ahead", "3", "--checkpoint", s(&legs)]);
+        let mut second = first.clone();
+        first.extend_from_slice(&["--max-steps", "6"]);
+        second.push("--resume");
+        train(&data, config, &first);
+        train(&data, config, &second);
+        assert!(
+            state(&whole) == state(&legs),
+            "{tag}: resumed in windows, the run ended elsewhere than straight through"
+        );
     }
 }
 

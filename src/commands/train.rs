@@ -118,8 +118,8 @@ pub struct TrainArgs {
     #[arg(long, value_name = "N")]
     pub prefetch_workers: Option<usize>,
     /// Without prefetch, where a rank samples locally (GDP on one rank, NFP): batches sampled
-    /// at once ahead of their steps, each on a thread of its own (default: the threads, at
-    /// most 16; 1: each batch in its step). Same numbers either way.
+    /// at once ahead of their steps, each on a thread of its own (default: the threads from 4
+    /// threads on, at most 16; 1: each batch in its step). Same numbers either way.
     #[arg(long, value_name = "N")]
     pub sample_ahead: Option<usize>,
     /// Group consecutive ranks into pretend nodes of K ranks (tests of hybrid on one

@@ -4,11 +4,13 @@
 //! the steps then take their blocks from the window.
 //!
 //! Why: one batch's sampling is short parallel loops with a serial block build between them,
-//! so its threads idle (on the 16-core GPU hosts a batch's sampling scaled 2.7-2.9× at 16
-//! threads while the gather scaled 8.8×); whole batches side by side scale with the threads
-//! (`benchmarks/results/sample_ahead_ab.md`). Unlike the prefetch workers, the window runs
-//! between steps, on every thread, so it never shares the cores with training (what keeps
-//! prefetch off on the CPU backend).
+//! so its threads idle (on the 16-core GPU hosts a batch's sampling scaled 2.3× at 4 threads
+//! and 2.7-2.9× at 16, while the gather scaled 8.8×); whole batches side by side scale with
+//! the threads (the prefetch workers, each preparing whole batches in a pool of its own, did
+//! on the 16-core H200 host). Unlike the prefetch workers, the window runs between steps, on
+//! every thread, so it never shares the cores with training (what keeps prefetch off on the
+//! CPU backend). By default from [`MIN_THREADS`] rank threads on: below, a batch's own
+//! parallel sampling does as well (`benchmarks/results/sample_ahead_ab.md`).
 //!
 //! Each batch samples in a rayon pool of one thread of its own, so inside it the sampler
 //! takes its serial path (the parallel block build and the pipelined hop are for threads a
@@ -32,12 +34,27 @@ pub const MAX_WINDOW: usize = 16;
 /// The id tables of a window's sampling threads together (4 bytes per vertex each).
 pub const TABLES_BUDGET_BYTES: u64 = 1 << 30;
 
+/// The fewest rank threads that sample in windows by default. Below, a batch's own parallel
+/// sampling does about as well: on the 2-core VM at two threads (`benchmarks/block_build.sh`,
+/// 1,024 seeds, fanouts 15/10/5) a window of two took 3.96 ms a batch against 4.10 for
+/// `sample_blocks` on a 200k-vertex graph (4.58 against 5.97 on a 3M one), and in training
+/// Tolokers' 12 steps sampled in 0.015 s in windows against 0.013 in the steps, the 200k
+/// SBM's 20 in 0.133 against 0.143 (`benchmarks/results/sample_ahead_ab.md`). From four
+/// threads a batch's own sampling stops scaling (2.3× at 4 threads, 2.9× at 16 on the
+/// 16-core H200 host, while whole batches side by side on prefetch workers scaled with them).
+pub const MIN_THREADS: usize = 4;
+
 /// Batches a window samples at once: `configured` (`--sample-ahead`) when set, else the
-/// rank's `threads` up to [`MAX_WINDOW`]; at most as many sampling threads as keep their id
-/// tables of a `vertices`-vertex graph within [`TABLES_BUDGET_BYTES`]. 1 means each batch is
-/// sampled in its step.
+/// rank's `threads` up to [`MAX_WINDOW`] from [`MIN_THREADS`] on (1 below); at most as many
+/// sampling threads as keep their id tables of a `vertices`-vertex graph within
+/// [`TABLES_BUDGET_BYTES`]. 1 means each batch is sampled in its step.
 pub fn window_size(configured: Option<usize>, threads: usize, vertices: u64) -> usize {
-    let wanted = configured.unwrap_or(threads.min(MAX_WINDOW)).max(1);
+    let default = if threads >= MIN_THREADS {
+        threads.min(MAX_WINDOW)
+    } else {
+        1
+    };
+    let wanted = configured.unwrap_or(default).max(1);
     let table = 4 * vertices.max(1);
     let fit = (TABLES_BUDGET_BYTES / table).max(1) as usize;
     wanted.min(fit)
@@ -157,7 +174,9 @@ mod tests {
     #[test]
     fn the_window_is_as_large_as_the_threads_allow_and_the_tables_fit() {
         assert_eq!(window_size(None, 1, 1000), 1);
-        assert_eq!(window_size(None, 2, 1000), 2);
+        assert_eq!(window_size(None, 2, 1000), 1);
+        assert_eq!(window_size(Some(2), 2, 1000), 2);
+        assert_eq!(window_size(None, 4, 1000), 4);
         assert_eq!(window_size(None, 64, 1000), MAX_WINDOW);
         assert_eq!(window_size(Some(3), 64, 1000), 3);
         assert_eq!(window_size(Some(0), 64, 1000), 1);

@@ -54,3 +54,35 @@ fn far_shares_place_each_table_between_the_near_and_far_gathers() {
     assert!(far_shares(&fit(3e-3), &fit(3e-3), &tables, cache).is_empty());
     assert!(far_shares(&Fit::free("row"), &fit(3e-3), &tables, cache).is_empty());
 }
+
+/// The windowed sampler is timed where a rank would sample in windows (4 threads here): a
+/// point per seed count, the window's edges growing with the seeds; on fewer threads than
+/// `sample_ahead::MIN_THREADS` there is nothing to time.
+#[test]
+fn the_windowed_sampler_is_timed_where_a_rank_samples_in_windows() {
+    let on = |threads: usize| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+            .install(|| {
+                let world = crate::comm::World::solo();
+                (calibrated_window(), sample_ahead_points(&world, false))
+            })
+    };
+    assert_eq!(on(2), (1, vec![]));
+    let (window, points) = on(4);
+    assert_eq!(window, 4);
+    assert_eq!(points.len(), 4);
+    for pair in points.windows(2) {
+        assert!(pair[1][0] > pair[0][0], "{points:?}");
+    }
+    // Two hops of fanouts 10 and 5 from 128 seeds, four batches: at most 1,280 edges and
+    // then 5 for each of the (128 + 1,280) sources a batch.
+    let most = 4.0 * (1280.0 + 5.0 * 1408.0);
+    assert!(
+        points[0][0] > 4.0 * 1280.0 && points[0][0] <= most,
+        "{points:?}"
+    );
+    assert!(points.iter().all(|p| p[1] > 0.0), "{points:?}");
+}
