@@ -122,6 +122,9 @@ pub struct TrainConfig {
     pub dataset: Option<String>,
 }
 
+/// The most batches `sample_ahead` (--sample-ahead) may ask for: each is a thread of its own.
+pub const MAX_SAMPLE_AHEAD: usize = 256;
+
 /// The most rayon threads per rank `validate` accepts, per core of the host.
 pub const MAX_THREADS_PER_CORE: usize = 16;
 
@@ -285,8 +288,15 @@ impl TrainConfig {
         if self.prefetch_workers == Some(0) {
             bail!("config: `prefetch_workers` (--prefetch-workers) must be at least 1");
         }
-        if self.sample_ahead == Some(0) {
-            bail!("config: `sample_ahead` (--sample-ahead) must be at least 1 (1: sample each batch in its step)");
+        if let Some(n) = self.sample_ahead {
+            let most = MAX_SAMPLE_AHEAD;
+            if n == 0 || n > most {
+                bail!(
+                    "config: `sample_ahead` (--sample-ahead) is {n}; it must be 1 to {most} \
+                     (batches sampled at once, each on a thread of its own; 1: each batch \
+                     sampled in its step)"
+                );
+            }
         }
         if self.ranks_per_node == Some(0) {
             bail!("config: `ranks_per_node` (--ranks-per-node) must be at least 1");
@@ -650,6 +660,21 @@ mod tests {
         }
         .validate()
         .unwrap();
+    }
+
+    #[test]
+    fn batches_sampled_ahead_are_one_to_the_most_threads_a_window_may_start() {
+        let with = |n| TrainConfig {
+            sample_ahead: Some(n),
+            ..TrainConfig::default()
+        };
+        for n in [1, 2, MAX_SAMPLE_AHEAD] {
+            with(n).validate().unwrap();
+        }
+        for n in [0, MAX_SAMPLE_AHEAD + 1] {
+            let err = with(n).validate().unwrap_err().to_string();
+            assert!(err.contains("`sample_ahead` (--sample-ahead) is"), "{err}");
+        }
     }
 
     #[test]

@@ -619,7 +619,7 @@ fn a_failure_on_one_rank_ends_the_job_naming_that_rank() {
 /// Ranks launched with different options or different data (MPMD launch: `mpirun -np 1 A :
 /// -np 1 B`) are refused before their first collective, rank 0 naming the rank and what
 /// differs; before, they hung, corrupted an allreduce or trained a mixed model and exited 0.
-/// Per-rank settings (`--threads`) may differ. A part file copied in from another partitioning
+/// Per-rank settings (`--threads`, `--sample-ahead`) may differ. A part file copied in from another partitioning
 /// (same vertex range) is refused by its content id.
 #[test]
 fn ranks_launched_differently_and_a_part_from_another_partitioning_are_refused() {
@@ -635,10 +635,11 @@ fn ranks_launched_differently_and_a_part_from_another_partitioning_are_refused()
         run_with_timeout(cmd)
     };
     let base = train_args(&["--data", d]);
-    // Rank 1 with two threads instead of one: a per-rank setting.
+    // Rank 1 with two threads instead of one and batches sampled ahead: per-rank settings.
     let mut two_threads = base.clone();
     let at = two_threads.iter().position(|a| *a == "--threads").unwrap();
     two_threads[at + 1] = "2";
+    two_threads.extend(["--sample-ahead", "3"]);
     let mut gcn = two_threads.clone();
     gcn.extend(["--model", "gcn"]);
     let out = mpmd(&base, &gcn);
@@ -650,6 +651,7 @@ fn ranks_launched_differently_and_a_part_from_another_partitioning_are_refused()
                 "rank 1's settings differ from rank 0's: `model`: rank 0 \"sage\", rank 1 \"gcn\""
             )
             && !stderr.contains("`threads`")
+            && !stderr.contains("sample_ahead")
             && !stderr.contains("panicked"),
         "{stderr}"
     );
