@@ -79,7 +79,7 @@ md = ["# Block builds and a batch's sampling by thread count (`benchmarks/block_
       "(`sample_hop_pipelined`), and `sample_blocks`, which overlaps on 2-7 threads of a",
       "frontier of 4,096+ and builds in parallel from 8 threads (`PAR_MIN_THREADS`) and 32k",
       "edges; *window*: as many batches as threads side by side, each on a thread of its own",
-      "(`--sample-ahead`, `train::sample_ahead`), per batch. Rows of builds before those",
+      "(`--sample-ahead`, `sample::ahead`), per batch. Rows of builds before those",
       "columns existed show –.", ""]
 ways = ["draws_then_serial_ms", "draws_then_parallel_ms", "pipelined_ms", "sample_blocks_ms", "window_ms"]
 def ms(r, k):

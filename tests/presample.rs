@@ -120,7 +120,9 @@ fn weights_are_deterministic_and_independent_of_threads() {
     let dir = tempfile::tempdir().unwrap();
     let data = rmat(dir.path(), "g.h5", 2048, 32_768, 2);
     let mut files = Vec::new();
-    for threads in ["1", "2", "2"] {
+    // One thread (one batch at a time), two (windows of two batches side by side, twice),
+    // and windows of five on two threads: the same weights.
+    for (threads, ahead) in [("1", "1"), ("2", "2"), ("2", "2"), ("2", "5")] {
         let out = dir.path().join(format!("w{}.h5", files.len()));
         let o = Command::new(env!("CARGO_BIN_EXE_gnnpar"))
             .args([
@@ -134,6 +136,8 @@ fn weights_are_deterministic_and_independent_of_threads() {
                 "100",
                 "--seed",
                 "7",
+                "--sample-ahead",
+                ahead,
                 "-o",
                 s(&out),
             ])
@@ -146,6 +150,7 @@ fn weights_are_deterministic_and_independent_of_threads() {
     }
     assert_eq!(files[0], files[1]);
     assert_eq!(files[1], files[2]);
+    assert_eq!(files[2], files[3]);
     // A different seed samples differently.
     let other = dir.path().join("other.h5");
     presample(&data, 3, 8, 100, &other);

@@ -910,14 +910,14 @@ fn process_cpu_seconds() -> f64 {
 /// 1, 2, 4, … threads up to the machine's cores (`BUILD_THREADS`, a comma list, overrides),
 /// and the batch's whole sampling (draws and builds) by each way of doing a hop and by
 /// `sample_blocks`, and from two threads a window of as many batches side by side
-/// (`train::sample_ahead`); each the fastest of `BUILD_ROUNDS` rounds (default 5) over four batches. Graphs: 200k
+/// (`sample::ahead`); each the fastest of `BUILD_ROUNDS` rounds (default 5) over four batches. Graphs: 200k
 /// vertices of mean degree 20 (its id table, 800 KB, stays in a core's L2) and 3M of mean
 /// degree 10 (12 MB: beyond it); `BUILD_GRAPHS=small` keeps the first.
 #[test]
 #[ignore = "timing report, run by hand in a release build (benchmarks/block_build.sh)"]
 fn block_build_timings() {
+    use gnnpar::sample::ahead::SampleAhead;
     use gnnpar::sample::build_block_forced;
-    use gnnpar::train::sample_ahead::SampleAhead;
     use std::time::Instant;
     gnnpar::backend::cpu::memory::keep_freed_memory();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -51,6 +51,10 @@ pub struct PresampleArgs {
     /// "node weights only" variant of GSplit's partitioning ablation.
     #[arg(long, requires = "output")]
     pub no_edge_weights: bool,
+    /// Batches sampled side by side, each on a thread of its own (default: the threads, at
+    /// most 16; 1: one batch at a time). Same counts either way.
+    #[arg(long, value_name = "N")]
+    pub sample_ahead: Option<usize>,
     /// Measure the split statistics of this partition directory over the sampled batches.
     #[arg(long, value_name = "parts/")]
     pub evaluate: Option<PathBuf>,
@@ -104,6 +108,7 @@ impl PresampleArgs {
             batch_size: self.batch_size.unwrap_or(cfg.batch_size),
             epochs: self.epochs,
             seed: self.seed.unwrap_or(cfg.seed),
+            sample_ahead: self.sample_ahead,
         };
         spec.validate()?;
         Ok(spec)

@@ -18,6 +18,7 @@
 //!   they do not depend on who samples, on the thread count, or on the partitioning
 //!   (ARCHITECTURE invariant 3).
 
+pub mod ahead;
 pub mod batches;
 pub mod block;
 pub mod build;

@@ -18,7 +18,6 @@ pub mod owner_input;
 pub mod plan;
 pub mod prefetch;
 pub mod report;
-pub mod sample_ahead;
 pub mod slicegcn;
 pub mod snp;
 pub mod split;
@@ -346,8 +345,8 @@ pub struct Trainer<'w, B: Backend = Cpu> {
     /// the planner prices the cache the trainer fills.
     cache_budget: usize,
     /// Batches sampled ahead of their steps, where this rank samples locally in its steps
-    /// (`--sample-ahead`; [`sample_ahead`]).
-    ahead: Option<sample_ahead::SampleAhead>,
+    /// (`--sample-ahead`; [`crate::sample::ahead`]).
+    ahead: Option<crate::sample::ahead::SampleAhead>,
 }
 
 impl<'w> Trainer<'w, Cpu> {
@@ -641,7 +640,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
                      (--sample-ahead)"
                 );
             }
-            t.ahead = Some(sample_ahead::SampleAhead::new(window));
+            t.ahead = Some(crate::sample::ahead::SampleAhead::new(window));
         }
         if let Some(dir) = &t.files.dump_blocks {
             t.dump = Some(dump::BlockDump::create(dir, world.rank())?);
@@ -1041,7 +1040,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
         )
     }
 
-    /// Batches a window of [`sample_ahead`] samples at once on this rank: GDP's mini-batches on
+    /// Batches a window of [`crate::sample::ahead`] samples at once on this rank: GDP's mini-batches on
     /// one rank and NFP's (whose ranks sample their seeds locally, over the whole topology);
     /// 1 elsewhere (several ranks' samplers are collective) and for full-batch training.
     fn sample_window(&self) -> usize {
@@ -1054,7 +1053,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
             return 1;
         }
         let vertices = self.data.offsets.last().copied().unwrap_or(0);
-        sample_ahead::window_size(
+        crate::sample::ahead::window_size(
             self.cfg.sample_ahead,
             rayon::current_num_threads(),
             vertices,

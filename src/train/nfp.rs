@@ -249,7 +249,7 @@ impl<B: Backend> Nfp<B> {
     }
 
     /// One NFP step; gradients accumulate in `model` (the sliced weights' only in this rank's
-    /// rows). `sampled`: this rank's seeds' blocks sampled ahead ([`super::sample_ahead`]),
+    /// rows). `sampled`: this rank's seeds' blocks sampled ahead ([`crate::sample::ahead`]),
     /// else sampled here. Collective.
     pub fn step(
         &mut self,

@@ -224,7 +224,7 @@ pub fn shape_of<B: Backend, M: Backend>(
     let window = if cfg.full_batch {
         1
     } else {
-        crate::train::sample_ahead::window_size(
+        crate::sample::ahead::window_size(
             cfg.sample_ahead,
             rayon::current_num_threads(),
             data.offsets.last().copied().unwrap_or(0),

@@ -5,9 +5,9 @@ use super::{time_point_after, REPS};
 use crate::comm::World;
 use crate::exchange::sample_blocks_distributed;
 use crate::graph::NodeId;
+use crate::sample::ahead::{window_size, SampleAhead};
 use crate::sample::{sample_blocks, Adjacency, BatchKey, Block};
 use crate::train::plan::evict::Evictor;
-use crate::train::sample_ahead::{window_size, SampleAhead};
 
 /// A synthetic adjacency for timing the sampler: `n` vertices of `degree` pseudo-random
 /// neighbours each (16 MiB of ids at the size used: more than a core's caches, as a real
@@ -142,7 +142,7 @@ pub(super) fn calibrated_window() -> usize {
     )
 }
 
-/// The local sampler run in windows ([`crate::train::sample_ahead`]: GDP on one rank, NFP):
+/// The local sampler run in windows ([`crate::sample::ahead`]: GDP on one rank, NFP):
 /// every rank samples [`calibrated_window`] batches of its own seeds over the whole synthetic
 /// graph side by side, each on a thread of its own, on the same two hops as
 /// [`sample_points`]: `x` = the window's edges (the mean over the timed calls and the ranks),

@@ -211,7 +211,7 @@ pub struct SharedCores {
 impl Calibration {
     /// Seconds for a rank to sample a batch of `edges` edges locally, in its step
     /// (`sample`), or in a window of `window` batches side by side
-    /// ([`crate::train::sample_ahead`]): the calibrated window's time at `edges` a batch,
+    /// ([`crate::sample::ahead`]): the calibrated window's time at `edges` a batch,
     /// shared by the run's batches of a window (no more than the calibration sampled at once:
     /// one thread a batch).
     pub fn local_sampling(&self, edges: f64, window: usize) -> f64 {

@@ -92,7 +92,7 @@ pub struct ModelShape {
     /// preparation would share, or `--prefetch off`).
     pub prefetch_workers: Option<usize>,
     /// Batches sampled at once, each on a thread of its own, ahead of their steps
-    /// (`train::sample_ahead`) where GDP samples locally in its steps (one rank, no prefetch
+    /// (`sample::ahead`) where GDP samples locally in its steps (one rank, no prefetch
     /// workers); 1: each batch sampled in its step.
     pub gdp_sample_window: usize,
     /// The same for NFP, whose ranks all sample their seeds locally.

@@ -1,7 +1,9 @@
 //! Sampling ahead in windows: where a rank samples its batches locally (GDP on one rank, NFP
 //! on any number) and prepares each batch in its step (no prefetch workers: the CPU backend's
 //! default), the next `K` batches are sampled at once, each whole batch on one thread, and
-//! the steps then take their blocks from the window.
+//! the steps then take their blocks from the window. `gnnpar presample` samples its epochs
+//! the same way ([`SampleAhead::take_with`]: any per-batch work, here the blocks with their
+//! edges' positions).
 //!
 //! Why: one batch's sampling is short parallel loops with a serial block build between them,
 //! so its threads idle (on the 16-core GPU hosts a batch's sampling scaled 2.3× at 4 threads
@@ -21,8 +23,8 @@
 //! 4 bytes per vertex of the graph for its life ([`crate::sample::build`]); `K` is bounded by
 //! [`MAX_WINDOW`] and so that the tables stay within [`TABLES_BUDGET_BYTES`].
 
+use super::{sample_blocks, Adjacency, BatchKey, Block};
 use crate::graph::NodeId;
-use crate::sample::{sample_blocks, Adjacency, BatchKey, Block};
 use anyhow::{anyhow, Result};
 use std::time::Instant;
 
@@ -60,18 +62,19 @@ pub fn window_size(configured: Option<usize>, threads: usize, vertices: u64) -> 
     wanted.min(fit)
 }
 
-/// One epoch's window: the sampled blocks of batches `first..first + blocks.len()`.
-pub struct SampleAhead {
+/// One epoch's window: what was prepared for batches `first..first + items.len()` (by
+/// default a batch's sampled blocks).
+pub struct SampleAhead<T = Vec<Block>> {
     /// One single-thread pool per batch of a window, started on first use.
     pools: Vec<rayon::ThreadPool>,
     size: usize,
     first: usize,
-    blocks: Vec<Option<Vec<Block>>>,
+    items: Vec<Option<T>>,
 }
 
-impl SampleAhead {
+impl<T: Send> SampleAhead<T> {
     /// A window of `size` batches (at least 2: one batch is sampled in its step).
-    pub fn new(size: usize) -> SampleAhead {
+    pub fn new(size: usize) -> SampleAhead<T> {
         debug_assert!(
             size >= 2,
             "a window of one batch is the step's own sampling"
@@ -80,7 +83,7 @@ impl SampleAhead {
             pools: Vec::new(),
             size,
             first: 0,
-            blocks: Vec::new(),
+            items: Vec::new(),
         }
     }
 
@@ -92,45 +95,33 @@ impl SampleAhead {
     /// Forget the window (a new epoch's batches are other batches).
     pub fn clear(&mut self) {
         self.first = 0;
-        self.blocks.clear();
+        self.items.clear();
     }
 
-    /// The blocks of batch `b` (input layer first, as [`sample_blocks`] returns them) and the
-    /// seconds spent sampling for it: when `b` is not in the window, batches `b..end` (at
-    /// most [`SampleAhead::size`]) are sampled first, side by side, batch `i` as
-    /// `sample_blocks(adj, &seeds_of(i), fanouts, key_of(i))`, and the seconds are the
-    /// window's; else 0.
-    pub fn take<A: Adjacency + Sync>(
+    /// `make(b)` and the seconds spent making it: when `b` is not in the window, `make(i)` for
+    /// batches `i` in `b..end` (at most [`SampleAhead::size`]) runs first, side by side, each in
+    /// a rayon pool of one thread (so a sampler inside takes its serial path), and the seconds
+    /// are the window's; else 0.
+    pub fn take_with(
         &mut self,
         b: usize,
         end: usize,
-        adj: &A,
-        fanouts: &[i32],
-        seeds_of: impl Fn(usize) -> Vec<NodeId> + Sync,
-        key_of: impl Fn(usize) -> BatchKey + Sync,
-    ) -> Result<(Vec<Block>, f64)> {
+        make: impl Fn(usize) -> T + Sync,
+    ) -> Result<(T, f64)> {
         let mut seconds = 0.0;
-        let held = b >= self.first && b - self.first < self.blocks.len();
-        if !held || self.blocks[b - self.first].is_none() {
+        let held = b >= self.first && b - self.first < self.items.len();
+        if !held || self.items[b - self.first].is_none() {
             let t = Instant::now();
-            self.fill(b, end.max(b + 1), adj, fanouts, &seeds_of, &key_of)?;
+            self.fill(b, end.max(b + 1), &make)?;
             seconds = t.elapsed().as_secs_f64();
         }
-        let blocks = self.blocks[b - self.first]
+        let item = self.items[b - self.first]
             .take()
-            .expect("batch b was sampled into the window");
-        Ok((blocks, seconds))
+            .expect("batch b was prepared in the window");
+        Ok((item, seconds))
     }
 
-    fn fill<A: Adjacency + Sync>(
-        &mut self,
-        b: usize,
-        end: usize,
-        adj: &A,
-        fanouts: &[i32],
-        seeds_of: &(impl Fn(usize) -> Vec<NodeId> + Sync),
-        key_of: &(impl Fn(usize) -> BatchKey + Sync),
-    ) -> Result<()> {
+    fn fill(&mut self, b: usize, end: usize, make: &(impl Fn(usize) -> T + Sync)) -> Result<()> {
         let count = (end - b).min(self.size);
         while self.pools.len() < count {
             let k = self.pools.len();
@@ -142,18 +133,12 @@ impl SampleAhead {
             self.pools.push(pool);
         }
         let pools = &self.pools[..count];
-        // Each batch on a thread of its own, blocked in its one-thread pool until sampled.
-        self.blocks = std::thread::scope(|s| {
+        // Each batch on a thread of its own, blocked in its one-thread pool until made.
+        self.items = std::thread::scope(|s| {
             let handles: Vec<_> = pools
                 .iter()
                 .enumerate()
-                .map(|(k, pool)| {
-                    s.spawn(move || {
-                        pool.install(|| {
-                            sample_blocks(adj, &seeds_of(b + k), fanouts, key_of(b + k))
-                        })
-                    })
-                })
+                .map(|(k, pool)| s.spawn(move || pool.install(|| make(b + k))))
                 .collect();
             handles
                 .into_iter()
@@ -163,6 +148,25 @@ impl SampleAhead {
         .map_err(|_| anyhow!("sampling ahead: a sampling thread panicked"))?;
         self.first = b;
         Ok(())
+    }
+}
+
+impl SampleAhead<Vec<Block>> {
+    /// The blocks of batch `b` (input layer first, as [`sample_blocks`] returns them) and the
+    /// seconds spent sampling for it ([`SampleAhead::take_with`]), batch `i` sampled as
+    /// `sample_blocks(adj, &seeds_of(i), fanouts, key_of(i))`.
+    pub fn take<A: Adjacency + Sync>(
+        &mut self,
+        b: usize,
+        end: usize,
+        adj: &A,
+        fanouts: &[i32],
+        seeds_of: impl Fn(usize) -> Vec<NodeId> + Sync,
+        key_of: impl Fn(usize) -> BatchKey + Sync,
+    ) -> Result<(Vec<Block>, f64)> {
+        self.take_with(b, end, |i| {
+            sample_blocks(adj, &seeds_of(i), fanouts, key_of(i))
+        })
     }
 }
 
