@@ -236,6 +236,21 @@ lr = 0.01
 seed = 5
 "#;
 
+/// `check(config, tag, stop)` for mini-batch SAGE and GCN (`tag`, their `config` file in
+/// `dir`), each over two whole epochs and over a run that `--max-steps` stops inside an epoch
+/// (`stop`: 4 steps an epoch, 6 steps).
+fn each_minibatch_model_and_stop(dir: &Path, mut check: impl FnMut(&Path, &str, &[&str])) {
+    for (toml, tag) in [(MINIBATCH, "sage"), (MINIBATCH_GCN, "gcn")] {
+        let config = config_file(dir, tag, toml);
+        for stop in [
+            &["--epochs", "2"][..],
+            &["--epochs", "3", "--max-steps", "6"],
+        ] {
+            check(&config, tag, stop);
+        }
+    }
+}
+
 #[test]
 fn prefetching_changes_no_parameter_at_one_or_two_threads() {
     // `--prefetch on` samples and gathers every batch on a second thread, whose parallel work
@@ -245,42 +260,36 @@ fn prefetching_changes_no_parameter_at_one_or_two_threads() {
     // off on the CPU backend (named: `--device auto` would pick a GPU where one answers).
     let tmp = common::tempdir();
     let data = small_sbm(tmp.path());
-    for (toml, tag) in [(MINIBATCH, "sage"), (MINIBATCH_GCN, "gcn")] {
-        let config = &config_file(tmp.path(), tag, toml);
-        for stop in [
-            &["--epochs", "2"][..],
-            &["--epochs", "3", "--max-steps", "6"],
-        ] {
-            let mut reference: Option<Vec<u32>> = None;
-            for (threads, prefetch) in [("1", "off"), ("1", "on"), ("2", "on"), ("2", "auto")] {
-                let ck = tmp
-                    .path()
-                    .join(format!("{tag}-{}-t{threads}-{prefetch}.h5", stop.len()));
-                let mut args = vec!["--device", "cpu", "--threads", threads];
-                args.extend_from_slice(&["--prefetch", prefetch]);
-                args.extend_from_slice(&["--checkpoint", s(&ck)]);
-                args.extend_from_slice(stop);
-                let out = train(&data, config, &args);
-                let summary = out.last_json();
-                assert_eq!(summary["steps"], if stop.len() == 2 { 8 } else { 6 });
-                let waited = summary["seconds"]["prefetch_wait"].as_f64().unwrap();
-                assert_eq!(
-                    prefetch == "on",
-                    waited > 0.0,
-                    "{tag}: prefetch_wait {waited} with --prefetch {prefetch}"
-                );
-                let params = bits(&read_f32s(&ck, "params"));
-                match &reference {
-                    None => reference = Some(params),
-                    Some(want) => assert!(
-                        *want == params,
-                        "{tag} {stop:?}: --threads {threads} --prefetch {prefetch} trained \
+    each_minibatch_model_and_stop(tmp.path(), |config, tag, stop| {
+        let mut reference: Option<Vec<u32>> = None;
+        for (threads, prefetch) in [("1", "off"), ("1", "on"), ("2", "on"), ("2", "auto")] {
+            let ck = tmp
+                .path()
+                .join(format!("{tag}-{}-t{threads}-{prefetch}.h5", stop.len()));
+            let mut args = vec!["--device", "cpu", "--threads", threads];
+            args.extend_from_slice(&["--prefetch", prefetch]);
+            args.extend_from_slice(&["--checkpoint", s(&ck)]);
+            args.extend_from_slice(stop);
+            let out = train(&data, config, &args);
+            let summary = out.last_json();
+            assert_eq!(summary["steps"], if stop.len() == 2 { 8 } else { 6 });
+            let waited = summary["seconds"]["prefetch_wait"].as_f64().unwrap();
+            assert_eq!(
+                prefetch == "on",
+                waited > 0.0,
+                "{tag}: prefetch_wait {waited} with --prefetch {prefetch}"
+            );
+            let params = bits(&read_f32s(&ck, "params"));
+            match &reference {
+                None => reference = Some(params),
+                Some(want) => assert!(
+                    *want == params,
+                    "{tag} {stop:?}: --threads {threads} --prefetch {prefetch} trained \
                          other parameters than --threads 1 --prefetch off"
-                    ),
-                }
+                ),
             }
         }
-    }
+    });
 }
 
 #[test]
@@ -293,60 +302,63 @@ fn sampling_batches_ahead_in_windows_changes_no_parameter() {
     // stopped inside an epoch and resumed, in windows.
     let tmp = common::tempdir();
     let data = small_sbm(tmp.path());
-    for (toml, tag) in [(MINIBATCH, "sage"), (MINIBATCH_GCN, "gcn")] {
-        let config = &config_file(tmp.path(), tag, toml);
-        for stop in [
-            &["--epochs", "2"][..],
-            &["--epochs", "3", "--max-steps", "6"],
+    each_minibatch_model_and_stop(tmp.path(), |config, tag, stop| {
+        let mut reference: Option<Vec<u32>> = None;
+        // (threads, --sample-ahead, --prefetch, the window expected): with prefetch
+        // workers they prepare the batches, and no window is sampled.
+        for (threads, ahead, prefetch, window) in [
+            ("2", Some("1"), "off", 1),
+            ("2", None, "off", 1),
+            ("2", Some("2"), "off", 2),
+            ("2", Some("3"), "off", 3),
+            ("1", Some("4"), "off", 4),
+            ("4", None, "off", 4),
+            ("2", Some("3"), "on", 1),
         ] {
-            let mut reference: Option<Vec<u32>> = None;
-            for (threads, ahead, window) in [
-                ("2", Some("1"), 1),
-                ("2", None, 1),
-                ("2", Some("2"), 2),
-                ("2", Some("3"), 3),
-                ("1", Some("4"), 4),
-                ("4", None, 4),
-            ] {
-                let what = format!("{tag} {stop:?} --threads {threads} --sample-ahead {ahead:?}");
-                let ck = tmp.path().join(format!(
-                    "ahead-{tag}-{}-t{threads}-{}.h5",
-                    stop.len(),
-                    ahead.unwrap_or("default")
-                ));
-                let mut args = vec!["--device", "cpu", "--threads", threads];
-                args.extend_from_slice(&["--prefetch", "off", "--checkpoint", s(&ck)]);
-                if let Some(n) = ahead {
-                    args.extend_from_slice(&["--sample-ahead", n]);
-                }
-                args.extend_from_slice(stop);
-                let out = train(&data, config, &args);
-                assert_eq!(
-                    out.last_json()["steps"],
-                    if stop.len() == 2 { 8 } else { 6 }
-                );
-                let said = format!("sampling ahead: {window} batches at once");
-                assert_eq!(
-                    out.stderr.contains("sampling ahead:"),
-                    window > 1,
-                    "{what}: {}",
-                    out.stderr
-                );
-                assert!(
-                    window == 1 || out.stderr.contains(&said),
-                    "{what}: {}",
-                    out.stderr
-                );
-                let params = bits(&read_f32s(&ck, "params"));
-                match &reference {
-                    None => reference = Some(params),
-                    Some(want) => assert!(
-                        *want == params,
-                        "{what} trained other parameters than each batch sampled in its step"
-                    ),
-                }
+            let what = format!(
+                "{tag} {stop:?} --threads {threads} --sample-ahead {ahead:?} --prefetch \
+                     {prefetch}"
+            );
+            let ck = tmp.path().join(format!(
+                "ahead-{tag}-{}-t{threads}-{}-{prefetch}.h5",
+                stop.len(),
+                ahead.unwrap_or("default")
+            ));
+            let mut args = vec!["--device", "cpu", "--threads", threads];
+            args.extend_from_slice(&["--prefetch", prefetch, "--checkpoint", s(&ck)]);
+            if let Some(n) = ahead {
+                args.extend_from_slice(&["--sample-ahead", n]);
+            }
+            args.extend_from_slice(stop);
+            let out = train(&data, config, &args);
+            assert_eq!(
+                out.last_json()["steps"],
+                if stop.len() == 2 { 8 } else { 6 }
+            );
+            let said = format!("sampling ahead: {window} batches at once");
+            assert_eq!(
+                out.stderr.contains("sampling ahead:"),
+                window > 1,
+                "{what}: {}",
+                out.stderr
+            );
+            assert!(
+                window == 1 || out.stderr.contains(&said),
+                "{what}: {}",
+                out.stderr
+            );
+            let params = bits(&read_f32s(&ck, "params"));
+            match &reference {
+                None => reference = Some(params),
+                Some(want) => assert!(
+                    *want == params,
+                    "{what} trained other parameters than each batch sampled in its step"
+                ),
             }
         }
+    });
+    for (toml, tag) in [(MINIBATCH, "sage"), (MINIBATCH_GCN, "gcn")] {
+        let config = &config_file(tmp.path(), tag, toml);
         // 3 epochs straight through in the steps, and in windows of 3 stopped after 6 steps
         // (inside epoch 2) and resumed.
         let whole = tmp.path().join(format!("ahead-{tag}-whole.h5"));

@@ -635,8 +635,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
         if window > 1 {
             if t.world.rank() == 0 {
                 log::info!(
-                    "sampling ahead: {window} batches at once, each on a thread of its own, \
-                     where a step does not prepare its batch on prefetch workers \
+                    "sampling ahead: {window} batches at once, each on a thread of its own \
                      (--sample-ahead)"
                 );
             }
@@ -1040,12 +1039,16 @@ impl<'w, B: Backend> Trainer<'w, B> {
         )
     }
 
-    /// Batches a window of [`crate::sample::ahead`] samples at once on this rank: GDP's mini-batches on
-    /// one rank and NFP's (whose ranks sample their seeds locally, over the whole topology);
-    /// 1 elsewhere (several ranks' samplers are collective) and for full-batch training.
+    /// Batches a window of [`crate::sample::ahead`] samples at once on this rank: GDP's
+    /// mini-batches on one rank without prefetch workers (with them, the workers prepare
+    /// whole batches side by side already) and NFP's (whose ranks sample their seeds locally,
+    /// over the whole topology, and never prefetch); 1 elsewhere (several ranks' samplers are
+    /// collective) and for full-batch training.
     fn sample_window(&self) -> usize {
         let local = match self.cfg.strategy {
-            Strategy::Gdp => self.data_group().size() == 1,
+            Strategy::Gdp => {
+                self.data_group().size() == 1 && !prefetch::prefetches(&self.cfg, !B::IS_HOST)
+            }
             Strategy::Nfp => true,
             _ => false,
         };

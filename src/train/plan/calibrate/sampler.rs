@@ -86,44 +86,59 @@ pub(super) fn sample_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
         first,
         end,
     };
+    timed_points(
+        world,
+        cold,
+        |seeds| {
+            spread_ids(seeds, (end - first) as usize, REPS + 1)
+                .into_iter()
+                .map(|b| b.into_iter().map(|v| v + first as NodeId).collect())
+                .collect()
+        },
+        |call, batches| {
+            let key = BatchKey {
+                seed: 7,
+                epoch: 0,
+                batch: call as u64,
+            };
+            let blocks = if ranks > 1 {
+                sample_blocks_distributed(world, &mine, &offsets, &batches[call], &[10, 5], key)
+            } else {
+                sample_blocks(&mine, &batches[call], &[10, 5], key)
+            };
+            blocks.iter().map(Block::num_edges).sum()
+        },
+    )
+}
+
+/// The points of a sampler over growing seed sets: `batches_for(seeds)` the batches of the
+/// timed calls, `call(k, batches)` the `k`-th call (its result: the edges it sampled),
+/// every call after evicting the host's caches where `cold`. `x` = the edges of a call (the
+/// mean over the calls and the ranks), the seconds the median call's, slowest rank.
+fn timed_points(
+    world: &World,
+    cold: bool,
+    batches_for: impl Fn(usize) -> Vec<Vec<NodeId>>,
+    mut call: impl FnMut(usize, &[Vec<NodeId>]) -> usize,
+) -> Vec<[f64; 2]> {
     let mut evictor = cold.then(Evictor::for_host);
     [128usize, 512, 1024, 2048]
         .iter()
         .map(|&seeds| {
-            let batches: Vec<Vec<NodeId>> = spread_ids(seeds, (end - first) as usize, REPS + 1)
-                .into_iter()
-                .map(|b| b.into_iter().map(|v| v + first as NodeId).collect())
-                .collect();
-            let (mut call, mut edges) = (0, 0usize);
+            let batches = batches_for(seeds);
+            let (mut k, mut edges) = (0, 0usize);
             let s = time_point_after(
                 world,
                 REPS,
                 || evictor.iter_mut().for_each(Evictor::evict),
                 || {
-                    let key = BatchKey {
-                        seed: 7,
-                        epoch: 0,
-                        batch: call as u64,
-                    };
-                    let blocks = if ranks > 1 {
-                        sample_blocks_distributed(
-                            world,
-                            &mine,
-                            &offsets,
-                            &batches[call],
-                            &[10, 5],
-                            key,
-                        )
-                    } else {
-                        sample_blocks(&mine, &batches[call], &[10, 5], key)
-                    };
-                    edges += blocks.iter().map(Block::num_edges).sum::<usize>();
-                    call += 1;
+                    edges += call(k, &batches);
+                    k += 1;
                 },
             );
-            let mut mean = [edges as f64 / call as f64];
+            let mut mean = [edges as f64 / k as f64];
             world.allreduce_sum_f64(&mut mean);
-            [mean[0] / ranks as f64, s]
+            [mean[0] / world.size() as f64, s]
         })
         .collect()
 }
@@ -160,52 +175,43 @@ pub(super) fn sample_ahead_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
         first: 0,
         end: n as u64,
     };
-    let ranks = world.size();
     let mut ahead = SampleAhead::new(window);
-    let mut evictor = cold.then(Evictor::for_host);
-    [128usize, 512, 1024, 2048]
-        .iter()
-        .map(|&seeds| {
+    timed_points(
+        world,
+        cold,
+        |seeds| {
             // Every rank its own seeds, as NFP's ranks sample theirs.
-            let batches: Vec<Vec<NodeId>> = spread_ids(seeds, n, (REPS + 1) * window)
+            spread_ids(seeds, n, (REPS + 1) * window)
                 .into_iter()
                 .map(|b| {
                     b.into_iter()
                         .map(|v| ((v as usize + world.rank() * 7919) % n) as NodeId)
                         .collect()
                 })
-                .collect();
-            let (mut call, mut edges) = (0, 0usize);
-            let s = time_point_after(
-                world,
-                REPS,
-                || evictor.iter_mut().for_each(Evictor::evict),
-                || {
-                    let first = call * window;
-                    ahead.clear();
-                    for b in 0..window {
-                        let (blocks, _) = ahead
-                            .take(
-                                b,
-                                window,
-                                &whole,
-                                &[10, 5],
-                                |i| batches[first + i].clone(),
-                                |i| BatchKey {
-                                    seed: 7,
-                                    epoch: 1,
-                                    batch: (first + i) as u64,
-                                },
-                            )
-                            .expect("the sampling threads start");
-                        edges += blocks.iter().map(Block::num_edges).sum::<usize>();
-                    }
-                    call += 1;
-                },
-            );
-            let mut mean = [edges as f64 / call as f64];
-            world.allreduce_sum_f64(&mut mean);
-            [mean[0] / ranks as f64, s]
-        })
-        .collect()
+                .collect()
+        },
+        |call, batches| {
+            let first = call * window;
+            ahead.clear();
+            (0..window)
+                .map(|b| {
+                    let (blocks, _) = ahead
+                        .take(
+                            b,
+                            window,
+                            &whole,
+                            &[10, 5],
+                            |i| batches[first + i].clone(),
+                            |i| BatchKey {
+                                seed: 7,
+                                epoch: 1,
+                                batch: (first + i) as u64,
+                            },
+                        )
+                        .expect("the sampling threads start");
+                    blocks.iter().map(Block::num_edges).sum::<usize>()
+                })
+                .sum()
+        },
+    )
 }
