@@ -26,6 +26,8 @@
 use super::{sample_blocks, Adjacency, BatchKey, Block};
 use crate::graph::NodeId;
 use anyhow::{anyhow, Result};
+use std::panic::AssertUnwindSafe;
+use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
 /// The most batches one window samples: beyond this their blocks cost memory (a few MB a
@@ -87,11 +89,6 @@ impl<T: Send> SampleAhead<T> {
         }
     }
 
-    /// Batches a window samples at once.
-    pub fn size(&self) -> usize {
-        self.size
-    }
-
     /// Forget the window (a new epoch's batches are other batches).
     pub fn clear(&mut self) {
         self.first = 0;
@@ -132,22 +129,32 @@ impl<T: Send> SampleAhead<T> {
                 .map_err(|e| anyhow!("sampling ahead: starting sampling thread {k}: {e}"))?;
             self.pools.push(pool);
         }
-        let pools = &self.pools[..count];
-        // Each batch on a thread of its own, blocked in its one-thread pool until made.
-        self.items = std::thread::scope(|s| {
-            let handles: Vec<_> = pools
-                .iter()
-                .enumerate()
-                .map(|(k, pool)| s.spawn(move || pool.install(|| make(b + k))))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().map(Some))
-                .collect::<std::thread::Result<Vec<_>>>()
-        })
-        .map_err(|_| anyhow!("sampling ahead: a sampling thread panicked"))?;
+        // Each batch on its own pool's thread, all at once; no thread is started per window.
+        let slots: Vec<Mutex<Option<T>>> = (0..count).map(|_| Mutex::new(None)).collect();
+        let made = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            on_each_pool(&self.pools[..count], 0, &|k| {
+                let item = make(b + k);
+                *slots[k].lock().unwrap_or_else(PoisonError::into_inner) = Some(item);
+            })
+        }));
+        made.map_err(|_| anyhow!("sampling ahead: a sampling thread panicked"))?;
+        self.items = slots
+            .into_iter()
+            .map(|slot| slot.into_inner().unwrap_or_else(PoisonError::into_inner))
+            .collect();
         self.first = b;
         Ok(())
+    }
+}
+
+/// `job(first + k)` on pool `k`'s threads for every pool, all at once; returns when every job
+/// is done (each pool's scope waits for its job, inside the next pool's).
+fn on_each_pool(pools: &[rayon::ThreadPool], first: usize, job: &(impl Fn(usize) + Sync)) {
+    if let Some((pool, rest)) = pools.split_first() {
+        pool.in_place_scope(|scope| {
+            scope.spawn(move |_| job(first));
+            on_each_pool(rest, first + 1, job);
+        });
     }
 }
 

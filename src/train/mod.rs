@@ -1148,10 +1148,8 @@ impl<'w, B: Backend> Trainer<'w, B> {
             if self.cfg.full_batch {
                 self.ensure_full_plan();
             }
-            let sampled = match self.cfg.strategy {
-                Strategy::Gdp | Strategy::Nfp => self.sampled_ahead(&batches, b, &mut times)?,
-                _ => None,
-            };
+            // Only GDP on one rank and NFP sample ahead (`sample_window`).
+            let sampled = self.sampled_ahead(&batches, b, &mut times)?;
 
             let args = StepArgs {
                 group: self.world,
