@@ -1,9 +1,11 @@
-//! Sampling ahead in windows: where a rank samples its batches locally (GDP on one rank, NFP
-//! on any number) and prepares each batch in its step (no prefetch workers: the CPU backend's
-//! default), the next `K` batches are sampled at once, each whole batch on one thread, and
-//! the steps then take their blocks from the window. `gnnpar presample` samples its epochs
-//! the same way ([`SampleAhead::take_with`]: any per-batch work, here the blocks with their
-//! edges' positions).
+//! Sampling ahead in windows: where a rank samples its batches in its steps (GDP, NFP; no
+//! prefetch workers: the CPU backend's default), the next `K` batches are sampled at once,
+//! each whole batch on one thread, and the steps then take their blocks from the window.
+//! `gnnpar presample` samples its epochs the same way ([`SampleAhead::take_with`]: any
+//! per-batch work, here the blocks with their edges' positions). GDP on several ranks samples
+//! a window together ([`SampleAhead::take_window`] with
+//! `exchange::sampling::distributed_window`: work on the calling thread alongside the
+//! batches', there each hop's exchanges for all of them).
 //!
 //! Why: one batch's sampling is short parallel loops with a serial block build between them,
 //! so its threads idle (on the 16-core GPU hosts a batch's sampling scaled 2.3× at 4 threads
@@ -26,6 +28,7 @@
 use super::{sample_blocks, Adjacency, BatchKey, Block};
 use crate::graph::NodeId;
 use anyhow::{anyhow, Result};
+use std::ops::Range;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
@@ -96,7 +99,7 @@ impl<T: Send> SampleAhead<T> {
     }
 
     /// `make(b)` and the seconds spent making it: when `b` is not in the window, `make(i)` for
-    /// batches `i` in `b..end` (at most [`SampleAhead::size`]) runs first, side by side, each in
+    /// batches `i` in `b..end` (at most the window's size) runs first, side by side, each in
     /// a rayon pool of one thread (so a sampler inside takes its serial path), and the seconds
     /// are the window's; else 0.
     pub fn take_with(
@@ -105,11 +108,30 @@ impl<T: Send> SampleAhead<T> {
         end: usize,
         make: impl Fn(usize) -> T + Sync,
     ) -> Result<(T, f64)> {
+        self.take_window(b, end, |_| (|i| Some(make(i)), || Ok(())))
+    }
+
+    /// [`SampleAhead::take_with`] for batches made together: when `b` is not in the window,
+    /// `window(batches)` gives the window's per-batch work `make` and the work `alongside` it;
+    /// `make(i)` runs for every batch `i` of `batches` side by side as in `take_with`, while
+    /// `alongside()` runs on the calling thread (a collective sampler's exchanges for all the
+    /// window's batches: only that thread may call MPI). `make(i)` is `None`, and the window
+    /// fails with `alongside`'s error, where the batch could not be made.
+    pub fn take_window<M, S>(
+        &mut self,
+        b: usize,
+        end: usize,
+        window: impl FnOnce(Range<usize>) -> (M, S),
+    ) -> Result<(T, f64)>
+    where
+        M: Fn(usize) -> Option<T> + Sync,
+        S: FnOnce() -> Result<()>,
+    {
         let mut seconds = 0.0;
         let held = b >= self.first && b - self.first < self.items.len();
         if !held || self.items[b - self.first].is_none() {
             let t = Instant::now();
-            self.fill(b, end.max(b + 1), &make)?;
+            self.fill(b, end.max(b + 1), window)?;
             seconds = t.elapsed().as_secs_f64();
         }
         let item = self.items[b - self.first]
@@ -118,7 +140,16 @@ impl<T: Send> SampleAhead<T> {
         Ok((item, seconds))
     }
 
-    fn fill(&mut self, b: usize, end: usize, make: &(impl Fn(usize) -> T + Sync)) -> Result<()> {
+    fn fill<M, S>(
+        &mut self,
+        b: usize,
+        end: usize,
+        window: impl FnOnce(Range<usize>) -> (M, S),
+    ) -> Result<()>
+    where
+        M: Fn(usize) -> Option<T> + Sync,
+        S: FnOnce() -> Result<()>,
+    {
         let count = (end - b).min(self.size);
         while self.pools.len() < count {
             let k = self.pools.len();
@@ -129,32 +160,53 @@ impl<T: Send> SampleAhead<T> {
                 .map_err(|e| anyhow!("sampling ahead: starting sampling thread {k}: {e}"))?;
             self.pools.push(pool);
         }
+        // Forget the old window first: a failed fill leaves none.
+        self.items.clear();
+        let (make, alongside) = window(b..b + count);
         // Each batch on its own pool's thread, all at once; no thread is started per window.
         let slots: Vec<Mutex<Option<T>>> = (0..count).map(|_| Mutex::new(None)).collect();
+        let mut beside = Ok(());
         let made = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            on_each_pool(&self.pools[..count], 0, &|k| {
-                let item = make(b + k);
-                *slots[k].lock().unwrap_or_else(PoisonError::into_inner) = Some(item);
-            })
+            on_each_pool(
+                &self.pools[..count],
+                0,
+                &|k| {
+                    let item = make(b + k);
+                    *slots[k].lock().unwrap_or_else(PoisonError::into_inner) = item;
+                },
+                || beside = alongside(),
+            )
         }));
-        made.map_err(|_| anyhow!("sampling ahead: a sampling thread panicked"))?;
-        self.items = slots
+        made.map_err(|_| anyhow!("sampling ahead: sampling a window panicked"))?;
+        beside?;
+        let items: Vec<Option<T>> = slots
             .into_iter()
             .map(|slot| slot.into_inner().unwrap_or_else(PoisonError::into_inner))
             .collect();
+        if let Some(k) = items.iter().position(Option::is_none) {
+            return Err(anyhow!("sampling ahead: batch {} was not sampled", b + k));
+        }
+        self.items = items;
         self.first = b;
         Ok(())
     }
 }
 
-/// `job(first + k)` on pool `k`'s threads for every pool, all at once; returns when every job
-/// is done (each pool's scope waits for its job, inside the next pool's).
-fn on_each_pool(pools: &[rayon::ThreadPool], first: usize, job: &(impl Fn(usize) + Sync)) {
-    if let Some((pool, rest)) = pools.split_first() {
-        pool.in_place_scope(|scope| {
+/// `job(first + k)` on pool `k`'s threads for every pool, all at once, and `last()` on the
+/// calling thread meanwhile; returns when every job is done (each pool's scope waits for its
+/// job, inside the next pool's; `last` runs inside the innermost).
+fn on_each_pool(
+    pools: &[rayon::ThreadPool],
+    first: usize,
+    job: &(impl Fn(usize) + Sync),
+    last: impl FnOnce(),
+) {
+    match pools.split_first() {
+        Some((pool, rest)) => pool.in_place_scope(|scope| {
             scope.spawn(move |_| job(first));
-            on_each_pool(rest, first + 1, job);
-        });
+            on_each_pool(rest, first + 1, job, last);
+        }),
+        None => last(),
     }
 }
 
