@@ -594,6 +594,84 @@ fn prefetching_on_2_and_4_ranks_changes_no_parameter_and_moves_the_same_bytes() 
 }
 
 #[test]
+fn gdp_ranks_sampling_windows_together_change_no_parameter_and_exchange_less_often() {
+    if !have_mpirun() {
+        return;
+    }
+    // Without prefetch workers, GDP's ranks sample the next batches side by side and route
+    // each hop of all of them to the owners in one exchange (`--sample-ahead`; by default
+    // from 4 rank threads; the ranks take the smallest window any asks for). Windows across
+    // the epoch's end and cut by `--max-steps` must train bitwise the parameters of each
+    // batch sampled in its step and draw the same neighbours (the same `sample_nbrs` bytes),
+    // in a third of the exchanges or fewer.
+    let fx = Fixture::new();
+    for np in [2usize, 4] {
+        let parts = fx.path(&format!("parts{np}"));
+        let mut reference: Option<(Vec<u32>, f64, f64)> = None;
+        for ahead in ["1", "3", "4"] {
+            let tag = format!("ahead-gdp{np}-{ahead}");
+            let ck = fx.path(&format!("{tag}.h5"));
+            let metrics = fx.path(&format!("{tag}.jsonl"));
+            let args: Vec<&str> = TRAIN
+                .iter()
+                .copied()
+                .filter(|a| !matches!(*a, "--max-steps" | "5"))
+                .chain([
+                    "--data",
+                    parts.to_str().unwrap(),
+                    "--max-steps",
+                    "11",
+                    "--prefetch",
+                    "off",
+                    "--sample-ahead",
+                    ahead,
+                    "--checkpoint",
+                    ck.to_str().unwrap(),
+                    "--metrics",
+                    metrics.to_str().unwrap(),
+                ])
+                .collect();
+            let out = mpirun_ok(np, &args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(
+                stderr.contains("routed to the owners in one exchange"),
+                ahead != "1",
+                "{tag}: the log says the window is sampled together:\n{stderr}"
+            );
+            let (mut calls, mut drawn) = (0.0, 0.0);
+            let text = std::fs::read_to_string(&metrics).unwrap();
+            for line in text.lines() {
+                let v: serde_json::Value = serde_json::from_str(line).unwrap();
+                let mean = &v["ranks"]["mean"];
+                calls += mean["comm.sample_ids.calls"].as_f64().unwrap_or(0.0);
+                drawn += mean["comm.sample_nbrs.bytes_received"]
+                    .as_f64()
+                    .unwrap_or(0.0);
+            }
+            assert_eq!(text.lines().count(), 2, "{tag}: two epochs reported");
+            let params = common::bits(&read_params(&ck));
+            match &reference {
+                None => {
+                    assert!(calls > 0.0 && drawn > 0.0, "{tag}: {calls} calls");
+                    reference = Some((params, calls, drawn));
+                }
+                Some((want, calls_alone, drawn_alone)) => {
+                    assert!(
+                        *want == params,
+                        "{tag}: other parameters than each batch sampled in its step"
+                    );
+                    assert_eq!(*drawn_alone, drawn, "{tag}: neighbours drawn");
+                    assert!(
+                        calls * 2.5 <= *calls_alone,
+                        "{tag}: {calls} id exchanges against {calls_alone} batch by batch"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn a_failure_on_one_rank_ends_the_job_naming_that_rank() {
     if !have_mpirun() {
         return;

@@ -634,8 +634,13 @@ impl<'w, B: Backend> Trainer<'w, B> {
         let window = t.sample_window();
         if window > 1 {
             if t.world.rank() == 0 {
+                let together = if t.data_group().size() > 1 && t.cfg.strategy == Strategy::Gdp {
+                    ", each hop of all of them routed to the owners in one exchange"
+                } else {
+                    ""
+                };
                 log::info!(
-                    "sampling ahead: {window} batches at once, each on a thread of its own \
+                    "sampling ahead: {window} batches at once, each on a thread of its own{together} \
                      (--sample-ahead)"
                 );
             }
@@ -1040,27 +1045,36 @@ impl<'w, B: Backend> Trainer<'w, B> {
     }
 
     /// Batches a window of [`crate::sample::ahead`] samples at once on this rank: GDP's
-    /// mini-batches on one rank without prefetch workers (with them, the workers prepare
-    /// whole batches side by side already) and NFP's (whose ranks sample their seeds locally,
-    /// over the whole topology, and never prefetch); 1 elsewhere (several ranks' samplers are
-    /// collective) and for full-batch training.
+    /// mini-batches without prefetch workers (with them, the workers prepare whole batches
+    /// side by side already) and NFP's (whose ranks sample their seeds locally, over the whole
+    /// topology, and never prefetch); 1 elsewhere (split's, DNP's and SNP's sampling is built
+    /// into their exchange plans) and for full-batch training. GDP on several ranks samples
+    /// its windows together (each hop of every batch of a window in one exchange,
+    /// [`crate::exchange::sampling::distributed_window`]), so its ranks take the smallest
+    /// window any of them would: collective there.
     fn sample_window(&self) -> usize {
-        let local = match self.cfg.strategy {
+        let (local, collective) = match self.cfg.strategy {
             Strategy::Gdp => {
-                self.data_group().size() == 1 && !prefetch::prefetches(&self.cfg, !B::IS_HOST)
+                let prefetched = prefetch::prefetches(&self.cfg, !B::IS_HOST);
+                (!prefetched, self.data_group().size() > 1)
             }
-            Strategy::Nfp => true,
-            _ => false,
+            Strategy::Nfp => (true, false),
+            _ => (false, false),
         };
         if !local || self.cfg.full_batch {
             return 1;
         }
         let vertices = self.data.offsets.last().copied().unwrap_or(0);
-        crate::sample::ahead::window_size(
+        let mine = crate::sample::ahead::window_size(
             self.cfg.sample_ahead,
             rayon::current_num_threads(),
             vertices,
-        )
+        );
+        if !collective {
+            return mine;
+        }
+        let every = self.data_group().allgather_u64(mine as u64);
+        every.into_iter().min().unwrap_or(1) as usize
     }
 
     /// Batch `b`'s blocks (as sampled, before self-loops) from the window of batches sampled
@@ -1087,24 +1101,35 @@ impl<'w, B: Backend> Trainer<'w, B> {
             end = end.min(b + max.saturating_sub(self.pos.step) as usize);
         }
         let (seed, epoch) = (self.cfg.seed, self.pos.epoch as u64);
-        let (blocks, seconds) = ahead.take(
-            b,
-            end,
-            &graph,
-            &self.cfg.fanouts,
-            |i| {
-                batches[i]
-                    .iter()
-                    .copied()
-                    .filter(|&v| data.owns(v))
-                    .collect()
-            },
-            |i| BatchKey {
-                seed,
-                epoch,
-                batch: i as u64,
-            },
-        )?;
+        let seeds_of = |i: usize| -> Vec<NodeId> {
+            batches[i]
+                .iter()
+                .copied()
+                .filter(|&v| data.owns(v))
+                .collect()
+        };
+        let key_of = |i: usize| BatchKey {
+            seed,
+            epoch,
+            batch: i as u64,
+        };
+        let fanouts = &self.cfg.fanouts;
+        let group = hybrid::data_group(self.world, self.cfg.strategy);
+        let (blocks, seconds) = if self.cfg.strategy == Strategy::Gdp && group.size() > 1 {
+            ahead.take_window(b, end, |window| {
+                crate::exchange::sampling::distributed_window(
+                    group,
+                    &graph,
+                    &data.offsets,
+                    fanouts,
+                    window,
+                    seeds_of,
+                    key_of,
+                )
+            })?
+        } else {
+            ahead.take(b, end, &graph, fanouts, seeds_of, key_of)?
+        };
         times.sample += seconds;
         Ok(Some(blocks))
     }
@@ -1148,7 +1173,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
             if self.cfg.full_batch {
                 self.ensure_full_plan();
             }
-            // Only GDP on one rank and NFP sample ahead (`sample_window`).
+            // Only GDP and NFP sample ahead (`sample_window`).
             let sampled = self.sampled_ahead(&batches, b, &mut times)?;
 
             let args = StepArgs {
