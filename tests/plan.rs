@@ -205,6 +205,41 @@ fn calibrate_writes_a_file_that_plan_then_uses() {
 }
 
 #[test]
+fn ranks_of_four_threads_calibrate_their_samplers_in_windows() {
+    if !have_mpirun() {
+        return;
+    }
+    // From 4 rank threads on, batches are sampled in windows by default: GDP's ranks route
+    // each hop of a window to the owners together, NFP's sample locally. Both windowed
+    // samplers are timed at the window the ranks agree on (4 here): four seed counts each,
+    // a window's edges growing with them.
+    let dir = tempfile::tempdir().unwrap();
+    let cal = dir.path().join("cal.json");
+    mpirun_ok(
+        2,
+        &[
+            "calibrate",
+            "--threads",
+            "4",
+            "--calibration",
+            cal.to_str().unwrap(),
+        ],
+    );
+    let v = common::read_json(&cal);
+    assert_eq!(v["sample_window"], 4, "{v}");
+    for op in ["sample_ahead", "sample_ahead_routed"] {
+        let points = v["operators"][op]["points"].as_array().unwrap();
+        assert_eq!(points.len(), 4, "{op}: {v}");
+        let xs: Vec<f64> = points.iter().map(|p| p[0].as_f64().unwrap()).collect();
+        assert!(xs.windows(2).all(|w| w[0] < w[1]), "{op}: {xs:?}");
+        assert!(
+            points.iter().all(|p| p[1].as_f64().unwrap() > 0.0),
+            "{op}: {v}"
+        );
+    }
+}
+
+#[test]
 fn the_feature_cache_is_priced_per_strategy() {
     if !have_mpirun() {
         return;

@@ -219,8 +219,9 @@ pub fn shape_of<B: Backend, M: Backend>(
         );
     }
     let nfp_columns = widths.into_iter().map(|w| w as f64).collect();
-    // Batches sampled side by side ahead of their steps where a rank samples locally in them
-    // (`Trainer::sample_window`): NFP always, GDP on one rank without prefetch workers.
+    // Batches sampled side by side ahead of their steps (`Trainer::sample_window`): NFP
+    // always, GDP without prefetch workers, its ranks all in the fewest any would sample
+    // (they sample their windows together).
     let window = if cfg.full_batch {
         1
     } else {
@@ -230,12 +231,13 @@ pub fn shape_of<B: Backend, M: Backend>(
             data.offsets.last().copied().unwrap_or(0),
         )
     };
+    let agreed = group.allgather_u64(window as u64).into_iter().min();
     let gdp_prefetched = crate::train::prefetch::prefetches(cfg, !B::IS_HOST);
     ModelShape {
-        gdp_sample_window: if group.size() == 1 && !gdp_prefetched {
-            window
-        } else {
+        gdp_sample_window: if gdp_prefetched {
             1
+        } else {
+            agreed.unwrap_or(1) as usize
         },
         nfp_sample_window: window,
         packed_row_bytes: ModelShape::packed_row_bytes(in_w[0], density),

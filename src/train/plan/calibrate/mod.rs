@@ -38,7 +38,7 @@ use kernels::{
     aggregate_points, attention_points, elementwise_points, gemm_points, optimizer_points,
     products_of, spmm_points,
 };
-use sampler::{calibrated_window, sample_ahead_points, sample_points};
+use sampler::{calibrated_window, routed_ahead_points, sample_ahead_points, sample_points};
 
 /// Repetitions per point (the median is kept), after one untimed warm-up. Three left the
 /// 2-core VM's calibrations ±20 % apart from one run to the next on most points.
@@ -267,6 +267,10 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
     // with every rank at once; from cold caches where every rank has cores of its own.
     put("sample", sample_points(world, share.turns == 1));
     put("sample_ahead", sample_ahead_points(world, share.turns == 1));
+    put(
+        "sample_ahead_routed",
+        routed_ahead_points(world, share.turns == 1),
+    );
     put("optimizer", optimizer_points(be, kernels));
     put("attention", attention_points(be, kernels));
     put("elementwise", elementwise_points(be, kernels));
@@ -434,7 +438,7 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
         }),
         cache_bytes: cache_of_host() as f64,
         private_cache_bytes: private,
-        sample_window: calibrated_window(),
+        sample_window: calibrated_window(world),
     };
     // Rank 0's numbers everywhere (they are maxima over ranks already; this makes them bitwise
     // the same whatever the reductions' rounding).

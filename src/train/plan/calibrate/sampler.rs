@@ -4,6 +4,7 @@ use super::gathers::spread_ids;
 use super::{time_point_after, REPS};
 use crate::comm::World;
 use crate::exchange::sample_blocks_distributed;
+use crate::exchange::sampling::distributed_window;
 use crate::graph::NodeId;
 use crate::sample::ahead::{window_size, SampleAhead};
 use crate::sample::{sample_blocks, Adjacency, BatchKey, Block};
@@ -146,28 +147,27 @@ fn timed_points(
 /// The synthetic graph's vertices the sampler points are timed on.
 const SYNTHETIC_VERTICES: usize = 1 << 18;
 
-/// Batches a window samples at once on this rank's threads with `--sample-ahead` at its
-/// default ([`window_size`] on the synthetic graph): what [`sample_ahead_points`] time, and
-/// 1 (nothing to time) on one thread.
-pub(super) fn calibrated_window() -> usize {
-    window_size(
+/// Batches a window samples at once with `--sample-ahead` at its default ([`window_size`] on
+/// the synthetic graph): the fewest any rank's threads sample, as GDP's ranks agree on when
+/// they sample windows together (`Trainer::sample_window`); what [`sample_ahead_points`] and
+/// [`routed_ahead_points`] time, and 1 (nothing to time) below 4 threads. Collective.
+pub(super) fn calibrated_window(world: &World) -> usize {
+    let mine = window_size(
         None,
         rayon::current_num_threads(),
         SYNTHETIC_VERTICES as u64,
-    )
+    );
+    let every = world.allgather_u64(mine as u64);
+    every.into_iter().min().unwrap_or(1) as usize
 }
 
 /// The local sampler run in windows ([`crate::sample::ahead`]: GDP on one rank, NFP):
 /// every rank samples [`calibrated_window`] batches of its own seeds over the whole synthetic
 /// graph side by side, each on a thread of its own, on the same two hops as
 /// [`sample_points`]: `x` = the window's edges (the mean over the timed calls and the ranks),
-/// the seconds those of the window. No points on one thread. From cold caches where every
+/// the seconds those of the window. No points below 4 threads. From cold caches where every
 /// rank has cores of its own, as [`sample_points`].
 pub(super) fn sample_ahead_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
-    let window = calibrated_window();
-    if window < 2 {
-        return Vec::new();
-    }
     let n = SYNTHETIC_VERTICES;
     let graph = SyntheticGraph::new(n, 16);
     let whole = OwnedRange {
@@ -175,40 +175,100 @@ pub(super) fn sample_ahead_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
         first: 0,
         end: n as u64,
     };
+    // Every rank its own seeds, as NFP's ranks sample theirs.
+    let seeds = |v: NodeId| ((v as usize + world.rank() * 7919) % n) as NodeId;
+    window_points(
+        world,
+        cold,
+        n,
+        seeds,
+        |ahead, b, window, seeds_of, key_of| {
+            ahead.take(b, window, &whole, &[10, 5], seeds_of, key_of)
+        },
+    )
+}
+
+/// The owner-routed sampler run in windows sampled together (GDP on several ranks,
+/// [`crate::exchange::sampling::distributed_window`]): every rank samples
+/// [`calibrated_window`] batches of seeds of its own over the synthetic graph cut into
+/// contiguous ranges, as [`sample_points`] does one batch, each hop of the window routed to
+/// the owners in one exchange. `x` and the seconds as [`sample_ahead_points`]; no points on
+/// one rank or below 4 threads.
+pub(super) fn routed_ahead_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
+    let ranks = world.size();
+    if ranks < 2 {
+        return Vec::new();
+    }
+    let n = SYNTHETIC_VERTICES;
+    let graph = SyntheticGraph::new(n, 16);
+    let offsets: Vec<u64> = (0..=ranks).map(|r| (r * n / ranks) as u64).collect();
+    let (first, end) = (offsets[world.rank()], offsets[world.rank() + 1]);
+    let mine = OwnedRange {
+        graph: &graph,
+        first,
+        end,
+    };
+    let share = (end - first) as usize;
+    let seeds = |v: NodeId| (v as usize % share) as NodeId + first as NodeId;
+    window_points(
+        world,
+        cold,
+        share,
+        seeds,
+        |ahead, b, window, seeds_of, key_of| {
+            ahead.take_window(b, window, |batches| {
+                distributed_window(world, &mine, &offsets, &[10, 5], batches, seeds_of, key_of)
+            })
+        },
+    )
+}
+
+/// The points of a windowed sampler ([`timed_points`]): each call samples one window of
+/// [`calibrated_window`] batches of ids spread over `0..n` and moved by `seed`, every batch
+/// taken from `take(ahead, b, window, seeds_of, key_of)`. No points below a window of 2.
+fn window_points<F>(
+    world: &World,
+    cold: bool,
+    n: usize,
+    seed: impl Fn(NodeId) -> NodeId,
+    mut take: F,
+) -> Vec<[f64; 2]>
+where
+    F: FnMut(
+        &mut SampleAhead,
+        usize,
+        usize,
+        &(dyn Fn(usize) -> Vec<NodeId> + Sync),
+        &(dyn Fn(usize) -> BatchKey + Sync),
+    ) -> anyhow::Result<(Vec<Block>, f64)>,
+{
+    let window = calibrated_window(world);
+    if window < 2 {
+        return Vec::new();
+    }
     let mut ahead = SampleAhead::new(window);
     timed_points(
         world,
         cold,
         |seeds| {
-            // Every rank its own seeds, as NFP's ranks sample theirs.
             spread_ids(seeds, n, (REPS + 1) * window)
                 .into_iter()
-                .map(|b| {
-                    b.into_iter()
-                        .map(|v| ((v as usize + world.rank() * 7919) % n) as NodeId)
-                        .collect()
-                })
+                .map(|b| b.into_iter().map(&seed).collect())
                 .collect()
         },
         |call, batches| {
             let first = call * window;
             ahead.clear();
+            let seeds_of = |i: usize| batches[first + i].clone();
+            let key_of = |i: usize| BatchKey {
+                seed: 7,
+                epoch: 1,
+                batch: (first + i) as u64,
+            };
             (0..window)
                 .map(|b| {
-                    let (blocks, _) = ahead
-                        .take(
-                            b,
-                            window,
-                            &whole,
-                            &[10, 5],
-                            |i| batches[first + i].clone(),
-                            |i| BatchKey {
-                                seed: 7,
-                                epoch: 1,
-                                batch: (first + i) as u64,
-                            },
-                        )
-                        .expect("the sampling threads start");
+                    let (blocks, _) = take(&mut ahead, b, window, &seeds_of, &key_of)
+                        .expect("the sampling threads start and answer");
                     blocks.iter().map(Block::num_edges).sum::<usize>()
                 })
                 .sum()

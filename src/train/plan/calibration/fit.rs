@@ -65,6 +65,19 @@ impl Fit {
         }
     }
 
+    /// Whether anything was timed or set for this operator ([`Fit::free`] is not).
+    pub fn priced(&self) -> bool {
+        !self.points.is_empty()
+            || [
+                self.latency_s,
+                self.per_unit_s,
+                self.per_byte_s,
+                self.per_row_s,
+            ]
+            .iter()
+            .any(|&x| x != 0.0)
+    }
+
     /// Seconds of `calls` row exchanges moving `bytes` in `rows` rows in all: their bytes'
     /// price ([`Fit::seconds`], rows of [`ROW_EXCHANGE_WIDTH`] columns) plus
     /// [`Fit::per_row_s`] for every row more (or less) than rows of that width would make,

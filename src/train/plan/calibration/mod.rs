@@ -40,8 +40,10 @@ pub use fit::Fit;
 /// ([`Product`]), and the sparse products timed at output widths up to 1024 and priced through
 /// their points by non-zeros and width, 22 the gathers from tables between the near and the
 /// far ones, [`Calibration::far_shares`], 23 the local sampler timed in windows of batches
-/// side by side, `sample_ahead` ([`Calibration::sample_window`]).)
-pub const FORMAT: u32 = 23;
+/// side by side, `sample_ahead` ([`Calibration::sample_window`]), 24 the owner-routed sampler
+/// timed in windows sampled together, `sample_ahead_routed`, and the window the ranks
+/// agree on.)
+pub const FORMAT: u32 = 24;
 
 /// Dense products `m×k · k×n` of the shapes layers use, each into a newly allocated output as a
 /// layer's are: square-ish ones, bound by their flops (2·m·k·n), and skinny ones (a layer into
@@ -147,6 +149,7 @@ pub const OPERATORS: &[(&str, &str)] = &[
     ("spmm", "nnz"),
     ("sample", "edge"),
     ("sample_ahead", "edge"),
+    ("sample_ahead_routed", "edge"),
     ("optimizer", "param"),
     ("attention", "edge_col"),
     ("elementwise", "byte"),
@@ -187,9 +190,10 @@ pub struct Calibration {
     /// calibration): a product's bytes within it cost no more than its flops, only those
     /// beyond are priced by `gemm`'s per-byte term ([`Calibration::products`]).
     pub private_cache_bytes: f64,
-    /// Batches the `sample_ahead` points sampled at once (the rank's threads, at most 16;
-    /// 1 where it has one thread, and those points are empty): a run's window of another size
-    /// is priced from them ([`Calibration::local_sampling`]).
+    /// Batches the `sample_ahead` and `sample_ahead_routed` points sampled at once (the
+    /// fewest any rank's threads sample by default, at most 16; 1 where a rank has fewer
+    /// than 4 threads, and those points are empty): a run's window of another size is priced
+    /// from them ([`Calibration::local_sampling`], [`Calibration::routed_sampling`]).
     #[serde(default = "one")]
     pub sample_window: usize,
 }
@@ -215,12 +219,25 @@ impl Calibration {
     /// shared by the run's batches of a window (no more than the calibration sampled at once:
     /// one thread a batch).
     pub fn local_sampling(&self, edges: f64, window: usize) -> f64 {
-        if window < 2 || self.sample_window < 2 {
+        self.windowed_sampling("sample_ahead", edges, window)
+    }
+
+    /// Seconds for a rank of several to sample a batch of `edges` edges with the owner-routed
+    /// sampler, in its step (`sample`), or in a window of `window` batches sampled together
+    /// ([`crate::exchange::sampling::distributed_window`]): the calibrated window's time
+    /// (its exchanges included) shared as [`Calibration::local_sampling`] shares it. The id
+    /// exchanges' bytes are priced apart, by the strategy.
+    pub fn routed_sampling(&self, edges: f64, window: usize) -> f64 {
+        self.windowed_sampling("sample_ahead_routed", edges, window)
+    }
+
+    fn windowed_sampling(&self, op: &str, edges: f64, window: usize) -> f64 {
+        let fit = self.op(op);
+        if window < 2 || self.sample_window < 2 || !fit.priced() {
             return self.op("sample").seconds(edges, 1.0);
         }
         let calibrated = self.sample_window as f64;
-        self.op("sample_ahead").seconds(edges * calibrated, 1.0)
-            / window.min(self.sample_window) as f64
+        fit.seconds(edges * calibrated, 1.0) / window.min(self.sample_window) as f64
     }
 
     /// The fit of `op` (one of [`OPERATORS`]). Every loaded or measured calibration has them

@@ -92,8 +92,9 @@ pub struct ModelShape {
     /// preparation would share, or `--prefetch off`).
     pub prefetch_workers: Option<usize>,
     /// Batches sampled at once, each on a thread of its own, ahead of their steps
-    /// (`sample::ahead`) where GDP samples locally in its steps (one rank, no prefetch
-    /// workers); 1: each batch sampled in its step.
+    /// (`sample::ahead`) where GDP samples in its steps (no prefetch workers): locally on one
+    /// rank, together on several (each hop of a window routed to the owners in one exchange,
+    /// the window the ranks agree on); 1: each batch sampled in its step.
     pub gdp_sample_window: usize,
     /// The same for NFP, whose ranks all sample their seeds locally.
     pub nfp_sample_window: usize,

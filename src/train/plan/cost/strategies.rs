@@ -163,9 +163,17 @@ fn build(cal: &Calibration, c: &Counts, a2a: &str) -> f64 {
 pub fn gdp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> RankCost {
     let rows = Rows::of_input_block(shape);
     let mut r = load(shape, cal, c, a2a, rows);
-    if shape.gdp_sample_window > 1 {
+    let window = shape.gdp_sample_window;
+    if window > 1 && c.sample_calls > 0.0 {
+        // Several ranks sampling their windows together: the owner-routed sampler's windows,
+        // each id exchange shared by a window's batches.
+        r.phases.build = cal.routed_sampling(c.sampled_edges, window)
+            + cal
+                .op(a2a)
+                .seconds(c.sample_bytes, c.sample_calls / window as f64);
+    } else if window > 1 {
         // One rank sampling in windows: no id exchange, the local sampler side by side.
-        r.phases.build = cal.local_sampling(c.sampled_edges, shape.gdp_sample_window);
+        r.phases.build = cal.local_sampling(c.sampled_edges, window);
     }
     r.phases.train = compute(shape, cal, c, Order::Cheaper, rows != Rows::Csr);
     r

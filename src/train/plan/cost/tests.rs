@@ -112,7 +112,9 @@ fn counts(remote: f64) -> Counts {
 #[test]
 fn batches_sampled_in_windows_share_the_calibrated_window() {
     let mut cal = machine();
-    let c = counts(0.0);
+    // One rank's batches: sampled without an exchange.
+    let mut c = counts(0.0);
+    (c.sample_bytes, c.sample_calls) = (0.0, 0.0);
     let local = ModelShape {
         gdp_sample_window: 4,
         nfp_sample_window: 4,
@@ -139,9 +141,27 @@ fn batches_sampled_in_windows_share_the_calibrated_window() {
     assert!((wide - window / 8.0).abs() < 1e-15, "{wide}");
     // Several GDP ranks sample in their steps (window 1): the owner-routed sampler and its
     // id exchanges, as before.
-    let routed = gdp(&shape(), &cal, &c, "alltoallv_world").phases.build;
+    let routed_counts = counts(0.0);
+    let routed = gdp(&shape(), &cal, &routed_counts, "alltoallv_world")
+        .phases
+        .build;
     let exchanges = cal.op("alltoallv_world").seconds(8000.0, 6.0);
     assert!((routed - (1e-4 + 2200.0 * 1e-6) - exchanges).abs() < 1e-15);
+    // Their windows of 4 sampled together, with a calibration that timed none (one rank):
+    // each batch priced by the owner-routed sampler, the exchanges' calls shared 4 ways.
+    let together = gdp(&local, &cal, &routed_counts, "alltoallv_world")
+        .phases
+        .build;
+    let shared = cal.op("alltoallv_world").seconds(8000.0, 6.0 / 4.0);
+    assert!((together - (1e-4 + 2200.0 * 1e-6) - shared).abs() < 1e-15);
+    // Timed in windows of 8 at 2 µs an edge and 3 ms: the window's time shared 4 ways.
+    let routed_ahead = cal.operators.get_mut("sample_ahead_routed").unwrap();
+    (routed_ahead.latency_s, routed_ahead.per_unit_s) = (3e-3, 2e-6);
+    let together = gdp(&local, &cal, &routed_counts, "alltoallv_world")
+        .phases
+        .build;
+    let window_routed = 3e-3 + 8.0 * 2200.0 * 2e-6;
+    assert!((together - window_routed / 4.0 - shared).abs() < 1e-15);
     // NFP: its window's sampling and the blocks' allgather.
     let all = [&c, &c];
     let nfp_windowed = nfp(&local, &cal, &all, 0, "alltoallv_world").phases.build;
