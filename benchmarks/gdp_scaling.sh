@@ -35,6 +35,10 @@
 #   DEVICE        --device of every run (default cpu, comparable with earlier results; cuda
 #                 records the GPUs nvidia-smi lists and how many ranks share one)
 #   CACHE_MB      cache size of the cached runs (default 64)
+#   SAMPLE_AHEAD  --sample-ahead of every run (default: gnnpar's, windows from 4 rank threads;
+#                 GDP's ranks sample a window together, each hop in one exchange); the table
+#                 names it: SAMPLE_AHEAD=1 (each batch in its step) against the default
+#                 compares the two
 #   CORES         cores of the machine (default nproc); threads per rank = max(1, CORES/ranks)
 #   RUN_TIMEOUT   seconds before one run is killed and recorded as failed (default 600)
 #   FACEBOOK_STEPS, SBM_STEPS   optimizer steps measured on these graphs (default 5 and 8;
@@ -202,6 +206,7 @@ run_one() {
     cmd+=($(step_args "$dataset"))
     if [[ "$cache_mb" != 0 ]]; then cmd+=(--cache-mb "$cache_mb"); fi
     if [[ -n "$rpn" ]]; then cmd+=(--ranks-per-node "$rpn"); fi
+    if [[ -n "${SAMPLE_AHEAD:-}" ]]; then cmd+=(--sample-ahead "$SAMPLE_AHEAD"); fi
     local load_before load_after start end rc=0
     load_before=$(cat /proc/loadavg)
     log "$tag: ${cmd[*]}"
@@ -227,6 +232,7 @@ run_one() {
         --stdout "$logs.stdout" --stderr "$logs.stderr" --meta \
         "bench=$bench" "dataset=$dataset" "strategy=$strategy" "ranks=$ranks" "device=$DEVICE" \
         "threads=$threads" "cache_mb=$cache_mb" "ranks_per_node=${rpn:-}" "rc=$rc" \
+        "sample_ahead=${SAMPLE_AHEAD:-}" \
         "steps_per_epoch=$(steps_per_epoch "$dataset")" \
         "wall_seconds=$(python3 -c "print(round($end - $start, 3))")" \
         "loadavg_before=$load_before" "loadavg_after=$load_after" \

@@ -244,6 +244,12 @@ def run_label(r):
     return label
 
 
+def strategy_cell(r):
+    """The strategy, with the `--sample-ahead` a run was given (SAMPLE_AHEAD) where it was."""
+    ahead = r.get("sample_ahead")
+    return r.get("strategy", "?") + ("" if ahead in (None, "") else f" (ahead {ahead})")
+
+
 def device_label(r, sharing=True):
     """Where the run computed; for CUDA the GPUs seen and (sharing) how many ranks share one."""
     device = r.get("device", "cpu")
@@ -278,7 +284,7 @@ def cmd_table(args):
     for r in results:
         dev = [device_label(r)] if devices else []
         if r.get("status") != "ok":
-            cells = [r.get("dataset", "?"), r.get("strategy", "?"), str(r.get("ranks", "?")), *dev,
+            cells = [r.get("dataset", "?"), strategy_cell(r), str(r.get("ranks", "?")), *dev,
                      str(r.get("threads", "?")), fmt(r.get("cache_mb"), 0),
                      f"**{r.get('status')}**: {r.get('error', '')}"]
             cells += [""] * (len(head) - len(cells))
@@ -289,7 +295,7 @@ def cmd_table(args):
         epoch_cell = fmt(r["epoch_seconds_full"], 2) + ("" if r["epoch_complete"] else " (est.)")
         hit = r.get("cache_hit_rate")
         cells = [
-            r["dataset"], r["strategy"], str(r["ranks"]), *dev, str(r["threads"]),
+            r["dataset"], strategy_cell(r), str(r["ranks"]), *dev, str(r["threads"]),
             fmt(r.get("cache_mb") or 0, 0), steps_cell, epoch_cell, fmt(r["step_seconds"]),
             *[fmt(r["phases_max"][p] / steps) for p in PHASES],
             fmt(per_step_mb(r, r["feature_bytes"]), 2), fmt(per_step_mb(r, r["bytes_total"]), 2),
