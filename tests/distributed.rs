@@ -632,6 +632,10 @@ fn gdp_ranks_sampling_windows_together_change_no_parameter_and_exchange_less_oft
                 ])
                 .collect();
             let out = mpirun_ok(np, &args);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let summary: serde_json::Value =
+                serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
+            assert_eq!(summary["sample_window"].to_string(), ahead, "{tag}");
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert_eq!(
                 stderr.contains("routed to the owners in one exchange"),

@@ -331,10 +331,9 @@ fn sampling_batches_ahead_in_windows_changes_no_parameter() {
             }
             args.extend_from_slice(stop);
             let out = train(&data, config, &args);
-            assert_eq!(
-                out.last_json()["steps"],
-                if stop.len() == 2 { 8 } else { 6 }
-            );
+            let summary = out.last_json();
+            assert_eq!(summary["steps"], if stop.len() == 2 { 8 } else { 6 });
+            assert_eq!(summary["sample_window"], window, "{what}");
             let said = format!("sampling ahead: {window} batches at once");
             assert_eq!(
                 out.stderr.contains("sampling ahead:"),

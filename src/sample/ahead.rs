@@ -92,6 +92,11 @@ impl<T: Send> SampleAhead<T> {
         }
     }
 
+    /// Batches a window samples at once (fewer where an epoch or `--max-steps` ends first).
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
     /// Forget the window (a new epoch's batches are other batches).
     pub fn clear(&mut self) {
         self.first = 0;

@@ -185,6 +185,10 @@ pub struct RunSummary {
     pub epoch_time_median: f64,
     pub total_seconds: f64,
     pub peak_rss_mb: f64,
+    /// Batches rank 0 sampled at once ahead of their steps (`--sample-ahead`, as resolved:
+    /// the default, the ranks' agreement under GDP); 1 where each batch was sampled in its
+    /// step or by prefetch workers.
+    pub sample_window: usize,
     /// Peak memory of every rank, host and device, and the largest of each.
     pub memory: memory::MemoryReport,
     /// The most device memory this rank had in use at once (MiB), on a device backend.
@@ -279,6 +283,7 @@ impl RunSummary {
             epoch_time_median: sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN),
             total_seconds: end.started.elapsed().as_secs_f64(),
             peak_rss_mb: crate::util::rss::peak_rss_mb().unwrap_or(f64::NAN),
+            sample_window: 1,
             memory: memory::gather(world, be, end.params),
             peak_device_mb: be.peak_memory().map(|b| b as f64 / MIB),
             device_transfer_mb: be.transfers().map(|(up, down)| DeviceTransfers {
@@ -975,6 +980,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
             },
         );
         (summary.prediction, summary.prediction_skipped) = (prediction, prediction_skipped);
+        summary.sample_window = self.ahead.as_ref().map_or(1, |a| a.size());
         summary.write(self.world, self.files.summary.as_deref())?;
         Ok(summary)
     }
