@@ -37,8 +37,8 @@
 #   CACHE_MB      cache size of the cached runs (default 64)
 #   SAMPLE_AHEAD  --sample-ahead of every run (default: gnnpar's, windows from 4 rank threads;
 #                 GDP's ranks sample a window together, each hop in one exchange); the table
-#                 names it: SAMPLE_AHEAD=1 (each batch in its step) against the default
-#                 compares the two
+#                 names the window each run used (the summary's `sample_window`):
+#                 SAMPLE_AHEAD=1 (each batch in its step) against the default compares the two
 #   CORES         cores of the machine (default nproc); threads per rank = max(1, CORES/ranks)
 #   RUN_TIMEOUT   seconds before one run is killed and recorded as failed (default 600)
 #   FACEBOOK_STEPS, SBM_STEPS   optimizer steps measured on these graphs (default 5 and 8;

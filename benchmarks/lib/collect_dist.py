@@ -215,6 +215,8 @@ def cmd_record(args):
         # What rank 0 computed on (the GPU's name with --device cuda) and its device memory.
         result["device_name"] = summary.get("device")
         result["peak_device_mb"] = summary.get("peak_device_mb")
+        # The batches sampled at once ahead of their steps, as the run resolved them.
+        result["sample_window"] = summary.get("sample_window")
     print(json.dumps(result, sort_keys=True))
 
 
@@ -245,9 +247,13 @@ def run_label(r):
 
 
 def strategy_cell(r):
-    """The strategy, with the `--sample-ahead` a run was given (SAMPLE_AHEAD) where it was."""
-    ahead = r.get("sample_ahead")
-    return r.get("strategy", "?") + ("" if ahead in (None, "") else f" (ahead {ahead})")
+    """The strategy, with the window its batches were sampled in ahead of their steps where
+    the run sampled in windows (the summary's `sample_window`), or the `--sample-ahead` it
+    was given (SAMPLE_AHEAD) where the summary predates the field."""
+    window = r.get("sample_window")
+    if window is None:
+        window = r.get("sample_ahead")
+    return r.get("strategy", "?") + ("" if window in (None, "", 1) else f" (window {window})")
 
 
 def device_label(r, sharing=True):
