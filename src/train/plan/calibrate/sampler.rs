@@ -55,6 +55,34 @@ impl Adjacency for OwnedRange<'_> {
     }
 }
 
+/// The [`SyntheticGraph`] cut into contiguous ranges, one a rank (`offsets`), as a
+/// partitioned graph's ranks hold it.
+struct CutGraph {
+    graph: SyntheticGraph,
+    offsets: Vec<u64>,
+    rank: usize,
+}
+
+impl CutGraph {
+    fn new(world: &World) -> CutGraph {
+        let (n, ranks) = (SYNTHETIC_VERTICES, world.size());
+        CutGraph {
+            graph: SyntheticGraph::new(n, 16),
+            offsets: (0..=ranks).map(|r| (r * n / ranks) as u64).collect(),
+            rank: world.rank(),
+        }
+    }
+
+    /// This rank's share: its range's adjacency.
+    fn mine(&self) -> OwnedRange<'_> {
+        OwnedRange {
+            graph: &self.graph,
+            first: self.offsets[self.rank],
+            end: self.offsets[self.rank + 1],
+        }
+    }
+}
+
 /// The sampler a rank runs, on two hops of fanout 10 and 5 from growing seed sets: `x` =
 /// edges in this rank's blocks (the mean over the timed calls and the ranks). On one rank the
 /// local `sample_blocks` (draws, de-duplication, block building); on several the owner-routed
@@ -77,16 +105,10 @@ impl Adjacency for OwnedRange<'_> {
 /// a second time: 4-12 bytes an edge at the alltoallv's rate, a few ns against the tens an
 /// edge costs.
 pub(super) fn sample_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
-    let (n, degree) = (SYNTHETIC_VERTICES, 16usize);
-    let graph = SyntheticGraph::new(n, degree);
     let ranks = world.size();
-    let offsets: Vec<u64> = (0..=ranks).map(|r| (r * n / ranks) as u64).collect();
-    let (first, end) = (offsets[world.rank()], offsets[world.rank() + 1]);
-    let mine = OwnedRange {
-        graph: &graph,
-        first,
-        end,
-    };
+    let cut = CutGraph::new(world);
+    let (mine, offsets) = (cut.mine(), &cut.offsets);
+    let (first, end) = (mine.first, mine.end);
     timed_points(
         world,
         cold,
@@ -103,7 +125,7 @@ pub(super) fn sample_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
                 batch: call as u64,
             };
             let blocks = if ranks > 1 {
-                sample_blocks_distributed(world, &mine, &offsets, &batches[call], &[10, 5], key)
+                sample_blocks_distributed(world, &mine, offsets, &batches[call], &[10, 5], key)
             } else {
                 sample_blocks(&mine, &batches[call], &[10, 5], key)
             };
@@ -199,15 +221,9 @@ pub(super) fn routed_ahead_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
     if ranks < 2 {
         return Vec::new();
     }
-    let n = SYNTHETIC_VERTICES;
-    let graph = SyntheticGraph::new(n, 16);
-    let offsets: Vec<u64> = (0..=ranks).map(|r| (r * n / ranks) as u64).collect();
-    let (first, end) = (offsets[world.rank()], offsets[world.rank() + 1]);
-    let mine = OwnedRange {
-        graph: &graph,
-        first,
-        end,
-    };
+    let cut = CutGraph::new(world);
+    let (mine, offsets) = (cut.mine(), &cut.offsets);
+    let (first, end) = (mine.first, mine.end);
     let share = (end - first) as usize;
     let seeds = |v: NodeId| (v as usize % share) as NodeId + first as NodeId;
     window_points(
@@ -217,7 +233,7 @@ pub(super) fn routed_ahead_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
         seeds,
         |ahead, b, window, seeds_of, key_of| {
             ahead.take_window(b, window, |batches| {
-                distributed_window(world, &mine, &offsets, &[10, 5], batches, seeds_of, key_of)
+                distributed_window(world, &mine, offsets, &[10, 5], batches, seeds_of, key_of)
             })
         },
     )
