@@ -192,6 +192,15 @@ impl Group {
         out
     }
 
+    /// Minimum of `v` over the group (what every rank can agree to, e.g. the fewest
+    /// batches any rank samples ahead at once).
+    pub fn allreduce_min_usize(&self, v: usize) -> usize {
+        let Some(c) = &self.comm else { return v };
+        let mut out = v as u64;
+        c.all_reduce_into(&(v as u64), &mut out, SystemOperation::min());
+        out as usize
+    }
+
     /// Broadcast `buf` from the group's rank 0.
     pub fn broadcast_f64_from_root(&self, buf: &mut [f64]) {
         if let Some(c) = &self.comm {

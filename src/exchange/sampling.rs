@@ -265,24 +265,29 @@ pub fn exchange_hops(
     let got_nbrs = group.alltoallv_known("sample_nbrs", &nbrs, &nbr_counts, &got_nbr_counts);
 
     // The answers arrive by owner, each owner's batch by batch in the order they were asked.
-    let mut merged: Vec<Sampled> = (0..batches)
-        .map(|_| Sampled {
-            offsets: vec![0],
-            neighbors: Vec::new(),
-        })
-        .collect();
-    let (mut len_at, mut nbr_at) = (0, 0);
-    for r in 0..ranks {
-        for (k, m) in merged.iter_mut().enumerate() {
-            for &l in &got_lens[len_at..len_at + positions[k][r].len()] {
-                let l = l as usize;
-                m.offsets.push(m.offsets.last().unwrap() + l);
-                m.neighbors.extend_from_slice(&got_nbrs[nbr_at..nbr_at + l]);
-                nbr_at += l;
+    // One batch's are its rows in request order as they arrived, moved as they are (every
+    // hop of every step without a window); a window's are cut into each batch's segments.
+    let merged: Vec<Sampled> = if batches == 1 {
+        vec![Sampled::from_lengths(&got_lens, got_nbrs)]
+    } else {
+        let mut lens_of: Vec<Vec<u32>> = vec![Vec::new(); batches];
+        let mut nbrs_of: Vec<Vec<NodeId>> = vec![Vec::new(); batches];
+        let (mut len_at, mut nbr_at) = (0, 0);
+        for r in 0..ranks {
+            for ((lens, nbrs), mine) in lens_of.iter_mut().zip(&mut nbrs_of).zip(&positions) {
+                let these = &got_lens[len_at..len_at + mine[r].len()];
+                let n: usize = these.iter().map(|&l| l as usize).sum();
+                lens.extend_from_slice(these);
+                nbrs.extend_from_slice(&got_nbrs[nbr_at..nbr_at + n]);
+                (len_at, nbr_at) = (len_at + these.len(), nbr_at + n);
             }
-            len_at += positions[k][r].len();
         }
-    }
+        lens_of
+            .iter()
+            .zip(nbrs_of)
+            .map(|(lens, nbrs)| Sampled::from_lengths(lens, nbrs))
+            .collect()
+    };
     merged
         .iter()
         .zip(positions)

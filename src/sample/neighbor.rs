@@ -115,6 +115,17 @@ pub struct Sampled {
 }
 
 impl Sampled {
+    /// Rows of `lens[i]` neighbours each, laid end to end in `neighbors`.
+    pub fn from_lengths(lens: &[u32], neighbors: Vec<NodeId>) -> Sampled {
+        let mut offsets = Vec::with_capacity(lens.len() + 1);
+        offsets.push(0usize);
+        for &l in lens {
+            offsets.push(offsets.last().unwrap() + l as usize);
+        }
+        debug_assert_eq!(offsets.last().copied(), Some(neighbors.len()));
+        Sampled { offsets, neighbors }
+    }
+
     /// Number of query vertices.
     pub fn len(&self) -> usize {
         self.offsets.len().saturating_sub(1)

@@ -215,6 +215,21 @@ pub struct DeviceTransfers {
     pub to_host: f64,
 }
 
+/// Batches this rank would sample at once ahead of its steps under `cfg` on `data`
+/// (`--sample-ahead`, else [`crate::sample::ahead::window_size`]'s default for its threads and
+/// the graph's vertices); 1 for full-batch training. Which strategies sample ahead, and
+/// whether ranks agree on one window, is the trainer's (`Trainer::sample_window`).
+pub(crate) fn own_sample_window(cfg: &TrainConfig, data: &TrainData) -> usize {
+    if cfg.full_batch {
+        return 1;
+    }
+    crate::sample::ahead::window_size(
+        cfg.sample_ahead,
+        rayon::current_num_threads(),
+        data.offsets.last().copied().unwrap_or(0),
+    )
+}
+
 /// The model `cfg` describes, from `in_dim` input columns to `out_dim` outputs.
 pub fn model_config(cfg: &TrainConfig, in_dim: usize, out_dim: usize) -> ModelConfig {
     ModelConfig {
@@ -639,7 +654,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
         let window = t.sample_window();
         if window > 1 {
             if t.world.rank() == 0 {
-                let together = if t.data_group().size() > 1 && t.cfg.strategy == Strategy::Gdp {
+                let together = if t.windows_routed() {
                     ", each hop of all of them routed to the owners in one exchange"
                 } else {
                     ""
@@ -1059,28 +1074,26 @@ impl<'w, B: Backend> Trainer<'w, B> {
     /// [`crate::exchange::sampling::distributed_window`]), so its ranks take the smallest
     /// window any of them would: collective there.
     fn sample_window(&self) -> usize {
-        let (local, collective) = match self.cfg.strategy {
-            Strategy::Gdp => {
-                let prefetched = prefetch::prefetches(&self.cfg, !B::IS_HOST);
-                (!prefetched, self.data_group().size() > 1)
-            }
-            Strategy::Nfp => (true, false),
-            _ => (false, false),
+        let ahead = match self.cfg.strategy {
+            Strategy::Gdp => !prefetch::prefetches(&self.cfg, !B::IS_HOST),
+            Strategy::Nfp => true,
+            _ => false,
         };
-        if !local || self.cfg.full_batch {
+        if !ahead || self.cfg.full_batch {
             return 1;
         }
-        let vertices = self.data.offsets.last().copied().unwrap_or(0);
-        let mine = crate::sample::ahead::window_size(
-            self.cfg.sample_ahead,
-            rayon::current_num_threads(),
-            vertices,
-        );
-        if !collective {
-            return mine;
+        let mine = own_sample_window(&self.cfg, &self.data);
+        if self.windows_routed() {
+            self.data_group().allreduce_min_usize(mine)
+        } else {
+            mine
         }
-        let every = self.data_group().allgather_u64(mine as u64);
-        every.into_iter().min().unwrap_or(1) as usize
+    }
+
+    /// Whether this run's windows are sampled together over several ranks (GDP's), rather
+    /// than locally (one GDP rank, NFP's ranks over the whole topology).
+    fn windows_routed(&self) -> bool {
+        self.cfg.strategy == Strategy::Gdp && self.data_group().size() > 1
     }
 
     /// Batch `b`'s blocks (as sampled, before self-loops) from the window of batches sampled
@@ -1092,6 +1105,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
         b: usize,
         times: &mut PhaseTimes,
     ) -> Result<Option<Vec<crate::sample::Block>>> {
+        let routed = self.windows_routed();
         let Some(ahead) = self.ahead.as_mut() else {
             return Ok(None);
         };
@@ -1120,11 +1134,10 @@ impl<'w, B: Backend> Trainer<'w, B> {
             batch: i as u64,
         };
         let fanouts = &self.cfg.fanouts;
-        let group = hybrid::data_group(self.world, self.cfg.strategy);
-        let (blocks, seconds) = if self.cfg.strategy == Strategy::Gdp && group.size() > 1 {
+        let (blocks, seconds) = if routed {
             ahead.take_window(b, end, |window| {
                 crate::exchange::sampling::distributed_window(
-                    group,
+                    hybrid::data_group(self.world, self.cfg.strategy),
                     &graph,
                     &data.offsets,
                     fanouts,

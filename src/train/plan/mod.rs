@@ -222,23 +222,11 @@ pub fn shape_of<B: Backend, M: Backend>(
     // Batches sampled side by side ahead of their steps (`Trainer::sample_window`): NFP
     // always, GDP without prefetch workers, its ranks all in the fewest any would sample
     // (they sample their windows together).
-    let window = if cfg.full_batch {
-        1
-    } else {
-        crate::sample::ahead::window_size(
-            cfg.sample_ahead,
-            rayon::current_num_threads(),
-            data.offsets.last().copied().unwrap_or(0),
-        )
-    };
-    let agreed = group.allgather_u64(window as u64).into_iter().min();
+    let window = crate::train::own_sample_window(cfg, data);
+    let agreed = group.allreduce_min_usize(window);
     let gdp_prefetched = crate::train::prefetch::prefetches(cfg, !B::IS_HOST);
     ModelShape {
-        gdp_sample_window: if gdp_prefetched {
-            1
-        } else {
-            agreed.unwrap_or(1) as usize
-        },
+        gdp_sample_window: if gdp_prefetched { 1 } else { agreed },
         nfp_sample_window: window,
         packed_row_bytes: ModelShape::packed_row_bytes(in_w[0], density),
         kind: cfg.model,

@@ -179,8 +179,7 @@ pub(super) fn calibrated_window(world: &World) -> usize {
         rayon::current_num_threads(),
         SYNTHETIC_VERTICES as u64,
     );
-    let every = world.allgather_u64(mine as u64);
-    every.into_iter().min().unwrap_or(1) as usize
+    world.allreduce_min_usize(mine)
 }
 
 /// The local sampler run in windows ([`crate::sample::ahead`]: GDP on one rank, NFP):
