@@ -31,8 +31,10 @@ fn have_mpirun() -> bool {
     ok
 }
 
-/// Run `cmd` to completion or kill it after `TIMEOUT`.
+/// Run `cmd` to completion or kill it after `TIMEOUT`, with an Open MPI session directory of
+/// its own (`common::own_mpi_session`).
 fn run_with_timeout(mut cmd: Command) -> Output {
+    let session = common::own_mpi_session(&mut cmd);
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -41,6 +43,7 @@ fn run_with_timeout(mut cmd: Command) -> Output {
     let start = Instant::now();
     loop {
         if child.try_wait().expect("wait").is_some() {
+            let _ = std::fs::remove_dir_all(&session);
             return child.wait_with_output().expect("output");
         }
         if start.elapsed() > TIMEOUT {

@@ -4,11 +4,12 @@
 
 use gnnpar::graph::parts;
 use gnnpar::graph::{format, Csr, Dataset, NodeId, Splits};
-use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+mod common;
 
 /// Longest an `mpirun` may take before it is killed and the test fails.
 const MPI_TIMEOUT: Duration = Duration::from_secs(60);
@@ -18,20 +19,6 @@ const MPI_TIMEOUT: Duration = Duration::from_secs(60);
 fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn have_mpirun() -> bool {
-    let found = std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).any(|d| d.join("mpirun").is_file()))
-        .unwrap_or(false);
-    if !found {
-        gnnpar::util::skip::skipped(
-            gnnpar::util::skip::SkipKind::Mpi,
-            "tests/info_mpi.rs",
-            "`mpirun` is not on PATH; the MPI info tests did not run",
-        );
-    }
-    found
 }
 
 /// A ring with chords over `n` vertices, every tenth vertex a training vertex.
@@ -59,53 +46,19 @@ fn small_dataset(n: usize) -> Dataset {
     }
 }
 
-/// Run `cmd` to completion or kill it after `timeout`; returns (success, stdout, stderr).
-fn run_with_timeout(mut cmd: Command, timeout: Duration) -> (bool, String, String) {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cannot spawn");
-    // Drain both pipes on their own threads so a chatty child never blocks on a full pipe.
-    let drain = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = pipe.read_to_string(&mut s);
-            s
-        })
-    };
-    let out = drain(Box::new(child.stdout.take().unwrap()));
-    let err = drain(Box::new(child.stderr.take().unwrap()));
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("cannot wait for child") {
-            break status;
-        }
-        if started.elapsed() > timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{cmd:?} did not finish within {} s and was killed",
-                timeout.as_secs()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    (
-        status.success(),
-        out.join().unwrap_or_default(),
-        err.join().unwrap_or_default(),
-    )
+/// `cmd`'s success, stdout and stderr (through the shared runner, which kills it after
+/// `timeout`).
+fn run_with_timeout(cmd: Command, timeout: Duration) -> (bool, String, String) {
+    let out = common::run_with_timeout(cmd, timeout);
+    (out.success, out.stdout, out.stderr)
 }
 
 fn mpirun_info(ranks: usize, dir: &Path) -> (bool, String, String) {
-    let mut cmd = Command::new("mpirun");
+    let mut cmd = common::mpirun();
     cmd.args(["--oversubscribe", "-np", &ranks.to_string()])
         .arg(env!("CARGO_BIN_EXE_gnnpar"))
         .args(["info", "--json"])
-        .arg(dir)
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        .arg(dir);
     run_with_timeout(cmd, MPI_TIMEOUT)
 }
 
@@ -122,7 +75,7 @@ fn partition(input: &Path, parts: usize, out: &Path) {
 #[test]
 fn every_rank_reports_its_own_part() {
     let _serial = serial();
-    if !have_mpirun() {
+    if !common::have_mpirun("tests/info_mpi.rs") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -165,7 +118,7 @@ fn every_rank_reports_its_own_part() {
 #[test]
 fn rank_count_must_match_part_count() {
     let _serial = serial();
-    if !have_mpirun() {
+    if !common::have_mpirun("tests/info_mpi.rs") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -185,7 +138,7 @@ fn rank_count_must_match_part_count() {
 #[test]
 fn a_single_file_under_a_launcher_names_that_launcher() {
     let _serial = serial();
-    if !have_mpirun() {
+    if !common::have_mpirun("tests/info_mpi.rs") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -1050,14 +1050,12 @@ fn two_mpi_ranks_train_the_same_parameters_as_one() {
     single.extend_from_slice(&["--checkpoint", s(&one)]);
     gnnpar(&single, MPI_TIMEOUT).expect_ok("gnnpar train on 1 rank");
 
-    let mut cmd = Command::new("mpirun");
+    let mut cmd = common::mpirun();
     cmd.args(["--oversubscribe", "--bind-to", "none", "-np", "2"])
         .arg(common::GNNPAR)
         .arg("train")
         .args(steps)
         .args(["--threads", "1", "--checkpoint", s(&two)])
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .env("RUST_LOG", "info");
     let out = common::run_with_timeout(cmd, MPI_TIMEOUT).expect_ok("mpirun -np 2 gnnpar train");
     assert_eq!(

@@ -57,7 +57,7 @@ pub fn have_mpirun(test: &str) -> bool {
 /// caller's `GNNPAR_CUDA_EMULATOR` (a test that wants the emulator sets it). Add environment or
 /// arguments, then run it with [`run_with_timeout`].
 pub fn mpirun_command(np: usize, args: &[&str]) -> Command {
-    let mut cmd = Command::new("mpirun");
+    let mut cmd = mpirun();
     cmd.args([
         "-np",
         &np.to_string(),
@@ -67,11 +67,63 @@ pub fn mpirun_command(np: usize, args: &[&str]) -> Command {
     ])
     .arg(GNNPAR)
     .args(args)
-    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     .env("RUST_LOG", "info")
     .env_remove("GNNPAR_CUDA_EMULATOR");
     cmd
+}
+
+/// A bare `mpirun` command, allowed as root, with an Open MPI session directory of its own.
+pub fn mpirun() -> Command {
+    let mut cmd = Command::new("mpirun");
+    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    own_mpi_session(&mut cmd);
+    cmd
+}
+
+/// Gives `cmd` (an `mpirun`, or `gnnpar` starting as an MPI singleton) a session directory
+/// base of its own.
+///
+/// Open MPI 4 keeps every job's session files under one `/tmp/ompi.<host>.<uid>`, created by
+/// each job and removed by the last to leave; with tests running side by side, one job's
+/// `mkdir` can lose that race to another's and fail in `orte_init` (`mkdir …: File exists`).
+/// A base per command (under Cargo's target `tmp`; [`run_with_timeout`] removes it when the
+/// command ends) takes the tests out of the race. `PRTE_MCA_prte_tmpdir_base` is Open MPI 5's
+/// name for it. Returns the base (the one `cmd` has, where it has one).
+pub fn own_mpi_session(cmd: &mut Command) -> PathBuf {
+    if let Some(base) = mpi_session_of(cmd) {
+        return base;
+    }
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static SESSIONS: AtomicUsize = AtomicUsize::new(0);
+    let name = format!(
+        "ompi-{}-{}",
+        std::process::id(),
+        SESSIONS.fetch_add(1, Ordering::Relaxed)
+    );
+    // Cargo's target `tmp` is baked in at build time; test binaries staged to another host
+    // (the GPU machine) fall back to the system's temporary directory.
+    let base = [
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        &std::env::temp_dir(),
+    ]
+    .iter()
+    .map(|dir| dir.join(&name))
+    .find(|base| std::fs::create_dir_all(base).is_ok())
+    .unwrap_or_else(|| panic!("cannot create a session directory {name} for Open MPI"));
+    cmd.env(MPI_SESSION_BASE, &base)
+        .env("PRTE_MCA_prte_tmpdir_base", &base);
+    base
+}
+
+/// Open MPI 4's setting for where a job keeps its session directory.
+const MPI_SESSION_BASE: &str = "OMPI_MCA_orte_tmpdir_base";
+
+/// The session directory base [`own_mpi_session`] gave `cmd`, if it did.
+fn mpi_session_of(cmd: &Command) -> Option<PathBuf> {
+    cmd.get_envs()
+        .find(|(key, _)| *key == MPI_SESSION_BASE)
+        .and_then(|(_, value)| value.map(PathBuf::from))
 }
 
 /// A fresh temporary directory, removed when dropped.
@@ -115,8 +167,10 @@ impl Outcome {
 }
 
 /// Run `cmd` to completion, or kill it after `timeout` and panic. Both pipes are drained on
-/// their own threads so a chatty child never blocks on a full pipe.
+/// their own threads so a chatty child never blocks on a full pipe. The command runs with an
+/// Open MPI session directory of its own ([`own_mpi_session`]), removed when it ends.
 pub fn run_with_timeout(mut cmd: Command, timeout: Duration) -> Outcome {
+    let session = own_mpi_session(&mut cmd);
     let started = Instant::now();
     let mut child = cmd
         .stdin(Stdio::null())
@@ -148,6 +202,7 @@ pub fn run_with_timeout(mut cmd: Command, timeout: Duration) -> Outcome {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    let _ = std::fs::remove_dir_all(&session);
     Outcome {
         success: status.success(),
         code: status.code(),
