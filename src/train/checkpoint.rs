@@ -323,3 +323,27 @@ pub fn is_checkpoint(path: &Path) -> bool {
 pub fn check_writable(path: &Path) -> Result<()> {
     crate::util::atomic::check_writable(path, "checkpoint")
 }
+
+/// Say so when a resumed run starts where there is nothing left to train (the checkpoint is
+/// at or past `epochs`, or `max_steps`): it then trains nothing and keeps the checkpoint, which
+/// a job resubmitted after it finished (a Slurm requeue) should do without failing.
+pub(crate) fn warn_if_nothing_to_train(
+    world: &crate::comm::World,
+    cfg: &TrainConfig,
+    pos: &Position,
+    resumed: bool,
+) {
+    let done = pos.epoch >= cfg.epochs || cfg.max_steps.is_some_and(|m| pos.step >= m);
+    if resumed && done && world.rank() == 0 {
+        log::warn!(
+            "nothing to train: the checkpoint is at epoch {} (step {}) and this run ends at \
+             epoch {}{}; raise --epochs (or --max-steps) to train on. The checkpoint is left \
+             as it was",
+            pos.epoch,
+            pos.step,
+            cfg.epochs,
+            cfg.max_steps
+                .map_or(String::new(), |m| format!(" or step {m}"))
+        );
+    }
+}

@@ -10,6 +10,7 @@ pub mod data;
 pub mod device;
 pub mod dnp;
 pub mod dump;
+mod files;
 pub mod hybrid;
 pub mod memory;
 pub mod metrics;
@@ -18,202 +19,33 @@ pub mod owner_input;
 pub mod plan;
 pub mod prefetch;
 pub mod report;
+mod setup;
 pub mod slicegcn;
 pub mod snp;
 pub mod split;
 pub mod strategy;
+mod summary;
 
 use crate::backend::{Backend, Cpu};
-use crate::comm::{Group, World};
+use crate::comm::World;
 use crate::config::TrainConfig;
 use crate::exchange::inference::HaloPlan;
 use crate::graph::NodeId;
-use crate::kinds::{CacheSize, ModelKind, Strategy};
+use crate::kinds::{CacheSize, Strategy};
 use crate::nn::{Adam, Model, ModelConfig};
 use crate::sample::{epoch_batches, BatchKey};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use checkpoint::{Checkpoint, Position};
 use data::TrainData;
 use metrics::{EpochRecord, MetricsWriter, PhaseTimes};
-use serde::Serialize;
 use std::ops::Range;
-use std::path::PathBuf;
 use std::time::Instant;
 use strategy::{FullGraph, InputSource, ResidentFeatures, StepArgs};
 
-/// Where a run reads and writes, besides its configuration.
-#[derive(Clone, Debug, Default)]
-pub struct RunFiles {
-    /// Dataset file or partition directory; `None` = synthetic default.
-    pub data: Option<PathBuf>,
-    /// Per-epoch JSON lines.
-    pub metrics: Option<PathBuf>,
-    /// Checkpoint written every `checkpoint_every` epochs and at the end.
-    pub checkpoint: Option<PathBuf>,
-    /// Continue from `checkpoint`.
-    pub resume: bool,
-    /// Summary JSON written at the end.
-    pub summary: Option<PathBuf>,
-    /// Directory where each rank writes the edges of its sampled blocks (tests, debugging).
-    pub dump_blocks: Option<PathBuf>,
-    /// Calibration file of the planner (default: one per host and layout in the user's cache).
-    pub calibration: Option<PathBuf>,
-    /// `gnnpar plan`: plan (calibrating if needed) and stop before training.
-    pub plan_only: bool,
-}
-
-impl RunFiles {
-    /// Check the checkpoint options before any data loads: `--resume` and a checkpoint period
-    /// need a checkpoint file, and a new one must be writable (found out now, not after the
-    /// first epochs).
-    pub fn check_checkpoint(&self, cfg: &TrainConfig) -> Result<()> {
-        if self.plan_only {
-            return Ok(()); // `gnnpar plan` trains nothing and writes no checkpoint
-        }
-        match &self.checkpoint {
-            None if self.resume => bail!("--resume needs --checkpoint <file.h5> to resume from"),
-            None if cfg.checkpoint_every > 0 => bail!(
-                "config: `checkpoint_every` (--checkpoint-every) is {}, but no --checkpoint \
-                 <file.h5> was given to write to",
-                cfg.checkpoint_every
-            ),
-            Some(path) if !self.resume => {
-                refuse_replacing_foreign(path, "a checkpoint", checkpoint::is_checkpoint)?;
-                checkpoint::check_writable(path)
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Check the report paths of rank 0 before any data loads: `--metrics` and `--summary`
-    /// must be writable (a bad summary path found only at the end wastes the run), and a file
-    /// already there must be one of the same kind (a dataset named by mistake is not replaced).
-    pub fn check_reports(&self, world: &World) -> Result<()> {
-        if world.rank() != 0 || self.plan_only {
-            return Ok(());
-        }
-        if let Some(path) = &self.metrics {
-            refuse_replacing_foreign(path, "metrics", |p| {
-                first_json_has(p, "epoch", |text| text.lines().next())
-            })?;
-        }
-        if let Some(path) = &self.summary {
-            refuse_replacing_foreign(path, "a summary", |p| {
-                first_json_has(p, "epochs_run", |text| Some(text))
-            })?;
-            crate::util::atomic::check_writable(path, "summary")?;
-        }
-        Ok(())
-    }
-}
-
-/// Say so when a resumed run starts where there is nothing left to train (the checkpoint is
-/// at or past `epochs`, or `max_steps`): it then trains nothing and keeps the checkpoint, which
-/// a job resubmitted after it finished (a Slurm requeue) should do without failing.
-pub(crate) fn warn_if_nothing_to_train(
-    world: &World,
-    cfg: &TrainConfig,
-    pos: &Position,
-    resumed: bool,
-) {
-    let done = pos.epoch >= cfg.epochs || cfg.max_steps.is_some_and(|m| pos.step >= m);
-    if resumed && done && world.rank() == 0 {
-        log::warn!(
-            "nothing to train: the checkpoint is at epoch {} (step {}) and this run ends at \
-             epoch {}{}; raise --epochs (or --max-steps) to train on. The checkpoint is left \
-             as it was",
-            pos.epoch,
-            pos.step,
-            cfg.epochs,
-            cfg.max_steps
-                .map_or(String::new(), |m| format!(" or step {m}"))
-        );
-    }
-}
-
-/// Refuse to replace `path` by `what` when a non-empty file is there that `ours` does not
-/// recognise as an earlier output of the same kind (a dataset or a config named by mistake).
-fn refuse_replacing_foreign(
-    path: &std::path::Path,
-    what: &str,
-    ours: impl FnOnce(&std::path::Path) -> bool,
-) -> Result<()> {
-    let Ok(meta) = std::fs::metadata(path) else {
-        return Ok(()); // nothing there (or nothing readable: writing will say why)
-    };
-    if meta.is_file() && meta.len() > 0 && !ours(path) {
-        bail!(
-            "refusing to write {what} to `{}`: the file there is not {what} written by gnnpar \
-             (is it an input?); choose another path, or remove it first",
-            path.display()
-        );
-    }
-    Ok(())
-}
-
-/// Whether the JSON object in `path` (the part of its text `pick` selects) has `key`.
-fn first_json_has(
-    path: &std::path::Path,
-    key: &str,
-    pick: impl FnOnce(&str) -> Option<&str>,
-) -> bool {
-    std::fs::read_to_string(path).is_ok_and(|text| {
-        pick(&text)
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok())
-            .is_some_and(|v| v.get(key).is_some())
-    })
-}
-
-/// The summary of a run (also printed as the last JSON line).
-#[derive(Clone, Debug, Serialize)]
-pub struct RunSummary {
-    pub dataset: String,
-    pub model: ModelKind,
-    pub strategy: Strategy,
-    pub ranks: usize,
-    pub threads: usize,
-    pub metric: metrics::MetricKind,
-    /// What this rank computed on (rank 0's, in the printed summary).
-    pub device: String,
-    pub epochs_run: usize,
-    pub steps: u64,
-    pub best_epoch: Option<usize>,
-    pub val: f64,
-    pub test: f64,
-    pub final_loss: f64,
-    pub epoch_time_mean: f64,
-    pub epoch_time_median: f64,
-    pub total_seconds: f64,
-    pub peak_rss_mb: f64,
-    /// Batches rank 0 sampled at once ahead of their steps (`--sample-ahead`, as resolved:
-    /// the default, the ranks' agreement under GDP); 1 where each batch was sampled in its
-    /// step or by prefetch workers.
-    pub sample_window: usize,
-    /// Peak memory of every rank, host and device, and the largest of each.
-    pub memory: memory::MemoryReport,
-    /// The most device memory this rank had in use at once (MiB), on a device backend.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub peak_device_mb: Option<f64>,
-    /// MiB this rank copied to and from its device over the run, on a device backend:
-    /// `{"to_device": …, "to_host": …}`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub device_transfer_mb: Option<DeviceTransfers>,
-    pub seconds: PhaseTimes,
-    /// The planner's prediction for the strategy that ran against what was measured; absent
-    /// when no calibration was at hand (fixed strategies do not measure one) or the run is not
-    /// planned (full batch, MLP, several nodes).
-    pub prediction: Option<plan::report::PredictionReport>,
-    /// Why there is no prediction.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub prediction_skipped: Option<String>,
-}
-
-/// Bytes copied between the host and the device, in MiB.
-#[derive(Clone, Copy, Debug, Serialize, PartialEq)]
-pub struct DeviceTransfers {
-    pub to_device: f64,
-    pub to_host: f64,
-}
+pub use files::RunFiles;
+use setup::Planning;
+pub(crate) use summary::RunEnd;
+pub use summary::{DeviceTransfers, RunSummary};
 
 /// Batches this rank would sample at once ahead of its steps under `cfg` on `data`
 /// (`--sample-ahead`, else [`crate::sample::ahead::window_size`]'s default for its threads and
@@ -247,79 +79,6 @@ pub fn model_config(cfg: &TrainConfig, in_dim: usize, out_dim: usize) -> ModelCo
         input_proj: cfg.input_proj,
         linear_output: cfg.linear_output,
         init: cfg.init,
-    }
-}
-
-/// How a run's loop ended, whichever trainer ran it: what its summary is made of besides the
-/// configuration, the data, the backend and the position.
-pub(crate) struct RunEnd<'a> {
-    pub started: Instant,
-    pub epoch_times: &'a [f64],
-    pub final_loss: f64,
-    pub seconds: PhaseTimes,
-    /// The model parameters this rank holds.
-    pub params: usize,
-}
-
-impl RunSummary {
-    /// The summary of a run of `cfg` on `data` on backend `be`, at `pos`. The prediction fields
-    /// are empty (the trainer that planned fills them). Collective over `world` (the memory
-    /// report is gathered).
-    pub(crate) fn assemble<B: Backend>(
-        cfg: &TrainConfig,
-        data: &TrainData,
-        world: &World,
-        be: &B,
-        pos: &Position,
-        end: RunEnd,
-    ) -> RunSummary {
-        let mut sorted = end.epoch_times.to_vec();
-        sorted.sort_by(f64::total_cmp);
-        const MIB: f64 = 1048576.0;
-        RunSummary {
-            dataset: data.part.name.clone(),
-            model: cfg.model,
-            strategy: cfg.strategy,
-            ranks: world.size(),
-            threads: rayon::current_num_threads(),
-            metric: data.metric,
-            device: be.describe(),
-            epochs_run: end.epoch_times.len(),
-            steps: pos.step,
-            best_epoch: pos.best_epoch,
-            val: pos.best_val,
-            test: pos.best_test,
-            final_loss: end.final_loss,
-            // No epoch ran (a resume already at its end): no time, `null` in the JSON.
-            epoch_time_mean: match end.epoch_times.len() {
-                0 => f64::NAN,
-                n => end.epoch_times.iter().sum::<f64>() / n as f64,
-            },
-            epoch_time_median: sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN),
-            total_seconds: end.started.elapsed().as_secs_f64(),
-            peak_rss_mb: crate::util::rss::peak_rss_mb().unwrap_or(f64::NAN),
-            sample_window: 1,
-            memory: memory::gather(world, be, end.params),
-            peak_device_mb: be.peak_memory().map(|b| b as f64 / MIB),
-            device_transfer_mb: be.transfers().map(|(up, down)| DeviceTransfers {
-                to_device: up as f64 / MIB,
-                to_host: down as f64 / MIB,
-            }),
-            seconds: end.seconds,
-            prediction: None,
-            prediction_skipped: None,
-        }
-    }
-
-    /// Write the summary to `path` (atomically) on rank 0 of `world`.
-    pub(crate) fn write(&self, world: &World, path: Option<&std::path::Path>) -> Result<()> {
-        if let (Some(p), 0) = (path, world.rank()) {
-            let out = crate::util::atomic::AtomicOutput::new(p)?;
-            std::fs::write(out.tmp_path(), serde_json::to_string_pretty(self)?)
-                .with_context(|| format!("cannot write summary `{}`", p.display()))?;
-            out.commit()?;
-        }
-        Ok(())
     }
 }
 
@@ -437,145 +196,6 @@ fn complement(skip: &[Range<usize>], n: usize) -> Vec<Range<usize>> {
         out.push(at..n);
     }
     out
-}
-
-/// What a run has once its data is loaded and its strategy decided: the stage `gnnpar plan`
-/// stops at.
-struct Planning {
-    cfg: TrainConfig,
-    data: TrainData,
-    /// The model as initialised on the host (every strategy starts from it).
-    host_model: Model,
-    planned: Option<plan::Planned>,
-    unplanned: Option<String>,
-    cache_budget: usize,
-}
-
-impl Planning {
-    /// Validate `cfg`, load the data, and plan the run (with `auto`, the strategy is chosen
-    /// here). Collective.
-    fn on<B: Backend>(
-        backend: &B,
-        mut cfg: TrainConfig,
-        files: &RunFiles,
-        world: &World,
-    ) -> Result<Planning> {
-        cfg.validate()?;
-        // `auto` asks for a calibration even where it is decided without one (hybrid on
-        // several nodes), so that the run still reports its predicted time.
-        let asked_auto = cfg.strategy == Strategy::Auto;
-        auto::resolve_without_data(&mut cfg, world);
-        // Before the data loads, so a refused `on` fails fast. Every rank decides alike (same
-        // setting, backend and library), and an error on one ends the job.
-        let (device_pointers, why) = crate::comm::cuda_aware::decide(
-            cfg.cuda_aware_mpi,
-            B::IS_HOST,
-            world.size(),
-            crate::comm::cuda_aware::detect,
-        )?;
-        world.set_device_pointers(device_pointers);
-        if world.rank() == 0 {
-            log::info!("MPI and device memory: {why}");
-        }
-        files.check_checkpoint(&cfg)?;
-        files.check_reports(world)?;
-        let group = hybrid::data_group(world, cfg.strategy);
-        let mut data = load_data(files, &cfg, group)?;
-        share_rows_on_host(&cfg, &mut data, world, group);
-        let host_model = Model::new(
-            model_config(&cfg, data.feature_dim(), data.num_classes),
-            cfg.seed,
-        )?;
-        let cache_budget = cache::budget_bytes(cfg.cache_mb, group, world.node().size());
-        let (planned, unplanned) = plan_run(
-            asked_auto,
-            backend,
-            &mut cfg,
-            files,
-            &data,
-            &host_model,
-            world,
-            group,
-            cache_budget,
-        )?;
-        if cfg.strategy == Strategy::Nfp && data.sliced.is_none() && !files.plan_only {
-            // `auto` chose NFP from a dry run over rows; NFP's ranks hold column slices of
-            // every vertex instead, so the data is read again in that layout (the rows are
-            // let go first: a rank never holds both).
-            let t = Instant::now();
-            drop(data);
-            data = load_data(files, &cfg, group)?;
-            if world.rank() == 0 {
-                log::info!(
-                    "strategy auto: nfp's ranks hold column slices: data loaded again as \
-                     slices in {:.2} s",
-                    t.elapsed().as_secs_f64()
-                );
-            }
-        }
-        Ok(Planning {
-            cfg,
-            data,
-            host_model,
-            planned,
-            unplanned,
-            cache_budget,
-        })
-    }
-}
-
-/// Where `cfg`'s strategy reads other ranks' input rows through the feature store (GDP,
-/// split, DNP, hybrid, and `auto`, which may pick them), move each rank's rows into memory
-/// its host's other ranks read directly (`--shared-features`), and log what is shared (rank
-/// 0). SNP and NFP read only their own rows, and full-batch training exchanges a halo: those
-/// keep their rows private. Collective over `group`.
-fn share_rows_on_host(cfg: &TrainConfig, data: &mut TrainData, world: &World, group: &Group) {
-    let reads_through_store = matches!(
-        cfg.strategy,
-        Strategy::Gdp | Strategy::Split | Strategy::Dnp | Strategy::Hybrid | Strategy::Auto
-    );
-    if !cfg.shared_features || cfg.full_batch || !reads_through_store || group.size() == 1 {
-        return;
-    }
-    // Mostly-zero rows (bag-of-words) travel as their few non-zeros from the owner's CSR
-    // copy (~100 bytes a Facebook row), while a peer would scan the whole dense row for them
-    // (18.9 KB): on Facebook at 2 ranks of the 2-core VM, shared rows made the gather 0.50 s
-    // for 6 steps against 0.016 fetched. Those stay fetched.
-    if group.allreduce_max_f64(f64::from(u8::from(data.store.has_sparse_copy()))) > 0.0 {
-        if group.rank() == 0 {
-            log::info!(
-                "feature store: rows are mostly zeros and travel as their non-zeros; not \
-                 shared on the host"
-            );
-        }
-        return;
-    }
-    let t = Instant::now();
-    let peers = data.store.share_on_host(group, world.node_index().0);
-    let most = group.allreduce_max_f64(peers as f64) as usize;
-    if group.rank() == 0 {
-        if most == 0 {
-            log::info!(
-                "feature store: no rank shares its host (and node) with another: rows of \
-                 other ranks are fetched"
-            );
-        } else {
-            log::info!(
-                "feature store: ranks read the rows of up to {most} other rank(s) of their \
-                 host in shared memory ({:.2} s to share); rows of other hosts are fetched",
-                t.elapsed().as_secs_f64()
-            );
-        }
-    }
-}
-
-/// Load this rank's data for `cfg`'s strategy, with GCN's degree table. Collective over `group`.
-fn load_data(files: &RunFiles, cfg: &TrainConfig, group: &crate::comm::Group) -> Result<TrainData> {
-    let mut data = TrainData::load(files.data.as_deref(), cfg, group)?;
-    if cfg.model == ModelKind::Gcn {
-        data.build_gcn_degrees(group, cfg.uses_self_loops())?;
-    }
-    Ok(data)
 }
 
 impl<'w, B: Backend> Trainer<'w, B> {
@@ -811,7 +431,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
     pub fn run(&mut self) -> Result<RunSummary> {
         let started = Instant::now();
         let first_step = self.pos.step;
-        warn_if_nothing_to_train(self.world, &self.cfg, &self.pos, self.files.resume);
+        checkpoint::warn_if_nothing_to_train(self.world, &self.cfg, &self.pos, self.files.resume);
         let mut writer = MetricsWriter::open(
             if self.world.rank() == 0 {
                 self.files.metrics.as_deref()
@@ -1312,88 +932,6 @@ impl<'w, B: Backend> Trainer<'w, B> {
             .as_ref()
             .map_or_else(Vec::new, |n| n.unsynced_ranges(&self.model))
     }
-}
-
-/// Plan the run when the planner applies: with `auto` (or `gnnpar plan`) a calibration is
-/// read or measured and the cheapest candidate replaces `auto`; with a fixed strategy the run
-/// is predicted only when a calibration of this layout is already cached (a fixed strategy's
-/// start-up does not grow by a calibration). Returns the prediction and its calibration file,
-/// or why there is none; the candidates are priced with a feature cache of `cache_budget`
-/// bytes per rank. Collective: every rank takes the same branch (the calibration's presence
-/// is rank 0's, broadcast).
-#[allow(clippy::type_complexity, clippy::too_many_arguments)]
-fn plan_run<B: Backend>(
-    asked_auto: bool,
-    backend: &B,
-    cfg: &mut TrainConfig,
-    files: &RunFiles,
-    data: &TrainData,
-    model: &Model,
-    world: &World,
-    group: &crate::comm::Group,
-    cache_budget: usize,
-) -> Result<(Option<plan::Planned>, Option<String>)> {
-    let (node, nodes) = world.node_index();
-    let why_not = plan::applies(cfg);
-    if let Err(why) = why_not {
-        if cfg.strategy == Strategy::Auto {
-            // Only the MLP baseline reaches here: it has no exchange, every strategy is GDP.
-            cfg.strategy = Strategy::Gdp;
-        }
-        if world.rank() == 0 {
-            log::info!("planner: not planned: {why}");
-        }
-        return Ok((None, Some(why)));
-    }
-    let wanted = asked_auto || files.plan_only;
-    let missing = if wanted {
-        plan::Missing::Measure
-    } else {
-        plan::Missing::Skip
-    };
-    let Some(cal) = plan::obtain(backend, world, files.calibration.as_deref(), missing)? else {
-        let why = "no calibration of this host and layout is cached (`gnnpar calibrate` or \
-                   `--strategy auto` makes one)"
-            .to_string();
-        if world.rank() == 0 {
-            log::info!("planner: {why}; the summary will hold no prediction");
-        }
-        return Ok((None, Some(why)));
-    };
-    let shape = plan::shape_of(cfg, model, backend, data, group, world.size());
-    // On several nodes `auto` is already hybrid (`auto::resolve_without_data`); a fixed
-    // strategy over the world is priced as on one node, with the world's alltoallv.
-    let scope = if cfg.strategy == Strategy::Hybrid && nodes > 1 {
-        plan::Scope::Hybrid { node, nodes }
-    } else {
-        plan::Scope::World
-    };
-    let mut p = plan::predict(
-        cfg,
-        data,
-        &shape,
-        group,
-        scope,
-        &cal.calibration,
-        cache_budget,
-    );
-    if let plan::Scope::Hybrid { .. } = scope {
-        plan::slowest_node(world, &shape, &mut p);
-    }
-    if cfg.strategy == Strategy::Auto {
-        cfg.strategy = p.choice.parse()?;
-        // Every rank says what it chose: the tests check that all agree.
-        log::info!("strategy auto: chose {} (calibrated planner)", p.choice);
-    }
-    Ok((
-        Some(plan::Planned {
-            prediction: p,
-            calibration: cal.path,
-            products_now: cal.products_now,
-            gathers_now: cal.gathers_now,
-        }),
-        None,
-    ))
 }
 
 /// Running totals of an epoch's steps.

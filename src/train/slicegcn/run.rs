@@ -190,7 +190,12 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
     pub fn run(&mut self) -> Result<RunSummary> {
         let started = Instant::now();
         let first_step = self.pos.step;
-        crate::train::warn_if_nothing_to_train(self.world, &self.cfg, &self.pos, self.files.resume);
+        crate::train::checkpoint::warn_if_nothing_to_train(
+            self.world,
+            &self.cfg,
+            &self.pos,
+            self.files.resume,
+        );
         let rank0 = self.world.rank() == 0;
         let mut writer = MetricsWriter::open(
             if rank0 {
