@@ -579,7 +579,7 @@ impl Backend for Cpu {
     }
 
     fn add_spmm_tn(&self, x: &SparseRows, rows: usize, d: ArrayView2<f32>, c: ArrayViewMut2<f32>) {
-        sparse::add_spmm_tn(x.transpose(), rows, d, c)
+        sparse::add_spmm_tn(&x.csr, rows, d, c)
     }
 }
 

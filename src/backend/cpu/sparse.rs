@@ -8,14 +8,14 @@
 //!
 //! Every kernel is deterministic and independent of the thread count: rows are split into
 //! chunks of a fixed size, and [`add_spmm_tn`] sums each output row over the non-zeros of one
-//! column in increasing row order.
+//! column in increasing row order, however its rows are shared among the threads.
 
 use std::ops::Range;
 
 use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 
-use super::gather::{axpy, group_by_target};
+use super::gather::axpy;
 use super::simd::simd_kernel;
 
 /// Rows per parallel task when building or transforming a CSR matrix.
@@ -405,91 +405,106 @@ pub fn spmm(x: &CsrMatrix, rows: usize, w: ArrayView2<f32>) -> Array2<f32> {
     })
 }
 
-/// The entries of a [`CsrMatrix`] grouped by column, each column's entries in increasing
-/// row order (for `xᵀ·d`).
-#[derive(Clone, Debug)]
-pub struct CsrTranspose {
-    /// Entries of column `j` are `start[j]..start[j + 1]`.
-    start: Vec<usize>,
-    row: Vec<u32>,
-    value: Vec<f32>,
-}
-
-impl CsrTranspose {
-    /// Build by a stable counting sort of the entries by column (O(nnz + ncols)).
-    ///
-    /// # Panics
-    /// If `x` has more than `u32::MAX` rows or entries.
-    pub fn new(x: &CsrMatrix) -> CsrTranspose {
-        assert!(
-            x.nnz() <= u32::MAX as usize && x.nrows() <= u32::MAX as usize,
-            "CSR too large to transpose"
-        );
-        let (start, order) = group_by_target(&x.indices, x.ncols);
-        let mut entry_row = vec![0u32; x.nnz()];
-        for i in 0..x.nrows() {
-            entry_row[x.indptr[i]..x.indptr[i + 1]].fill(i as u32);
-        }
-        let row = order.iter().map(|&e| entry_row[e as usize]).collect();
-        let value = order.iter().map(|&e| x.values[e as usize]).collect();
-        CsrTranspose { start, row, value }
-    }
-}
-
-/// Sparse input rows as the CPU backend keeps them: the CSR matrix and, built on first use,
-/// its transpose (a first layer's backward multiplies by the transpose twice: the root and the
-/// neighbour weights).
+/// Sparse input rows as the CPU backend keeps them: the CSR matrix (the backend's `Sparse`).
 #[derive(Debug)]
 pub struct SparseRows {
     pub csr: CsrMatrix,
-    transpose: std::sync::OnceLock<CsrTranspose>,
 }
 
 impl SparseRows {
-    /// Rows `csr`, transpose not built yet.
     pub fn new(csr: CsrMatrix) -> SparseRows {
-        SparseRows {
-            csr,
-            transpose: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// The transpose, built on first use.
-    pub fn transpose(&self) -> &CsrTranspose {
-        self.transpose.get_or_init(|| CsrTranspose::new(&self.csr))
+        SparseRows { csr }
     }
 }
 
-/// `c += x[..rows]ᵀ · d`, where `xt` is the transpose of `x`, `d` has `rows` rows and `c` is
-/// `x.ncols × d.ncols`. Row `j` of `c` adds the rows of `d` named by column `j`'s entries, in
-/// increasing row order.
+/// `c += x[..rows]ᵀ · d`, where `d` has `rows` rows and `c` is `x.ncols × d.ncols`: row `i` of
+/// `d`, scaled, is added to the rows of `c` its entries name, every row of `c` adding its
+/// terms in increasing `i`.
+///
+/// `c`'s rows are cut into one range per thread holding about as many entries each (columns
+/// are far from equally common); a task reads all of `x`'s entries in order, skips those
+/// outside its range, and adds whole rows of `d` into its own rows of `c`, which stay in its
+/// core's cache (Facebook at 256 columns: 4.8 MB of `c` in all). No transpose is built, and
+/// `d` is read in order. Where the cuts fall changes no bit of `c`, so the result does not
+/// depend on the thread count. Against the transpose this replaced (a serial counting sort of
+/// the entries by column, then each row of `c` gathering its rows of `d` at random), on
+/// Facebook-shaped batches (18k rows, 230k entries) on the 2-core EPYC VM: 5.1 against 8.2 ms
+/// at 256 columns on one thread, 3.0-3.4 against 5.3 on two; 1.5 against 3.6 and 1.2-1.4
+/// against 3.0 at 64 columns.
 ///
 /// # Panics
-/// If the shapes disagree.
-pub fn add_spmm_tn(xt: &CsrTranspose, rows: usize, d: ArrayView2<f32>, mut c: ArrayViewMut2<f32>) {
-    let ncols = xt.start.len() - 1;
-    assert_eq!(c.nrows(), ncols, "spmm_tn: output rows");
+/// If the shapes disagree or `c` is not in standard layout.
+pub fn add_spmm_tn(x: &CsrMatrix, rows: usize, d: ArrayView2<f32>, mut c: ArrayViewMut2<f32>) {
+    assert_eq!(c.nrows(), x.ncols, "spmm_tn: output rows");
     assert_eq!(c.ncols(), d.ncols(), "spmm_tn: output columns");
     assert_eq!(d.nrows(), rows, "spmm_tn: d must have `rows` rows");
+    assert!(rows <= x.nrows(), "spmm_tn: {rows} rows of {}", x.nrows());
     let d = super::standard(d);
     let n = d.ncols();
-    if n == 0 {
+    if n == 0 || rows == 0 {
         return;
     }
     let ds = d.as_slice().expect("standard layout");
-    let avg = xt.row.len() / ncols.max(1) + 1;
-    c.as_slice_mut()
-        .expect("spmm_tn: output must be in standard layout")
-        .par_chunks_mut(n)
-        .enumerate()
-        .with_min_len(super::rows_per_task(n * avg))
-        .for_each(|(j, out)| {
-            let span = xt.start[j]..xt.start[j + 1];
-            let (rs, vs) = (&xt.row[span.clone()], &xt.value[span]);
-            // Entries are sorted by row: those of the first `rows` rows are a prefix.
-            let end = rs.partition_point(|&r| (r as usize) < rows);
-            add_scaled_rows(ds, &rs[..end], &vs[..end], out)
-        });
+    let mut rest = c
+        .as_slice_mut()
+        .expect("spmm_tn: output must be in standard layout");
+    let cuts = balanced_cuts(
+        &x.indices[..x.indptr[rows]],
+        x.ncols,
+        rayon::current_num_threads(),
+    );
+    let mut ranges = Vec::with_capacity(cuts.len());
+    for w in cuts.windows(2) {
+        let (head, tail) = rest.split_at_mut((w[1] - w[0]) * n);
+        ranges.push((w[0], head));
+        rest = tail;
+    }
+    ranges
+        .into_par_iter()
+        .for_each(|(first, out)| add_entries_in_range(x, rows, ds, first, out));
+}
+
+/// Cuts of `0..ncols` into at most `parts` ranges holding about equally many of `columns`
+/// (the entries' columns): `0`, the inner cuts ascending, `ncols`.
+fn balanced_cuts(columns: &[u32], ncols: usize, parts: usize) -> Vec<usize> {
+    let mut upto = vec![0usize; ncols + 1];
+    for &j in columns {
+        upto[j as usize + 1] += 1;
+    }
+    for j in 0..ncols {
+        upto[j + 1] += upto[j];
+    }
+    let mut cuts = vec![0];
+    for k in 1..parts.max(1) {
+        let cut = upto.partition_point(|&u| u < columns.len() * k / parts);
+        if cut > *cuts.last().expect("starts with 0") && cut < ncols {
+            cuts.push(cut);
+        }
+    }
+    cuts.push(ncols);
+    cuts
+}
+
+simd_kernel! {
+    /// `out[j - first] += v · d[i]` for every entry `(j, v)` of rows `0..rows` of `x` with `j`
+    /// among `out`'s rows (`first..`), in increasing `i`.
+    fn add_entries_in_range(x: &CsrMatrix, rows: usize, ds: &[f32], first: usize, out: &mut [f32]) {
+        let n = ds.len() / rows;
+        let end = first + out.len() / n;
+        for i in 0..rows {
+            let (idx, val) = x.row(i);
+            // A row's columns increase: its entries in range are one run.
+            let from = idx.partition_point(|&j| (j as usize) < first);
+            for (&j, &v) in idx[from..].iter().zip(&val[from..]) {
+                let j = j as usize;
+                if j >= end {
+                    break;
+                }
+                let o = (j - first) * n;
+                axpy(v, &ds[i * n..(i + 1) * n], &mut out[o..o + n]);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -580,7 +595,7 @@ mod tests {
         close(&spmm(&s, 1000, w.view()), &matmul(head, w.view()));
         let d = sparse_dense(1000, 40, 4).mapv(|v| v - 0.1);
         let mut c = Array2::from_elem((300, 40), 1.0f32);
-        add_spmm_tn(&CsrTranspose::new(&s), 1000, d.view(), c.view_mut());
+        add_spmm_tn(&s, 1000, d.view(), c.view_mut());
         close(&c, &(matmul(head.t(), d.view()) + 1.0));
     }
 
@@ -597,10 +612,86 @@ mod tests {
             pool.install(|| {
                 let s = CsrMatrix::from_dense(x.view());
                 let mut c = Array2::zeros((200, 64));
-                add_spmm_tn(&CsrTranspose::new(&s), 5000, d.view(), c.view_mut());
+                add_spmm_tn(&s, 5000, d.view(), c.view_mut());
                 (spmm(&s, 5000, w.view()), c, s)
             })
         };
         assert_eq!(run(1), run(3));
+    }
+
+    /// `xᵀ·d` as the definition reads, in the order `add_spmm_tn` promises: each row of `c`
+    /// adds its terms in increasing row of `x`.
+    fn spmm_tn_by_definition(x: &CsrMatrix, rows: usize, d: &Array2<f32>, c: &mut Array2<f32>) {
+        for i in 0..rows {
+            let (idx, val) = x.row(i);
+            for (&j, &v) in idx.iter().zip(val) {
+                for k in 0..d.ncols() {
+                    c[[j as usize, k]] += v * d[[i, k]];
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn transposed_product_is_the_definition_bitwise_for_any_threads_and_skew() {
+        // Columns far from equally common (most entries in the first few), a prefix of the
+        // rows, columns no entry names, and more threads than columns: the ranges the
+        // threads take change, the bits must not.
+        let (nrows, ncols, n) = (700, 37, 21);
+        let mut indptr = vec![0];
+        let (mut indices, mut values) = (vec![], vec![]);
+        for i in 0..nrows {
+            let mut cols: Vec<u32> = (0..1 + i % 5)
+                .map(|k| (((i * 7 + k * 13) % 97) * ((i + k) % 11) / 30) as u32 % 30)
+                .collect();
+            cols.sort_unstable();
+            cols.dedup();
+            for &j in &cols {
+                indices.push(j);
+                values.push(((i + j as usize) % 9) as f32 * 0.37 - 1.1);
+            }
+            indptr.push(indices.len());
+        }
+        let x = CsrMatrix {
+            ncols,
+            indptr,
+            indices,
+            values,
+        };
+        let rows = 650;
+        let d = sparse_dense(rows, n, 8).mapv(|v| v * 3.3 - 0.7);
+        let start = Array2::from_shape_fn((ncols, n), |(j, k)| (j * n + k) as f32 * 0.01);
+        let mut expected = start.clone();
+        spmm_tn_by_definition(&x, rows, &d, &mut expected);
+        for threads in [1, 2, 3, 5, 64] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let mut c = start.clone();
+            pool.install(|| add_spmm_tn(&x, rows, d.view(), c.view_mut()));
+            assert!(
+                c.iter()
+                    .zip(&expected)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{threads} threads"
+            );
+        }
+    }
+
+    #[test]
+    fn cuts_share_entries_evenly_and_cover_every_column_once() {
+        // 90 entries in column 0, one in each of 1..=10.
+        let mut columns = vec![0u32; 90];
+        columns.extend(1..=10);
+        assert_eq!(balanced_cuts(&columns, 12, 1), vec![0, 12]);
+        // Column 0 alone holds most: the cut falls just after it.
+        assert_eq!(balanced_cuts(&columns, 12, 2), vec![0, 1, 12]);
+        let even: Vec<u32> = (0..12).flat_map(|j| [j, j]).collect();
+        assert_eq!(balanced_cuts(&even, 12, 3), vec![0, 4, 8, 12]);
+        // More parts than columns: no empty range, the cuts still ascend.
+        let cuts = balanced_cuts(&[0, 1, 2, 2, 1, 0], 3, 8);
+        assert_eq!(cuts, vec![0, 1, 2, 3]);
+        assert_eq!(balanced_cuts(&[], 5, 4), vec![0, 5]);
     }
 }
