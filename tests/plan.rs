@@ -623,7 +623,11 @@ fn auto_picks_nfp_where_it_is_cheapest_and_then_trains_what_nfp_trains() {
     }
     let (dir, cal, _) = calibrated(2);
     let slow = dir.path().join("slow-rows.json");
-    with_slow_row_exchanges(&cal, 1000.0, &slow);
+    // A million times: the calibration is measured while other tests run on the same cores,
+    // and a collective timed then can come out 100× its quiet time (NFP's allgather once
+    // priced its build at 15 ms against 0.2 ms quiet, above GDP's id exchanges slowed a
+    // thousandfold): the slowed exchanges must outweigh any such noise.
+    with_slow_row_exchanges(&cal, 1e6, &slow);
     let slow_s = slow.to_str().unwrap();
 
     let (stdout, _) = mpirun_ok(2, &with(&["plan"], &["--calibration", slow_s]));
