@@ -76,6 +76,7 @@ fn a_rank_killed_mid_epoch_ends_the_job_and_its_checkpoint_resumes_exactly() {
     let ck = tmp.path().join("ck.h5");
     // Far more epochs than will run: the job is killed once two checkpoints are written.
     let mut cmd = common::mpirun_command(2, &train_args(&ck, "500"));
+    let session = common::own_mpi_session(&mut cmd);
     let mut job = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -116,6 +117,7 @@ fn a_rank_killed_mid_epoch_ends_the_job_and_its_checkpoint_resumes_exactly() {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    let _ = std::fs::remove_dir_all(&session);
     let mut stderr = String::new();
     std::io::Read::read_to_string(job.stderr.as_mut().unwrap(), &mut stderr).unwrap();
     assert!(
