@@ -702,9 +702,7 @@ mod tests {
                     0.0
                 }
             });
-            let sparse = crate::backend::cpu::sparse::SparseRows::new(
-                crate::backend::CsrMatrix::from_dense(x.view()),
-            );
+            let sparse = crate::backend::CsrMatrix::from_dense(x.view());
             let labels: Vec<i64> = (0..blocks[2].num_dst as i64).map(|i| i % 3).collect();
             for kind in [
                 ModelKind::Sage,

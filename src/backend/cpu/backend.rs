@@ -14,7 +14,7 @@ use super::attention::{self, AttentionInputs};
 use super::dropout::{DropoutMask, KeptBits};
 use super::gather::add_column_sums;
 use super::gemm::{self, RowDropout};
-use super::sparse::{self, CsrMatrix, SparseRows};
+use super::sparse::{self, CsrMatrix};
 use super::{adam, loss, norm, sparse_rows};
 use crate::backend::{AdamStep, AttentionArgs, AttentionGrads, Backend};
 use crate::sample::Block;
@@ -37,7 +37,7 @@ impl Backend for Cpu {
     type Transpose = LazyTranspose;
     type Saved = Saved;
     type Kept = KeptBits;
-    type Sparse = SparseRows;
+    type Sparse = CsrMatrix;
 
     const IS_HOST: bool = true;
 
@@ -529,57 +529,55 @@ impl Backend for Cpu {
         adam::adam_step(values, grads, m, v, step)
     }
 
-    fn sparse_from_dense(&self, x: ArrayView2<f32>) -> Option<SparseRows> {
-        sparse::prefers_sparse(x).then(|| SparseRows::new(CsrMatrix::from_dense(x)))
+    fn sparse_from_dense(&self, x: ArrayView2<f32>) -> Option<CsrMatrix> {
+        sparse::prefers_sparse(x).then(|| CsrMatrix::from_dense(x))
     }
 
-    fn sparse_from_host(&self, x: ArrayView2<f32>) -> Option<SparseRows> {
+    fn sparse_from_host(&self, x: ArrayView2<f32>) -> Option<CsrMatrix> {
         self.sparse_from_dense(x)
     }
 
-    fn sparse_from_csr(&self, x: CsrMatrix) -> SparseRows {
-        SparseRows::new(x)
+    fn sparse_from_csr(&self, x: CsrMatrix) -> CsrMatrix {
+        x
     }
 
-    fn sparse_dim(&self, x: &SparseRows) -> (usize, usize) {
-        (x.csr.nrows(), x.csr.ncols)
+    fn sparse_dim(&self, x: &CsrMatrix) -> (usize, usize) {
+        (x.nrows(), x.ncols)
     }
 
-    fn sparse_to_dense(&self, x: &SparseRows) -> Array2<f32> {
-        x.csr.to_dense()
+    fn sparse_to_dense(&self, x: &CsrMatrix) -> Array2<f32> {
+        x.to_dense()
     }
 
-    fn sparse_first_rows(&self, x: &SparseRows, rows: usize) -> SparseRows {
-        SparseRows::new(if rows == x.csr.nrows() {
-            x.csr.clone()
+    fn sparse_first_rows(&self, x: &CsrMatrix, rows: usize) -> CsrMatrix {
+        if rows == x.nrows() {
+            x.clone()
         } else {
-            x.csr.first_rows(rows)
-        })
+            x.first_rows(rows)
+        }
     }
 
-    fn sparse_dropout_in_place(&self, mask: &DropoutMask, x: &mut SparseRows, keys: &[u64]) {
-        mask.apply_sparse_in_place(&mut x.csr, keys);
-        // The values changed: a transpose built before is stale.
-        *x = SparseRows::new(std::mem::take(&mut x.csr));
+    fn sparse_dropout_in_place(&self, mask: &DropoutMask, x: &mut CsrMatrix, keys: &[u64]) {
+        mask.apply_sparse_in_place(x, keys);
     }
 
-    fn spmm(&self, x: &SparseRows, rows: usize, w: ArrayView2<f32>) -> Array2<f32> {
-        sparse::spmm(&x.csr, rows, w)
+    fn spmm(&self, x: &CsrMatrix, rows: usize, w: ArrayView2<f32>) -> Array2<f32> {
+        sparse::spmm(x, rows, w)
     }
 
     fn spmm_into(
         &self,
-        x: &SparseRows,
+        x: &CsrMatrix,
         rows: usize,
         w: ArrayView2<f32>,
         out: ArrayViewMut2<f32>,
         accumulate: bool,
     ) {
-        sparse::spmm_into(&x.csr, rows, w, out, accumulate)
+        sparse::spmm_into(x, rows, w, out, accumulate)
     }
 
-    fn add_spmm_tn(&self, x: &SparseRows, rows: usize, d: ArrayView2<f32>, c: ArrayViewMut2<f32>) {
-        sparse::add_spmm_tn(&x.csr, rows, d, c)
+    fn add_spmm_tn(&self, x: &CsrMatrix, rows: usize, d: ArrayView2<f32>, c: ArrayViewMut2<f32>) {
+        sparse::add_spmm_tn(x, rows, d, c)
     }
 }
 

@@ -405,18 +405,6 @@ pub fn spmm(x: &CsrMatrix, rows: usize, w: ArrayView2<f32>) -> Array2<f32> {
     })
 }
 
-/// Sparse input rows as the CPU backend keeps them: the CSR matrix (the backend's `Sparse`).
-#[derive(Debug)]
-pub struct SparseRows {
-    pub csr: CsrMatrix,
-}
-
-impl SparseRows {
-    pub fn new(csr: CsrMatrix) -> SparseRows {
-        SparseRows { csr }
-    }
-}
-
 /// `c += x[..rows]ᵀ · d`, where `d` has `rows` rows and `c` is `x.ncols × d.ncols`: row `i` of
 /// `d`, scaled, is added to the rows of `c` its entries name, every row of `c` adding its
 /// terms in increasing `i`.
