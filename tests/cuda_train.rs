@@ -461,6 +461,102 @@ fn sparse_input_rows_train_the_cpus_model_without_their_dense_form() {
     }
 }
 
+/// A mini-batch step on a device queues its work and moves on: its loss stays on the device
+/// and the losses of [`READ_EVERY`] steps are read with one download, so the host waits for the
+/// device once per group of steps, not between each step's forward and backward passes. On
+/// the emulated device (which counts the calls a GPU would receive), 20 steps of GDP download
+/// twice (16 steps, then the epoch's last 4), launch the same kernels every step, and train the
+/// CPU's model (the loss as the CPU sums it, bit for bit).
+///
+/// [`READ_EVERY`]: gnnpar::train::losses::READ_EVERY
+#[test]
+fn a_device_step_waits_for_the_device_only_when_a_group_of_losses_is_read() {
+    use gnnpar::train::losses::READ_EVERY;
+    let tmp = common::tempdir();
+    let data = small_sbm(tmp.path());
+    let cfg = TrainConfig {
+        model: ModelKind::Sage,
+        layers: 2,
+        hidden: 32,
+        fanouts: vec![5, 5],
+        // An epoch of more than 20 batches: the run stops in its first.
+        batch_size: 16,
+        epochs: 1,
+        max_steps: Some(20),
+        eval_every: 0,
+        dropout: 0.5,
+        seed: 3,
+        ..Default::default()
+    };
+    let (cpu, cpu_summary) = train(Cpu, &cfg, &data);
+    let (gpu, gpu_summary) = train(Cuda::emulated().expect("the emulator builds"), &cfg, &data);
+    assert!(cpu_summary.device_calls.is_none(), "the CPU makes no calls");
+    let calls = gpu_summary.device_calls.expect("a device counts its calls");
+    assert_eq!(calls.steps, 20);
+    assert_eq!(READ_EVERY, 16, "the counts below assume groups of 16");
+    assert_eq!(
+        calls.total.downloads, 2,
+        "one download per group of losses read: {calls:?}"
+    );
+    assert_eq!(calls.total.synchronizes, 0, "{calls:?}");
+    assert!(calls.total.launches >= 20 * 8, "{calls:?}");
+    assert_eq!(
+        calls.total.launches % 20,
+        0,
+        "the same kernels every step: {calls:?}"
+    );
+    assert_eq!(
+        cpu_summary.final_loss.to_bits(),
+        gpu_summary.final_loss.to_bits(),
+        "the loss read later is the one read at once"
+    );
+    let d = max_rel_diff(&cpu, &gpu, 1e-3);
+    assert!(d <= 1e-4, "parameters differ by {d:.2e}");
+}
+
+/// A loss that diverges on a device is refused naming the step it came from, though it is read
+/// with later steps' losses: the error the CPU reports (which reads each step's at once).
+#[test]
+fn a_diverging_device_loss_read_late_names_the_step_the_cpu_names() {
+    let tmp = common::tempdir();
+    let data = small_sbm(tmp.path());
+    let cfg = TrainConfig {
+        model: ModelKind::Gcn,
+        layers: 2,
+        hidden: 16,
+        fanouts: vec![5, 5],
+        batch_size: 16,
+        epochs: 2,
+        eval_every: 0,
+        dropout: 0.0,
+        // Adam moves every weight by about `lr` in its first step: the next forward overflows.
+        lr: 1e30,
+        seed: 5,
+        ..Default::default()
+    };
+    let error = |backend: &dyn Fn(&TrainConfig) -> anyhow::Result<RunSummary>| {
+        format!("{:#}", backend(&cfg).expect_err("the loss diverges"))
+    };
+    let run = |cfg: &TrainConfig, cuda: bool| {
+        let world = World::solo();
+        let files = RunFiles {
+            data: Some(data.clone()),
+            ..Default::default()
+        };
+        if cuda {
+            let be = Cuda::emulated().expect("the emulator builds");
+            Trainer::on(be, cfg.clone(), files, &world)?.run()
+        } else {
+            Trainer::on(Cpu, cfg.clone(), files, &world)?.run()
+        }
+    };
+    let cpu = error(&|c| run(c, false));
+    let gpu = error(&|c| run(c, true));
+    assert!(cpu.contains("loss is"), "{cpu}");
+    let at = |e: &str| e[e.find("at epoch").expect("names the epoch")..].to_string();
+    assert_eq!(at(&gpu), at(&cpu), "device: {gpu}\nCPU: {cpu}");
+}
+
 /// One GDP step of `batch` on `backend` from `host` (a prepared batch): the summed loss and
 /// the gradients on the host.
 fn one_step<B: Backend>(
@@ -483,7 +579,7 @@ fn one_step<B: Backend>(
         &mut model, data, resident, host, args, &mut times, None,
     )
     .expect("step");
-    (out.loss_sum, model.params.grads_on_host())
+    (out.loss_sum.value(), model.params.grads_on_host())
 }
 
 /// Two steps' loss and gradients (as [`one_step`] returns them) are the same, bit for bit.
@@ -498,7 +594,7 @@ fn assert_same_step(a: &(f64, Vec<f32>), b: &(f64, Vec<f32>), what: &str) {
 /// gathers the resident dense rows and compacts them with its count kernel (CUDA, emulated).
 /// Dense features (128 columns) are decided dense on the host, from counts kept at load. On the
 /// device, the blocks' transposes built with the batch (a prefetch worker's) give the numbers of
-/// those the backward builds itself.
+/// those the backward builds itself, and so does the sparse rows' transpose.
 #[test]
 fn a_stores_sparse_copy_gives_the_numbers_of_the_dense_gather() {
     use gnnpar::exchange::store::InputRows;
@@ -590,6 +686,9 @@ fn a_stores_sparse_copy_gives_the_numbers_of_the_dense_gather() {
         let lazy = prepare_with(true, false);
         assert!(host.transposes.iter().any(Option::is_some));
         assert!(lazy.transposes.iter().all(Option::is_none));
+        // Sparse rows come with their own transpose too (the first layer's weight gradient).
+        assert_eq!(host.input_transpose.is_some(), sparse, "{path:?}");
+        assert!(lazy.input_transpose.is_none());
         let c = one_step(cuda.clone(), &cfg, &data, Some(&resident), host, &args);
         let d = one_step(cuda.clone(), &cfg, &data, Some(&resident), tested, &args);
         let e = one_step(cuda.clone(), &cfg, &data, Some(&resident), lazy, &args);
@@ -684,7 +783,7 @@ fn owner_strategies_transposes_built_ahead_give_the_numbers_of_lazy_ones() {
                     snp_train_step(&mut model, &data, Some(&resident), host, &args, &mut times)
                 };
                 let out = out.expect("step");
-                (out.loss_sum, model.params.grads_on_host())
+                (out.loss_sum.value(), model.params.grads_on_host())
             };
             let (ahead, lazy) = (run(true), run(false));
             assert_same_step(&ahead, &lazy, &format!("{strategy} {kind:?}"));

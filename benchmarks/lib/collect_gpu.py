@@ -66,6 +66,9 @@ def record(kind: str, out: str, err: str, pairs: list[str]) -> dict:
         val=got.get("val"),
         test=got.get("test"),
         final_loss=got.get("final_loss"),
+        # Calls into the device per training step (launches, copies, waits); absent from
+        # builds before 2026-12-06.
+        device_calls_per_step=(got.get("device_calls") or {}).get("per_step"),
     )
     warm_epochs(rec, out)
     return rec
@@ -105,6 +108,17 @@ def ratio(a, b):
     return "—" if a is None or b in (None, 0) else f"{a / b:.2f}"
 
 
+def calls(rec: dict) -> str:
+    """A run's calls into the device per step: launches and GEMMs, uploads, and the calls that
+    wait for the device (downloads and synchronizations)."""
+    c = rec.get("device_calls_per_step")
+    if not c:
+        return "—"
+    launches = c.get("launches", 0) + c.get("gemms", 0)
+    waits = c.get("downloads", 0) + c.get("synchronizes", 0)
+    return f"{launches:.0f}, {c.get('uploads', 0):.0f}, {waits:.2f}"
+
+
 def table(path: str) -> str:
     latest: dict[tuple, dict] = {}
     for line in Path(path).read_text().splitlines():
@@ -132,8 +146,9 @@ def table(path: str) -> str:
             "backward and optimizer that the host spent waiting for the GPU: near their sum the "
             "GPU bounds the step, near 0 the host does; — where the run predates it)", "",
             "| dataset | CPU s/epoch (threads) | GPU s/epoch | speedup | sample | wait | gather | "
-            "forward | backward | optimizer | blocked | MB to GPU / epoch | GPU peak MB |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "forward | backward | optimizer | blocked | MB to GPU / epoch | GPU peak MB | "
+            "calls / step (launches, uploads, waits) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for w in sorted({r["workload"] for r in rows if r.get("mode") == "mini-batch"}):
         c = latest.get((w, "gnnpar-cpu"), {})
         g = latest.get((w, "gnnpar"), {})
@@ -145,7 +160,7 @@ def table(path: str) -> str:
                                 ("sample", "prefetch_wait", "gather", "forward", "backward",
                                           "optimizer", "device_blocked"))
                    + f" | {fmt((g.get('device_transfer_mb_per_epoch') or {}).get('to_device'))}"
-                   + f" | {fmt(g.get('peak_device_mb'), 1, 0)} |")
+                   + f" | {fmt(g.get('peak_device_mb'), 1, 0)} | {calls(g)} |")
     failed = [r for r in rows if r.get("status") not in ("ok", None)]
     if failed:
         out += ["", "Runs that did not finish:", ""]

@@ -26,6 +26,7 @@
 pub mod cpu;
 pub mod cuda;
 pub mod input_rows;
+pub mod loss_sum;
 
 use ndarray::{Array2, ArrayView2, CowArray, Ix2};
 use std::fmt::Debug;
@@ -38,7 +39,9 @@ pub use cpu::dropout::DropoutMask;
 pub use cpu::gemm::RowDropout;
 pub use cpu::sparse::CsrMatrix;
 pub use cpu::Cpu;
+pub use cuda::calls::DeviceCalls;
 pub use cuda::Cuda;
+pub use loss_sum::LossSum;
 
 use crate::sample::Block;
 
@@ -165,6 +168,10 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
     /// Bytes copied host → device and device → host so far (`None` on the host, which copies
     /// nothing).
     fn transfers(&self) -> Option<(u64, u64)>;
+    /// Calls into the device so far, by kind (`None` on the host, which makes none).
+    fn device_calls(&self) -> Option<DeviceCalls> {
+        None
+    }
     /// Seconds the host has spent blocked on the device so far (`None` on the host): what
     /// tells a device-bound step (most of its host time is this) from a host-bound one.
     fn blocked_seconds(&self) -> Option<f64> {
@@ -445,12 +452,15 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
 
     // ---- losses ---------------------------------------------------------------------------
 
-    /// Softmax cross-entropy per row against class ids: the summed loss (host) and
-    /// d(summed loss)/d logits.
-    fn cross_entropy(&self, logits: Self::View<'_>, labels: &[i64]) -> (f64, Self::Mat);
+    /// Softmax cross-entropy per row against class ids: the summed loss (on the host, or to
+    /// be read from the device when wanted: [`LossSum`]) and d(summed loss)/d logits.
+    fn cross_entropy(&self, logits: Self::View<'_>, labels: &[i64]) -> (LossSum, Self::Mat);
     /// Binary cross-entropy with logits against 0/1 targets (`rows × cols`).
-    fn bce_with_logits(&self, logits: Self::View<'_>, targets: ArrayView2<i64>)
-        -> (f64, Self::Mat);
+    fn bce_with_logits(
+        &self,
+        logits: Self::View<'_>,
+        targets: ArrayView2<i64>,
+    ) -> (LossSum, Self::Mat);
 
     // ---- flat buffers and Adam ------------------------------------------------------------
 
@@ -508,7 +518,10 @@ pub trait Backend: Clone + Debug + Send + Sync + 'static {
     /// Rows the host already holds as CSR (a mini-batch gathered from a store's sparse copy,
     /// whose caller made [`Backend::sparse_from_dense`]'s test from the rows' counts), as this
     /// backend's sparse rows: moved where the backend is the host, uploaded as CSR otherwise.
-    fn sparse_from_csr(&self, x: CsrMatrix) -> Self::Sparse;
+    /// `transpose`: their entries grouped by column, built ahead (by a prefetch worker) for a
+    /// backend whose weight gradient reads it; a device uploads it instead of building it on
+    /// first use, the CPU (which needs none) drops it.
+    fn sparse_from_csr(&self, x: CsrMatrix, transpose: Option<BlockTranspose>) -> Self::Sparse;
     fn sparse_dim(&self, x: &Self::Sparse) -> (usize, usize);
     fn sparse_to_dense(&self, x: &Self::Sparse) -> Self::Mat;
     /// The first `rows` rows.

@@ -10,6 +10,7 @@
 //! before, and one built in vain is dropped (`tests`: the rule against what a backward built).
 
 use crate::backend::cpu::aggregate::BlockTranspose;
+use crate::backend::cpu::sparse::CsrMatrix;
 use crate::sample::Block;
 
 /// Whether one layer's backward reads its block's transpose.
@@ -92,6 +93,15 @@ impl TransposePlan {
         sparse_input: bool,
     ) -> Vec<Option<BlockTranspose>> {
         self.build_from(0, blocks, sparse_input)
+    }
+
+    /// The transpose of a batch's sparse input rows (their entries grouped by column), where
+    /// this plan builds transposes ahead and the first layer's backward reads it: its weight
+    /// gradient `xᵀ·d` on a device gathers over it. `None` otherwise (built on first use, if
+    /// ever: the CPU's product needs none).
+    pub fn sparse_input(&self, x: &CsrMatrix) -> Option<BlockTranspose> {
+        (self.layers > 0 && self.rules[0] != TransposeRule::Never)
+            .then(|| BlockTranspose::of_csr(x.ncols, &x.indptr, &x.indices))
     }
 
     /// [`TransposePlan::build`] for the blocks of layers `first..` (a strategy whose input

@@ -33,6 +33,9 @@ pub struct DnpHostBatch {
     /// Per layer (the input block, then the upper blocks), its transpose where
     /// [`InputSource::transposes`] says the backward reads it.
     transposes: Vec<Option<BlockTranspose>>,
+    /// The sparse input rows' transpose, where [`InputSource::transposes`] builds it ahead
+    /// ([`crate::nn::transposes::TransposePlan::sparse_input`]).
+    input_transpose: Option<BlockTranspose>,
     sample_seconds: f64,
     gather_seconds: f64,
 }
@@ -76,6 +79,10 @@ pub fn dnp_host_batch(
     let gather_seconds = t.elapsed().as_secs_f64();
     let t = Instant::now();
     let sparse_input = matches!(input, DnpInput::Host(InputRows::Sparse(_)));
+    let input_transpose = match &input {
+        DnpInput::Host(InputRows::Sparse(x)) => source.transposes.sparse_input(x),
+        _ => None,
+    };
     let blocks = std::iter::once(&ob.input_block).chain(&ob.upper);
     let transposes = source.transposes.build(blocks, sparse_input);
     DnpHostBatch {
@@ -83,6 +90,7 @@ pub fn dnp_host_batch(
         input,
         store,
         transposes,
+        input_transpose,
         sample_seconds: sample_seconds + t.elapsed().as_secs_f64(),
         gather_seconds,
     }
@@ -138,6 +146,7 @@ pub fn dnp_train_step<B: Backend>(
         mut ob,
         input,
         transposes,
+        input_transpose,
         sample_seconds,
         gather_seconds,
         ..
@@ -154,7 +163,9 @@ pub fn dnp_train_step<B: Backend>(
             Input::Dense(place_rows(&be, features, placed, data))
         }
         (DnpInput::Host(InputRows::Dense(x)), _) => Input::Dense(be.upload_owned(x)),
-        (DnpInput::Host(InputRows::Sparse(x)), _) => Input::Sparse(be.sparse_from_csr(x)),
+        (DnpInput::Host(InputRows::Sparse(x)), _) => {
+            Input::Sparse(be.sparse_from_csr(x, input_transpose))
+        }
         (DnpInput::Placed(_), None) => {
             panic!("dnp rows placed for a device that keeps no features")
         }

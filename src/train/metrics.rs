@@ -1,5 +1,6 @@
 //! Evaluation metrics (accuracy, ROC-AUC) and the per-epoch JSON records.
 
+use crate::backend::DeviceCalls;
 use ndarray::Array2;
 use serde::Serialize;
 use std::io::Write;
@@ -115,6 +116,8 @@ pub struct PhaseTimes {
     /// What the planner calls `shuffle`; 0 where a strategy exchanges none (GDP).
     pub shuffle: f64,
     pub allreduce: f64,
+    /// The optimizer steps; on a device backend also the waits while a group of steps'
+    /// losses is read (`train::losses`: the device finishing the work queued before).
     pub optimizer: f64,
     pub eval: f64,
     /// On a device backend: of the training phases above (not `eval`), the seconds the host
@@ -201,6 +204,59 @@ pub struct EpochRecord {
     /// when it ends, its loss over all of the epoch's batches.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub partial: bool,
+    /// On a device backend, this rank's calls into the device during the epoch's training
+    /// steps (not its evaluation): launches, copies, waits ([`DeviceCalls`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_calls: Option<DeviceCalls>,
+}
+
+/// The calls a backend made into its device between [`CallClock::start`] and
+/// [`CallClock::stop`]; `None` throughout on the host.
+pub struct CallClock(Option<DeviceCalls>);
+
+impl CallClock {
+    pub fn start<B: crate::backend::Backend>(be: &B) -> CallClock {
+        CallClock(be.device_calls())
+    }
+
+    pub fn stop<B: crate::backend::Backend>(&self, be: &B) -> Option<DeviceCalls> {
+        Some(be.device_calls()?.since(self.0.as_ref()?))
+    }
+}
+
+/// Calls into the device over a run's training steps, and per step (the run's summary).
+#[derive(Clone, Debug, Serialize)]
+pub struct StepCalls {
+    /// Training steps of this run (this invocation's, after a resume).
+    pub steps: u64,
+    pub total: DeviceCalls,
+    /// `total / steps`, by kind.
+    pub per_step: std::collections::BTreeMap<&'static str, f64>,
+}
+
+impl StepCalls {
+    pub fn new(total: DeviceCalls, steps: u64) -> StepCalls {
+        let per = |n: u64| n as f64 / steps.max(1) as f64;
+        let per_step = [
+            ("launches", total.launches),
+            ("gemms", total.gemms),
+            ("uploads", total.uploads),
+            ("downloads", total.downloads),
+            ("synchronizes", total.synchronizes),
+            ("allocs", total.allocs),
+            ("frees", total.frees),
+            ("fills", total.fills),
+            ("copies", total.copies),
+        ]
+        .into_iter()
+        .map(|(k, n)| (k, per(n)))
+        .collect();
+        StepCalls {
+            steps,
+            total,
+            per_step,
+        }
+    }
 }
 
 /// Appends JSON lines to a metrics file (created fresh, or appended to on resume). The file is

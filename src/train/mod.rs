@@ -12,6 +12,7 @@ pub mod dnp;
 pub mod dump;
 mod files;
 pub mod hybrid;
+pub mod losses;
 pub mod memory;
 pub mod metrics;
 pub mod nfp;
@@ -26,7 +27,7 @@ pub mod split;
 pub mod strategy;
 mod summary;
 
-use crate::backend::{Backend, Cpu};
+use crate::backend::{Backend, Cpu, DeviceCalls};
 use crate::comm::World;
 use crate::config::TrainConfig;
 use crate::exchange::inference::HaloPlan;
@@ -37,7 +38,8 @@ use crate::sample::{epoch_batches, BatchKey};
 use anyhow::{bail, Result};
 use checkpoint::{Checkpoint, Position};
 use data::TrainData;
-use metrics::{EpochRecord, MetricsWriter, PhaseTimes};
+use losses::StepLosses;
+use metrics::{CallClock, EpochRecord, MetricsWriter, PhaseTimes};
 use std::ops::Range;
 use std::time::Instant;
 use strategy::{FullGraph, InputSource, ResidentFeatures, StepArgs};
@@ -445,6 +447,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
         let mut total = PhaseTimes::default();
         let mut final_loss = f64::NAN;
         let mut stopped_early = false;
+        let mut run_calls: Option<(DeviceCalls, u64)> = None;
         while self.pos.epoch < self.cfg.epochs && !self.steps_exhausted() {
             let epoch = self.pos.epoch;
             let t_epoch = Instant::now();
@@ -457,6 +460,8 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 self.cfg.epochs,
             );
             let blocked_before = self.model.params.backend().blocked_seconds();
+            let calls = CallClock::start(self.model.params.backend());
+            let steps_before = self.pos.step;
             let EpochOutcome {
                 loss,
                 times,
@@ -466,6 +471,12 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 first_step,
             } = self.train_epoch()?;
             let blocked = self.model.params.backend().blocked_seconds();
+            let epoch_calls = calls.stop(self.model.params.backend());
+            if let Some(c) = &epoch_calls {
+                let (total, steps) = run_calls.get_or_insert_default();
+                total.add(c);
+                *steps += self.pos.step - steps_before;
+            }
             first_of_run = first_of_run.or(first_step);
             // The whole epoch's, also when it began before a resume (this call's own batches
             // are what `loss` covers).
@@ -529,6 +540,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 ranks: comm,
                 split: split_summary,
                 partial: !finished,
+                device_calls: epoch_calls,
             };
             if self.world.rank() == 0 {
                 log::info!(
@@ -612,6 +624,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 final_loss,
                 seconds: total,
                 params: self.model.params.len(),
+                device_calls: run_calls,
             },
         );
         (summary.prediction, summary.prediction_skipped) = (prediction, prediction_skipped);
@@ -792,14 +805,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
         while self.pos.batch < batches.len() {
             if self.steps_exhausted() {
                 progress.finish();
-                return Ok(EpochOutcome {
-                    loss: totals.loss_sum / totals.loss_count.max(1) as f64,
-                    times,
-                    counts: totals.counts,
-                    finished: false,
-                    split: split_stats,
-                    first_step: totals.first_step,
-                });
+                return totals.outcome(self.world, &mut self.pos, times, false, split_stats);
             }
             let b = self.pos.batch;
             let batch = &batches[b];
@@ -877,7 +883,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 &mut self.model,
                 &mut self.adam,
                 &mut self.pos,
-                &out,
+                out,
                 batch.len(),
                 &mut times,
                 &mut totals,
@@ -886,14 +892,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
             progress.inc(1);
         }
         progress.finish();
-        Ok(EpochOutcome {
-            loss: totals.loss_sum / totals.loss_count.max(1) as f64,
-            times,
-            counts: totals.counts,
-            finished: true,
-            split: split_stats,
-            first_step: totals.first_step,
-        })
+        totals.outcome(self.world, &mut self.pos, times, true, split_stats)
     }
 
     /// Exact full-graph inference (no sampling, no dropout) over the partitioned graph:
@@ -936,11 +935,8 @@ impl<'w, B: Backend> Trainer<'w, B> {
 
 /// Running totals of an epoch's steps.
 struct EpochTotals {
-    /// Loss summed over the seeds trained, and their count.
-    loss_sum: f64,
-    loss_count: usize,
-    /// Destination rows, edges and input rows processed, summed over ranks.
-    counts: (u64, u64, u64),
+    /// Losses and counters summed over ranks (and those still on the device).
+    losses: StepLosses,
     /// Steps finished; when the epoch's steps began, and the first one once it has finished.
     steps: usize,
     started: Instant,
@@ -950,13 +946,34 @@ struct EpochTotals {
 impl EpochTotals {
     fn new() -> EpochTotals {
         EpochTotals {
-            loss_sum: 0.0,
-            loss_count: 0,
-            counts: (0, 0, 0),
+            losses: StepLosses::default(),
             steps: 0,
             started: Instant::now(),
             first_step: None,
         }
+    }
+
+    /// Read the losses still on the device, then what the epoch's steps add up to. The time
+    /// the read waits for the device is the optimizer's (the last work queued). Collective.
+    fn outcome(
+        mut self,
+        world: &World,
+        pos: &mut Position,
+        mut times: PhaseTimes,
+        finished: bool,
+        split: Vec<split::SplitLayerStats>,
+    ) -> Result<EpochOutcome> {
+        let t = Instant::now();
+        self.losses.read(world, pos)?;
+        times.optimizer += t.elapsed().as_secs_f64();
+        Ok(EpochOutcome {
+            loss: self.losses.mean(),
+            times,
+            counts: self.losses.counts,
+            finished,
+            split,
+            first_step: self.first_step,
+        })
     }
 }
 
@@ -971,9 +988,10 @@ pub struct FirstStep {
     pub phases: PhaseTimes,
 }
 
-/// What every mini-batch step ends with, after its backward pass: sum the gradients and the
-/// step's counters over ranks, refuse a non-finite loss, take the optimizer step and move the
-/// position on by one batch. Collective. (A free function, so that the prefetching loop can
+/// What every mini-batch step ends with, after its backward pass: sum the gradients over ranks,
+/// take the optimizer step, add the step's loss and counters to the epoch's (summed over ranks
+/// and checked a group of steps at a time: a non-finite loss ends the run naming its step) and
+/// move the position on by one batch. Collective. (A free function, so that the prefetching loop can
 /// call it while its prefetch thread reads the training data.)
 #[allow(clippy::too_many_arguments)]
 fn finish_step<B: Backend>(
@@ -981,7 +999,7 @@ fn finish_step<B: Backend>(
     model: &mut Model<B>,
     adam: &mut Adam<B>,
     pos: &mut Position,
-    out: &strategy::StepOutput,
+    out: strategy::StepOutput,
     batch_len: usize,
     times: &mut PhaseTimes,
     totals: &mut EpochTotals,
@@ -991,34 +1009,16 @@ fn finish_step<B: Backend>(
     if world.size() > 1 {
         allreduce_grads(world, &mut model.params, skip);
     }
-    let mut stats = [
-        out.loss_sum,
-        out.nodes as f64,
-        out.edges as f64,
-        out.input_rows as f64,
-    ];
-    world.allreduce_sum_f64(&mut stats);
     times.allreduce += t.elapsed().as_secs_f64();
-    let batch_loss = stats[0] / batch_len as f64;
-    if !batch_loss.is_finite() {
-        bail!(
-            "loss is {batch_loss} at epoch {} step {} (batch {}); lower `lr` or check the \
-             features for extreme values",
-            pos.epoch,
-            pos.step,
-            pos.batch
-        );
-    }
-    totals.loss_sum += stats[0];
-    totals.loss_count += batch_len;
-    pos.epoch_loss_sum += stats[0];
-    pos.epoch_loss_seeds += batch_len as u64;
-    totals.counts.0 += stats[1] as u64;
-    totals.counts.1 += stats[2] as u64;
-    totals.counts.2 += stats[3] as u64;
 
+    // The update is queued first; the loss and counters are summed over ranks and checked with
+    // a group of steps' (`losses`: on a device, reading the loss waits for the device).
     let t = Instant::now();
     adam.step(&mut model.params.values, &model.params.grads);
+    let counts = [out.nodes as f64, out.edges as f64, out.input_rows as f64];
+    totals
+        .losses
+        .add(world, pos, out.loss_sum, counts, batch_len)?;
     times.optimizer += t.elapsed().as_secs_f64();
     totals.steps += 1;
     if totals.steps == 1 {

@@ -35,7 +35,7 @@ use super::strategy::{
     dropout_stream, recycle_host_rows, upper_layers_data_parallel, FullGraph, StepArgs, StepOutput,
 };
 use crate::backend::input_rows::InputRows;
-use crate::backend::{Backend, Cpu, DropoutMask};
+use crate::backend::{Backend, Cpu, DropoutMask, LossSum};
 use crate::comm::Group;
 use crate::exchange::slices::{allgather_blocks, allgather_rows, reduce_scatter_rows};
 use crate::exchange::FeatureStore;
@@ -190,7 +190,7 @@ impl<B: Backend> Nfp<B> {
             if let Some((mask, keys)) = mask {
                 mask.apply_sparse_in_place_from(&mut csr, keys, self.cols.start);
             }
-            return InputRows::Sparse(be.sparse_from_csr(csr));
+            return InputRows::Sparse(be.sparse_from_csr(csr, None));
         }
         let (mut x, _) = store.gather_local(ids);
         if let Some((mask, keys)) = mask {
@@ -283,7 +283,7 @@ impl<B: Backend> Nfp<B> {
             blocks = blocks.iter().map(Block::with_self_loops).collect();
         }
         let mut out = StepOutput {
-            loss_sum: 0.0,
+            loss_sum: LossSum::default(),
             seeds: seeds.len() as u64,
             nodes: blocks.iter().map(|b| b.num_dst as u64).sum(),
             edges: blocks.iter().map(|b| b.num_edges() as u64).sum(),

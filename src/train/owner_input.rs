@@ -13,7 +13,7 @@
 use super::data::TrainData;
 use super::metrics::PhaseTimes;
 use super::strategy::{upper_layers_data_parallel, BatchSpec, StepOutput};
-use crate::backend::Backend;
+use crate::backend::{Backend, LossSum};
 use crate::comm::Group;
 use crate::exchange::{sample_blocks_distributed, RowExchange};
 use crate::graph::NodeId;
@@ -128,7 +128,7 @@ impl OwnerBatch {
         scale: f32,
         times: &mut PhaseTimes,
         kinds: (&'static str, &'static str),
-    ) -> (f64, B::Mat) {
+    ) -> (LossSum, B::Mat) {
         let be = model.params.backend().clone();
         let h = times.time_shuffle(|| self.plan.forward_on(group, &be, kinds.0, h_mine));
         let labels: Vec<i64> = self.seeds.iter().map(|&s| data.label(s)).collect();
@@ -146,7 +146,7 @@ impl OwnerBatch {
     }
 
     /// The step's counts; `input_rows` is what the input layer read.
-    pub fn output(&self, loss_sum: f64, input_rows: usize) -> StepOutput {
+    pub fn output(&self, loss_sum: LossSum, input_rows: usize) -> StepOutput {
         StepOutput {
             loss_sum,
             seeds: self.seeds.len() as u64,

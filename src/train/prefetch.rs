@@ -426,7 +426,7 @@ impl<B: Backend> Trainer<'_, B> {
                         model,
                         adam,
                         pos,
-                        &out,
+                        out,
                         batch.len(),
                         &mut times,
                         &mut totals,
@@ -456,14 +456,8 @@ impl<B: Backend> Trainer<'_, B> {
         self.data.store.add_stats(&store);
         result?;
         progress.finish();
-        Ok(EpochOutcome {
-            loss: totals.loss_sum / totals.loss_count.max(1) as f64,
-            times,
-            counts: totals.counts,
-            finished: self.pos.batch >= batches.len(),
-            split: split_stats,
-            first_step: totals.first_step,
-        })
+        let finished = self.pos.batch >= batches.len();
+        totals.outcome(self.world, &mut self.pos, times, finished, split_stats)
     }
 }
 

@@ -347,7 +347,7 @@ impl OwnRows {
                 InputRows::Dense(x)
             }
             OwnRows::Sparse(csr) => {
-                let mut x = be.sparse_from_csr(csr);
+                let mut x = be.sparse_from_csr(csr, None);
                 if ctx.training && layer.dropout > 0.0 {
                     let keys = dropout_keys(ctx, ids);
                     be.sparse_dropout_in_place(&layer.input_dropout(ctx), &mut x, &keys);

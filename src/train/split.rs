@@ -14,7 +14,7 @@ use super::metrics::{PassClock, PhaseTimes};
 use super::strategy::{
     place_rows, transposes_on, BatchSpec, InputSource, ResidentFeatures, StepArgs, StepOutput,
 };
-use crate::backend::{Backend, BlockTranspose};
+use crate::backend::{Backend, BlockTranspose, LossSum};
 use crate::comm::Group;
 use crate::exchange::store::{InputRows, PlacedRows, StoreStats};
 use crate::exchange::RowExchange;
@@ -313,6 +313,9 @@ pub struct SplitHostBatch {
     /// Per layer, its block's transpose when [`InputSource::transposes`] says the backward
     /// reads it.
     transposes: Vec<Option<BlockTranspose>>,
+    /// The sparse input rows' transpose, where [`InputSource::transposes`] builds it ahead
+    /// ([`crate::nn::transposes::TransposePlan::sparse_input`]).
+    input_transpose: Option<BlockTranspose>,
     /// The feature store's counters for the input rows, for the thread that owns the store.
     pub store: StoreStats,
     sample_seconds: f64,
@@ -423,6 +426,10 @@ pub fn split_host_batch(
 
     let t = Instant::now();
     let sparse_input = matches!(input, SplitInput::All(InputRows::Sparse(_)));
+    let input_transpose = match &input {
+        SplitInput::All(InputRows::Sparse(x)) => source.transposes.sparse_input(x),
+        _ => None,
+    };
     let blocks = sb.layers.iter().map(|l| &l.block);
     let transposes = source.transposes.build(blocks, sparse_input);
     SplitHostBatch {
@@ -431,6 +438,7 @@ pub fn split_host_batch(
         input,
         stats,
         transposes,
+        input_transpose,
         store,
         sample_seconds: sample_seconds + t.elapsed().as_secs_f64(),
         gather_seconds,
@@ -481,6 +489,7 @@ pub fn split_train_step<B: Backend>(
         input,
         stats,
         transposes,
+        input_transpose,
         sample_seconds,
         gather_seconds,
         ..
@@ -492,7 +501,7 @@ pub fn split_train_step<B: Backend>(
     times.sample += sample_seconds;
     times.gather += gather_seconds;
     let out = StepOutput {
-        loss_sum: 0.0,
+        loss_sum: LossSum::default(),
         seeds: sb.seeds.len() as u64,
         nodes: sb.layers.iter().map(|l| l.block.num_dst as u64).sum(),
         edges: sb.layers.iter().map(|l| l.block.num_edges() as u64).sum(),
@@ -525,7 +534,9 @@ pub fn split_train_step<B: Backend>(
             (place_rows(&be, features, placed, data), None)
         }
         (SplitInput::All(InputRows::Dense(x)), _) => (be.upload_owned(x), None),
-        (SplitInput::All(InputRows::Sparse(x)), _) => (be.zeros(0, 0), Some(be.sparse_from_csr(x))),
+        (SplitInput::All(InputRows::Sparse(x)), _) => {
+            (be.zeros(0, 0), Some(be.sparse_from_csr(x, input_transpose)))
+        }
         (SplitInput::Placed(_), None) => {
             panic!("split rows placed for a device that keeps no features")
         }

@@ -8,7 +8,7 @@
 use super::data::TrainData;
 use super::dump::BlockDump;
 use super::metrics::{PassClock, PhaseTimes};
-use crate::backend::{Backend, BlockTranspose};
+use crate::backend::{Backend, BlockTranspose, LossSum};
 use crate::comm::Group;
 use crate::exchange::inference::HaloPlan;
 use crate::exchange::sample_blocks_distributed;
@@ -24,10 +24,11 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 /// What one rank computed for one mini-batch.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct StepOutput {
-    /// Sum of the per-seed losses over this rank's seeds.
-    pub loss_sum: f64,
+    /// Sum of the per-seed losses over this rank's seeds (on a device, read when the training
+    /// loop wants it: reading waits for the device).
+    pub loss_sum: LossSum,
     /// Seeds this rank computed.
     pub seeds: u64,
     /// Destination rows computed and edges aggregated, summed over layers.
@@ -99,6 +100,9 @@ pub struct HostBatch {
     pub input: BatchInput,
     /// Per block, its transpose when [`InputSource::transposes`] says the backward reads it.
     pub transposes: Vec<Option<BlockTranspose>>,
+    /// The sparse input rows' transpose, where [`InputSource::transposes`] builds it ahead
+    /// ([`crate::nn::transposes::TransposePlan::sparse_input`]).
+    pub input_transpose: Option<BlockTranspose>,
     /// Seconds spent sampling and gathering, and the feature store's counters of the gather.
     pub sample_seconds: f64,
     pub gather_seconds: f64,
@@ -268,6 +272,10 @@ pub fn gdp_host_batch(
 
     let t = Instant::now();
     let sparse_input = matches!(input, BatchInput::Host(InputRows::Sparse(_)));
+    let input_transpose = match &input {
+        BatchInput::Host(InputRows::Sparse(x)) => source.transposes.sparse_input(x),
+        _ => None,
+    };
     let transposes = source.transposes.build(&blocks, sparse_input);
     HostBatch {
         seeds,
@@ -276,6 +284,7 @@ pub fn gdp_host_batch(
         sampled,
         input,
         transposes,
+        input_transpose,
         sample_seconds: sample_seconds + t.elapsed().as_secs_f64(),
         gather_seconds,
         store,
@@ -333,6 +342,7 @@ pub fn gdp_train_step<B: Backend>(
         sampled,
         input,
         transposes,
+        input_transpose,
         sample_seconds,
         gather_seconds,
         ..
@@ -356,7 +366,9 @@ pub fn gdp_train_step<B: Backend>(
             data.store.recycle(x);
             Input::Dense(up, false)
         }
-        (BatchInput::Host(InputRows::Sparse(x)), _) => Input::Sparse(be.sparse_from_csr(x)),
+        (BatchInput::Host(InputRows::Sparse(x)), _) => {
+            Input::Sparse(be.sparse_from_csr(x, input_transpose))
+        }
         (BatchInput::Resident { dense }, Some(features)) => {
             Input::Dense(be.gather_rows(be.view(&features.own), src), dense)
         }
@@ -368,7 +380,7 @@ pub fn gdp_train_step<B: Backend>(
         }
     };
     let mut out = StepOutput {
-        loss_sum: 0.0,
+        loss_sum: LossSum::default(),
         seeds: seeds.len() as u64,
         nodes: blocks.iter().map(|b| b.num_dst as u64).sum(),
         edges: blocks.iter().map(|b| b.num_edges() as u64).sum(),
@@ -766,7 +778,7 @@ pub(crate) fn upper_layers_data_parallel<B: Backend>(
     ctx: &DropoutCtx,
     scale: f32,
     times: &mut PhaseTimes,
-) -> (f64, B::Mat) {
+) -> (LossSum, B::Mat) {
     let be = model.params.backend().clone();
     let t = Instant::now();
     let mut h = h;

@@ -48,6 +48,11 @@ pub struct RunSummary {
     /// `{"to_device": …, "to_host": …}`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_transfer_mb: Option<DeviceTransfers>,
+    /// On a device backend, this rank's calls into the device over the run's training steps
+    /// and per step: what a step costs the host besides its kernels (each launch and copy is
+    /// driver time on the host; each download or synchronize waits for the device).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_calls: Option<metrics::StepCalls>,
     pub seconds: PhaseTimes,
     /// The planner's prediction for the strategy that ran against what was measured; absent
     /// when no calibration was at hand (fixed strategies do not measure one) or the run is not
@@ -74,6 +79,9 @@ pub(crate) struct RunEnd<'a> {
     pub seconds: PhaseTimes,
     /// The model parameters this rank holds.
     pub params: usize,
+    /// Calls into the device over the training steps, and how many steps ran (None on the
+    /// host).
+    pub device_calls: Option<(crate::backend::DeviceCalls, u64)>,
 }
 
 impl RunSummary {
@@ -120,6 +128,9 @@ impl RunSummary {
                 to_device: up as f64 / MIB,
                 to_host: down as f64 / MIB,
             }),
+            device_calls: end
+                .device_calls
+                .map(|(calls, steps)| metrics::StepCalls::new(calls, steps)),
             seconds: end.seconds,
             prediction: None,
             prediction_skipped: None,

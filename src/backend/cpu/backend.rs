@@ -16,7 +16,7 @@ use super::gather::add_column_sums;
 use super::gemm::{self, RowDropout};
 use super::sparse::{self, CsrMatrix};
 use super::{adam, loss, norm, sparse_rows};
-use crate::backend::{AdamStep, AttentionArgs, AttentionGrads, Backend};
+use crate::backend::{AdamStep, AttentionArgs, AttentionGrads, Backend, LossSum};
 use crate::sample::Block;
 
 /// The CPU backend (a unit: the host has no state to hold).
@@ -457,16 +457,18 @@ impl Backend for Cpu {
         norm::layer_norm_backward(xhat, inv_std, row_slice(&gain), dy)
     }
 
-    fn cross_entropy(&self, logits: ArrayView2<f32>, labels: &[i64]) -> (f64, Array2<f32>) {
-        loss::cross_entropy(logits, labels)
+    fn cross_entropy(&self, logits: ArrayView2<f32>, labels: &[i64]) -> (LossSum, Array2<f32>) {
+        let (sum, grad) = loss::cross_entropy(logits, labels);
+        (LossSum::ready(sum), grad)
     }
 
     fn bce_with_logits(
         &self,
         logits: ArrayView2<f32>,
         targets: ArrayView2<i64>,
-    ) -> (f64, Array2<f32>) {
-        loss::bce_with_logits(logits, targets)
+    ) -> (LossSum, Array2<f32>) {
+        let (sum, grad) = loss::bce_with_logits(logits, targets);
+        (LossSum::ready(sum), grad)
     }
 
     fn buffer_from_host(&self, values: &[f32]) -> Vec<f32> {
@@ -537,7 +539,7 @@ impl Backend for Cpu {
         self.sparse_from_dense(x)
     }
 
-    fn sparse_from_csr(&self, x: CsrMatrix) -> CsrMatrix {
+    fn sparse_from_csr(&self, x: CsrMatrix, _transpose: Option<BlockTranspose>) -> CsrMatrix {
         x
     }
 

@@ -14,7 +14,9 @@ use std::sync::{Arc, OnceLock};
 use anyhow::Result;
 use ndarray::{Array2, ArrayView2, CowArray, Ix2};
 
-use super::gpu::Device;
+use super::calls::DeviceCalls;
+use super::gpu::{DevPtr, Device};
+use super::loss_journal::{LossJournal, LossKind};
 use super::mat::{DevMat, DevVec, DevView, DevViewMut};
 use super::ops::activation::DevSaved;
 use super::ops::dropout::{DevKept, DevRowSeeds, RowMask};
@@ -26,7 +28,7 @@ use super::ops::{
 use super::{blas, kernels};
 use crate::backend::{
     Activation, AdamStep, AttentionArgs, AttentionGrads, Backend, BlockTranspose, CsrMatrix,
-    DeviceSpan, DropoutMask, EdgeWeights, RowDropout,
+    DeviceSpan, DropoutMask, EdgeWeights, LossSum, RowDropout,
 };
 use crate::sample::Block;
 
@@ -37,6 +39,8 @@ pub struct Cuda {
     /// Ranks of this host that may share the device (each its own process): each may keep
     /// resident data in its share of the device ([`Backend::fits`]).
     shared_by: usize,
+    /// Where the training steps' per-row losses wait to be read, a group at a time.
+    losses: Arc<LossJournal>,
 }
 
 /// A device operation failed: say what, where and how much memory was in use, then end the
@@ -56,6 +60,7 @@ impl Cuda {
     /// The backend on `device`.
     pub fn new(device: Device) -> Cuda {
         Cuda {
+            losses: LossJournal::new(device.clone()),
             device,
             shared_by: 1,
         }
@@ -109,6 +114,19 @@ impl Cuda {
 
     /// `mask`'s per-row seeds for rows keyed by `keys` (hashed on the host: one hash per row),
     /// on the device.
+    /// Room in the journal for a batch's `rows` losses of `kind`, and their sum to be read
+    /// when the training loop wants it (see [`LossSum`]: reading waits for the device).
+    fn loss_later(&self, rows: usize, kind: LossKind) -> (DevPtr, LossSum) {
+        let (ptr, entry) = self.ok("reserving the loss", self.losses.reserve(rows, kind));
+        let device = self.device.clone();
+        let sum = LossSum::pending(move || {
+            entry
+                .sum()
+                .unwrap_or_else(|e| device_failed("reading the loss", &device, e))
+        });
+        (ptr, sum)
+    }
+
     fn seeds(&self, mask: &DropoutMask, keys: &[u64]) -> DevRowSeeds {
         self.ok(
             "dropout seeds",
@@ -153,6 +171,10 @@ impl Backend for Cuda {
 
     fn blocked_seconds(&self) -> Option<f64> {
         Some(self.device.gpu.blocked_seconds())
+    }
+
+    fn device_calls(&self) -> Option<DeviceCalls> {
+        Some(self.device.calls.snapshot())
     }
 
     fn transfers(&self) -> Option<(u64, u64)> {
@@ -559,18 +581,30 @@ impl Backend for Cuda {
         (dx, d_gain, d_bias)
     }
 
-    fn cross_entropy(&self, logits: DevView<'_>, labels: &[i64]) -> (f64, DevMat) {
-        self.ok(
+    fn cross_entropy(&self, logits: DevView<'_>, labels: &[i64]) -> (LossSum, DevMat) {
+        let labels = self.ok("uploading labels", DevVec::upload(&self.device, labels));
+        let (losses, sum) = self.loss_later(logits.rows(), LossKind::F32);
+        let grad = self.ok(
             "cross-entropy",
-            loss::cross_entropy_host(logits, labels, 1.0),
-        )
+            loss::cross_entropy_into(logits, &labels, 1.0, losses),
+        );
+        (sum, grad)
     }
 
-    fn bce_with_logits(&self, logits: DevView<'_>, targets: ArrayView2<i64>) -> (f64, DevMat) {
-        self.ok(
+    fn bce_with_logits(&self, logits: DevView<'_>, targets: ArrayView2<i64>) -> (LossSum, DevMat) {
+        assert_eq!(
+            targets.dim(),
+            logits.dim(),
+            "bce_with_logits: shapes differ"
+        );
+        let t: Vec<i64> = targets.iter().copied().collect();
+        let t = self.ok("uploading targets", DevVec::upload(&self.device, &t));
+        let (losses, sum) = self.loss_later(logits.rows(), LossKind::F64);
+        let grad = self.ok(
             "binary cross-entropy",
-            loss::bce_with_logits_host(logits, targets, 1.0),
-        )
+            loss::bce_with_logits_into(logits, &t, 1.0, losses),
+        );
+        (sum, grad)
     }
 
     fn buffer_from_host(&self, values: &[f32]) -> DevVec<f32> {
@@ -667,8 +701,11 @@ impl Backend for Cuda {
         self.ok("sparse rows", DevSparse::from_host(&self.device, x))
     }
 
-    fn sparse_from_csr(&self, x: CsrMatrix) -> DevSparse {
-        self.ok("sparse rows", DevSparse::from_csr(&self.device, x))
+    fn sparse_from_csr(&self, x: CsrMatrix, transpose: Option<BlockTranspose>) -> DevSparse {
+        self.ok(
+            "sparse rows",
+            DevSparse::from_csr(&self.device, x, transpose),
+        )
     }
 
     fn sparse_dim(&self, x: &DevSparse) -> (usize, usize) {

@@ -14,6 +14,7 @@
 //! and frees it on drop. Operations are ordered on one stream per [`Gpu`]: an upload, a launch
 //! and a download issued in that order happen in that order.
 
+use super::calls::{CallCounter, Counted};
 use anyhow::Result;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -193,9 +194,11 @@ impl TransferCounter {
 /// A device and its memory accounting, shared by every buffer allocated on it.
 #[derive(Clone)]
 pub struct Device {
+    /// The device, behind a [`Counted`] that counts every call into `calls`.
     pub gpu: Arc<dyn Gpu>,
     pub memory: Arc<MemoryCounter>,
     pub transfers: Arc<TransferCounter>,
+    pub calls: Arc<CallCounter>,
 }
 
 impl std::fmt::Debug for Device {
@@ -205,12 +208,14 @@ impl std::fmt::Debug for Device {
 }
 
 impl Device {
-    /// A device over `gpu`.
+    /// A device over `gpu`, its calls counted.
     pub fn new(gpu: Arc<dyn Gpu>) -> Device {
+        let calls = Arc::new(CallCounter::default());
         Device {
-            gpu,
+            gpu: Arc::new(Counted::new(gpu, calls.clone())),
             memory: Arc::new(MemoryCounter::default()),
             transfers: Arc::new(TransferCounter::default()),
+            calls,
         }
     }
 

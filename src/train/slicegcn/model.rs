@@ -300,6 +300,8 @@ impl<B: Backend> SliceModel<B> {
             f.backward(&mut self.shared, c, d_x, false);
         }
         times.backward += clock.seconds(times);
+        // Read once the backward pass is queued: reading waits for the device.
+        let loss_sum = loss_sum.value();
         if group.size() == 1 {
             return loss_sum;
         }

@@ -5,7 +5,7 @@
 use super::data;
 use super::layout::{param_counts, SliceLayout};
 use super::model::{SliceInput, SliceModel};
-use crate::backend::Backend;
+use crate::backend::{Backend, DeviceCalls};
 use crate::comm::World;
 use crate::config::TrainConfig;
 use crate::exchange::inference::HaloPlan;
@@ -14,7 +14,7 @@ use crate::nn::Adam;
 use crate::sample::BatchKey;
 use crate::train::checkpoint::{self, Checkpoint, Position};
 use crate::train::data::TrainData;
-use crate::train::metrics::{EpochRecord, MetricsWriter, PhaseTimes};
+use crate::train::metrics::{CallClock, EpochRecord, MetricsWriter, PhaseTimes};
 use crate::train::strategy::dropout_stream;
 use crate::train::{RunEnd, RunFiles, RunSummary};
 use anyhow::{bail, Result};
@@ -207,6 +207,7 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
         )?;
         let (mut epoch_times, mut total, mut final_loss) =
             (Vec::new(), PhaseTimes::default(), f64::NAN);
+        let mut run_calls: Option<(DeviceCalls, u64)> = None;
         let exhausted =
             |pos: &Position, cfg: &TrainConfig| cfg.max_steps.is_some_and(|m| pos.step >= m);
         while self.pos.epoch < self.cfg.epochs && !exhausted(&self.pos, &self.cfg) {
@@ -218,7 +219,14 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
             let comm_before = self.world.stats().snapshot();
             let mut times = PhaseTimes::default();
             let blocked_before = self.model.gcn.params.backend().blocked_seconds();
+            let calls = CallClock::start(self.model.gcn.params.backend());
             let loss = self.step(&mut times)?;
+            let epoch_calls = calls.stop(self.model.gcn.params.backend());
+            if let Some(c) = &epoch_calls {
+                let (total, steps) = run_calls.get_or_insert_default();
+                total.add(c);
+                *steps += 1;
+            }
             if let (Some(after), Some(before)) = (
                 self.model.gcn.params.backend().blocked_seconds(),
                 blocked_before,
@@ -281,6 +289,7 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
                 split: None,
                 ranks,
                 partial: false,
+                device_calls: epoch_calls,
             })?;
             let ck_due = self.cfg.checkpoint_every > 0
                 && self.pos.epoch.is_multiple_of(self.cfg.checkpoint_every);
@@ -306,6 +315,7 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
                     let (own, shared) = self.model.num_params();
                     own + shared
                 },
+                device_calls: run_calls,
             },
         );
         summary.prediction_skipped =

@@ -87,19 +87,29 @@ impl DevSparse {
         if !crate::backend::cpu::sparse::prefers_sparse(x) {
             return Ok(None);
         }
-        DevSparse::from_csr(device, CsrMatrix::from_dense(x)).map(Some)
+        DevSparse::from_csr(device, CsrMatrix::from_dense(x), None).map(Some)
     }
 
     /// Host CSR rows, uploaded; the host keeps their columns, so the transpose a backward
-    /// pass needs is built without a download (and without waiting for the device).
-    pub fn from_csr(device: &Device, csr: CsrMatrix) -> Result<DevSparse> {
+    /// pass needs is built without a download (and without waiting for the device). With
+    /// `transpose` (built ahead on the host: `BlockTranspose::of_csr` of these rows) it is
+    /// uploaded now, so the training thread never builds it.
+    pub fn from_csr(
+        device: &Device,
+        csr: CsrMatrix,
+        transpose: Option<BlockTranspose>,
+    ) -> Result<DevSparse> {
+        let built = OnceLock::new();
+        if let Some(t) = transpose {
+            let _ = built.set(DevBlockTranspose::upload(device, &t)?);
+        }
         let structure = Structure {
             cols: csr.ncols,
             indptr: DevVec::upload_offsets(device, &csr.indptr)?,
             indices: DevVec::upload(device, &csr.indices)?,
             indptr_host: csr.indptr,
             indices_host: OnceLock::from(csr.indices),
-            transpose: OnceLock::new(),
+            transpose: built,
         };
         Ok(DevSparse {
             rows: structure.rows(),

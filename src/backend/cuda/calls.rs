@@ -1,0 +1,199 @@
+//! How many times the host called the device, by kind: [`Counted`] wraps any [`Gpu`] and counts
+//! every call on its way through.
+//!
+//! A mini-batch step on a GPU is often bound by the host, not by the kernels: each launch,
+//! allocation or copy costs microseconds of driver time on the host thread, and every download
+//! or synchronize makes the host wait until the device has drained its queue, so the next
+//! step's work cannot be queued behind the current one. Counted per step, these calls say what
+//! a step costs the host without timing it: the emulator (tests, CI) counts the very calls a
+//! GPU would receive, so a change that adds a launch or a blocking download to every step
+//! shows in a test where there is no GPU.
+
+use super::gpu::{DevPtr, Gpu, KernelArg, Launch, Sgemm};
+use anyhow::Result;
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Calls of each kind made so far (or between two snapshots, [`DeviceCalls::since`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DeviceCalls {
+    /// Kernels launched.
+    pub launches: u64,
+    /// cuBLAS products.
+    pub gemms: u64,
+    /// Host → device copies.
+    pub uploads: u64,
+    /// Device → host copies: each waits for the work queued before it (a synchronisation).
+    pub downloads: u64,
+    /// Explicit synchronisations of the stream.
+    pub synchronizes: u64,
+    /// Device allocations and frees (stream-ordered from a pool where the device has one).
+    pub allocs: u64,
+    pub frees: u64,
+    /// Memsets to zero and device-to-device copies.
+    pub fills: u64,
+    pub copies: u64,
+}
+
+impl DeviceCalls {
+    /// The calls made after `before` (a snapshot of the same counter) until `self`.
+    pub fn since(&self, before: &DeviceCalls) -> DeviceCalls {
+        DeviceCalls {
+            launches: self.launches - before.launches,
+            gemms: self.gemms - before.gemms,
+            uploads: self.uploads - before.uploads,
+            downloads: self.downloads - before.downloads,
+            synchronizes: self.synchronizes - before.synchronizes,
+            allocs: self.allocs - before.allocs,
+            frees: self.frees - before.frees,
+            fills: self.fills - before.fills,
+            copies: self.copies - before.copies,
+        }
+    }
+
+    /// Add `other`'s counts.
+    pub fn add(&mut self, other: &DeviceCalls) {
+        self.launches += other.launches;
+        self.gemms += other.gemms;
+        self.uploads += other.uploads;
+        self.downloads += other.downloads;
+        self.synchronizes += other.synchronizes;
+        self.allocs += other.allocs;
+        self.frees += other.frees;
+        self.fills += other.fills;
+        self.copies += other.copies;
+    }
+
+    /// Calls that make the host wait for the device: downloads and synchronisations.
+    pub fn waits(&self) -> u64 {
+        self.downloads + self.synchronizes
+    }
+
+    /// Calls that queue work or memory on the device (everything but the waits).
+    pub fn queued(&self) -> u64 {
+        self.launches
+            + self.gemms
+            + self.uploads
+            + self.allocs
+            + self.frees
+            + self.fills
+            + self.copies
+    }
+}
+
+/// The live counters behind [`DeviceCalls`], shared by a device's clones.
+#[derive(Debug, Default)]
+pub struct CallCounter {
+    launches: AtomicU64,
+    gemms: AtomicU64,
+    uploads: AtomicU64,
+    downloads: AtomicU64,
+    synchronizes: AtomicU64,
+    allocs: AtomicU64,
+    frees: AtomicU64,
+    fills: AtomicU64,
+    copies: AtomicU64,
+}
+
+impl CallCounter {
+    /// The counts so far.
+    pub fn snapshot(&self) -> DeviceCalls {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        DeviceCalls {
+            launches: get(&self.launches),
+            gemms: get(&self.gemms),
+            uploads: get(&self.uploads),
+            downloads: get(&self.downloads),
+            synchronizes: get(&self.synchronizes),
+            allocs: get(&self.allocs),
+            frees: get(&self.frees),
+            fills: get(&self.fills),
+            copies: get(&self.copies),
+        }
+    }
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A [`Gpu`] that counts every call into `calls` and passes it on to `inner`.
+pub struct Counted {
+    inner: Arc<dyn Gpu>,
+    calls: Arc<CallCounter>,
+}
+
+impl Counted {
+    pub fn new(inner: Arc<dyn Gpu>, calls: Arc<CallCounter>) -> Counted {
+        Counted { inner, calls }
+    }
+}
+
+impl Gpu for Counted {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<DevPtr> {
+        bump(&self.calls.allocs);
+        self.inner.alloc(bytes)
+    }
+
+    unsafe fn free(&self, ptr: DevPtr, bytes: usize) {
+        bump(&self.calls.frees);
+        // SAFETY: the caller's contract, passed on unchanged.
+        unsafe { self.inner.free(ptr, bytes) }
+    }
+
+    fn upload(&self, dst: DevPtr, src: &[u8]) -> Result<()> {
+        if !src.is_empty() {
+            bump(&self.calls.uploads);
+        }
+        self.inner.upload(dst, src)
+    }
+
+    fn download(&self, src: DevPtr, dst: &mut [u8]) -> Result<()> {
+        if !dst.is_empty() {
+            bump(&self.calls.downloads);
+        }
+        self.inner.download(src, dst)
+    }
+
+    fn copy(&self, dst: DevPtr, src: DevPtr, bytes: usize) -> Result<()> {
+        bump(&self.calls.copies);
+        self.inner.copy(dst, src, bytes)
+    }
+
+    fn zero(&self, dst: DevPtr, bytes: usize) -> Result<()> {
+        bump(&self.calls.fills);
+        self.inner.zero(dst, bytes)
+    }
+
+    fn launch(&self, name: &str, launch: Launch, args: &[KernelArg]) -> Result<()> {
+        bump(&self.calls.launches);
+        self.inner.launch(name, launch, args)
+    }
+
+    fn sgemm(&self, g: &Sgemm) -> Result<()> {
+        bump(&self.calls.gemms);
+        self.inner.sgemm(g)
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        bump(&self.calls.synchronizes);
+        self.inner.synchronize()
+    }
+
+    fn total_memory(&self) -> Option<usize> {
+        self.inner.total_memory()
+    }
+
+    fn is_emulated(&self) -> bool {
+        self.inner.is_emulated()
+    }
+
+    fn blocked_seconds(&self) -> f64 {
+        self.inner.blocked_seconds()
+    }
+}
