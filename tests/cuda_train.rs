@@ -515,7 +515,8 @@ fn a_device_step_waits_for_the_device_only_when_a_group_of_losses_is_read() {
 }
 
 /// A loss that diverges on a device is refused naming the step it came from, though it is read
-/// with later steps' losses: the error the CPU reports (which reads each step's at once).
+/// with later steps' losses (at the 16th step, several steps after it diverged): the error the
+/// CPU reports.
 #[test]
 fn a_diverging_device_loss_read_late_names_the_step_the_cpu_names() {
     let tmp = common::tempdir();
@@ -555,6 +556,14 @@ fn a_diverging_device_loss_read_late_names_the_step_the_cpu_names() {
     assert!(cpu.contains("loss is"), "{cpu}");
     let at = |e: &str| e[e.find("at epoch").expect("names the epoch")..].to_string();
     assert_eq!(at(&gpu), at(&cpu), "device: {gpu}\nCPU: {cpu}");
+    // It diverged well before the group of losses was read.
+    let step: usize = gpu
+        .split("step ")
+        .nth(1)
+        .and_then(|w| w.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("names the step");
+    assert!(step + 1 < gnnpar::train::losses::READ_EVERY, "{gpu}");
 }
 
 /// One GDP step of `batch` on `backend` from `host` (a prepared batch): the summed loss and
