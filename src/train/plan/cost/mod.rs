@@ -22,7 +22,7 @@
 //! - sync: the gradient allreduce (`allreduce`, 4 bytes per parameter synced: NFP's ranks
 //!   keep their first-layer weight slices' gradients; on a device without
 //!   CUDA-aware MPI the gradients also go down and back up, `d2h` and `h2d`) and the step's
-//!   small allreduce of counters; and the ranks' waits for each other at the step's
+//!   share of the small allreduce of losses and counters (one per 16 steps); and the ranks' waits for each other at the step's
 //!   collectives, a calibrated share of the step's work (`drift`);
 //! - optimizer: zeroing the gradients and the Adam update (`optimizer`, per parameter a rank
 //!   holds: NFP's ranks hold a slice of the first layer's weights).
@@ -286,8 +286,9 @@ pub fn predict(
     let ranks = dry.ranks.len();
     let gradient_bytes = shape.params * 4.0;
     let sync_ranks = shape.sync_ranks.max(ranks);
-    // The gradient allreduce of `synced` parameters and the loss's; a device's gradients go
-    // through the host whole (the buffer is copied down and up, synced or not).
+    // The gradient allreduce of `synced` parameters, and a step's share of the one that sums
+    // the losses and counters of `losses::READ_EVERY` steps; a device's gradients go through
+    // the host whole (the buffer is copied down and up, synced or not).
     let sync_of = |synced: f64| {
         if sync_ranks < 2 {
             return 0.0;
@@ -297,8 +298,9 @@ pub fn predict(
         } else {
             0.0
         };
+        let group = crate::train::losses::READ_EVERY as f64;
         cal.op("allreduce").seconds(synced * 4.0, 1.0)
-            + cal.op("allreduce").seconds(32.0, 1.0)
+            + cal.op("allreduce").seconds(32.0 * group, 1.0) / group
             + staging
     };
     let distinct: Vec<f64> = (0..shape.in_w.len())

@@ -984,3 +984,24 @@ fn gat_projects_every_source_and_pays_its_attention_per_edge() {
     assert_eq!(first.flops(), 2.0 * 2.0 * 100.0 * 16.0 * 32.0);
     assert_eq!(first.attention_cols, w.attention_cols);
 }
+
+/// A step pays its gradient allreduce, and a sixteenth of the one that sums the losses and
+/// counters of 16 steps (`losses::READ_EVERY`), latency included.
+#[test]
+fn a_step_pays_its_share_of_the_grouped_loss_allreduce() {
+    let mut cal = machine();
+    let allreduce = cal.operators.get_mut("allreduce").expect("calibrated");
+    allreduce.latency_s = 1e-5;
+    let p = predict(
+        &two_even_ranks(),
+        &shape(),
+        &cal,
+        &["gdp"],
+        "alltoallv_world",
+    );
+    let group = crate::train::losses::READ_EVERY as f64;
+    let gradients = 1e-5 + 1000.0 * 4.0 * 5e-10;
+    let losses = (1e-5 + 32.0 * group * 5e-10) / group;
+    let sync = p.strategies["gdp"].phases.sync;
+    assert!((sync - gradients - losses).abs() < 1e-15, "{sync}");
+}
