@@ -162,21 +162,43 @@ fn calibrate_writes_a_file_that_plan_then_uses() {
     assert!(v["cache_bytes"].as_f64().unwrap() > 0.0, "{v}");
     // Between them, how far a store's size takes its gathers from the near price to the far
     // one is measured on tables of 32 MB and up (at least 32 and 64 MB: the far tables are
-    // 128 MB or more): from 0 at the near table to 1 at the far one, never falling.
+    // 128 MB or more): from 0 at the near table to 1 at the far one, never falling. Where
+    // this run timed the far gather no slower than the near one (a busy host: these are
+    // timings, not a property of the code), there is nothing to interpolate and no shares.
+    let time_of = |op: &str| {
+        let o = &v["operators"][op];
+        let (points, bytes) = (
+            o["points"].as_array().unwrap(),
+            o["point_bytes"].as_array().unwrap(),
+        );
+        points
+            .iter()
+            .zip(bytes)
+            .find(|(p, b)| p[0].as_f64() == Some(16384.0) && b.as_f64() == Some(16384.0 * 512.0))
+            .map(|(p, _)| p[1].as_f64().unwrap())
+            .expect("16,384 rows of 128 columns timed")
+    };
     let shares = v["far_shares"].as_array().unwrap();
-    assert!(shares.len() >= 4, "{v}");
-    let pairs: Vec<(f64, f64)> = shares
-        .iter()
-        .map(|p| (p[0].as_f64().unwrap(), p[1].as_f64().unwrap()))
-        .collect();
-    assert_eq!(pairs[0], (16.0 * 1048576.0, 0.0), "{v}");
-    assert_eq!(pairs[pairs.len() - 1].1, 1.0, "{v}");
-    assert!(
-        pairs
-            .windows(2)
-            .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1),
-        "{pairs:?}"
-    );
+    if shares.is_empty() {
+        assert!(
+            time_of("gather_far") <= time_of("gather"),
+            "no shares although the far gather was slower: {v}"
+        );
+    } else {
+        assert!(shares.len() >= 4, "{v}");
+        let pairs: Vec<(f64, f64)> = shares
+            .iter()
+            .map(|p| (p[0].as_f64().unwrap(), p[1].as_f64().unwrap()))
+            .collect();
+        assert_eq!(pairs[0], (16.0 * 1048576.0, 0.0), "{v}");
+        assert_eq!(pairs[pairs.len() - 1].1, 1.0, "{v}");
+        assert!(
+            pairs
+                .windows(2)
+                .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1),
+            "{pairs:?}"
+        );
+    }
     // The aggregation is priced through its points (its cost per edge × column grows once
     // its sources outgrow the caches), the optimizer by its line.
     assert_eq!(v["operators"]["aggregate"]["by_points"], true, "{v}");
