@@ -236,21 +236,7 @@ pub struct StepCalls {
 
 impl StepCalls {
     pub fn new(total: DeviceCalls, steps: u64) -> StepCalls {
-        let per = |n: u64| n as f64 / steps.max(1) as f64;
-        let per_step = [
-            ("launches", total.launches),
-            ("gemms", total.gemms),
-            ("uploads", total.uploads),
-            ("downloads", total.downloads),
-            ("synchronizes", total.synchronizes),
-            ("allocs", total.allocs),
-            ("frees", total.frees),
-            ("fills", total.fills),
-            ("copies", total.copies),
-        ]
-        .into_iter()
-        .map(|(k, n)| (k, per(n)))
-        .collect();
+        let per_step = total.per_step(steps);
         StepCalls {
             steps,
             total,

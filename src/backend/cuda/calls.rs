@@ -65,20 +65,23 @@ impl DeviceCalls {
         self.copies += other.copies;
     }
 
-    /// Calls that make the host wait for the device: downloads and synchronisations.
-    pub fn waits(&self) -> u64 {
-        self.downloads + self.synchronizes
-    }
-
-    /// Calls that queue work or memory on the device (everything but the waits).
-    pub fn queued(&self) -> u64 {
-        self.launches
-            + self.gemms
-            + self.uploads
-            + self.allocs
-            + self.frees
-            + self.fills
-            + self.copies
+    /// Each kind's count divided by `steps` (at least 1), by name.
+    pub fn per_step(&self, steps: u64) -> std::collections::BTreeMap<&'static str, f64> {
+        let per = |n: u64| n as f64 / steps.max(1) as f64;
+        [
+            ("launches", self.launches),
+            ("gemms", self.gemms),
+            ("uploads", self.uploads),
+            ("downloads", self.downloads),
+            ("synchronizes", self.synchronizes),
+            ("allocs", self.allocs),
+            ("frees", self.frees),
+            ("fills", self.fills),
+            ("copies", self.copies),
+        ]
+        .into_iter()
+        .map(|(k, n)| (k, per(n)))
+        .collect()
     }
 }
 
@@ -195,5 +198,38 @@ impl Gpu for Counted {
 
     fn blocked_seconds(&self) -> f64 {
         self.inner.blocked_seconds()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cuda::emu::emu_device_for_tests;
+    use crate::backend::cuda::kernels::SOURCES;
+
+    #[test]
+    fn every_call_through_a_device_is_counted_by_kind() {
+        let device = emu_device_for_tests(SOURCES).expect("the emulator builds");
+        let before = device.calls.snapshot();
+        let buf = device.upload(&[1.0f32, 2.0, 3.0]).unwrap();
+        let _: Vec<f32> = buf.download().unwrap();
+        device.gpu.zero(buf.ptr(), 4).unwrap();
+        device.gpu.synchronize().unwrap();
+        drop(buf);
+        let calls = device.calls.snapshot().since(&before);
+        let want = DeviceCalls {
+            uploads: 1,
+            downloads: 1,
+            synchronizes: 1,
+            allocs: 1,
+            frees: 1,
+            fills: 1,
+            ..DeviceCalls::default()
+        };
+        assert_eq!(calls, want);
+        let mut twice = calls;
+        twice.add(&calls);
+        assert_eq!(twice.per_step(2)["uploads"], 1.0);
+        assert_eq!(twice.per_step(0)["frees"], 2.0, "no steps counts as one");
     }
 }
