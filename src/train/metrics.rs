@@ -234,14 +234,27 @@ pub struct StepCalls {
     pub per_step: std::collections::BTreeMap<&'static str, f64>,
 }
 
-impl StepCalls {
-    pub fn new(total: DeviceCalls, steps: u64) -> StepCalls {
-        let per_step = total.per_step(steps);
-        StepCalls {
-            steps,
-            total,
-            per_step,
+/// A run's calls into the device, added epoch by epoch (nothing on the host).
+#[derive(Debug, Default)]
+pub struct RunCalls(Option<(DeviceCalls, u64)>);
+
+impl RunCalls {
+    /// Add an epoch's calls (`None` on the host) over its `steps` training steps.
+    pub fn add(&mut self, epoch: Option<&DeviceCalls>, steps: u64) {
+        if let Some(calls) = epoch {
+            let (total, run_steps) = self.0.get_or_insert_default();
+            total.add(calls);
+            *run_steps += steps;
         }
+    }
+
+    /// The run's total and per step, for its summary.
+    pub fn summary(self) -> Option<StepCalls> {
+        self.0.map(|(total, steps)| StepCalls {
+            steps,
+            per_step: total.per_step(steps),
+            total,
+        })
     }
 }
 

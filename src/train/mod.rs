@@ -27,7 +27,7 @@ pub mod split;
 pub mod strategy;
 mod summary;
 
-use crate::backend::{Backend, Cpu, DeviceCalls};
+use crate::backend::{Backend, Cpu};
 use crate::comm::World;
 use crate::config::TrainConfig;
 use crate::exchange::inference::HaloPlan;
@@ -39,7 +39,7 @@ use anyhow::{bail, Result};
 use checkpoint::{Checkpoint, Position};
 use data::TrainData;
 use losses::StepLosses;
-use metrics::{CallClock, EpochRecord, MetricsWriter, PhaseTimes};
+use metrics::{CallClock, EpochRecord, MetricsWriter, PhaseTimes, RunCalls};
 use std::ops::Range;
 use std::time::Instant;
 use strategy::{FullGraph, InputSource, ResidentFeatures, StepArgs};
@@ -447,7 +447,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
         let mut total = PhaseTimes::default();
         let mut final_loss = f64::NAN;
         let mut stopped_early = false;
-        let mut run_calls: Option<(DeviceCalls, u64)> = None;
+        let mut run_calls = RunCalls::default();
         while self.pos.epoch < self.cfg.epochs && !self.steps_exhausted() {
             let epoch = self.pos.epoch;
             let t_epoch = Instant::now();
@@ -472,11 +472,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
             } = self.train_epoch()?;
             let blocked = self.model.params.backend().blocked_seconds();
             let epoch_calls = calls.stop(self.model.params.backend());
-            if let Some(c) = &epoch_calls {
-                let (total, steps) = run_calls.get_or_insert_default();
-                total.add(c);
-                *steps += self.pos.step - steps_before;
-            }
+            run_calls.add(epoch_calls.as_ref(), self.pos.step - steps_before);
             first_of_run = first_of_run.or(first_step);
             // The whole epoch's, also when it began before a resume (this call's own batches
             // are what `loss` covers).
@@ -624,7 +620,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 final_loss,
                 seconds: total,
                 params: self.model.params.len(),
-                device_calls: run_calls,
+                device_calls: run_calls.summary(),
             },
         );
         (summary.prediction, summary.prediction_skipped) = (prediction, prediction_skipped);

@@ -79,9 +79,8 @@ pub(crate) struct RunEnd<'a> {
     pub seconds: PhaseTimes,
     /// The model parameters this rank holds.
     pub params: usize,
-    /// Calls into the device over the training steps, and how many steps ran (None on the
-    /// host).
-    pub device_calls: Option<(crate::backend::DeviceCalls, u64)>,
+    /// Calls into the device over the training steps (None on the host).
+    pub device_calls: Option<metrics::StepCalls>,
 }
 
 impl RunSummary {
@@ -128,9 +127,7 @@ impl RunSummary {
                 to_device: up as f64 / MIB,
                 to_host: down as f64 / MIB,
             }),
-            device_calls: end
-                .device_calls
-                .map(|(calls, steps)| metrics::StepCalls::new(calls, steps)),
+            device_calls: end.device_calls,
             seconds: end.seconds,
             prediction: None,
             prediction_skipped: None,

@@ -5,7 +5,7 @@
 use super::data;
 use super::layout::{param_counts, SliceLayout};
 use super::model::{SliceInput, SliceModel};
-use crate::backend::{Backend, DeviceCalls};
+use crate::backend::Backend;
 use crate::comm::World;
 use crate::config::TrainConfig;
 use crate::exchange::inference::HaloPlan;
@@ -14,7 +14,7 @@ use crate::nn::Adam;
 use crate::sample::BatchKey;
 use crate::train::checkpoint::{self, Checkpoint, Position};
 use crate::train::data::TrainData;
-use crate::train::metrics::{CallClock, EpochRecord, MetricsWriter, PhaseTimes};
+use crate::train::metrics::{CallClock, EpochRecord, MetricsWriter, PhaseTimes, RunCalls};
 use crate::train::strategy::dropout_stream;
 use crate::train::{RunEnd, RunFiles, RunSummary};
 use anyhow::{bail, Result};
@@ -207,7 +207,7 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
         )?;
         let (mut epoch_times, mut total, mut final_loss) =
             (Vec::new(), PhaseTimes::default(), f64::NAN);
-        let mut run_calls: Option<(DeviceCalls, u64)> = None;
+        let mut run_calls = RunCalls::default();
         let exhausted =
             |pos: &Position, cfg: &TrainConfig| cfg.max_steps.is_some_and(|m| pos.step >= m);
         while self.pos.epoch < self.cfg.epochs && !exhausted(&self.pos, &self.cfg) {
@@ -222,11 +222,8 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
             let calls = CallClock::start(self.model.gcn.params.backend());
             let loss = self.step(&mut times)?;
             let epoch_calls = calls.stop(self.model.gcn.params.backend());
-            if let Some(c) = &epoch_calls {
-                let (total, steps) = run_calls.get_or_insert_default();
-                total.add(c);
-                *steps += 1;
-            }
+            // Full graph: the epoch is one step.
+            run_calls.add(epoch_calls.as_ref(), 1);
             if let (Some(after), Some(before)) = (
                 self.model.gcn.params.backend().blocked_seconds(),
                 blocked_before,
@@ -315,7 +312,7 @@ impl<'w, B: Backend> SliceTrainer<'w, B> {
                     let (own, shared) = self.model.num_params();
                     own + shared
                 },
-                device_calls: run_calls,
+                device_calls: run_calls.summary(),
             },
         );
         summary.prediction_skipped =

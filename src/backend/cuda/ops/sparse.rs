@@ -6,8 +6,10 @@
 //! the transpose grouped by column, built on first use): [`DevSparse::first_rows`] and dropout
 //! change values only, so a full-batch input, its per-step copy and every step's backward share
 //! one structure and one transpose. The transpose is `BlockTranspose` of the CSR, built on the
-//! host (a counting sort) from the host's copy of the columns (downloaded once when the rows
-//! were made on the device) and uploaded; the transposed product gathers over it (no atomics).
+//! host (a counting sort) and uploaded: by a prefetch worker with a mini-batch's rows (given to
+//! [`DevSparse::from_csr`]), else on first use from the host's copy of the columns (downloaded
+//! once when the rows were made on the device); the transposed product gathers over it (no
+//! atomics).
 //!
 //! [`DevSparse::from_dense`] decides as the CPU does ([`cpu::sparse::prefers_sparse`]: at
 //! least 64 columns, at most 10 % non-zeros on the same sampled rows), from per-row counts the
