@@ -33,7 +33,8 @@ pub fn cross_entropy_into(
     assert_eq!(labels.len(), rows, "cross_entropy: one label per row");
     same_device(logits.device(), labels.device());
     let device = logits.device();
-    let grad = DevMat::zeros(device, rows, classes)?;
+    // The kernel writes every element of the gradient.
+    let grad = DevMat::uninit(device, rows, classes)?;
     if rows == 0 {
         return Ok(grad);
     }
@@ -85,7 +86,8 @@ pub fn bce_with_logits_into(
     let (rows, cols) = logits.dim();
     assert_eq!(targets.len(), rows * cols, "bce_with_logits: shapes differ");
     let device = logits.device();
-    let grad = DevMat::zeros(device, rows, cols)?;
+    // The kernel writes every element of the gradient.
+    let grad = DevMat::uninit(device, rows, cols)?;
     if rows == 0 || cols == 0 {
         return Ok(grad);
     }
