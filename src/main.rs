@@ -1,7 +1,12 @@
 //! The `gnnpar` binary: parse the command line, run the command, turn errors into one clear
 //! message and a non-zero exit code.
 
+/// The system allocator, with huge pages on large per-step buffers (`util::huge_pages`).
+#[global_allocator]
+static ALLOCATOR: gnnpar::util::huge_pages::HugePageAlloc = gnnpar::util::huge_pages::HugePageAlloc;
+
 fn main() {
+    gnnpar::util::huge_pages::mark_installed();
     gnnpar::util::logging::init();
     // A file-size limit (`ulimit -f`, a batch system's quota) kills a process that writes past
     // it with SIGXFSZ, before it can say why. Ignored, the write fails with EFBIG instead and

@@ -335,6 +335,7 @@ pub(crate) fn with_backend<J: Job>(cfg: &TrainConfig, job: J) -> Result<(J::Out,
                 ", cores / ranks on the host"
             }
         );
+        log::info!("host memory: {}", crate::util::huge_pages::describe());
     }
     let out = match device::choose(cfg.device, cfg.precision, &world)? {
         Chosen::Cpu { why } => {

@@ -5,6 +5,7 @@
 pub mod atomic;
 pub mod h5;
 pub mod hash;
+pub mod huge_pages;
 pub mod logging;
 pub mod positions;
 pub mod prefetch;
