@@ -147,6 +147,9 @@ pub fn describe() -> String {
         Some("never") => {
             "4 KiB pages (the kernel's transparent huge pages are set to `never`)".to_string()
         }
+        Some("always") => "transparent huge pages for every large region (the kernel's mode is \
+                           `always`, so the advice on per-step buffers changes nothing)"
+            .to_string(),
         Some(mode) => format!(
             "transparent huge pages for per-step buffers of {} MiB or more (kernel mode `{mode}`; \
              GNNPAR_HUGE_PAGES=off turns it off)",
