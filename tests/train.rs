@@ -501,6 +501,14 @@ fn metrics_lines_and_summary_report_the_best_validation_epoch() {
         assert_eq!(summary["test"], best["test"], "{summary}");
         assert_eq!(summary["epochs_run"], epochs);
         assert_eq!(summary["metric"], "accuracy");
+        // Which pages the large per-step buffers got, as the log's `host memory` line says.
+        let pages = summary["host_memory"].as_str().unwrap_or_default();
+        assert!(pages.contains("pages"), "{summary}");
+        assert!(
+            out.stderr.contains(&format!("host memory: {pages}")),
+            "{}",
+            out.stderr
+        );
     }
 }
 

@@ -25,6 +25,9 @@ pub struct RunSummary {
     pub metric: metrics::MetricKind,
     /// What this rank computed on (rank 0's, in the printed summary).
     pub device: String,
+    /// The pages large per-step host buffers got (`util::huge_pages::describe`): epoch times
+    /// of full-batch runs differ by up to a fifth between huge and 4 KiB pages.
+    pub host_memory: String,
     pub epochs_run: usize,
     pub steps: u64,
     pub best_epoch: Option<usize>,
@@ -106,6 +109,7 @@ impl RunSummary {
             threads: rayon::current_num_threads(),
             metric: data.metric,
             device: be.describe(),
+            host_memory: crate::util::huge_pages::describe(),
             epochs_run: end.epoch_times.len(),
             steps: pos.step,
             best_epoch: pos.best_epoch,
