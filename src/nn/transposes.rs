@@ -85,23 +85,19 @@ impl TransposePlan {
         l < self.layers && self.rules[l].reads(block, sparse_input && l == 0)
     }
 
-    /// The transposes of `blocks` (input layer first) that the backward reads; `sparse_input`:
-    /// the first layer takes its rows sparse.
+    /// The transposes of a batch that the backward reads: of `blocks` (input layer first),
+    /// and of the input rows when they come sparse (`sparse_input`; its weight gradient
+    /// `xᵀ·d` on a device gathers over it; the CPU's product needs none, so without a plan it
+    /// is built on first use, if ever).
     pub fn build<'b>(
         &self,
         blocks: impl IntoIterator<Item = &'b Block>,
-        sparse_input: bool,
-    ) -> Vec<Option<BlockTranspose>> {
-        self.build_from(0, blocks, sparse_input)
-    }
-
-    /// The transpose of a batch's sparse input rows (their entries grouped by column), where
-    /// this plan builds transposes ahead and the first layer's backward reads it: its weight
-    /// gradient `xᵀ·d` on a device gathers over it. `None` otherwise (built on first use, if
-    /// ever: the CPU's product needs none).
-    pub fn sparse_input(&self, x: &CsrMatrix) -> Option<BlockTranspose> {
-        (self.layers > 0 && self.rules[0] != TransposeRule::Never)
-            .then(|| BlockTranspose::of_csr(x.ncols, &x.indptr, &x.indices))
+        sparse_input: Option<&CsrMatrix>,
+    ) -> (Vec<Option<BlockTranspose>>, Option<BlockTranspose>) {
+        let input = sparse_input
+            .filter(|_| self.layers > 0 && self.rules[0] != TransposeRule::Never)
+            .map(|x| BlockTranspose::of_csr(x.ncols, &x.indptr, &x.indices));
+        (self.build_from(0, blocks, sparse_input.is_some()), input)
     }
 
     /// [`TransposePlan::build`] for the blocks of layers `first..` (a strategy whose input

@@ -34,7 +34,7 @@ pub struct DnpHostBatch {
     /// [`InputSource::transposes`] says the backward reads it.
     transposes: Vec<Option<BlockTranspose>>,
     /// The sparse input rows' transpose, where [`InputSource::transposes`] builds it ahead
-    /// ([`crate::nn::transposes::TransposePlan::sparse_input`]).
+    /// ([`crate::nn::transposes::TransposePlan::build`]).
     input_transpose: Option<BlockTranspose>,
     sample_seconds: f64,
     gather_seconds: f64,
@@ -78,13 +78,12 @@ pub fn dnp_host_batch(
     };
     let gather_seconds = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    let sparse_input = matches!(input, DnpInput::Host(InputRows::Sparse(_)));
-    let input_transpose = match &input {
-        DnpInput::Host(InputRows::Sparse(x)) => source.transposes.sparse_input(x),
+    let sparse_input = match &input {
+        DnpInput::Host(InputRows::Sparse(x)) => Some(x),
         _ => None,
     };
     let blocks = std::iter::once(&ob.input_block).chain(&ob.upper);
-    let transposes = source.transposes.build(blocks, sparse_input);
+    let (transposes, input_transpose) = source.transposes.build(blocks, sparse_input);
     DnpHostBatch {
         ob,
         input,

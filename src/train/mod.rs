@@ -987,8 +987,8 @@ pub struct FirstStep {
 /// What every mini-batch step ends with, after its backward pass: sum the gradients over ranks,
 /// take the optimizer step, add the step's loss and counters to the epoch's (summed over ranks
 /// and checked a group of steps at a time: a non-finite loss ends the run naming its step) and
-/// move the position on by one batch. Collective. (A free function, so that the prefetching loop can
-/// call it while its prefetch thread reads the training data.)
+/// move the position on by one batch. Collective. (A free function, so that the prefetching
+/// loop can call it while its prefetch thread reads the training data.)
 #[allow(clippy::too_many_arguments)]
 fn finish_step<B: Backend>(
     world: &World,

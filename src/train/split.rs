@@ -314,7 +314,7 @@ pub struct SplitHostBatch {
     /// reads it.
     transposes: Vec<Option<BlockTranspose>>,
     /// The sparse input rows' transpose, where [`InputSource::transposes`] builds it ahead
-    /// ([`crate::nn::transposes::TransposePlan::sparse_input`]).
+    /// ([`crate::nn::transposes::TransposePlan::build`]).
     input_transpose: Option<BlockTranspose>,
     /// The feature store's counters for the input rows, for the thread that owns the store.
     pub store: StoreStats,
@@ -425,13 +425,12 @@ pub fn split_host_batch(
     let gather_seconds = t.elapsed().as_secs_f64();
 
     let t = Instant::now();
-    let sparse_input = matches!(input, SplitInput::All(InputRows::Sparse(_)));
-    let input_transpose = match &input {
-        SplitInput::All(InputRows::Sparse(x)) => source.transposes.sparse_input(x),
+    let sparse_input = match &input {
+        SplitInput::All(InputRows::Sparse(x)) => Some(x),
         _ => None,
     };
     let blocks = sb.layers.iter().map(|l| &l.block);
-    let transposes = source.transposes.build(blocks, sparse_input);
+    let (transposes, input_transpose) = source.transposes.build(blocks, sparse_input);
     SplitHostBatch {
         sb,
         sampled,

@@ -101,7 +101,7 @@ pub struct HostBatch {
     /// Per block, its transpose when [`InputSource::transposes`] says the backward reads it.
     pub transposes: Vec<Option<BlockTranspose>>,
     /// The sparse input rows' transpose, where [`InputSource::transposes`] builds it ahead
-    /// ([`crate::nn::transposes::TransposePlan::sparse_input`]).
+    /// ([`crate::nn::transposes::TransposePlan::build`]).
     pub input_transpose: Option<BlockTranspose>,
     /// Seconds spent sampling and gathering, and the feature store's counters of the gather.
     pub sample_seconds: f64,
@@ -271,12 +271,11 @@ pub fn gdp_host_batch(
     let gather_seconds = t.elapsed().as_secs_f64();
 
     let t = Instant::now();
-    let sparse_input = matches!(input, BatchInput::Host(InputRows::Sparse(_)));
-    let input_transpose = match &input {
-        BatchInput::Host(InputRows::Sparse(x)) => source.transposes.sparse_input(x),
+    let sparse_input = match &input {
+        BatchInput::Host(InputRows::Sparse(x)) => Some(x),
         _ => None,
     };
-    let transposes = source.transposes.build(&blocks, sparse_input);
+    let (transposes, input_transpose) = source.transposes.build(&blocks, sparse_input);
     HostBatch {
         seeds,
         labels,

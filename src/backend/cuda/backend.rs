@@ -112,8 +112,6 @@ impl Cuda {
         self.ok("edge weights", DevWeights::upload(&self.device, w))
     }
 
-    /// `mask`'s per-row seeds for rows keyed by `keys` (hashed on the host: one hash per row),
-    /// on the device.
     /// Room in the journal for a batch's `rows` losses of `kind`, and their sum to be read
     /// when the training loop wants it (see [`LossSum`]: reading waits for the device).
     fn loss_later(&self, rows: usize, kind: LossKind) -> (DevPtr, LossSum) {
@@ -127,6 +125,8 @@ impl Cuda {
         (ptr, sum)
     }
 
+    /// `mask`'s per-row seeds for rows keyed by `keys` (hashed on the host: one hash per row),
+    /// on the device.
     fn seeds(&self, mask: &DropoutMask, keys: &[u64]) -> DevRowSeeds {
         self.ok(
             "dropout seeds",
@@ -592,13 +592,7 @@ impl Backend for Cuda {
     }
 
     fn bce_with_logits(&self, logits: DevView<'_>, targets: ArrayView2<i64>) -> (LossSum, DevMat) {
-        assert_eq!(
-            targets.dim(),
-            logits.dim(),
-            "bce_with_logits: shapes differ"
-        );
-        let t: Vec<i64> = targets.iter().copied().collect();
-        let t = self.ok("uploading targets", DevVec::upload(&self.device, &t));
+        let t = self.ok("uploading targets", loss::upload_targets(logits, targets));
         let (losses, sum) = self.loss_later(logits.rows(), LossKind::F64);
         let grad = self.ok(
             "binary cross-entropy",

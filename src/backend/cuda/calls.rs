@@ -15,106 +15,71 @@ use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Calls of each kind made so far (or between two snapshots, [`DeviceCalls::since`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct DeviceCalls {
+/// Defines [`DeviceCalls`] and its live counterpart [`CallCounter`] over one list of kinds, so
+/// that a kind is named once and every method covers it.
+macro_rules! call_kinds {
+    ($($(#[$doc:meta])* $kind:ident),* $(,)?) => {
+        /// Calls of each kind made so far (or between two snapshots, [`DeviceCalls::since`]).
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+        pub struct DeviceCalls {
+            $($(#[$doc])* pub $kind: u64,)*
+        }
+
+        impl DeviceCalls {
+            /// The calls made after `before` (a snapshot of the same counter) until `self`.
+            pub fn since(&self, before: &DeviceCalls) -> DeviceCalls {
+                DeviceCalls { $($kind: self.$kind - before.$kind,)* }
+            }
+
+            /// Add `other`'s counts.
+            pub fn add(&mut self, other: &DeviceCalls) {
+                $(self.$kind += other.$kind;)*
+            }
+
+            /// Each kind's count divided by `steps` (at least 1), by name.
+            pub fn per_step(&self, steps: u64) -> std::collections::BTreeMap<&'static str, f64> {
+                let per = |n: u64| n as f64 / steps.max(1) as f64;
+                [$((stringify!($kind), self.$kind)),*]
+                    .into_iter()
+                    .map(|(k, n)| (k, per(n)))
+                    .collect()
+            }
+        }
+
+        /// The live counters behind [`DeviceCalls`], shared by a device's clones.
+        #[derive(Debug, Default)]
+        pub struct CallCounter {
+            $($kind: AtomicU64,)*
+        }
+
+        impl CallCounter {
+            /// The counts so far.
+            pub fn snapshot(&self) -> DeviceCalls {
+                DeviceCalls { $($kind: self.$kind.load(Ordering::Relaxed),)* }
+            }
+        }
+    };
+}
+
+call_kinds! {
     /// Kernels launched.
-    pub launches: u64,
+    launches,
     /// cuBLAS products.
-    pub gemms: u64,
+    gemms,
     /// Host → device copies.
-    pub uploads: u64,
+    uploads,
     /// Device → host copies: each waits for the work queued before it (a synchronisation).
-    pub downloads: u64,
+    downloads,
     /// Explicit synchronisations of the stream.
-    pub synchronizes: u64,
-    /// Device allocations and frees (stream-ordered from a pool where the device has one).
-    pub allocs: u64,
-    pub frees: u64,
-    /// Memsets to zero and device-to-device copies.
-    pub fills: u64,
-    pub copies: u64,
-}
-
-impl DeviceCalls {
-    /// The calls made after `before` (a snapshot of the same counter) until `self`.
-    pub fn since(&self, before: &DeviceCalls) -> DeviceCalls {
-        DeviceCalls {
-            launches: self.launches - before.launches,
-            gemms: self.gemms - before.gemms,
-            uploads: self.uploads - before.uploads,
-            downloads: self.downloads - before.downloads,
-            synchronizes: self.synchronizes - before.synchronizes,
-            allocs: self.allocs - before.allocs,
-            frees: self.frees - before.frees,
-            fills: self.fills - before.fills,
-            copies: self.copies - before.copies,
-        }
-    }
-
-    /// Add `other`'s counts.
-    pub fn add(&mut self, other: &DeviceCalls) {
-        self.launches += other.launches;
-        self.gemms += other.gemms;
-        self.uploads += other.uploads;
-        self.downloads += other.downloads;
-        self.synchronizes += other.synchronizes;
-        self.allocs += other.allocs;
-        self.frees += other.frees;
-        self.fills += other.fills;
-        self.copies += other.copies;
-    }
-
-    /// Each kind's count divided by `steps` (at least 1), by name.
-    pub fn per_step(&self, steps: u64) -> std::collections::BTreeMap<&'static str, f64> {
-        let per = |n: u64| n as f64 / steps.max(1) as f64;
-        [
-            ("launches", self.launches),
-            ("gemms", self.gemms),
-            ("uploads", self.uploads),
-            ("downloads", self.downloads),
-            ("synchronizes", self.synchronizes),
-            ("allocs", self.allocs),
-            ("frees", self.frees),
-            ("fills", self.fills),
-            ("copies", self.copies),
-        ]
-        .into_iter()
-        .map(|(k, n)| (k, per(n)))
-        .collect()
-    }
-}
-
-/// The live counters behind [`DeviceCalls`], shared by a device's clones.
-#[derive(Debug, Default)]
-pub struct CallCounter {
-    launches: AtomicU64,
-    gemms: AtomicU64,
-    uploads: AtomicU64,
-    downloads: AtomicU64,
-    synchronizes: AtomicU64,
-    allocs: AtomicU64,
-    frees: AtomicU64,
-    fills: AtomicU64,
-    copies: AtomicU64,
-}
-
-impl CallCounter {
-    /// The counts so far.
-    pub fn snapshot(&self) -> DeviceCalls {
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        DeviceCalls {
-            launches: get(&self.launches),
-            gemms: get(&self.gemms),
-            uploads: get(&self.uploads),
-            downloads: get(&self.downloads),
-            synchronizes: get(&self.synchronizes),
-            allocs: get(&self.allocs),
-            frees: get(&self.frees),
-            fills: get(&self.fills),
-            copies: get(&self.copies),
-        }
-    }
+    synchronizes,
+    /// Device allocations (stream-ordered from a pool where the device has one).
+    allocs,
+    /// Device frees.
+    frees,
+    /// Memsets to zero.
+    fills,
+    /// Device-to-device copies.
+    copies,
 }
 
 fn bump(counter: &AtomicU64) {

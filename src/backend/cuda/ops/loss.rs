@@ -113,12 +113,18 @@ pub fn bce_with_logits_host(
     targets: ndarray::ArrayView2<i64>,
     scale: f32,
 ) -> Result<(f64, DevMat)> {
+    let t = upload_targets(logits, targets)?;
+    bce_with_logits(logits, &t, scale)
+}
+
+/// `targets` (the shape of `logits`, checked) on the device, row-major as the kernel reads
+/// them.
+pub fn upload_targets(logits: DevView, targets: ndarray::ArrayView2<i64>) -> Result<DevVec<i64>> {
     assert_eq!(
         targets.dim(),
         logits.dim(),
         "bce_with_logits: shapes differ"
     );
     let t: Vec<i64> = targets.iter().copied().collect();
-    let t = DevVec::upload(logits.device(), &t)?;
-    bce_with_logits(logits, &t, scale)
+    DevVec::upload(logits.device(), &t)
 }

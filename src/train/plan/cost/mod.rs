@@ -22,8 +22,9 @@
 //! - sync: the gradient allreduce (`allreduce`, 4 bytes per parameter synced: NFP's ranks
 //!   keep their first-layer weight slices' gradients; on a device without
 //!   CUDA-aware MPI the gradients also go down and back up, `d2h` and `h2d`) and the step's
-//!   share of the small allreduce of losses and counters (one per 16 steps); and the ranks' waits for each other at the step's
-//!   collectives, a calibrated share of the step's work (`drift`);
+//!   share of the small allreduce of losses and counters (one per 16 steps); and the ranks'
+//!   waits for each other at the step's collectives, a calibrated share of the step's work
+//!   (`drift`);
 //! - optimizer: zeroing the gradients and the Adam update (`optimizer`, per parameter a rank
 //!   holds: NFP's ranks hold a slice of the first layer's weights).
 //!
