@@ -90,7 +90,7 @@ fn freed_before(size: usize) -> bool {
     FREED.iter().any(|s| s.load(Ordering::Relaxed) == size)
 }
 
-/// Whether large blocks are advised (`GNNPAR_HUGE_PAGES` is not `off`, `0` or `false`).
+/// Whether large blocks are advised (`GNNPAR_HUGE_PAGES` is not `off`, `0`, `false` or `no`).
 pub fn enabled() -> bool {
     match STATE.load(Ordering::Relaxed) {
         ON => true,
