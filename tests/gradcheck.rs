@@ -198,6 +198,7 @@ fn check_layer(
 fn training_ctx() -> DropoutCtx<'static> {
     DropoutCtx {
         training: true,
+        keep_for_backward: true,
         stream: 77,
         orig_ids: None,
         gcn_degrees: None,
@@ -928,6 +929,7 @@ fn dropout_masks_follow_original_ids() {
     let xb = Array2::from_shape_fn((6, 16), |(i, j)| x[[perm[i], j]]);
     let ctx_a = DropoutCtx {
         training: true,
+        keep_for_backward: true,
         stream: 9,
         orig_ids: Some(&orig_a),
         gcn_degrees: None,
@@ -1033,6 +1035,7 @@ fn adam_steps_fit_a_small_graph() {
         for step in 0..60 {
             let ctx = DropoutCtx {
                 training: true,
+                keep_for_backward: true,
                 stream: step,
                 orig_ids: None,
                 gcn_degrees: None,

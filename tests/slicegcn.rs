@@ -106,6 +106,7 @@ fn p1_without_encoding_or_fusion_is_a_gcn_with_an_mlp_head() {
         head_params.zero_grads();
         let gcn_ctx = DropoutCtx {
             training: true,
+            keep_for_backward: true,
             stream: derive_stream(stream, 0),
             orig_ids: None,
             gcn_degrees: Some(&degrees),

@@ -122,6 +122,12 @@ impl<'a, B: Backend> CowMat<'a, B> {
             CowMat::Owned(m) => m,
         }
     }
+
+    /// Owned, for a forward pass's cache, where a backward pass will read it (`keep`); else
+    /// dropped, and a borrowed matrix is not copied.
+    pub fn kept(self, be: &B, keep: bool) -> Option<B::Mat> {
+        keep.then(|| self.into_owned(be))
+    }
 }
 
 /// A backend: storage types and every operation of a layer, the model, the loss and Adam.

@@ -108,7 +108,7 @@ impl HaloPlan {
         let be = model.params.backend();
         let ctx = DropoutCtx {
             gcn_degrees,
-            ..DropoutCtx::eval()
+            ..DropoutCtx::inference()
         };
         // The first layer reads the features where they are: no copy of them (424 MB on
         // Facebook) beside the model's activations.

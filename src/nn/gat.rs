@@ -30,7 +30,8 @@ pub struct GatConv {
 /// Forward state for the backward pass.
 #[derive(Debug)]
 pub struct GatCache<B: Backend = Cpu> {
-    h_in: B::Mat,
+    /// `None` after an inference pass.
+    h_in: Option<B::Mat>,
     wh: B::Mat,
     el: B::Mat,
     er: B::Mat,
@@ -88,6 +89,7 @@ impl GatConv {
         params: &ParamStore<B>,
         g: &B::Graph,
         h_in: CowMat<'_, B>,
+        keep: bool,
     ) -> (B::Mat, GatCache<B>) {
         let be = params.backend();
         let block = be.block(g);
@@ -103,7 +105,7 @@ impl GatConv {
         };
         add_bias(params, be.view_mut(&mut z), Some(self.bias));
         let cache = GatCache {
-            h_in: h_in.into_owned(be),
+            h_in: h_in.kept(be, keep),
             wh,
             el,
             er,
@@ -155,7 +157,7 @@ impl GatConv {
             be.view(&grads.d_att_dst),
         );
         be.add_matmul_tn(
-            be.view(&cache.h_in),
+            be.view(cache.h_in.as_ref().expect(super::NOT_KEPT)),
             be.view(&grads.d_wh),
             params.grad_mut(self.weight),
         );

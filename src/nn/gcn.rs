@@ -37,8 +37,8 @@ pub struct GcnCache<B: Backend = Cpu> {
 enum GcnOrder<B: Backend> {
     /// `agg = Â·h_in` was projected: keep `agg`.
     AggregateFirst(B::Mat),
-    /// `h_in·W` was aggregated: keep `h_in`.
-    ProjectFirst(B::Mat),
+    /// `h_in·W` was aggregated: keep `h_in` (`None` after an inference pass).
+    ProjectFirst(Option<B::Mat>),
     /// Sparse input rows were projected (over their non-zeros) and then aggregated.
     SparseProject(B::Sparse),
 }
@@ -72,6 +72,7 @@ impl GcnConv {
         g: &B::Graph,
         h_in: CowMat<'_, B>,
         src_degrees: Option<&[u32]>,
+        keep: bool,
     ) -> (B::Mat, GcnCache<B>) {
         let be = params.backend();
         let block = be.block(g);
@@ -89,7 +90,7 @@ impl GcnConv {
             let projected = be.matmul(h_in.view(be), w);
             let mut z = be.aggregate(g, be.view(&projected), norm.weights());
             add_bias(params, be.view_mut(&mut z), self.bias);
-            (z, GcnOrder::ProjectFirst(h_in.into_owned(be)))
+            (z, GcnOrder::ProjectFirst(h_in.kept(be, keep)))
         };
         (z, GcnCache { norm, order })
     }
@@ -144,6 +145,7 @@ impl GcnConv {
                 need_d_in.then(|| be.matmul_nt(be.view(&d_proj), params.view(self.weight)))
             }
             GcnOrder::ProjectFirst(h_in) => {
+                let h_in = h_in.expect(super::NOT_KEPT);
                 let d_proj = be.aggregate_transpose(g, transpose, dz, weights);
                 be.add_matmul_tn(
                     be.view(&h_in),
@@ -228,7 +230,13 @@ mod tests {
         let bias = conv.bias.expect("GcnConv::new registers a bias");
         params.view_mut(bias).fill(0.25);
         let x = Array2::from_shape_fn((4, 3), |(i, j)| (i as f32 - 1.5) * 0.3 + j as f32 * 0.1);
-        let (z, cache) = conv.forward(&params, &block, CowMat::Borrowed(x.view()), Some(&table));
+        let (z, cache) = conv.forward(
+            &params,
+            &block,
+            CowMat::Borrowed(x.view()),
+            Some(&table),
+            true,
+        );
 
         let norm = GcnNorm::new(&block, Some(&table));
         let src = GcnNorm::source_factors(&block.src_nodes, &table);

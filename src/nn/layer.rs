@@ -25,6 +25,11 @@ use crate::sample::Block;
 pub struct DropoutCtx<'a> {
     /// Dropout is applied only when training.
     pub training: bool,
+    /// Whether a backward pass follows this forward. Where none does (inference), layers keep
+    /// nothing for it: a borrowed input is never copied into a cache only to be dropped (a
+    /// full-graph evaluation on one rank copied the features or hidden rows it read, 200 MB
+    /// a layer on a 200k-vertex graph at width 256, every evaluation).
+    pub keep_for_backward: bool,
     /// Key of this step's masks, derived by the caller from (seed, epoch, step); each layer
     /// mixes in its own index.
     pub stream: u64,
@@ -39,13 +44,22 @@ pub struct DropoutCtx<'a> {
 }
 
 impl DropoutCtx<'_> {
-    /// Evaluation: no dropout.
+    /// Evaluation: no dropout, and what a backward pass needs kept (gradient checks run one).
     pub fn eval() -> DropoutCtx<'static> {
         DropoutCtx {
             training: false,
+            keep_for_backward: true,
             stream: 0,
             orig_ids: None,
             gcn_degrees: None,
+        }
+    }
+
+    /// Inference: no dropout and no backward pass, so nothing kept for one.
+    pub fn inference() -> DropoutCtx<'static> {
+        DropoutCtx {
+            keep_for_backward: false,
+            ..DropoutCtx::eval()
         }
     }
 }
@@ -82,7 +96,8 @@ pub enum ConvCache<B: Backend = Cpu> {
     Sage(SageCache<B>),
     Gcn(GcnCache<B>),
     Gat(GatCache<B>),
-    Dense(B::Mat),
+    /// A dense layer's input (`None` after an inference pass).
+    Dense(Option<B::Mat>),
     /// A dense layer's sparse input.
     DenseSparse(B::Sparse),
 }
@@ -156,31 +171,32 @@ impl Conv {
     }
 
     /// `h_in` has `input_rows` rows; the result has `block.num_dst` rows. `gcn_degrees`:
-    /// see [`DropoutCtx::gcn_degrees`].
+    /// see [`DropoutCtx::gcn_degrees`]; `keep`: see [`DropoutCtx::keep_for_backward`].
     pub fn forward<B: Backend>(
         &self,
         params: &ParamStore<B>,
         g: &B::Graph,
         h_in: CowMat<'_, B>,
         gcn_degrees: Option<&[u32]>,
+        keep: bool,
     ) -> (B::Mat, ConvCache<B>) {
         match self {
             Conv::Sage(c) => {
-                let (z, k) = c.forward(params, g, h_in);
+                let (z, k) = c.forward(params, g, h_in, keep);
                 (z, ConvCache::Sage(k))
             }
             Conv::Gcn(c) => {
-                let (z, k) = c.forward(params, g, h_in, gcn_degrees);
+                let (z, k) = c.forward(params, g, h_in, gcn_degrees, keep);
                 (z, ConvCache::Gcn(k))
             }
             Conv::Gat(c) => {
-                let (z, k) = c.forward(params, g, h_in);
+                let (z, k) = c.forward(params, g, h_in, keep);
                 (z, ConvCache::Gat(k))
             }
             Conv::Dense(c) => {
                 let be = params.backend();
                 let z = c.forward(params, h_in.view(be));
-                (z, ConvCache::Dense(h_in.into_owned(be)))
+                (z, ConvCache::Dense(h_in.kept(be, keep)))
             }
         }
     }
@@ -204,15 +220,16 @@ impl Conv {
         gcn_degrees: Option<&[u32]>,
         activation: Option<Activation>,
         then: Option<(&RowDropout, &DropoutMask)>,
+        keep: bool,
     ) -> ConvForward<B> {
         match self {
             Conv::Sage(c) => {
                 let relu = activation == Some(Activation::Relu);
-                let (z, k, saved, kept) = c.forward_relu(params, g, h_in, relu, then);
+                let (z, k, saved, kept) = c.forward_relu(params, g, h_in, relu, then, keep);
                 (z, ConvCache::Sage(k), saved, kept)
             }
             _ => {
-                let (z, k) = self.forward(params, g, h_in, gcn_degrees);
+                let (z, k) = self.forward(params, g, h_in, gcn_degrees, keep);
                 (z, k, None, None)
             }
         }
@@ -239,7 +256,10 @@ impl Conv {
             }
             (Conv::Gcn(c), ConvCache::Gcn(k)) => c.backward(params, g, transpose, k, dz, need_d_in),
             (Conv::Gat(c), ConvCache::Gat(k)) => c.backward(params, g, transpose, k, dz, need_d_in),
-            (Conv::Dense(c), ConvCache::Dense(x)) => c.backward(params, be.view(&x), dz, need_d_in),
+            (Conv::Dense(c), ConvCache::Dense(x)) => {
+                let x = x.expect(super::NOT_KEPT);
+                c.backward(params, be.view(&x), dz, need_d_in)
+            }
             (Conv::Dense(c), ConvCache::DenseSparse(x)) => {
                 c.backward_sparse(params, &x, dz, need_d_in)
             }
@@ -418,10 +438,12 @@ impl Layer {
         }
         let rows = self.conv.input_rows(block);
         let (projected, input) = match &self.input {
-            Some(lin) => {
+            // The projection's backward reads its input rows: a copy of them, unless none follows.
+            Some(lin) if ctx.keep_for_backward => {
                 let x = be.to_owned(be.rows(h_src, 0..rows));
                 (Some(lin.forward(params, be.view(&x))), Some(x))
             }
+            Some(lin) => (Some(lin.forward(params, be.rows(h_src, 0..rows))), None),
             None => (None, None),
         };
         // The rows the layer works on: projected, or as given.
@@ -539,6 +561,7 @@ impl Layer {
             ctx.gcn_degrees,
             self.activation,
             then.map(|t| (&t.rows, &t.mask)),
+            ctx.keep_for_backward,
         )
     }
 
@@ -823,7 +846,8 @@ impl Layer {
             let dst = be.rows_mut(be.view_mut(&mut d_in), 0..block.num_dst);
             be.add_assign(dst, be.view(&d_res));
         }
-        if let (Some(lin), Some(x)) = (&self.input, cache.input) {
+        if let Some(lin) = &self.input {
+            let x = cache.input.expect(super::NOT_KEPT);
             d_in = lin.backward(params, be.view(&x), be.view(&d_in), need_d_src)?;
         }
         if !need_d_src {

@@ -28,3 +28,8 @@ pub use layer::{DropoutCtx, Layer};
 pub use model::{ForwardCache, Model, ModelConfig, ModelKind};
 pub use norm::{LayerNorm, NormKind};
 pub use params::{ParamEntry, ParamStore};
+
+/// What a backward pass says when its forward ran for inference
+/// ([`DropoutCtx::keep_for_backward`] false) and kept no input for it: a caller's bug.
+const NOT_KEPT: &str =
+    "backward after an inference forward pass (keep_for_backward false): no input was kept";

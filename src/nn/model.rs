@@ -539,6 +539,8 @@ mod tests {
     use crate::backend::cpu::dropout::mix64;
     use crate::backend::cpu::sparse::prefers_sparse;
     use crate::nn::cross_entropy;
+    use crate::nn::layer::ConvCache;
+    use crate::nn::sage::SageCache;
     use crate::sample::Block;
     use ndarray::Array2;
 
@@ -648,6 +650,7 @@ mod tests {
     fn training(stream: u64) -> DropoutCtx<'static> {
         DropoutCtx {
             training: true,
+            keep_for_backward: true,
             stream,
             orig_ids: None,
             gcn_degrees: None,
@@ -860,6 +863,60 @@ mod tests {
             let model = Model::new(cfg, 2).unwrap();
             let dropouts: Vec<f32> = model.layers.iter().map(|l| l.dropout).collect();
             assert_eq!(dropouts, [0.0, 0.5], "{kind}");
+        }
+    }
+
+    /// An inference pass (`DropoutCtx::inference`) gives the evaluation's logits bit for bit
+    /// and keeps no copy of its input for a backward pass; a backward pass after one fails
+    /// loudly instead of computing gradients from nothing.
+    #[test]
+    fn inference_gives_the_eval_logits_and_keeps_no_input() {
+        let x = Array2::from_shape_fn((24, 64), |(i, j)| {
+            hash(5, i * 64 + j) as f32 / u64::MAX as f32
+        });
+        // Many edges into few sources: every convolution projects first (and so would copy
+        // its input into the cache).
+        let b0 = block(20, 24, 31);
+        assert!(!crate::nn::transposes::aggregate_first(&b0, 64, 3));
+        for kind in [
+            ModelKind::Sage,
+            ModelKind::Gcn,
+            ModelKind::Gat,
+            ModelKind::Mlp,
+        ] {
+            for input_proj in [false, true] {
+                let layers = if input_proj { 2 } else { 1 };
+                let b1 = block(20, 20, 32);
+                let blocks: Vec<&Block> = [&b0, &b1][..layers].to_vec();
+                let cfg = ModelConfig {
+                    input_proj,
+                    ..ModelConfig::plain(kind, 64, 3, 3, layers, 0.5)
+                };
+                let model = Model::new(cfg, 4).unwrap();
+                let (evaluated, _) = model.forward(&blocks, x.view(), &DropoutCtx::eval());
+                let (inferred, cache) = model.forward(&blocks, x.view(), &DropoutCtx::inference());
+                assert_eq!(evaluated, inferred, "{kind}, input_proj {input_proj}");
+                let kept_input = match cache.layers[0].conv_cache() {
+                    ConvCache::Sage(SageCache::ProjectFirst { h_in }) => Some(h_in.is_some()),
+                    ConvCache::Dense(x) => Some(x.is_some()),
+                    _ => None,
+                };
+                if matches!(kind, ModelKind::Sage | ModelKind::Mlp) && !input_proj {
+                    assert_eq!(kept_input, Some(false), "{kind}: the input was kept");
+                }
+                let mut model = model;
+                let d = Array2::<f32>::ones((blocks[layers - 1].num_dst, 3));
+                let backward = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    model.backward(&blocks, cache, d)
+                }));
+                let message = backward.expect_err("a backward after inference ran");
+                let text = message
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| message.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                assert!(text.contains("inference"), "{kind}: {text}");
+            }
         }
     }
 

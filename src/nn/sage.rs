@@ -31,8 +31,9 @@ pub enum SageCache<B: Backend = Cpu> {
     /// Aggregated first: `[h_dst | mean of neighbours]` per destination, the input of one
     /// product with `[W_self; W_neigh]`.
     AggregateFirst { beside: B::Mat },
-    /// Projected first: the whole input.
-    ProjectFirst { h_in: B::Mat },
+    /// Projected first: the whole input (`None` after an inference pass, which keeps it for
+    /// no backward).
+    ProjectFirst { h_in: Option<B::Mat> },
     /// Sparse input rows, always projected first (the products cost only their non-zeros).
     Sparse { x: B::Sparse },
 }
@@ -77,8 +78,9 @@ impl SageConv {
         params: &ParamStore<B>,
         g: &B::Graph,
         h_in: CowMat<'_, B>,
+        keep: bool,
     ) -> (B::Mat, SageCache<B>) {
-        let (z, cache, _, _) = self.forward_relu(params, g, h_in, false, None);
+        let (z, cache, _, _) = self.forward_relu(params, g, h_in, false, None, keep);
         (z, cache)
     }
 
@@ -86,7 +88,8 @@ impl SageConv {
     /// (with the bias) as it stores its output: the output is activated exactly when the ReLU's
     /// saved signs are returned. With `relu` and `then` (the next layer's input dropout, one
     /// seed per destination, and the mask it came from), the product masks the activated
-    /// output as well, exactly when the kept bits are returned.
+    /// output as well, exactly when the kept bits are returned. `keep`: a backward pass
+    /// follows ([`DropoutCtx::keep_for_backward`](super::DropoutCtx::keep_for_backward)).
     pub fn forward_relu<B: Backend>(
         &self,
         params: &ParamStore<B>,
@@ -94,6 +97,7 @@ impl SageConv {
         h_in: CowMat<'_, B>,
         relu: bool,
         then: Option<(&RowDropout, &DropoutMask)>,
+        keep: bool,
     ) -> SageForward<B> {
         let be = params.backend();
         let block = be.block(g);
@@ -119,7 +123,7 @@ impl SageConv {
             let mut z = be.aggregate(g, be.view(&projected), EdgeWeights::Mean);
             be.gemm_into(1.0, be.rows(hv, 0..nd), w_self, 1.0, be.view_mut(&mut z));
             add_bias(params, be.view_mut(&mut z), self.bias);
-            let h_in = h_in.into_owned(be);
+            let h_in = h_in.kept(be, keep);
             (z, SageCache::ProjectFirst { h_in }, None, None)
         }
     }
@@ -219,6 +223,7 @@ impl SageConv {
                 Some(self.input_grad(params, be.view(&d_proj), dz, kept))
             }
             SageCache::ProjectFirst { h_in } => {
+                let h_in = h_in.expect(super::NOT_KEPT);
                 let d_proj = be.aggregate_transpose(g, transpose, dz, EdgeWeights::Mean);
                 let hv = be.view(&h_in);
                 be.add_matmul_tn(be.rows(hv, 0..nd), dz, params.grad_mut(self.w_self));
@@ -304,14 +309,14 @@ mod tests {
         });
         let keys: Vec<u64> = block.src_nodes.iter().map(|&v| v as u64).collect();
         let (h_in, kept) = DropoutMask::new(9, 0.4).apply_recorded(h.view(), &keys);
-        let (z, cache) = conv.forward(&params, &block, CowMat::Borrowed(h_in.view()));
+        let (z, cache) = conv.forward(&params, &block, CowMat::Borrowed(h_in.view()), true);
         assert!(matches!(cache, SageCache::AggregateFirst { .. }));
         let dz = z.mapv(|v| v.sin());
         let t = LazyTranspose::default();
         let fused = conv
             .backward(&mut params, &block, &t, cache, dz.view(), true, Some(&kept))
             .unwrap();
-        let (_, cache) = conv.forward(&params, &block, CowMat::Borrowed(h_in.view()));
+        let (_, cache) = conv.forward(&params, &block, CowMat::Borrowed(h_in.view()), true);
         let mut after = conv
             .backward(&mut params, &block, &t, cache, dz.view(), true, None)
             .unwrap();

@@ -303,6 +303,7 @@ impl<B: Backend> Nfp<B> {
         let t = Instant::now();
         let ctx = DropoutCtx {
             training: true,
+            keep_for_backward: true,
             stream: dropout_stream(key),
             orig_ids: data.orig_ids.as_deref(),
             gcn_degrees: data.gcn_degrees.as_deref(),
@@ -396,7 +397,7 @@ impl<B: Backend> Nfp<B> {
         });
         let ctx = DropoutCtx {
             gcn_degrees: data.gcn_degrees.as_deref(),
-            ..DropoutCtx::eval()
+            ..DropoutCtx::inference()
         };
         let (partial, _) = self.forward_slice(&model.params, g, x, &ctx);
         let counts: Vec<usize> = data

@@ -103,6 +103,7 @@ impl OwnerBatch {
     pub fn dropout_ctx<'a>(data: &'a TrainData, key: BatchKey) -> DropoutCtx<'a> {
         DropoutCtx {
             training: true,
+            keep_for_backward: true,
             stream: hash_key(&[key.seed, key.epoch, key.batch, 0x64726f70]),
             orig_ids: data.orig_ids.as_deref(),
             gcn_degrees: data.gcn_degrees.as_deref(),

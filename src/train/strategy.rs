@@ -396,6 +396,7 @@ pub fn gdp_train_step<B: Backend>(
     let t = Instant::now();
     let ctx = DropoutCtx {
         training: true,
+        keep_for_backward: true,
         stream: dropout_stream(args.key),
         orig_ids: data.orig_ids.as_deref(),
         gcn_degrees: data.gcn_degrees.as_deref(),
@@ -637,7 +638,7 @@ impl<B: Backend> FullGraph<B> {
             // too: no dense copy of the features, no halo exchange for it.
             let ctx = DropoutCtx {
                 gcn_degrees: data.gcn_degrees.as_deref(),
-                ..DropoutCtx::eval()
+                ..DropoutCtx::inference()
             };
             let g = self.graph(be);
             let (h, _) = model.layers[0].forward_sparse(&model.params, g, x, &ctx);
@@ -679,6 +680,7 @@ pub fn full_batch_step<B: Backend>(
     let own = data.part.local_nodes();
     let ctx = DropoutCtx {
         training: true,
+        keep_for_backward: true,
         stream: dropout_stream(key),
         orig_ids: data.orig_ids.as_deref(),
         gcn_degrees: data.gcn_degrees.as_deref(),

@@ -150,14 +150,17 @@ impl<B: Backend> SliceModel<B> {
         let be = self.shared.backend().clone();
         // The head runs identically on every rank: one stream for all; each rank's GCN mixes
         // in its rank so the slices draw independent masks.
+        // Without training (evaluation's logits) no backward pass follows.
         let head_ctx = DropoutCtx {
             training,
+            keep_for_backward: training,
             stream,
             orig_ids: None,
             gcn_degrees: None,
         };
         let gcn_ctx = DropoutCtx {
             training,
+            keep_for_backward: training,
             stream: derive_stream(stream, self.layout.rank as u64),
             orig_ids: None,
             gcn_degrees: input.gcn_degrees,
