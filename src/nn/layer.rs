@@ -211,17 +211,18 @@ impl Conv {
     /// it can be (SAGE with ReLU); returns the activation's saved state when it was applied.
     ///
     /// With `then` (the next layer's input dropout) and a fused activation, the product may
-    /// mask its output too: it did exactly when the kept bits are returned.
+    /// mask its output too: it did exactly when the kept bits are returned. From `ctx`: the
+    /// GCN degrees and whether a backward pass follows.
     pub fn forward_activated<B: Backend>(
         &self,
         params: &ParamStore<B>,
         g: &B::Graph,
         h_in: CowMat<'_, B>,
-        gcn_degrees: Option<&[u32]>,
+        ctx: &DropoutCtx,
         activation: Option<Activation>,
         then: Option<(&RowDropout, &DropoutMask)>,
-        keep: bool,
     ) -> ConvForward<B> {
+        let (gcn_degrees, keep) = (ctx.gcn_degrees, ctx.keep_for_backward);
         match self {
             Conv::Sage(c) => {
                 let relu = activation == Some(Activation::Relu);
@@ -558,10 +559,9 @@ impl Layer {
             params,
             g,
             h_in,
-            ctx.gcn_degrees,
+            ctx,
             self.activation,
             then.map(|t| (&t.rows, &t.mask)),
-            ctx.keep_for_backward,
         )
     }
 
