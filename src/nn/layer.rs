@@ -481,7 +481,8 @@ impl Layer {
 
     /// [`Layer::forward`] taking the input by value: a plain layer (no input projection,
     /// norm or residual, so nothing else reads the unmasked rows) applies its dropout in place
-    /// instead of writing a masked copy. Bitwise the same result.
+    /// instead of writing a masked copy, and a convolution that keeps its input for the
+    /// backward pass keeps these rows instead of a copy. Bitwise the same result.
     pub fn forward_owned<B: Backend>(
         &self,
         params: &ParamStore<B>,
@@ -529,19 +530,22 @@ impl Layer {
         let kept = match kept {
             Some(kept) => {
                 assert!(plain && whole, "layer {}: input masked below", self.index);
-                kept
+                Some(kept)
             }
             None if plain && whole && ctx.training && self.dropout > 0.0 => {
                 let mask = self.input_dropout(ctx);
                 let keys = row_keys(block, rows, ctx.orig_ids);
-                be.dropout_recorded_in_place(&mask, be.view_mut(&mut h_src), &keys)
+                Some(be.dropout_recorded_in_place(&mask, be.view_mut(&mut h_src), &keys))
             }
+            // No dropout: the convolution takes the rows as they are, and a cache that keeps
+            // its input keeps them without a copy.
+            None if plain && whole => None,
             None => return self.forward_then(params, g, be.view(&h_src), ctx, then),
         };
         let h_in = CowMat::Owned(h_src);
         let (z, conv, activated, kept_above) = self.convolve(params, g, h_in, ctx, then);
         let (out, cache) =
-            self.finish_forward(be, z, conv, Some(DropoutSaved::Bits(kept)), activated);
+            self.finish_forward(be, z, conv, kept.map(DropoutSaved::Bits), activated);
         (out, cache, kept_above)
     }
 

@@ -920,6 +920,46 @@ mod tests {
         }
     }
 
+    /// Without dropout, a layer given its input by value (every layer above the first in a
+    /// model's forward) keeps those rows for its backward pass instead of a copy: outputs and
+    /// gradients are bit for bit those of the layers given views.
+    #[test]
+    fn layers_given_their_input_by_value_without_dropout_train_as_given_views() {
+        let x = Array2::from_shape_fn((24, 64), |(i, j)| {
+            hash(9, i * 64 + j) as f32 / u64::MAX as f32
+        });
+        let (b0, b1) = (block(20, 24, 41), block(18, 20, 42));
+        // The second layer projects first, so its cache keeps its input.
+        assert!(!crate::nn::transposes::aggregate_first(&b1, 16, 3));
+        let blocks = [&b0, &b1];
+        let d = Array2::from_shape_fn((18, 3), |(i, j)| (i * 3 + j) as f32 / 50.0 - 0.5);
+        for kind in [ModelKind::Sage, ModelKind::Gcn, ModelKind::Gat] {
+            let model = Model::new(ModelConfig::plain(kind, 64, 16, 3, 2, 0.0), 6).unwrap();
+            let ctx = training(3);
+            let (y_owned, owned) = model.forward(&blocks, x.view(), &ctx);
+            if kind == ModelKind::Sage {
+                assert!(matches!(
+                    owned.layers[1].conv_cache(),
+                    ConvCache::Sage(SageCache::ProjectFirst { h_in: Some(_) })
+                ));
+            }
+            let (h, c0) = model.layers[0].forward(&model.params, &b0, x.view(), &ctx);
+            let (y_view, c1) = model.layers[1].forward(&model.params, &b1, h.view(), &ctx);
+            assert_eq!(y_owned, y_view, "{kind}: outputs");
+            let (mut a, mut b) = (model.clone(), model);
+            a.backward(&blocks, owned, d.clone());
+            let viewed = ForwardCache {
+                layers: vec![c0, c1],
+            };
+            b.backward(&blocks, viewed, d.clone());
+            assert_eq!(
+                a.params.grads_on_host(),
+                b.params.grads_on_host(),
+                "{kind}: gradients"
+            );
+        }
+    }
+
     /// The sparse first-layer path (taken automatically for mostly-zero input) gives the
     /// dense path's logits and gradients, with dropout on.
     #[test]

@@ -8,7 +8,7 @@
 use super::data::TrainData;
 use super::dump::BlockDump;
 use super::metrics::{PassClock, PhaseTimes};
-use crate::backend::{Backend, BlockTranspose, LossSum};
+use crate::backend::{Backend, BlockTranspose, CowMat, LossSum};
 use crate::comm::Group;
 use crate::exchange::inference::HaloPlan;
 use crate::exchange::sample_blocks_distributed;
@@ -695,12 +695,19 @@ pub fn full_batch_step<B: Backend>(
     };
     caches.push(first);
     for layer in &model.layers[1..] {
-        let out = {
-            let h_src = times.time_shuffle(|| plan.with_halo(group, &be, be.view(&h), "halo_rows"));
-            layer.forward(&model.params, g, h_src.view(&be), &ctx)
-        };
-        caches.push(out.1);
-        h = out.0;
+        // The layer takes its input by value: the rows with their halo, or, where there is no
+        // halo, the layer below's output itself (read by nothing else), so that neither its
+        // dropout nor its cache copies them.
+        let with_halo =
+            times.time_shuffle(
+                || match plan.with_halo(group, &be, be.view(&h), "halo_rows") {
+                    CowMat::Owned(rows) => Some(rows),
+                    CowMat::Borrowed(_) => None,
+                },
+            );
+        let (out, cache) = layer.forward_owned(&model.params, g, with_halo.unwrap_or(h), &ctx);
+        caches.push(cache);
+        h = out;
     }
     let first = data.part.first_node;
     let rows: Vec<usize> = data
