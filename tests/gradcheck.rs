@@ -488,35 +488,50 @@ fn linear_and_mlp_head() {
         },
     );
 
-    // MLP head with dropout keyed by row keys.
-    let mut params = ParamStore::new();
-    let mlp = Mlp::new(&mut params, "head", &[6, 8, 3], 0.3, InitKind::Glorot, 2);
-    let x = rng.matrix(10, 6, 1.0);
-    let keys: Vec<u64> = (0..10).map(|i| 1000 + i).collect();
-    let ctx = training_ctx();
-    let (y, cache) = mlp.forward(&params, x.view(), &keys, &ctx);
-    let r = rng.matrix(y.nrows(), y.ncols(), 1.0);
-    let mut grads = params.clone();
-    let dx = mlp.backward(&mut grads, cache, r.clone(), true).unwrap();
-    let mut vals = params.values.clone();
-    check_coords("mlp dparams", &mut vals, &grads.grads, |v| {
-        let mut p = params.clone();
-        p.values.copy_from_slice(v);
-        dot64(mlp.forward(&p, x.view(), &keys, &ctx).0.view(), r.view())
-    });
-    let mut xs = x.clone();
-    check_coords(
-        "mlp dx",
-        xs.as_slice_mut().unwrap(),
-        dx.as_slice().unwrap(),
-        |v| {
-            let xv = Array2::from_shape_vec((10, 6), v.to_vec()).unwrap();
-            dot64(
-                mlp.forward(&params, xv.view(), &keys, &ctx).0.view(),
-                r.view(),
-            )
-        },
-    );
+    // MLP head with dropout keyed by row keys, and without (its cache then keeps each hidden
+    // layer's input as it is, uncopied).
+    for dropout in [0.3, 0.0] {
+        let mut params = ParamStore::new();
+        let mlp = Mlp::new(
+            &mut params,
+            "head",
+            &[6, 8, 3],
+            dropout,
+            InitKind::Glorot,
+            2,
+        );
+        let x = rng.matrix(10, 6, 1.0);
+        let keys: Vec<u64> = (0..10).map(|i| 1000 + i).collect();
+        let ctx = training_ctx();
+        let (y, cache) = mlp.forward(&params, x.view(), &keys, &ctx);
+        let r = rng.matrix(y.nrows(), y.ncols(), 1.0);
+        let mut grads = params.clone();
+        let dx = mlp.backward(&mut grads, cache, r.clone(), true).unwrap();
+        let mut vals = params.values.clone();
+        check_coords(
+            &format!("mlp dparams, dropout {dropout}"),
+            &mut vals,
+            &grads.grads,
+            |v| {
+                let mut p = params.clone();
+                p.values.copy_from_slice(v);
+                dot64(mlp.forward(&p, x.view(), &keys, &ctx).0.view(), r.view())
+            },
+        );
+        let mut xs = x.clone();
+        check_coords(
+            "mlp dx",
+            xs.as_slice_mut().unwrap(),
+            dx.as_slice().unwrap(),
+            |v| {
+                let xv = Array2::from_shape_vec((10, 6), v.to_vec()).unwrap();
+                dot64(
+                    mlp.forward(&params, xv.view(), &keys, &ctx).0.view(),
+                    r.view(),
+                )
+            },
+        );
+    }
 }
 
 /// Aggregations are linear maps: their backward must be the exact adjoint,

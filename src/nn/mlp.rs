@@ -10,7 +10,7 @@ use super::linear::Linear;
 use super::params::ParamStore;
 use crate::backend::cpu::activation::Activation;
 use crate::backend::cpu::dropout::{derive_stream, DropoutMask};
-use crate::backend::{Backend, Cpu};
+use crate::backend::{Backend, CowMat, Cpu};
 
 /// Mixed into the dropout stream so the head's masks differ from the graph layers'.
 const MLP_STREAM_TAG: u64 = 0x4d4c_5048_4541_4400;
@@ -86,20 +86,23 @@ impl Mlp {
         };
         let mut h: Option<B::Mat> = None;
         for (i, lin) in self.layers.iter().enumerate() {
-            let input = match &h {
-                Some(m) => be.view(m),
-                None => be.shorten(x),
+            // A hidden layer's input is the layer below's output, which nothing else reads:
+            // the cache takes it as it is.
+            let input = match h.take() {
+                Some(m) => CowMat::Owned(m),
+                None => CowMat::Borrowed(be.shorten(x)),
             };
             let (input, kept) = if ctx.training && self.dropout > 0.0 {
                 let mask =
                     DropoutMask::new(derive_stream(ctx.stream ^ self.tag, i as u64), self.dropout);
-                let (m, k) = be.dropout_recorded(&mask, input, row_keys);
-                (m, Some(k))
+                let (m, k) = be.dropout_recorded(&mask, input.view(be), row_keys);
+                (CowMat::Owned(m), Some(k))
             } else {
-                (be.to_owned(input), None)
+                (input, None)
             };
-            let mut y = lin.forward(params, be.view(&input));
-            cache.inputs.push(input);
+            let mut y = lin.forward(params, input.view(be));
+            // (An inference pass keeps no input, and copies none.)
+            cache.inputs.extend(input.kept(be, ctx.keep_for_backward));
             cache.kept.push(kept);
             if i + 1 < self.layers.len() {
                 cache
@@ -120,6 +123,12 @@ impl Mlp {
         need_dx: bool,
     ) -> Option<B::Mat> {
         let be = params.backend().clone();
+        assert_eq!(
+            cache.inputs.len(),
+            self.layers.len(),
+            "mlp: {}",
+            super::NOT_KEPT
+        );
         let mut d = dy;
         for i in (0..self.layers.len()).rev() {
             if i + 1 < self.layers.len() {
