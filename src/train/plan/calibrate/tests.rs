@@ -92,3 +92,37 @@ fn the_windowed_sampler_is_timed_where_a_rank_samples_in_windows() {
     );
     assert!(points.iter().all(|p| p[1] > 0.0), "{points:?}");
 }
+
+/// The sampler's synthetic graph, cut as ranks hold it: each part is a CSR of its own rows,
+/// `SYNTHETIC_DEGREE` neighbours each, with global ids within the graph, and the parts'
+/// rows put together are the whole graph's.
+#[test]
+fn the_samplers_synthetic_parts_are_the_whole_graphs_rows() {
+    use crate::sample::{Adjacency, LocalGraph};
+    let n = 1000;
+    let whole = sampler::synthetic_part(n, 16, 0, n);
+    let (a, b) = (
+        sampler::synthetic_part(n, 16, 0, 400),
+        sampler::synthetic_part(n, 16, 400, n),
+    );
+    assert_eq!((a.local_nodes(), b.local_nodes()), (400, 600));
+    let (gw, ga, gb) = (
+        LocalGraph::new(&whole, None),
+        LocalGraph::new(&a, None),
+        LocalGraph::new(&b, None),
+    );
+    for v in 0..n as crate::graph::NodeId {
+        let part = if v < 400 { &ga } else { &gb };
+        assert!(part.owns(v) && !(if v < 400 { &gb } else { &ga }).owns(v));
+        assert_eq!(part.neighbors(v), gw.neighbors(v), "vertex {v}");
+        assert_eq!(gw.neighbors(v).len(), 16);
+        assert!(gw.neighbors(v).iter().all(|&u| (u as usize) < n));
+    }
+    // Pseudo-random, not a pattern the sampler's de-duplication would flatter.
+    let distinct: std::collections::HashSet<_> = whole.graph.indices.iter().collect();
+    assert!(
+        distinct.len() > 9 * n / 10,
+        "{} distinct ids",
+        distinct.len()
+    );
+}
