@@ -14,7 +14,7 @@ use super::calibration::{
     OPERATORS, ROW_EXCHANGE_NARROW_WIDTH, ROW_EXCHANGE_WIDTH,
 };
 use super::core_share::CoreShare;
-use super::evict::private_cache_bytes;
+use super::evict::{private_cache_bytes, Evictor};
 use crate::backend::Backend;
 use crate::comm::World;
 use std::collections::BTreeMap;
@@ -127,6 +127,8 @@ const TURN_POLL: Duration = Duration::from_micros(200);
 struct KernelTimer<'a> {
     world: &'a World,
     share: CoreShare,
+    /// Each run starts from evicted caches ([`KernelTimer::cold`]).
+    cold: bool,
     /// Timed runs per point.
     reps: usize,
 }
@@ -137,6 +139,7 @@ impl<'a> KernelTimer<'a> {
         KernelTimer {
             world,
             share,
+            cold: false,
             reps: REPS,
         }
     }
@@ -151,6 +154,7 @@ impl<'a> KernelTimer<'a> {
             KernelTimer {
                 world,
                 share: CoreShare::NONE,
+                cold: false,
                 reps: if be.is_emulated() {
                     EMULATED_KERNEL_REPS
                 } else {
@@ -160,12 +164,30 @@ impl<'a> KernelTimer<'a> {
         }
     }
 
+    /// This timer with every run of a host's kernel started from evicted caches, where every
+    /// rank has cores of its own (as the sampler's points are): in a step, sampling and the
+    /// feature gather run between one batch's products and the next's. Timed warm, the
+    /// products and aggregations priced the 2-rank EPYC grid's forward and backward at
+    /// 0.82-0.92 of their measured time (`auto-2026-12-06d-epyc-2ranks.md`).
+    fn cold(self, host: bool) -> Self {
+        KernelTimer {
+            cold: host && self.share.turns == 1,
+            ..self
+        }
+    }
+
     /// Seconds of `f` (collective over the world): the maximum over ranks of the median of
     /// `reps` runs after a warm-up, each rank's times its share's factor. In turns, the
     /// ranks of a round run their repetitions back to back while the others wait asleep.
     fn point(&self, mut f: impl FnMut()) -> f64 {
         if self.share.turns == 1 {
-            return time_point_after(self.world, self.reps, || {}, f);
+            let mut evictor = self.cold.then(Evictor::for_host);
+            return time_point_after(
+                self.world,
+                self.reps,
+                || evictor.iter_mut().for_each(Evictor::evict),
+                f,
+            );
         }
         let mut mine = 0.0;
         for round in 0..self.share.turns {
@@ -260,8 +282,9 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
         put("h2d", up);
         put("d2h", down);
     }
-    let [gemm, gemm_tn, gemm_nt] = Product::ALL.map(|form| gemm_points(be, kernels, form));
-    let aggregate = aggregate_points(be, kernels);
+    let model = kernels.cold(B::IS_HOST);
+    let [gemm, gemm_tn, gemm_nt] = Product::ALL.map(|form| gemm_points(be, model, form));
+    let aggregate = aggregate_points(be, model);
     let spmm = spmm_points(be, kernels);
     // The sampler of several ranks is collective (owners answer for their vertices): timed
     // with every rank at once; from cold caches where every rank has cores of its own.
@@ -472,7 +495,7 @@ pub fn products_against<B: Backend>(be: &B, world: &World, cal: &Calibration) ->
     } else {
         CoreShare::NONE
     };
-    let timer = KernelTimer::kernels(be, world, share);
+    let timer = KernelTimer::kernels(be, world, share).cold(B::IS_HOST);
     let (now, _) = products_of(be, timer, &GEMM_SHAPES[CHECK_SHAPES], Product::Forward);
     let ratios: Vec<f64> = now
         .iter()

@@ -42,8 +42,9 @@ pub use fit::Fit;
 /// far ones, [`Calibration::far_shares`], 23 the local sampler timed in windows of batches
 /// side by side, `sample_ahead` ([`Calibration::sample_window`]), 24 the owner-routed sampler
 /// timed in windows sampled together, `sample_ahead_routed`, and the window the ranks
-/// agree on, 25 the samplers timed over a CSR read through the real graphs' adjacency.)
-pub const FORMAT: u32 = 25;
+/// agree on, 25 the samplers timed over a CSR read through the real graphs' adjacency, 26 the
+/// products and aggregations timed from evicted caches where every rank has cores of its own.)
+pub const FORMAT: u32 = 26;
 
 /// Dense products `m×k · k×n` of the shapes layers use, each into a newly allocated output as a
 /// layer's are: square-ish ones, bound by their flops (2·m·k·n), and skinny ones (a layer into
