@@ -17,6 +17,7 @@ use super::core_share::CoreShare;
 use super::evict::{private_cache_bytes, Evictor};
 use crate::backend::Backend;
 use crate::comm::World;
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -105,6 +106,26 @@ fn time_point(world: &World, f: impl FnMut()) -> f64 {
     time_point_after(world, REPS, || {}, f)
 }
 
+/// Where a point's runs start from evicted caches: the evictor of a sweep (one buffer for all
+/// its points, made once), or `None` for runs back to back.
+type Eviction<'a> = Option<&'a RefCell<Evictor>>;
+
+/// An evictor for the points of one sweep where `cold` (every rank has cores of its own).
+fn eviction_if(cold: bool) -> Option<RefCell<Evictor>> {
+    cold.then(|| RefCell::new(Evictor::for_host()))
+}
+
+/// [`time_point_after`] with the host's caches evicted ahead of every run where `evict` holds
+/// an evictor.
+fn time_point_evicted(world: &World, reps: usize, evict: Eviction, f: impl FnMut()) -> f64 {
+    let before = || {
+        if let Some(e) = evict {
+            e.borrow_mut().evict();
+        }
+    };
+    time_point_after(world, reps, before, f)
+}
+
 /// [`time_point`] of `reps` runs, with `before` run ahead of every call (untimed, before the
 /// barrier).
 fn time_point_after(world: &World, reps: usize, mut before: impl FnMut(), f: impl FnMut()) -> f64 {
@@ -128,7 +149,7 @@ struct KernelTimer<'a> {
     world: &'a World,
     share: CoreShare,
     /// Each run starts from evicted caches ([`KernelTimer::cold`]).
-    cold: bool,
+    cold: Eviction<'a>,
     /// Timed runs per point.
     reps: usize,
 }
@@ -139,7 +160,7 @@ impl<'a> KernelTimer<'a> {
         KernelTimer {
             world,
             share,
-            cold: false,
+            cold: None,
             reps: REPS,
         }
     }
@@ -154,7 +175,7 @@ impl<'a> KernelTimer<'a> {
             KernelTimer {
                 world,
                 share: CoreShare::NONE,
-                cold: false,
+                cold: None,
                 reps: if be.is_emulated() {
                     EMULATED_KERNEL_REPS
                 } else {
@@ -169,9 +190,10 @@ impl<'a> KernelTimer<'a> {
     /// feature gather run between one batch's products and the next's. Timed warm, the
     /// products and aggregations priced the 2-rank EPYC grid's forward and backward at
     /// 0.82-0.92 of their measured time (`auto-2026-12-06d-epyc-2ranks.md`).
-    fn cold(self, host: bool) -> Self {
+    /// (`evict`: the sweep's evictor on a host; `None` on a device.)
+    fn cold(self, evict: Eviction<'a>) -> Self {
         KernelTimer {
-            cold: host && self.share.turns == 1,
+            cold: evict.filter(|_| self.share.turns == 1),
             ..self
         }
     }
@@ -181,13 +203,7 @@ impl<'a> KernelTimer<'a> {
     /// ranks of a round run their repetitions back to back while the others wait asleep.
     fn point(&self, mut f: impl FnMut()) -> f64 {
         if self.share.turns == 1 {
-            let mut evictor = self.cold.then(Evictor::for_host);
-            return time_point_after(
-                self.world,
-                self.reps,
-                || evictor.iter_mut().for_each(Evictor::evict),
-                f,
-            );
+            return time_point_evicted(self.world, self.reps, self.cold, f);
         }
         let mut mine = 0.0;
         for round in 0..self.share.turns {
@@ -282,18 +298,19 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
         put("h2d", up);
         put("d2h", down);
     }
-    let model = kernels.cold(B::IS_HOST);
+    // One evictor for every point of the sweep that starts cold (a buffer twice the host's
+    // largest cache, not one a point).
+    let evictor = eviction_if(share.turns == 1);
+    let evict = evictor.as_ref();
+    let model = kernels.cold(evict.filter(|_| B::IS_HOST));
     let [gemm, gemm_tn, gemm_nt] = Product::ALL.map(|form| gemm_points(be, model, form));
     let aggregate = aggregate_points(be, model);
     let spmm = spmm_points(be, kernels);
     // The sampler of several ranks is collective (owners answer for their vertices): timed
     // with every rank at once; from cold caches where every rank has cores of its own.
-    put("sample", sample_points(world, share.turns == 1));
-    put("sample_ahead", sample_ahead_points(world, share.turns == 1));
-    put(
-        "sample_ahead_routed",
-        routed_ahead_points(world, share.turns == 1),
-    );
+    put("sample", sample_points(world, evict));
+    put("sample_ahead", sample_ahead_points(world, evict));
+    put("sample_ahead_routed", routed_ahead_points(world, evict));
     put("optimizer", optimizer_points(be, kernels));
     put("attention", attention_points(be, kernels));
     put("elementwise", elementwise_points(be, kernels));
@@ -495,7 +512,8 @@ pub fn products_against<B: Backend>(be: &B, world: &World, cal: &Calibration) ->
     } else {
         CoreShare::NONE
     };
-    let timer = KernelTimer::kernels(be, world, share).cold(B::IS_HOST);
+    let evictor = eviction_if(B::IS_HOST && share.turns == 1);
+    let timer = KernelTimer::kernels(be, world, share).cold(evictor.as_ref());
     let (now, _) = products_of(be, timer, &GEMM_SHAPES[CHECK_SHAPES], Product::Forward);
     let ratios: Vec<f64> = now
         .iter()

@@ -1,14 +1,13 @@
 //! Points of the sampler a rank runs, over a synthetic graph cut into contiguous ranges.
 
 use super::gathers::spread_ids;
-use super::{time_point_after, REPS};
+use super::{time_point_evicted, Eviction, REPS};
 use crate::comm::World;
 use crate::exchange::sample_blocks_distributed;
 use crate::exchange::sampling::distributed_window;
 use crate::graph::{Csr, Dataset, NodeId, Splits};
 use crate::sample::ahead::{window_size, SampleAhead};
 use crate::sample::{sample_blocks, BatchKey, Block, LocalGraph};
-use crate::train::plan::evict::Evictor;
 
 /// Rows `[first, end)` of a synthetic graph of `n` vertices with `degree` pseudo-random
 /// neighbours each (16 MiB of ids for the whole graph at the size used: more than a core's
@@ -83,21 +82,21 @@ impl CutGraph {
 /// back to back the calls found them there (a 16 MiB synthetic graph in a 105 MiB L3) and
 /// priced the build phase of the 2-rank grid at 1.2-1.9× less than it measured (2-core VM,
 /// grid j; one thread sampling real graphs after such an eviction took 1.1-1.7× as long as
-/// back to back). Where ranks share cores (`cold` false) the calls run back to back as
+/// back to back). Where ranks share cores (no evictor) the calls run back to back as
 /// before: 4 ranks on the 2 cores, all evicting, priced the build phase of GDP and DNP at
 /// 2-3× what it measured, and the same calibration their model phase at 1.4-1.7×. The
 /// strategies' id exchanges while sampling are also priced
 /// by their bytes and calls (`cost::build`), which counts the bytes GDP's sampler moves here
 /// a second time: 4-12 bytes an edge at the alltoallv's rate, a few ns against the tens an
 /// edge costs.
-pub(super) fn sample_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
+pub(super) fn sample_points(world: &World, evict: Eviction) -> Vec<[f64; 2]> {
     let ranks = world.size();
     let cut = CutGraph::new(world);
     let (mine, offsets) = (cut.mine(), &cut.offsets);
     let (first, end) = cut.range();
     timed_points(
         world,
-        cold,
+        evict,
         |seeds| {
             spread_ids(seeds, (end - first) as usize, REPS + 1)
                 .into_iter()
@@ -122,29 +121,23 @@ pub(super) fn sample_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
 
 /// The points of a sampler over growing seed sets: `batches_for(seeds)` the batches of the
 /// timed calls, `call(k, batches)` the `k`-th call (its result: the edges it sampled),
-/// every call after evicting the host's caches where `cold`. `x` = the edges of a call (the
+/// every call after evicting the host's caches where `evict` holds an evictor. `x` = the edges of a call (the
 /// mean over the calls and the ranks), the seconds the median call's, slowest rank.
 fn timed_points(
     world: &World,
-    cold: bool,
+    evict: Eviction,
     batches_for: impl Fn(usize) -> Vec<Vec<NodeId>>,
     mut call: impl FnMut(usize, &[Vec<NodeId>]) -> usize,
 ) -> Vec<[f64; 2]> {
-    let mut evictor = cold.then(Evictor::for_host);
     [128usize, 512, 1024, 2048]
         .iter()
         .map(|&seeds| {
             let batches = batches_for(seeds);
             let (mut k, mut edges) = (0, 0usize);
-            let s = time_point_after(
-                world,
-                REPS,
-                || evictor.iter_mut().for_each(Evictor::evict),
-                || {
-                    edges += call(k, &batches);
-                    k += 1;
-                },
-            );
+            let s = time_point_evicted(world, REPS, evict, || {
+                edges += call(k, &batches);
+                k += 1;
+            });
             let mut mean = [edges as f64 / k as f64];
             world.allreduce_sum_f64(&mut mean);
             [mean[0] / world.size() as f64, s]
@@ -174,7 +167,7 @@ pub(super) fn calibrated_window(world: &World) -> usize {
 /// [`sample_points`]: `x` = the window's edges (the mean over the timed calls and the ranks),
 /// the seconds those of the window. No points below 4 threads. From cold caches where every
 /// rank has cores of its own, as [`sample_points`].
-pub(super) fn sample_ahead_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
+pub(super) fn sample_ahead_points(world: &World, evict: Eviction) -> Vec<[f64; 2]> {
     let n = SYNTHETIC_VERTICES;
     let graph = synthetic_part(n, SYNTHETIC_DEGREE, 0, n);
     let whole = LocalGraph::new(&graph, None);
@@ -182,7 +175,7 @@ pub(super) fn sample_ahead_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
     let seeds = |v: NodeId| ((v as usize + world.rank() * 7919) % n) as NodeId;
     window_points(
         world,
-        cold,
+        evict,
         n,
         seeds,
         |ahead, b, window, seeds_of, key_of| {
@@ -197,7 +190,7 @@ pub(super) fn sample_ahead_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
 /// contiguous ranges, as [`sample_points`] does one batch, each hop of the window routed to
 /// the owners in one exchange. `x` and the seconds as [`sample_ahead_points`]; no points on
 /// one rank or below 4 threads.
-pub(super) fn routed_ahead_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
+pub(super) fn routed_ahead_points(world: &World, evict: Eviction) -> Vec<[f64; 2]> {
     let ranks = world.size();
     if ranks < 2 {
         return Vec::new();
@@ -209,7 +202,7 @@ pub(super) fn routed_ahead_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
     let seeds = |v: NodeId| (v as usize % share) as NodeId + first as NodeId;
     window_points(
         world,
-        cold,
+        evict,
         share,
         seeds,
         |ahead, b, window, seeds_of, key_of| {
@@ -225,7 +218,7 @@ pub(super) fn routed_ahead_points(world: &World, cold: bool) -> Vec<[f64; 2]> {
 /// taken from `take(ahead, b, window, seeds_of, key_of)`. No points below a window of 2.
 fn window_points<F>(
     world: &World,
-    cold: bool,
+    evict: Eviction,
     n: usize,
     seed: impl Fn(NodeId) -> NodeId,
     mut take: F,
@@ -246,7 +239,7 @@ where
     let mut ahead = SampleAhead::new(window);
     timed_points(
         world,
-        cold,
+        evict,
         |seeds| {
             spread_ids(seeds, n, (REPS + 1) * window)
                 .into_iter()

@@ -67,16 +67,13 @@ fn the_windowed_sampler_is_timed_where_a_rank_samples_in_windows() {
             .unwrap()
             .install(|| {
                 let world = crate::comm::World::solo();
-                (
-                    calibrated_window(&world),
-                    sample_ahead_points(&world, false),
-                )
+                (calibrated_window(&world), sample_ahead_points(&world, None))
             })
     };
     assert_eq!(on(2), (1, vec![]));
     // The owner-routed windows need other ranks to route to.
     let solo = crate::comm::World::solo();
-    assert!(super::sampler::routed_ahead_points(&solo, false).is_empty());
+    assert!(super::sampler::routed_ahead_points(&solo, None).is_empty());
     let (window, points) = on(4);
     assert_eq!(window, 4);
     assert_eq!(points.len(), 4);
