@@ -55,6 +55,18 @@ impl DropoutCtx<'_> {
         }
     }
 
+    /// A training step's forward on dropout stream `stream`: masks drawn, and what the
+    /// backward pass needs kept.
+    pub fn training(stream: u64) -> DropoutCtx<'static> {
+        DropoutCtx {
+            training: true,
+            keep_for_backward: true,
+            stream,
+            orig_ids: None,
+            gcn_degrees: None,
+        }
+    }
+
     /// Inference: no dropout and no backward pass, so nothing kept for one.
     pub fn inference() -> DropoutCtx<'static> {
         DropoutCtx {

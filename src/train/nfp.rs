@@ -302,11 +302,9 @@ impl<B: Backend> Nfp<B> {
         // dropout (keyed by vertex, as GDP keys them).
         let t = Instant::now();
         let ctx = DropoutCtx {
-            training: true,
-            keep_for_backward: true,
-            stream: dropout_stream(key),
             orig_ids: data.orig_ids.as_deref(),
             gcn_degrees: data.gcn_degrees.as_deref(),
+            ..DropoutCtx::training(dropout_stream(key))
         };
         let first = &model.layers[0];
         let mask = (first.dropout > 0.0).then(|| first.input_dropout(&ctx));

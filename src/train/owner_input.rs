@@ -102,11 +102,9 @@ impl OwnerBatch {
     /// The step's dropout context (the stream GDP uses, so masks match).
     pub fn dropout_ctx<'a>(data: &'a TrainData, key: BatchKey) -> DropoutCtx<'a> {
         DropoutCtx {
-            training: true,
-            keep_for_backward: true,
-            stream: hash_key(&[key.seed, key.epoch, key.batch, 0x64726f70]),
             orig_ids: data.orig_ids.as_deref(),
             gcn_degrees: data.gcn_degrees.as_deref(),
+            ..DropoutCtx::training(hash_key(&[key.seed, key.epoch, key.batch, 0x64726f70]))
         }
     }
 

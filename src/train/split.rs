@@ -512,11 +512,9 @@ pub fn split_train_step<B: Backend>(
 
     let be = model.params.backend().clone();
     let ctx = DropoutCtx {
-        training: true,
-        keep_for_backward: true,
-        stream: hash_key(&[key.seed, key.epoch, key.batch, 0x64726f70]),
         orig_ids: data.orig_ids.as_deref(),
         gcn_degrees: data.gcn_degrees.as_deref(),
+        ..DropoutCtx::training(hash_key(&[key.seed, key.epoch, key.batch, 0x64726f70]))
     };
     let t = Instant::now();
     // Each layer's block moves to the backend (the CPU keeps the block itself).

@@ -395,11 +395,9 @@ pub fn gdp_train_step<B: Backend>(
     let refs: Vec<&B::Graph> = graphs.iter().collect();
     let t = Instant::now();
     let ctx = DropoutCtx {
-        training: true,
-        keep_for_backward: true,
-        stream: dropout_stream(args.key),
         orig_ids: data.orig_ids.as_deref(),
         gcn_degrees: data.gcn_degrees.as_deref(),
+        ..DropoutCtx::training(dropout_stream(args.key))
     };
     let (logits, cache) = match &x {
         Input::Dense(x, true) => model.forward_dense(&refs, be.view(x), &ctx),
@@ -679,11 +677,9 @@ pub fn full_batch_step<B: Backend>(
     let g = full.graph(&be);
     let own = data.part.local_nodes();
     let ctx = DropoutCtx {
-        training: true,
-        keep_for_backward: true,
-        stream: dropout_stream(key),
         orig_ids: data.orig_ids.as_deref(),
         gcn_degrees: data.gcn_degrees.as_deref(),
+        ..DropoutCtx::training(dropout_stream(key))
     };
     let forward = PassClock::start(times);
     let mut caches = Vec::with_capacity(model.layers.len());
