@@ -520,7 +520,7 @@ fn linear_and_mlp_head() {
         );
         let mut xs = x.clone();
         check_coords(
-            "mlp dx",
+            &format!("mlp dx, dropout {dropout}"),
             xs.as_slice_mut().unwrap(),
             dx.as_slice().unwrap(),
             |v| {
