@@ -648,13 +648,7 @@ mod tests {
 
     /// A training step's dropout context on stream `stream`, ids as given.
     fn training(stream: u64) -> DropoutCtx<'static> {
-        DropoutCtx {
-            training: true,
-            keep_for_backward: true,
-            stream,
-            orig_ids: None,
-            gcn_degrees: None,
-        }
+        DropoutCtx::training(stream)
     }
 
     /// `nd` destinations among `ns` sources, 0–4 random in-edges each.
