@@ -225,6 +225,7 @@ pub fn shape_of<B: Backend, M: Backend>(
     let window = crate::train::own_sample_window(cfg, data);
     let agreed = group.allreduce_min_usize(window);
     let gdp_prefetched = crate::train::prefetch::prefetches(cfg, !B::IS_HOST);
+    let graph_bytes = adjacency_bytes(&data.part);
     ModelShape {
         gdp_sample_window: if gdp_prefetched { 1 } else { agreed },
         nfp_sample_window: window,
@@ -257,6 +258,12 @@ pub fn shape_of<B: Backend, M: Backend>(
         sync_ranks: world_ranks,
         nfp_columns,
         store_bytes: group.allreduce_max_f64(data.store.dense_bytes() as f64),
+        graph_bytes: group.allreduce_max_f64(graph_bytes),
+        whole_graph_bytes: {
+            let mut sum = [graph_bytes];
+            group.allreduce_sum_f64(&mut sum);
+            sum[0]
+        },
         // (Whether the host gathers dense rows sets the default worker count.)
         prefetch_workers: planned_workers(
             cfg,
@@ -266,6 +273,12 @@ pub fn shape_of<B: Backend, M: Backend>(
         )
         .filter(|_| !B::IS_HOST),
     }
+}
+
+/// Bytes of a part's adjacency as the sampler reads it: its row offsets and neighbour ids.
+fn adjacency_bytes(part: &crate::graph::Dataset) -> f64 {
+    (std::mem::size_of::<u64>() * (part.local_nodes() + 1)) as f64
+        + (std::mem::size_of::<crate::graph::NodeId>() as u64 * part.local_edges()) as f64
 }
 
 /// Rows of each rank's own features looked at to estimate their density.

@@ -43,8 +43,10 @@ pub use fit::Fit;
 /// side by side, `sample_ahead` ([`Calibration::sample_window`]), 24 the owner-routed sampler
 /// timed in windows sampled together, `sample_ahead_routed`, and the window the ranks
 /// agree on, 25 the samplers timed over a CSR read through the real graphs' adjacency, 26 the
-/// products and aggregations timed from evicted caches where every rank has cores of its own.)
-pub const FORMAT: u32 = 26;
+/// products and aggregations timed from evicted caches where every rank has cores of its own,
+/// 27 the sampler also timed back to back, `sample_warm`, and priced between the two by what
+/// of the graph a step leaves in the host's cache ([`Calibration::sampling`]).)
+pub const FORMAT: u32 = 27;
 
 /// Dense products `m×k · k×n` of the shapes layers use, each into a newly allocated output as a
 /// layer's are: square-ish ones, bound by their flops (2·m·k·n), and skinny ones (a layer into
@@ -149,6 +151,7 @@ pub const OPERATORS: &[(&str, &str)] = &[
     ("aggregate", "edge"),
     ("spmm", "nnz"),
     ("sample", "edge"),
+    ("sample_warm", "edge"),
     ("sample_ahead", "edge"),
     ("sample_ahead_routed", "edge"),
     ("optimizer", "param"),
@@ -214,13 +217,35 @@ pub struct SharedCores {
 }
 
 impl Calibration {
+    /// Seconds for a rank to sample a batch of `edges` edges in its step, `warm` (0 to 1) of
+    /// its graph's adjacency still in the host's cache from the batch before (the planner's
+    /// `cost::sampler_warm_share`): the evicted points' price (`sample`) less that share of
+    /// what the points timed back to back (`sample_warm`) cost less. The ranks' steps between
+    /// two batches either leave the adjacency where the sampler finds it or push it out: on
+    /// the 2-core EPYC VM (2 ranks, 32 MB L3) the dry run's batches of Tolokers, Facebook and
+    /// the R-MAT graph sampled in 0.24-0.33 ms back to back and 0.43-0.46 after an eviction,
+    /// and their steps' sampling measured 0.21-0.38 ms at hidden width 64 and 0.37-0.91 at
+    /// 1024; the 200k SBM's, whose gathered rows alone fill a rank's share of the cache, 1.0-1.1
+    /// at every width against 0.54 and 1.15. Without warm points (the sampler was timed back
+    /// to back anyway: ranks sharing cores) `sample`'s price.
+    pub fn sampling(&self, edges: f64, warm: f64) -> f64 {
+        let cold = self.op("sample").seconds(edges, 1.0);
+        let fit = self.op("sample_warm");
+        if warm <= 0.0 || !fit.priced() {
+            return cold;
+        }
+        let hot = fit.seconds(edges, 1.0).min(cold);
+        cold - warm.min(1.0) * (cold - hot)
+    }
+
     /// Seconds for a rank to sample a batch of `edges` edges locally, in its step
-    /// (`sample`), or in a window of `window` batches side by side
+    /// ([`Calibration::sampling`]), or in a window of `window` batches side by side
     /// ([`crate::sample::ahead`]): the calibrated window's time at `edges` a batch,
     /// shared by the run's batches of a window (no more than the calibration sampled at once:
-    /// one thread a batch).
-    pub fn local_sampling(&self, edges: f64, window: usize) -> f64 {
-        self.windowed_sampling("sample_ahead", edges, window)
+    /// one thread a batch), and scaled as [`Calibration::sampling`] scales a batch's by
+    /// `warm`.
+    pub fn local_sampling(&self, edges: f64, window: usize, warm: f64) -> f64 {
+        self.windowed_sampling("sample_ahead", edges, window, warm)
     }
 
     /// Seconds for a rank of several to sample a batch of `edges` edges with the owner-routed
@@ -228,17 +253,24 @@ impl Calibration {
     /// ([`crate::exchange::sampling::distributed_window`]): the calibrated window's time
     /// (its exchanges included) shared as [`Calibration::local_sampling`] shares it. The id
     /// exchanges' bytes are priced apart, by the strategy.
-    pub fn routed_sampling(&self, edges: f64, window: usize) -> f64 {
-        self.windowed_sampling("sample_ahead_routed", edges, window)
+    pub fn routed_sampling(&self, edges: f64, window: usize, warm: f64) -> f64 {
+        self.windowed_sampling("sample_ahead_routed", edges, window, warm)
     }
 
-    fn windowed_sampling(&self, op: &str, edges: f64, window: usize) -> f64 {
+    fn windowed_sampling(&self, op: &str, edges: f64, window: usize, warm: f64) -> f64 {
         let fit = self.op(op);
         if window < 2 || self.sample_window < 2 || !fit.priced() {
-            return self.op("sample").seconds(edges, 1.0);
+            return self.sampling(edges, warm);
         }
+        // The windows were timed from evicted caches, as `sample` was.
+        let cold = self.sampling(edges, 0.0);
+        let warmth = if cold > 0.0 {
+            self.sampling(edges, warm) / cold
+        } else {
+            1.0
+        };
         let calibrated = self.sample_window as f64;
-        fit.seconds(edges * calibrated, 1.0) / window.min(self.sample_window) as f64
+        warmth * fit.seconds(edges * calibrated, 1.0) / window.min(self.sample_window) as f64
     }
 
     /// The fit of `op` (one of [`OPERATORS`]). Every loaded or measured calibration has them

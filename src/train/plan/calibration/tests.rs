@@ -493,3 +493,38 @@ fn the_far_share_follows_the_measured_tables_in_log_bytes_and_bad_points_are_ref
         assert!(e.contains("far_shares"), "{e}");
     }
 }
+
+#[test]
+fn the_sampler_is_priced_between_its_evicted_and_back_to_back_points() {
+    let mut cal = calibration();
+    let line = |latency: f64, per_edge: f64| {
+        let mut f = Fit::free("edge");
+        (f.latency_s, f.per_unit_s) = (latency, per_edge);
+        f
+    };
+    cal.operators.insert("sample".into(), line(1e-4, 2e-8));
+    cal.operators.insert("sample_warm".into(), line(1e-4, 1e-8));
+    let (cold, hot) = (1e-4 + 1e4 * 2e-8, 1e-4 + 1e4 * 1e-8);
+    for (warm, want) in [(0.0, cold), (1.0, hot), (0.25, cold - 0.25 * (cold - hot))] {
+        let got = cal.sampling(1e4, warm);
+        assert!(
+            (got - want).abs() < 1e-15,
+            "warm {warm}: {got} against {want}"
+        );
+    }
+    // A window timed from evicted caches is scaled as a batch is.
+    cal.operators
+        .insert("sample_ahead".into(), line(1e-3, 2e-8));
+    cal.sample_window = 4;
+    let windowed = |warm: f64| cal.local_sampling(1e4, 4, warm);
+    let ratio = cal.sampling(1e4, 0.5) / cold;
+    assert!((windowed(0.5) - ratio * windowed(0.0)).abs() < 1e-15);
+    assert!(windowed(0.5) < windowed(0.0));
+    // Back-to-back points dearer than the evicted ones (noise) never raise the price, and
+    // without them the evicted price holds whatever the share.
+    cal.operators.insert("sample_warm".into(), line(1e-4, 3e-8));
+    assert_eq!(cal.sampling(1e4, 1.0), cold);
+    cal.operators
+        .insert("sample_warm".into(), Fit::free("edge"));
+    assert_eq!(cal.sampling(1e4, 1.0), cold);
+}

@@ -87,6 +87,12 @@ pub struct ModelShape {
     /// and its cache): what of them the host's cache cannot hold is gathered at the price of
     /// rows from memory ([`Calibration::far_share`]).
     pub store_bytes: f64,
+    /// Bytes of the fullest rank's adjacency (row offsets and neighbour ids), which its
+    /// sampler reads, and of the whole graph's, which NFP's ranks each hold and sample: what of
+    /// them the host's cache still holds at the next batch prices the sampler
+    /// ([`Calibration::sampling`]).
+    pub graph_bytes: f64,
+    pub whole_graph_bytes: f64,
     /// Workers that prepare the batches of every strategy but NFP ahead while the device trains
     /// (`train::prefetch`; `prefetches_strategy` says where),
     /// or `None` where each batch is prepared in its step (the CPU backend, whose cores the

@@ -115,7 +115,7 @@ pub(super) fn load(
     };
     RankCost {
         phases: Phases {
-            build: build(cal, c, a2a),
+            build: build(shape, cal, c, a2a),
             load: s + upload,
             ..Phases::default()
         },
@@ -153,9 +153,46 @@ pub fn partial_sums_op(a2a: &str) -> &'static str {
 }
 
 /// The build phase: sampling the blocks' edges and the id exchanges while sampling.
-fn build(cal: &Calibration, c: &Counts, a2a: &str) -> f64 {
-    cal.op("sample").seconds(c.sampled_edges, 1.0)
-        + cal.op(a2a).seconds(c.sample_bytes, c.sample_calls)
+fn build(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> f64 {
+    let warm = sampler_warm_share(shape, cal, c, shape.graph_bytes);
+    cal.sampling(c.sampled_edges, warm) + cal.op(a2a).seconds(c.sample_bytes, c.sample_calls)
+}
+
+/// How much of an adjacency of `graph_bytes` the host's cache still holds when the rank
+/// samples its next batch ([`Calibration::sampling`]): the rank's share of the host's largest
+/// cache (its ranks share it), less what the rest of its step touches on the host
+/// ([`step_host_bytes`]), over the adjacency's bytes; 1 where all of it stays (a small graph
+/// beside a small model), 0 where none does.
+pub(super) fn sampler_warm_share(
+    shape: &ModelShape,
+    cal: &Calibration,
+    c: &Counts,
+    graph_bytes: f64,
+) -> f64 {
+    if graph_bytes <= 0.0 {
+        return 1.0;
+    }
+    let cache = cal.cache_bytes / cal.key.ranks_per_node.max(1) as f64;
+    ((cache - step_host_bytes(shape, c)) / graph_bytes).clamp(0.0, 1.0)
+}
+
+/// Bytes a rank's step reads or writes on the host between two batches' sampling: the input
+/// rows it gathers (their entries where they come sparse), and where the model runs on the
+/// host, every layer's output and its gradient, and the parameters with their gradients and
+/// Adam's two moments.
+fn step_host_bytes(shape: &ModelShape, c: &Counts) -> f64 {
+    let row = shape.input_nnz.map_or(4.0 * shape.in_w[0], |nnz| 8.0 * nnz);
+    let input = c.src.first().copied().unwrap_or(0.0) * row;
+    if shape.device {
+        return input;
+    }
+    let outputs: f64 = c
+        .dst
+        .iter()
+        .zip(&shape.out_w)
+        .map(|(rows, width)| 2.0 * 4.0 * rows * width)
+        .sum();
+    input + outputs + 16.0 * shape.params
 }
 
 /// GDP: every rank computes its own seeds' whole tree; remote input rows are fetched (as
@@ -167,13 +204,15 @@ pub fn gdp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
     if window > 1 && c.sample_calls > 0.0 {
         // Several ranks sampling their windows together: the owner-routed sampler's windows,
         // each id exchange shared by a window's batches.
-        r.phases.build = cal.routed_sampling(c.sampled_edges, window)
+        let warm = sampler_warm_share(shape, cal, c, shape.graph_bytes);
+        r.phases.build = cal.routed_sampling(c.sampled_edges, window, warm)
             + cal
                 .op(a2a)
                 .seconds(c.sample_bytes, c.sample_calls / window as f64);
     } else if window > 1 {
         // One rank sampling in windows: no id exchange, the local sampler side by side.
-        r.phases.build = cal.local_sampling(c.sampled_edges, window);
+        let warm = sampler_warm_share(shape, cal, c, shape.graph_bytes);
+        r.phases.build = cal.local_sampling(c.sampled_edges, window, warm);
     }
     r.phases.train = compute(shape, cal, c, Order::Cheaper, rows != Rows::Csr);
     r
@@ -350,7 +389,11 @@ pub fn nfp(
             // ids are routed to owners. The input blocks' allgather (ids and edges, as the
             // other strategies' id exchanges while sampling) is part of building the step,
             // where training times it too (`Nfp`'s sample phase).
-            build: cal.local_sampling(mine.sampled_edges, shape.nfp_sample_window) + allgather,
+            build: cal.local_sampling(
+                mine.sampled_edges,
+                shape.nfp_sample_window,
+                sampler_warm_share(shape, cal, mine, shape.whole_graph_bytes),
+            ) + allgather,
             load,
             shuffle,
             train: sliced_train(&sliced, cal, (dst, src, edges), mine, csr.is_none()),

@@ -83,6 +83,8 @@ fn shape() -> ModelShape {
         resident_rows: false,
         sync_ranks: 1,
         store_bytes: 0.0,
+        graph_bytes: 0.0,
+        whole_graph_bytes: 0.0,
         nfp_columns: vec![],
     }
 }
@@ -1004,4 +1006,82 @@ fn a_step_pays_its_share_of_the_grouped_loss_allreduce() {
     let losses = (1e-5 + 32.0 * group * 5e-10) / group;
     let sync = p.strategies["gdp"].phases.sync;
     assert!((sync - gradients - losses).abs() < 1e-15, "{sync}");
+}
+
+#[test]
+fn the_sampler_is_priced_warm_where_the_step_leaves_the_graph_in_the_cache() {
+    let mut cal = machine();
+    // Back to back the sampler costs half as much an edge as from evicted caches.
+    let warm_fit = cal.operators.get_mut("sample_warm").unwrap();
+    (warm_fit.latency_s, warm_fit.per_unit_s) = (1e-4, 0.5e-6);
+    let (cold, hot) = (1e-4 + 2200.0 * 1e-6, 1e-4 + 2200.0 * 0.5e-6);
+    let c = counts(0.0);
+    let exchange = cal.op("alltoallv_world").seconds(8000.0, 6.0);
+    let build = |shape: &ModelShape| gdp(shape, &cal, &c, "alltoallv_world").phases.build;
+    // The machine's 32 MiB cache, shared by its 2 ranks: 16 MiB a rank. The step touches
+    // 1000 input rows of 100 columns (400 KB), outputs of 200 × 10 and 10 × 2 and their
+    // gradients (16,160 B), and 1000 parameters with gradients and moments (16 KB).
+    let step = 400_000.0 + 16_160.0 + 16_000.0;
+    let share = 16.0 * 1024.0 * 1024.0;
+    // A 4 MB adjacency beside that stays whole: priced back to back.
+    let small = ModelShape {
+        graph_bytes: 4e6,
+        ..shape()
+    };
+    assert!(
+        (build(&small) - hot - exchange).abs() < 1e-15,
+        "{}",
+        build(&small)
+    );
+    // An adjacency 4× the rank's share: a quarter of it (less the step's bytes) stays.
+    let big = ModelShape {
+        graph_bytes: 4.0 * share,
+        ..shape()
+    };
+    let warm = (share - step) / (4.0 * share);
+    let priced = cold - warm * (cold - hot) + exchange;
+    assert!(
+        (build(&big) - priced).abs() < 1e-15,
+        "{} {priced}",
+        build(&big)
+    );
+    // A model whose parameters alone fill the share leaves nothing of even a small graph.
+    let wide = ModelShape {
+        params: share / 16.0,
+        ..small.clone()
+    };
+    assert!((build(&wide) - cold - exchange).abs() < 1e-15);
+    // On a device the model's bytes stay there: only the input rows pass the host's cache.
+    let device = ModelShape {
+        device: true,
+        ..wide.clone()
+    };
+    assert!((build(&device) - hot - exchange).abs() < 1e-15);
+    // Without warm points (ranks sharing cores sample back to back anyway): the one price.
+    let mut shared = machine();
+    shared.operators.get_mut("sample").unwrap().per_unit_s = 1e-6;
+    let one = gdp(&small, &shared, &c, "alltoallv_world").phases.build;
+    assert!((one - cold - exchange).abs() < 1e-15);
+}
+
+#[test]
+fn nfp_samples_warm_only_where_the_whole_graph_stays_in_the_cache() {
+    let mut cal = machine();
+    let warm_fit = cal.operators.get_mut("sample_warm").unwrap();
+    (warm_fit.latency_s, warm_fit.per_unit_s) = (1e-4, 0.5e-6);
+    let (a, b) = (counts(0.0), counts(0.0));
+    let price = |whole: f64| {
+        let s = ModelShape {
+            graph_bytes: 1e6,
+            whole_graph_bytes: whole,
+            ..shape()
+        };
+        nfp(&s, &cal, &[&a, &b], 0, "alltoallv_world").phases.build
+    };
+    // Every NFP rank samples the whole graph: a part that fits says nothing of it. A whole
+    // graph of 1 MB stays; of 1 GB, what the rank's 16 MiB less its step's 432,160 bytes
+    // hold of it.
+    let gap = 2200.0 * 0.5e-6;
+    let warm = (16.0 * 1024.0 * 1024.0 - 432_160.0) / 1e9;
+    assert!((price(1e9) - price(1e6) - (1.0 - warm) * gap).abs() < 1e-15);
 }
