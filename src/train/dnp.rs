@@ -13,7 +13,8 @@ use super::data::TrainData;
 use super::metrics::PhaseTimes;
 use super::owner_input::OwnerBatch;
 use super::strategy::{
-    place_rows, transposes_on, BatchSpec, InputSource, ResidentFeatures, StepArgs, StepOutput,
+    place_rows, step_ctx, transposes_on, BatchSpec, InputSource, ResidentFeatures, StepArgs,
+    StepOutput,
 };
 use crate::backend::cpu::aggregate::BlockTranspose;
 use crate::backend::Backend;
@@ -177,7 +178,7 @@ pub fn dnp_train_step<B: Backend>(
     let upper_transposes: Vec<B::Transpose> = transposes.collect();
     times.gather += t.elapsed().as_secs_f64();
 
-    let ctx = OwnerBatch::dropout_ctx(data, key);
+    let ctx = step_ctx(data, key);
     let t = Instant::now();
     let layer = &model.layers[0];
     let (h_mine, input_cache) = match &x {

@@ -32,7 +32,7 @@
 use super::data::TrainData;
 use super::metrics::{PassClock, PhaseTimes};
 use super::strategy::{
-    dropout_stream, recycle_host_rows, upper_layers_data_parallel, FullGraph, StepArgs, StepOutput,
+    recycle_host_rows, step_ctx, upper_layers_data_parallel, FullGraph, StepArgs, StepOutput,
 };
 use crate::backend::input_rows::InputRows;
 use crate::backend::{Backend, Cpu, DropoutMask, LossSum};
@@ -301,11 +301,7 @@ impl<B: Backend> Nfp<B> {
         // This rank's columns of the stacked block's input rows, masked with GDP's input
         // dropout (keyed by vertex, as GDP keys them).
         let t = Instant::now();
-        let ctx = DropoutCtx {
-            orig_ids: data.orig_ids.as_deref(),
-            gcn_degrees: data.gcn_degrees.as_deref(),
-            ..DropoutCtx::training(dropout_stream(key))
-        };
+        let ctx = step_ctx(data, key);
         let first = &model.layers[0];
         let mask = (first.dropout > 0.0).then(|| first.input_dropout(&ctx));
         let keys = mask

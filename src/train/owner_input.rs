@@ -18,8 +18,7 @@ use crate::comm::Group;
 use crate::exchange::{sample_blocks_distributed, RowExchange};
 use crate::graph::NodeId;
 use crate::nn::{DropoutCtx, Model};
-use crate::sample::rng::hash_key;
-use crate::sample::{build_block, sample_neighbors, BatchKey, Block, LocalGraph};
+use crate::sample::{build_block, sample_neighbors, Block, LocalGraph};
 
 /// One mini-batch as a first-layer strategy samples it on one rank.
 pub struct OwnerBatch {
@@ -97,15 +96,6 @@ impl OwnerBatch {
             .into_iter()
             .map(|b| be.graph(b))
             .collect()
-    }
-
-    /// The step's dropout context (the stream GDP uses, so masks match).
-    pub fn dropout_ctx<'a>(data: &'a TrainData, key: BatchKey) -> DropoutCtx<'a> {
-        DropoutCtx {
-            orig_ids: data.orig_ids.as_deref(),
-            gcn_degrees: data.gcn_degrees.as_deref(),
-            ..DropoutCtx::training(hash_key(&[key.seed, key.epoch, key.batch, 0x64726f70]))
-        }
     }
 
     /// From this rank's input-layer rows `h_mine` (one per destination of

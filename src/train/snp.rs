@@ -32,7 +32,7 @@ use super::data::TrainData;
 use super::metrics::{PassClock, PhaseTimes};
 use super::owner_input::OwnerBatch;
 use super::strategy::{
-    transposes_on, BatchSpec, InputSource, ResidentFeatures, StepArgs, StepOutput,
+    step_ctx, transposes_on, BatchSpec, InputSource, ResidentFeatures, StepArgs, StepOutput,
 };
 use crate::backend::cpu::aggregate::BlockTranspose;
 use crate::backend::cpu::sparse::CsrMatrix;
@@ -223,7 +223,7 @@ pub fn snp_train_step<B: Backend>(
     let t = Instant::now();
     let partial = plan.on(&be);
     let block = &ob.input_block;
-    let ctx = OwnerBatch::dropout_ctx(data, key);
+    let ctx = step_ctx(data, key);
     let layer = &model.layers[0];
     let x_src = x_src.on(&be, resident, layer, &ctx, partial.sources());
     let x_dst = x_dst.map(|x| x.on(&be, resident, layer, &ctx, block.dst_nodes()));

@@ -12,7 +12,8 @@ use super::data::TrainData;
 use super::dump::BlockDump;
 use super::metrics::{PassClock, PhaseTimes};
 use super::strategy::{
-    place_rows, transposes_on, BatchSpec, InputSource, ResidentFeatures, StepArgs, StepOutput,
+    place_rows, step_ctx, transposes_on, BatchSpec, InputSource, ResidentFeatures, StepArgs,
+    StepOutput,
 };
 use crate::backend::{Backend, BlockTranspose, LossSum};
 use crate::comm::Group;
@@ -20,8 +21,7 @@ use crate::exchange::store::{InputRows, PlacedRows, StoreStats};
 use crate::exchange::RowExchange;
 use crate::graph::parts::owner_of;
 use crate::graph::NodeId;
-use crate::nn::{DropoutCtx, Model};
-use crate::sample::rng::hash_key;
+use crate::nn::Model;
 use crate::sample::{build_block, sample_neighbors, BatchKey, Block, LocalGraph};
 use crate::util::positions::with_positions;
 use anyhow::Result;
@@ -511,11 +511,7 @@ pub fn split_train_step<B: Backend>(
     };
 
     let be = model.params.backend().clone();
-    let ctx = DropoutCtx {
-        orig_ids: data.orig_ids.as_deref(),
-        gcn_degrees: data.gcn_degrees.as_deref(),
-        ..DropoutCtx::training(hash_key(&[key.seed, key.epoch, key.batch, 0x64726f70]))
-    };
+    let ctx = step_ctx(data, key);
     let t = Instant::now();
     // Each layer's block moves to the backend (the CPU keeps the block itself).
     let graphs: Vec<B::Graph> = sb

@@ -85,6 +85,17 @@ pub(crate) fn dropout_stream(key: BatchKey) -> u64 {
     hash_key(&[key.seed, key.epoch, key.batch, 0x64726f70])
 }
 
+/// The training context of the optimizer step `key` over `data`: its dropout stream, masks
+/// keyed by original vertex ids and GCN's whole-graph degrees. Every strategy's step starts
+/// from it, so that each masks a vertex's row as GDP's step does.
+pub(crate) fn step_ctx(data: &TrainData, key: BatchKey) -> DropoutCtx<'_> {
+    DropoutCtx {
+        orig_ids: data.orig_ids.as_deref(),
+        gcn_degrees: data.gcn_degrees.as_deref(),
+        ..DropoutCtx::training(dropout_stream(key))
+    }
+}
+
 /// The host side of one GDP mini-batch, ready for the model: this rank's seeds and their
 /// labels, the sampled blocks (self-loops added where the model wants them), and the input
 /// rows gathered on the host.
@@ -394,11 +405,7 @@ pub fn gdp_train_step<B: Backend>(
     }
     let refs: Vec<&B::Graph> = graphs.iter().collect();
     let t = Instant::now();
-    let ctx = DropoutCtx {
-        orig_ids: data.orig_ids.as_deref(),
-        gcn_degrees: data.gcn_degrees.as_deref(),
-        ..DropoutCtx::training(dropout_stream(args.key))
-    };
+    let ctx = step_ctx(data, args.key);
     let (logits, cache) = match &x {
         Input::Dense(x, true) => model.forward_dense(&refs, be.view(x), &ctx),
         Input::Dense(x, false) => model.forward(&refs, be.view(x), &ctx),
@@ -676,11 +683,7 @@ pub fn full_batch_step<B: Backend>(
     let plan = &full.plan;
     let g = full.graph(&be);
     let own = data.part.local_nodes();
-    let ctx = DropoutCtx {
-        orig_ids: data.orig_ids.as_deref(),
-        gcn_degrees: data.gcn_degrees.as_deref(),
-        ..DropoutCtx::training(dropout_stream(key))
-    };
+    let ctx = step_ctx(data, key);
     let forward = PassClock::start(times);
     let mut caches = Vec::with_capacity(model.layers.len());
     // Every rank reaches the first step together, so the collective fetch inside runs on all.
