@@ -25,6 +25,12 @@ impl Csr {
     }
 
     /// Number of stored edges.
+    /// Bytes of its row offsets and neighbour ids, what a walk of it reads.
+    pub fn bytes(&self) -> usize {
+        std::mem::size_of_val(self.indptr.as_slice())
+            + std::mem::size_of_val(self.indices.as_slice())
+    }
+
     pub fn num_edges(&self) -> u64 {
         self.indices.len() as u64
     }

@@ -225,7 +225,7 @@ pub fn shape_of<B: Backend, M: Backend>(
     let window = crate::train::own_sample_window(cfg, data);
     let agreed = group.allreduce_min_usize(window);
     let gdp_prefetched = crate::train::prefetch::prefetches(cfg, !B::IS_HOST);
-    let graph_bytes = adjacency_bytes(&data.part);
+    let graph_bytes = data.part.graph.bytes() as f64;
     ModelShape {
         gdp_sample_window: if gdp_prefetched { 1 } else { agreed },
         nfp_sample_window: window,
@@ -273,12 +273,6 @@ pub fn shape_of<B: Backend, M: Backend>(
         )
         .filter(|_| !B::IS_HOST),
     }
-}
-
-/// Bytes of a part's adjacency as the sampler reads it: its row offsets and neighbour ids.
-fn adjacency_bytes(part: &crate::graph::Dataset) -> f64 {
-    (std::mem::size_of::<u64>() * (part.local_nodes() + 1)) as f64
-        + (std::mem::size_of::<crate::graph::NodeId>() as u64 * part.local_edges()) as f64
 }
 
 /// Rows of each rank's own features looked at to estimate their density.

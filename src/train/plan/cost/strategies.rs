@@ -201,17 +201,16 @@ pub fn gdp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
     let rows = Rows::of_input_block(shape);
     let mut r = load(shape, cal, c, a2a, rows);
     let window = shape.gdp_sample_window;
+    let warm = sampler_warm_share(shape, cal, c, shape.graph_bytes);
     if window > 1 && c.sample_calls > 0.0 {
         // Several ranks sampling their windows together: the owner-routed sampler's windows,
         // each id exchange shared by a window's batches.
-        let warm = sampler_warm_share(shape, cal, c, shape.graph_bytes);
         r.phases.build = cal.routed_sampling(c.sampled_edges, window, warm)
             + cal
                 .op(a2a)
                 .seconds(c.sample_bytes, c.sample_calls / window as f64);
     } else if window > 1 {
         // One rank sampling in windows: no id exchange, the local sampler side by side.
-        let warm = sampler_warm_share(shape, cal, c, shape.graph_bytes);
         r.phases.build = cal.local_sampling(c.sampled_edges, window, warm);
     }
     r.phases.train = compute(shape, cal, c, Order::Cheaper, rows != Rows::Csr);
