@@ -32,7 +32,8 @@
 use super::data::TrainData;
 use super::metrics::{PassClock, PhaseTimes};
 use super::strategy::{
-    recycle_host_rows, step_ctx, upper_layers_data_parallel, FullGraph, StepArgs, StepOutput,
+    inference_ctx, recycle_host_rows, step_ctx, upper_layers_data_parallel, FullGraph, StepArgs,
+    StepOutput,
 };
 use crate::backend::input_rows::InputRows;
 use crate::backend::{Backend, Cpu, DropoutMask, LossSum};
@@ -389,10 +390,7 @@ impl<B: Backend> Nfp<B> {
             let every: Vec<NodeId> = (0..sliced.topology.num_nodes as NodeId).collect();
             self.slice_rows(&be, &data.store, &every, None)
         });
-        let ctx = DropoutCtx {
-            gcn_degrees: data.gcn_degrees.as_deref(),
-            ..DropoutCtx::inference()
-        };
+        let ctx = inference_ctx(data);
         let (partial, _) = self.forward_slice(&model.params, g, x, &ctx);
         let counts: Vec<usize> = data
             .offsets

@@ -96,6 +96,15 @@ pub(crate) fn step_ctx(data: &TrainData, key: BatchKey) -> DropoutCtx<'_> {
     }
 }
 
+/// The inference context over `data` (no dropout, nothing kept for a backward pass), with
+/// GCN's whole-graph degrees, as the evaluations of full-graph strategies run it.
+pub(crate) fn inference_ctx(data: &TrainData) -> DropoutCtx<'_> {
+    DropoutCtx {
+        gcn_degrees: data.gcn_degrees.as_deref(),
+        ..DropoutCtx::inference()
+    }
+}
+
 /// The host side of one GDP mini-batch, ready for the model: this rank's seeds and their
 /// labels, the sampled blocks (self-loops added where the model wants them), and the input
 /// rows gathered on the host.
@@ -641,10 +650,7 @@ impl<B: Backend> FullGraph<B> {
         if let Some(FullInput::Sparse(x)) = input {
             // The training input (own rows, then the halo's) is the first layer's input here
             // too: no dense copy of the features, no halo exchange for it.
-            let ctx = DropoutCtx {
-                gcn_degrees: data.gcn_degrees.as_deref(),
-                ..DropoutCtx::inference()
-            };
+            let ctx = inference_ctx(data);
             let g = self.graph(be);
             let (h, _) = model.layers[0].forward_sparse(&model.params, g, x, &ctx);
             return self.plan.infer_from(
