@@ -111,6 +111,15 @@ impl HostRows {
         (p != NOT_A_PEER).then(|| (p, (v as u64 - self.peers[p as usize].first) as u32))
     }
 
+    /// The index among this rank's peers of `rank` (of the group whose `offsets` number the
+    /// rows), `None` for a rank that does not share its rows with this one.
+    pub fn peer_index(&self, rank: usize) -> Option<u32> {
+        self.peer_of_rank
+            .get(rank)
+            .copied()
+            .filter(|&p| p != NOT_A_PEER)
+    }
+
     /// Whether vertex `v`, not this rank's, is read in shared memory.
     pub fn is_peer_row(&self, offsets: &[u64], v: NodeId) -> bool {
         self.peer_row(offsets, v).is_some()
