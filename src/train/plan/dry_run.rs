@@ -32,9 +32,11 @@ pub const SAMPLED: [&str; 4] = ["gdp", "split", "dnp", "snp"];
 /// Per-layer vectors are input layer first.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Counts {
-    /// The build phase: edges in the blocks this rank samples, and the bytes (the larger of
-    /// sent and received) and calls of the strategy's id exchanges while sampling.
+    /// The build phase: edges in the blocks this rank samples and their destination vertices
+    /// (whose neighbours the sampler reads), and the bytes (the larger of sent and received)
+    /// and calls of the strategy's id exchanges while sampling.
     pub sampled_edges: f64,
+    pub sampled_vertices: f64,
     pub sample_bytes: f64,
     pub sample_calls: f64,
     /// Input-layer feature rows read from this rank's own store.
@@ -83,6 +85,7 @@ impl Counts {
     fn flat(&self) -> Vec<f64> {
         let mut v = vec![
             self.sampled_edges,
+            self.sampled_vertices,
             self.sample_bytes,
             self.sample_calls,
             self.input_local,
@@ -107,18 +110,19 @@ impl Counts {
     fn from_flat(v: &[f64], layers: usize, ranks: usize) -> Counts {
         let mut it = v.iter().copied();
         let mut take = |n: usize| -> Vec<f64> { it.by_ref().take(n).collect() };
-        let head = take(7);
+        let head = take(8);
         let requests_to = take(ranks);
         let rows_in = take(layers);
         let mid = take(4);
         Counts {
             sampled_edges: head[0],
-            sample_bytes: head[1],
-            sample_calls: head[2],
-            input_local: head[3],
-            input_remote: head[4],
-            input_cached: head[5],
-            input_peer: head[6],
+            sampled_vertices: head[1],
+            sample_bytes: head[2],
+            sample_calls: head[3],
+            input_local: head[4],
+            input_remote: head[5],
+            input_cached: head[6],
+            input_peer: head[7],
             requests_to,
             input_served: 0.0,
             rows_in,
@@ -143,6 +147,7 @@ impl Counts {
 
     fn scale(&mut self, k: f64) {
         self.sampled_edges *= k;
+        self.sampled_vertices *= k;
         self.sample_bytes *= k;
         self.sample_calls *= k;
         self.input_local *= k;
@@ -470,6 +475,11 @@ fn edges_of(blocks: &[Block]) -> f64 {
     blocks.iter().map(|b| b.num_edges() as f64).sum()
 }
 
+/// Destination vertices of `blocks`: those whose neighbours a sampling pass read.
+fn vertices_of<'a>(blocks: impl IntoIterator<Item = &'a Block>) -> f64 {
+    blocks.into_iter().map(|b| b.num_dst as f64).sum()
+}
+
 /// Sample one mini-batch as each `wanted` strategy of GDP, split, DNP and SNP would
 /// ([`SAMPLED`] order), counting its sampling and adding the remote input rows it reads to
 /// `reads`. Collective: every rank wants the same strategies.
@@ -507,6 +517,7 @@ fn sample_batch(
         };
         gdp.sampling_traffic(stats, &before);
         gdp.sampled_edges += edges_of(&blocks);
+        gdp.sampled_vertices += vertices_of(&blocks);
         gdp.input_rows(data, &blocks[0].src_nodes);
         read(0, &blocks[0].src_nodes);
         for (l, b) in blocks.iter().enumerate() {
@@ -530,9 +541,11 @@ fn sample_batch(
         let ob = OwnerBatch::sample(group, data, spec);
         let (upper, input_block, frontier) = (&ob.upper, &ob.input_block, ob.frontier());
         let owner_edges = edges_of(upper) + input_block.num_edges() as f64;
+        let owner_vertices = vertices_of(upper.iter().chain([input_block]));
         for c in [&mut *dnp, &mut *snp] {
             c.sampling_traffic(stats, &before);
             c.sampled_edges += owner_edges;
+            c.sampled_vertices += owner_vertices;
             c.hidden_rows += remote(frontier);
             c.block(0, input_block, self_loops);
             for (l, b) in upper.iter().enumerate() {
@@ -578,6 +591,7 @@ fn sample_batch(
             .iter()
             .map(|l| l.block.num_edges() as f64)
             .sum::<f64>();
+        split.sampled_vertices += vertices_of(sb.layers.iter().map(|l| &l.block));
         split.input_rows(data, &sb.layers[0].block.src_nodes);
         read(1, &sb.layers[0].block.src_nodes);
         for (l, (layer, rows)) in sb.layers.iter().zip(sb.remote_rows()).enumerate() {
@@ -627,6 +641,7 @@ mod tests {
     fn counts_survive_flattening() {
         let mut c = Counts::new(3, 2);
         c.sampled_edges = 0.5;
+        c.sampled_vertices = 0.25;
         c.sample_bytes = 64.0;
         c.input_remote = 7.0;
         c.requests_to = vec![0.0, 7.0];

@@ -308,17 +308,14 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
     let spmm = spmm_points(be, kernels);
     // The sampler of several ranks is collective (owners answer for their vertices): timed
     // with every rank at once; from cold caches where every rank has cores of its own.
-    put("sample", sample_points(world, evict));
+    let sample = sample_points(world, evict);
     // Back to back, where the points above start cold: the sampler of a step that leaves the
     // graph in the host's cache (`Calibration::sampling`).
-    put(
-        "sample_warm",
-        if evict.is_some() {
-            sample_points(world, None)
-        } else {
-            vec![]
-        },
-    );
+    let sample_warm = if evict.is_some() {
+        sample_points(world, None)
+    } else {
+        (vec![], vec![])
+    };
     put("sample_ahead", sample_ahead_points(world, evict));
     put("sample_ahead_routed", routed_ahead_points(world, evict));
     put("optimizer", optimizer_points(be, kernels));
@@ -341,6 +338,8 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
     ops.insert("gather_far", gather_far);
     ops.insert("gather_tables", (gather_tables, vec![]));
     ops.insert("gather_sparse", sparse_gather);
+    ops.insert("sample", sample);
+    ops.insert("sample_warm", sample_warm);
     ops
 }
 
@@ -375,14 +374,13 @@ fn median_points<'a>(
 /// in the caches, and priced through them the optimizer and the element-wise passes of a
 /// training step, whose inputs come cold, came out at 0.4× their measured time
 /// (`auto-replan-2026-11-28*.md`); re-priced so today they moved the grid's errors by ±2
-/// points either way. The sampler is priced through its points, evicted and back to back:
-/// its line, set by the largest batches, priced 8,317 edges at 0.24 ms where they were timed
-/// at 0.32 (2 ranks, EPYC VM), and, its back-to-back line having the larger latency, left no
-/// difference between the two at the R-MAT graph's 9k-edge batches, whose sampling measured
-/// 0.24 ms back to back and 0.45 after an eviction.
+/// points either way. The sampler is priced through its points too, evicted and back to
+/// back, by edges and vertices per edge ([`Fit::by_grid`], the two synthetic graphs of
+/// `sampler::sample_points`): its line, set by the largest batches, priced 8,317 edges at
+/// 0.24 ms where they were timed at 0.32 (2 ranks, EPYC VM), and, its back-to-back line
+/// having the larger latency, left no difference between the two at the R-MAT graph's
+/// 9k-edge batches, whose sampling measured 0.24 ms back to back and 0.45 after an eviction.
 const PRICED_BY_POINTS: &[&str] = &[
-    "sample",
-    "sample_warm",
     "alltoallv_world",
     "alltoallv_node",
     "alltoallv_leaders",
@@ -465,7 +463,8 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
             }
             // Priced through their points by rows and row size (`Fit::by_grid`); the line
             // is kept for reading.
-            "gather" | "gather_far" | "gather_sparse" | "aggregate" | "spmm" => Fit {
+            "gather" | "gather_far" | "gather_sparse" | "aggregate" | "spmm" | "sample"
+            | "sample_warm" => Fit {
                 by_points: true,
                 ..Fit::least_squares_relative_with_bytes(unit, points, bytes)
             },

@@ -39,19 +39,25 @@ pub(super) fn synthetic_part(n: usize, degree: usize, first: usize, end: usize) 
 /// The synthetic graph's neighbours per vertex.
 const SYNTHETIC_DEGREE: usize = 16;
 
-/// The synthetic graph cut into contiguous ranges, one a rank (`offsets`): this rank's part.
+/// The neighbours per vertex of the second synthetic graph [`sample_points`] times: fewer than
+/// either fanout, so that its batches read about three times as many vertices' rows per edge
+/// (a half against 0.18 at [`SYNTHETIC_DEGREE`]).
+const SPARSE_SYNTHETIC_DEGREE: usize = 2;
+
+/// The synthetic graph of `degree` neighbours a vertex cut into contiguous ranges, one a rank
+/// (`offsets`): this rank's part.
 struct CutGraph {
     part: Dataset,
     offsets: Vec<u64>,
 }
 
 impl CutGraph {
-    fn new(world: &World) -> CutGraph {
+    fn new(world: &World, degree: usize) -> CutGraph {
         let (n, ranks, rank) = (SYNTHETIC_VERTICES, world.size(), world.rank());
         let offsets: Vec<u64> = (0..=ranks).map(|r| (r * n / ranks) as u64).collect();
         let (first, end) = (offsets[rank] as usize, offsets[rank + 1] as usize);
         CutGraph {
-            part: synthetic_part(n, SYNTHETIC_DEGREE, first, end),
+            part: synthetic_part(n, degree, first, end),
             offsets,
         }
     }
@@ -89,60 +95,91 @@ impl CutGraph {
 /// by their bytes and calls (`cost::build`), which counts the bytes GDP's sampler moves here
 /// a second time: 4-12 bytes an edge at the alltoallv's rate, a few ns against the tens an
 /// edge costs.
-pub(super) fn sample_points(world: &World, evict: Eviction) -> Vec<[f64; 2]> {
+///
+/// Timed over two synthetic graphs, of [`SYNTHETIC_DEGREE`] and [`SPARSE_SYNTHETIC_DEGREE`]
+/// neighbours a vertex, and the vertices each point's blocks hold as destinations kept
+/// beside its edges (the points' bytes): a batch costs by the vertices whose neighbours it
+/// reads (their row offsets and first ids come from memory) more than by the edges it draws.
+/// One thread, evicted, 1,024 seeds: 4,087 vertices and 8,175 edges of the sparse graph in
+/// 0.39 ms, 12,243 and 66,339 of the dense one in 1.15-1.22; the R-MAT graph's batches
+/// (4,253 and 15,743, two fifths of its vertices without a neighbour) took 0.59-0.64 ms,
+/// priced at 0.29 by their edges along the dense graph's points (2-core EPYC VM). The routed
+/// sampler of 2 ranks follows its edges more: 8,177 edges of the sparse graph (4,088
+/// vertices) took 0.33 ms, 8,317 of the dense one (1,535) 0.36.
+pub(super) fn sample_points(world: &World, evict: Eviction) -> (Vec<[f64; 2]>, Vec<f64>) {
     let ranks = world.size();
-    let cut = CutGraph::new(world);
-    let (mine, offsets) = (cut.mine(), &cut.offsets);
-    let (first, end) = cut.range();
-    timed_points(
-        world,
-        evict,
-        |seeds| {
-            spread_ids(seeds, (end - first) as usize, REPS + 1)
-                .into_iter()
-                .map(|b| b.into_iter().map(|v| v + first as NodeId).collect())
-                .collect()
-        },
-        |call, batches| {
-            let key = BatchKey {
-                seed: 7,
-                epoch: 0,
-                batch: call as u64,
-            };
-            let blocks = if ranks > 1 {
-                sample_blocks_distributed(world, &mine, offsets, &batches[call], &[10, 5], key)
-            } else {
-                sample_blocks(&mine, &batches[call], &[10, 5], key)
-            };
-            blocks.iter().map(Block::num_edges).sum()
-        },
-    )
+    let (mut points, mut vertices) = (Vec::new(), Vec::new());
+    for degree in [SYNTHETIC_DEGREE, SPARSE_SYNTHETIC_DEGREE] {
+        let cut = CutGraph::new(world, degree);
+        let (mine, offsets) = (cut.mine(), &cut.offsets);
+        let (first, end) = cut.range();
+        let (p, v) = timed_points(
+            world,
+            evict,
+            |seeds| {
+                spread_ids(seeds, (end - first) as usize, REPS + 1)
+                    .into_iter()
+                    .map(|b| b.into_iter().map(|v| v + first as NodeId).collect())
+                    .collect()
+            },
+            |call, batches| {
+                let key = BatchKey {
+                    seed: 7,
+                    epoch: 0,
+                    batch: call as u64,
+                };
+                let blocks = if ranks > 1 {
+                    sample_blocks_distributed(world, &mine, offsets, &batches[call], &[10, 5], key)
+                } else {
+                    sample_blocks(&mine, &batches[call], &[10, 5], key)
+                };
+                sampled(&blocks)
+            },
+        );
+        points.extend(p);
+        vertices.extend(v);
+    }
+    (points, vertices)
+}
+
+/// What a sampling call built: the edges of its blocks and their destination vertices (the
+/// vertices whose neighbours it read).
+fn sampled(blocks: &[Block]) -> [usize; 2] {
+    [
+        blocks.iter().map(Block::num_edges).sum(),
+        blocks.iter().map(|b| b.num_dst).sum(),
+    ]
 }
 
 /// The points of a sampler over growing seed sets: `batches_for(seeds)` the batches of the
-/// timed calls, `call(k, batches)` the `k`-th call (its result: the edges it sampled),
-/// every call after evicting the host's caches where `evict` holds an evictor. `x` = the edges of a call (the
-/// mean over the calls and the ranks), the seconds the median call's, slowest rank.
+/// timed calls, `call(k, batches)` the `k`-th call (its result: the edges it sampled and the
+/// vertices whose neighbours it read), every call after evicting the host's caches where
+/// `evict` holds an evictor. `x` = the edges of a call (the mean over the calls and the
+/// ranks), the seconds the median call's, slowest rank; beside each point the mean of its
+/// vertices.
 fn timed_points(
     world: &World,
     evict: Eviction,
     batches_for: impl Fn(usize) -> Vec<Vec<NodeId>>,
-    mut call: impl FnMut(usize, &[Vec<NodeId>]) -> usize,
-) -> Vec<[f64; 2]> {
+    mut call: impl FnMut(usize, &[Vec<NodeId>]) -> [usize; 2],
+) -> (Vec<[f64; 2]>, Vec<f64>) {
     [128usize, 512, 1024, 2048]
         .iter()
         .map(|&seeds| {
             let batches = batches_for(seeds);
-            let (mut k, mut edges) = (0, 0usize);
+            let (mut k, mut sums) = (0, [0usize; 2]);
             let s = time_point_evicted(world, REPS, evict, || {
-                edges += call(k, &batches);
+                let [edges, vertices] = call(k, &batches);
+                sums[0] += edges;
+                sums[1] += vertices;
                 k += 1;
             });
-            let mut mean = [edges as f64 / k as f64];
+            let mut mean = sums.map(|x| x as f64 / k as f64);
             world.allreduce_sum_f64(&mut mean);
-            [mean[0] / world.size() as f64, s]
+            let ranks = world.size() as f64;
+            ([mean[0] / ranks, s], mean[1] / ranks)
         })
-        .collect()
+        .unzip()
 }
 
 /// The synthetic graph's vertices the sampler points are timed on.
@@ -195,7 +232,7 @@ pub(super) fn routed_ahead_points(world: &World, evict: Eviction) -> Vec<[f64; 2
     if ranks < 2 {
         return Vec::new();
     }
-    let cut = CutGraph::new(world);
+    let cut = CutGraph::new(world, SYNTHETIC_DEGREE);
     let (mine, offsets) = (cut.mine(), &cut.offsets);
     let (first, end) = cut.range();
     let share = (end - first) as usize;
@@ -237,7 +274,7 @@ where
         return Vec::new();
     }
     let mut ahead = SampleAhead::new(window);
-    timed_points(
+    let (points, _) = timed_points(
         world,
         evict,
         |seeds| {
@@ -259,9 +296,10 @@ where
                 .map(|b| {
                     let (blocks, _) = take(&mut ahead, b, window, &seeds_of, &key_of)
                         .expect("the sampling threads start and answer");
-                    blocks.iter().map(Block::num_edges).sum::<usize>()
+                    sampled(&blocks)
                 })
-                .sum()
+                .fold([0, 0], |a, b| [a[0] + b[0], a[1] + b[1]])
         },
-    )
+    );
+    points
 }

@@ -123,3 +123,21 @@ fn the_samplers_synthetic_parts_are_the_whole_graphs_rows() {
         distinct.len()
     );
 }
+
+/// The sampler's points cover two synthetic graphs, each batch's destination vertices kept
+/// beside its edges: about 0.18 an edge on the denser graph (fanouts 10 and 5 from 16
+/// neighbours), 0.5 on the sparser (every neighbour of 2), so that a fit can tell the two
+/// costs apart.
+#[test]
+fn the_sampler_is_timed_over_two_graphs_with_its_vertices() {
+    let world = World::solo();
+    let (points, vertices) = sampler::sample_points(&world, None);
+    assert_eq!(points.len(), 8);
+    assert_eq!(vertices.len(), 8);
+    for (i, (p, v)) in points.iter().zip(&vertices).enumerate() {
+        let per_edge = v / p[0];
+        let want = if i < 4 { 11.0 / 60.0 } else { 0.5 };
+        assert!((per_edge - want).abs() < 0.02, "point {i}: {per_edge}");
+        assert!(p[1] > 0.0);
+    }
+}

@@ -46,6 +46,13 @@ pub struct Fit {
     pub by_points: bool,
 }
 
+/// How far apart two points' sizes (bytes per unit) may be and still be one series of
+/// [`Fit::by_grid`]: the gathers' and aggregations' sizes are exact (a row's bytes), the
+/// sampler's are what its batches happened to read (vertices per edge, within 2 % of each
+/// other on one synthetic graph and 2.7 times apart between its two), and the sizes of
+/// two series differ by at least twice.
+const SERIES_TOLERANCE: f64 = 0.1;
+
 fn is_zero(x: &f64) -> bool {
     *x == 0.0
 }
@@ -126,7 +133,7 @@ impl Fit {
     /// two), never below the smaller of the two.
     fn per_call_grid(&self, rows: f64, row_bytes: f64) -> f64 {
         // Each point's row size (points of no rows, which an edited file could hold, price
-        // nothing); sizes within rounding of each other are one.
+        // nothing); sizes within [`SERIES_TOLERANCE`] of each other are one series.
         let sized = || {
             self.points
                 .iter()
@@ -134,7 +141,7 @@ impl Fit {
                 .filter(|(p, _)| p[0] > 0.0)
                 .map(|(p, &b)| (*p, b / p[0]))
         };
-        let same = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.max(1.0);
+        let same = |a: f64, b: f64| (a - b).abs() <= SERIES_TOLERANCE * a.abs().max(b.abs());
         let mut sizes: Vec<f64> = Vec::new();
         for (_, size) in sized() {
             if !sizes.iter().any(|&s| same(s, size)) {

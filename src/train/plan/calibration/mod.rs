@@ -45,8 +45,10 @@ pub use fit::Fit;
 /// agree on, 25 the samplers timed over a CSR read through the real graphs' adjacency, 26 the
 /// products and aggregations timed from evicted caches where every rank has cores of its own,
 /// 27 the sampler also timed back to back, `sample_warm`, and priced between the two by what
-/// of the graph a step leaves in the host's cache ([`Calibration::sampling`]).)
-pub const FORMAT: u32 = 27;
+/// of the graph a step leaves in the host's cache ([`Calibration::sampling`]), 28 the
+/// sampler timed over two synthetic graphs and priced by its edges and by the vertices whose
+/// neighbours it reads.)
+pub const FORMAT: u32 = 28;
 
 /// Dense products `m×k · k×n` of the shapes layers use, each into a newly allocated output as a
 /// layer's are: square-ish ones, bound by their flops (2·m·k·n), and skinny ones (a layer into
@@ -228,13 +230,17 @@ impl Calibration {
     /// 1024; the 200k SBM's, whose gathered rows alone fill a rank's share of the cache, 1.0-1.1
     /// at every width against 0.54 and 1.15. Without warm points (the sampler was timed back
     /// to back anyway: ranks sharing cores) `sample`'s price.
-    pub fn sampling(&self, edges: f64, warm: f64) -> f64 {
-        let cold = self.op("sample").seconds(edges, 1.0);
+    ///
+    /// `vertices` are the batch's destination vertices (whose neighbours it reads): both
+    /// operators are priced through their points by edges and vertices per edge
+    /// ([`Fit::by_grid`]), timed over synthetic graphs of two degrees.
+    pub fn sampling(&self, edges: f64, vertices: f64, warm: f64) -> f64 {
+        let cold = self.op("sample").seconds_touching(edges, vertices, 1.0);
         let fit = self.op("sample_warm");
         if warm <= 0.0 || !fit.priced() {
             return cold;
         }
-        let hot = fit.seconds(edges, 1.0).min(cold);
+        let hot = fit.seconds_touching(edges, vertices, 1.0).min(cold);
         cold - warm.min(1.0) * (cold - hot)
     }
 
@@ -244,8 +250,8 @@ impl Calibration {
     /// shared by the run's batches of a window (no more than the calibration sampled at once:
     /// one thread a batch), and scaled as [`Calibration::sampling`] scales a batch's by
     /// `warm`.
-    pub fn local_sampling(&self, edges: f64, window: usize, warm: f64) -> f64 {
-        self.windowed_sampling("sample_ahead", edges, window, warm)
+    pub fn local_sampling(&self, edges: f64, vertices: f64, window: usize, warm: f64) -> f64 {
+        self.windowed_sampling("sample_ahead", [edges, vertices], window, warm)
     }
 
     /// Seconds for a rank of several to sample a batch of `edges` edges with the owner-routed
@@ -253,24 +259,49 @@ impl Calibration {
     /// ([`crate::exchange::sampling::distributed_window`]): the calibrated window's time
     /// (its exchanges included) shared as [`Calibration::local_sampling`] shares it. The id
     /// exchanges' bytes are priced apart, by the strategy.
-    pub fn routed_sampling(&self, edges: f64, window: usize, warm: f64) -> f64 {
-        self.windowed_sampling("sample_ahead_routed", edges, window, warm)
+    pub fn routed_sampling(&self, edges: f64, vertices: f64, window: usize, warm: f64) -> f64 {
+        self.windowed_sampling("sample_ahead_routed", [edges, vertices], window, warm)
     }
 
-    fn windowed_sampling(&self, op: &str, edges: f64, window: usize, warm: f64) -> f64 {
+    /// The windows were timed from evicted caches over the denser synthetic graph, as
+    /// `sample`'s first series was: a window's price at `edges` a batch is scaled by what
+    /// `warm` takes off a batch's price and by what a batch of `vertices` costs more than one
+    /// of that graph's vertices per edge ([`Calibration::sampling`]).
+    fn windowed_sampling(
+        &self,
+        op: &str,
+        [edges, vertices]: [f64; 2],
+        window: usize,
+        warm: f64,
+    ) -> f64 {
         let fit = self.op(op);
         if window < 2 || self.sample_window < 2 || !fit.priced() {
-            return self.sampling(edges, warm);
+            return self.sampling(edges, vertices, warm);
         }
-        // The windows were timed from evicted caches, as `sample` was.
-        let cold = self.sampling(edges, 0.0);
-        let warmth = if cold > 0.0 {
-            self.sampling(edges, warm) / cold
+        let dense = edges
+            * self
+                .densest_sampled_vertices_per_edge()
+                .unwrap_or(vertices / edges);
+        let timed = self.sampling(edges, dense, 0.0);
+        let scale = if timed > 0.0 {
+            self.sampling(edges, vertices, warm) / timed
         } else {
             1.0
         };
         let calibrated = self.sample_window as f64;
-        warmth * fit.seconds(edges * calibrated, 1.0) / window.min(self.sample_window) as f64
+        scale * fit.seconds(edges * calibrated, 1.0) / window.min(self.sample_window) as f64
+    }
+
+    /// The fewest vertices per edge among the `sample` points: the denser synthetic graph's,
+    /// which the windowed samplers are timed over. `None` without such points.
+    fn densest_sampled_vertices_per_edge(&self) -> Option<f64> {
+        let fit = self.op("sample");
+        fit.points
+            .iter()
+            .zip(&fit.point_bytes)
+            .filter(|(p, _)| p[0] > 0.0)
+            .map(|(p, &v)| v / p[0])
+            .min_by(f64::total_cmp)
     }
 
     /// The fit of `op` (one of [`OPERATORS`]). Every loaded or measured calibration has them

@@ -506,7 +506,7 @@ fn the_sampler_is_priced_between_its_evicted_and_back_to_back_points() {
     cal.operators.insert("sample_warm".into(), line(1e-4, 1e-8));
     let (cold, hot) = (1e-4 + 1e4 * 2e-8, 1e-4 + 1e4 * 1e-8);
     for (warm, want) in [(0.0, cold), (1.0, hot), (0.25, cold - 0.25 * (cold - hot))] {
-        let got = cal.sampling(1e4, warm);
+        let got = cal.sampling(1e4, 2e3, warm);
         assert!(
             (got - want).abs() < 1e-15,
             "warm {warm}: {got} against {want}"
@@ -516,15 +516,71 @@ fn the_sampler_is_priced_between_its_evicted_and_back_to_back_points() {
     cal.operators
         .insert("sample_ahead".into(), line(1e-3, 2e-8));
     cal.sample_window = 4;
-    let windowed = |warm: f64| cal.local_sampling(1e4, 4, warm);
-    let ratio = cal.sampling(1e4, 0.5) / cold;
+    let windowed = |warm: f64| cal.local_sampling(1e4, 2e3, 4, warm);
+    let ratio = cal.sampling(1e4, 2e3, 0.5) / cold;
     assert!((windowed(0.5) - ratio * windowed(0.0)).abs() < 1e-15);
     assert!(windowed(0.5) < windowed(0.0));
     // Back-to-back points dearer than the evicted ones (noise) never raise the price, and
     // without them the evicted price holds whatever the share.
     cal.operators.insert("sample_warm".into(), line(1e-4, 3e-8));
-    assert_eq!(cal.sampling(1e4, 1.0), cold);
+    assert_eq!(cal.sampling(1e4, 2e3, 1.0), cold);
     cal.operators
         .insert("sample_warm".into(), Fit::free("edge"));
-    assert_eq!(cal.sampling(1e4, 1.0), cold);
+    assert_eq!(cal.sampling(1e4, 2e3, 1.0), cold);
+}
+
+#[test]
+fn the_sampler_is_priced_by_its_edges_and_the_vertices_it_reads() {
+    // Points of two synthetic graphs, 0.2 and 0.5 vertices an edge, timed at exactly
+    // 10 µs + 0.3 ns an edge + 100 ns a vertex.
+    let time = |e: f64, v: f64| 1e-5 + 3e-10 * e + 1e-7 * v;
+    let (mut points, mut vertices) = (Vec::new(), Vec::new());
+    for per_edge in [0.2, 0.5] {
+        for e in [8e3f64, 3.2e4, 6.4e4, 1.28e5] {
+            // The batches' own counts wobble a little about their graph's ratio.
+            let v = e * per_edge * (1.0 + 0.005 * (e / 8e3).log2());
+            points.push([e, time(e, v)]);
+            vertices.push(v);
+        }
+    }
+    let mut cal = calibration();
+    let fit = Fit {
+        by_points: true,
+        ..Fit::least_squares_relative_with_bytes("edge", points, vertices)
+    };
+    cal.operators.insert("sample".into(), fit);
+    cal.operators
+        .insert("sample_warm".into(), Fit::free("edge"));
+    // On either graph's points (within what the wobble moves a series off its first
+    // point's ratio).
+    for (e, v) in [(3.2e4, 3.2e4 * 0.2 * 1.01), (6.4e4, 6.4e4 * 0.5 * 1.015)] {
+        let got = cal.sampling(e, v, 0.0);
+        assert!(
+            (got - time(e, v)).abs() < 0.02 * got,
+            "{got} {}",
+            time(e, v)
+        );
+    }
+    // R-MAT's batches: 16k edges and 4.3k vertices, a batch of the dense graph's shape
+    // with more vertices; dearer than the same edges at the dense graph's ratio.
+    let (e, v) = (1.6e4, 4.3e3);
+    let rmat = cal.sampling(e, v, 0.0);
+    let dense = cal.sampling(e, e * 0.2, 0.0);
+    assert!(rmat > 1.2 * dense, "{rmat} {dense}");
+    assert!(
+        (rmat - time(e, v)).abs() < 0.05 * rmat,
+        "{rmat} {}",
+        time(e, v)
+    );
+    // A window, timed over the dense graph, is scaled by what the vertices add.
+    let mut line = Fit::free("edge");
+    (line.latency_s, line.per_unit_s) = (1e-3, 2e-8);
+    cal.operators.insert("sample_ahead".into(), line);
+    cal.sample_window = 4;
+    let ratio = cal.local_sampling(e, v, 4, 0.0) / cal.local_sampling(e, e * 0.2, 4, 0.0);
+    assert!(
+        (ratio - rmat / dense).abs() < 1e-9,
+        "{ratio} {}",
+        rmat / dense
+    );
 }

@@ -155,7 +155,8 @@ pub fn partial_sums_op(a2a: &str) -> &'static str {
 /// The build phase: sampling the blocks' edges and the id exchanges while sampling.
 fn build(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> f64 {
     let warm = sampler_warm_share(shape, cal, c, shape.graph_bytes);
-    cal.sampling(c.sampled_edges, warm) + cal.op(a2a).seconds(c.sample_bytes, c.sample_calls)
+    cal.sampling(c.sampled_edges, c.sampled_vertices, warm)
+        + cal.op(a2a).seconds(c.sample_bytes, c.sample_calls)
 }
 
 /// How much of an adjacency of `graph_bytes` the host's cache still holds when the rank
@@ -205,13 +206,13 @@ pub fn gdp(shape: &ModelShape, cal: &Calibration, c: &Counts, a2a: &str) -> Rank
     if window > 1 && c.sample_calls > 0.0 {
         // Several ranks sampling their windows together: the owner-routed sampler's windows,
         // each id exchange shared by a window's batches.
-        r.phases.build = cal.routed_sampling(c.sampled_edges, window, warm)
+        r.phases.build = cal.routed_sampling(c.sampled_edges, c.sampled_vertices, window, warm)
             + cal
                 .op(a2a)
                 .seconds(c.sample_bytes, c.sample_calls / window as f64);
     } else if window > 1 {
         // One rank sampling in windows: no id exchange, the local sampler side by side.
-        r.phases.build = cal.local_sampling(c.sampled_edges, window, warm);
+        r.phases.build = cal.local_sampling(c.sampled_edges, c.sampled_vertices, window, warm);
     }
     r.phases.train = compute(shape, cal, c, Order::Cheaper, rows != Rows::Csr);
     r
@@ -390,6 +391,7 @@ pub fn nfp(
             // where training times it too (`Nfp`'s sample phase).
             build: cal.local_sampling(
                 mine.sampled_edges,
+                mine.sampled_vertices,
                 shape.nfp_sample_window,
                 sampler_warm_share(shape, cal, mine, shape.whole_graph_bytes),
             ) + allgather,

@@ -92,6 +92,7 @@ fn shape() -> ModelShape {
 fn counts(remote: f64) -> Counts {
     Counts {
         sampled_edges: 2200.0,
+        sampled_vertices: 400.0,
         sample_bytes: 8000.0,
         sample_calls: 6.0,
         input_local: 1000.0,
