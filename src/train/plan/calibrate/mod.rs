@@ -305,6 +305,16 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
     let model = kernels.cold(evict.filter(|_| B::IS_HOST));
     let [gemm, gemm_tn, gemm_nt] = Product::ALL.map(|form| gemm_points(be, model, form));
     let aggregate = aggregate_points(be, model);
+    // Back to back too, where the points above start cold: the kernels of a step whose data
+    // stays in the host's cache (`Calibration::with_warm_kernels`).
+    let (gemm_warm, aggregate_warm) = if B::IS_HOST && evict.is_some() {
+        (
+            gemm_points(be, kernels, Product::Forward),
+            aggregate_points(be, kernels),
+        )
+    } else {
+        ((vec![], vec![]), (vec![], vec![]))
+    };
     let spmm = spmm_points(be, kernels);
     // The sampler of several ranks is collective (owners answer for their vertices): timed
     // with every rank at once; from cold caches where every rank has cores of its own.
@@ -333,6 +343,8 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
     ops.insert("gemm_tn", gemm_tn);
     ops.insert("gemm_nt", gemm_nt);
     ops.insert("aggregate", aggregate);
+    ops.insert("gemm_warm", gemm_warm);
+    ops.insert("aggregate_warm", aggregate_warm);
     ops.insert("spmm", spmm);
     ops.insert("gather", gather);
     ops.insert("gather_far", gather_far);
@@ -454,7 +466,7 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
         let (points, bytes) = median_points(sweeps.iter().map(|s| &s[name]));
         let mut fit = match *name {
             // The products' bytes beyond the core's own caches (`Calibration::products`).
-            "gemm" | "gemm_tn" | "gemm_nt" => {
+            "gemm" | "gemm_tn" | "gemm_nt" | "gemm_warm" => {
                 let beyond = bytes.iter().map(|&b| beyond_cache(b, private)).collect();
                 Fit {
                     point_bytes: bytes,
@@ -463,8 +475,8 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
             }
             // Priced through their points by rows and row size (`Fit::by_grid`); the line
             // is kept for reading.
-            "gather" | "gather_far" | "gather_sparse" | "aggregate" | "spmm" | "sample"
-            | "sample_warm" => Fit {
+            "gather" | "gather_far" | "gather_sparse" | "aggregate" | "aggregate_warm" | "spmm"
+            | "sample" | "sample_warm" => Fit {
                 by_points: true,
                 ..Fit::least_squares_relative_with_bytes(unit, points, bytes)
             },

@@ -72,6 +72,36 @@ impl Fit {
         }
     }
 
+    /// This fit moved `share` (0 to 1) of the way to `other`'s, the same operator timed in
+    /// another state of the caches: each coefficient of the line, and where it is priced
+    /// through its points ([`Fit::by_points`]) and `other` has the same points (their `x` and
+    /// bytes), each point's seconds, toward `other`'s but never past this one's (a point
+    /// timed dearer by noise moves nothing). A line's points stay as measured (the record, and
+    /// what [`Calibration::form_ratio`](super::Calibration::form_ratio) reads).
+    pub fn toward(&self, other: &Fit, share: f64) -> Fit {
+        let mix = |a: f64, b: f64| a + share * (b - a);
+        let mut fit = Fit {
+            latency_s: mix(self.latency_s, other.latency_s),
+            per_unit_s: mix(self.per_unit_s, other.per_unit_s),
+            per_byte_s: mix(self.per_byte_s, other.per_byte_s),
+            per_row_s: mix(self.per_row_s, other.per_row_s),
+            ..self.clone()
+        };
+        let same_points = self.points.len() == other.points.len()
+            && self.point_bytes == other.point_bytes
+            && self
+                .points
+                .iter()
+                .zip(&other.points)
+                .all(|(a, b)| a[0] == b[0]);
+        if self.by_points && same_points {
+            for (p, q) in fit.points.iter_mut().zip(&other.points) {
+                p[1] = mix(p[1], q[1].min(p[1]));
+            }
+        }
+        fit
+    }
+
     /// Whether anything was timed or set for this operator ([`Fit::free`] is not).
     pub fn priced(&self) -> bool {
         !self.points.is_empty()

@@ -47,8 +47,10 @@ pub use fit::Fit;
 /// 27 the sampler also timed back to back, `sample_warm`, and priced between the two by what
 /// of the graph a step leaves in the host's cache ([`Calibration::sampling`]), 28 the
 /// sampler timed over two synthetic graphs and priced by its edges and by the vertices whose
-/// neighbours it reads.)
-pub const FORMAT: u32 = 28;
+/// neighbours it reads, 29 the products' forward form and the aggregation also timed back to
+/// back, `gemm_warm` and `aggregate_warm`, and priced between the two by how much of a step's
+/// data the host's cache holds ([`Calibration::with_warm_kernels`]).)
+pub const FORMAT: u32 = 29;
 
 /// Dense products `m×k · k×n` of the shapes layers use, each into a newly allocated output as a
 /// layer's are: square-ish ones, bound by their flops (2·m·k·n), and skinny ones (a layer into
@@ -150,7 +152,9 @@ pub const OPERATORS: &[(&str, &str)] = &[
     ("gemm", "flop"),
     ("gemm_tn", "flop"),
     ("gemm_nt", "flop"),
+    ("gemm_warm", "flop"),
     ("aggregate", "edge"),
+    ("aggregate_warm", "edge"),
     ("spmm", "nnz"),
     ("sample", "edge"),
     ("sample_warm", "edge"),
@@ -302,6 +306,36 @@ impl Calibration {
             .filter(|(p, _)| p[0] > 0.0)
             .map(|(p, &v)| v / p[0])
             .min_by(f64::total_cmp)
+    }
+
+    /// This calibration as the kernels of a step run, `warm` (0 to 1) of whose data the
+    /// host's cache still holds when they read it (the planner's `cost::kernel_warm_share`):
+    /// the dense products' line and the aggregation's points and line moved that share of the
+    /// way from their evicted times (`gemm`, `aggregate`) to their back-to-back ones
+    /// (`gemm_warm`, `aggregate_warm`; never above the evicted point). The backward forms keep
+    /// their ratios to the forward ([`Calibration::form_ratio`], from the evicted points). The
+    /// calibration as it is at 0 or without warm points (a device, or ranks sharing cores,
+    /// whose kernels are timed back to back anyway).
+    ///
+    /// Why: timed evicted, the kernels of small steps came out at about twice their measured
+    /// time (2-rank Tolokers at hidden width 64, 2-core EPYC VM: a train phase of 0.28-0.31 ms
+    /// priced at 0.46-0.65), and timed back to back (format 25) those of large ones at
+    /// 0.6-0.8× (hidden 1024); a step of a few MB runs from the cache, one of 40 MB does not.
+    pub fn with_warm_kernels(&self, warm: f64) -> std::borrow::Cow<'_, Calibration> {
+        use std::borrow::Cow;
+        let warm = warm.clamp(0.0, 1.0);
+        let pairs = [("gemm", "gemm_warm"), ("aggregate", "aggregate_warm")];
+        let hot = |name: &str| self.operators.get(name).filter(|f| f.priced());
+        if warm <= 0.0 || pairs.iter().all(|(_, h)| hot(h).is_none()) {
+            return Cow::Borrowed(self);
+        }
+        let mut cal = self.clone();
+        for (cold, warm_op) in pairs {
+            if let (Some(c), Some(h)) = (self.operators.get(cold), hot(warm_op)) {
+                cal.operators.insert(cold.to_string(), c.toward(h, warm));
+            }
+        }
+        Cow::Owned(cal)
     }
 
     /// The fit of `op` (one of [`OPERATORS`]). Every loaded or measured calibration has them

@@ -584,3 +584,86 @@ fn the_sampler_is_priced_by_its_edges_and_the_vertices_it_reads() {
         rmat / dense
     );
 }
+
+#[test]
+fn a_fit_moves_toward_another_by_its_share() {
+    let line = |latency: f64, per_unit: f64, per_byte: f64| Fit {
+        latency_s: latency,
+        per_unit_s: per_unit,
+        per_byte_s: per_byte,
+        points: vec![[1.0, 4.0], [2.0, 8.0]],
+        ..Fit::free("flop")
+    };
+    let (cold, warm) = (line(4.0, 2.0, 1.0), line(2.0, 1.0, 0.0));
+    let mid = cold.toward(&warm, 0.25);
+    assert_eq!(
+        (mid.latency_s, mid.per_unit_s, mid.per_byte_s),
+        (3.5, 1.75, 0.75)
+    );
+    // A line's points are the record: left as measured.
+    assert_eq!(mid.points, cold.points);
+    assert_eq!(cold.toward(&warm, 0.0), cold);
+    // Priced through its points, with the same points timed warm: each point moves, and one
+    // timed dearer warm (noise) does not rise.
+    let grid = |times: [f64; 3]| Fit {
+        by_points: true,
+        points: vec![[10.0, times[0]], [20.0, times[1]], [40.0, times[2]]],
+        point_bytes: vec![40.0, 80.0, 160.0],
+        ..Fit::free("edge")
+    };
+    let moved = grid([4.0, 8.0, 16.0]).toward(&grid([2.0, 10.0, 8.0]), 0.5);
+    let seconds: Vec<f64> = moved.points.iter().map(|p| p[1]).collect();
+    assert_eq!(seconds, vec![3.0, 8.0, 12.0]);
+    // Other points (another machine's file, edited): the points stay.
+    let mut other = grid([2.0, 2.0, 2.0]);
+    other.point_bytes[0] = 44.0;
+    assert_eq!(
+        grid([4.0, 8.0, 16.0]).toward(&other, 0.5).points,
+        grid([4.0, 8.0, 16.0]).points
+    );
+}
+
+#[test]
+fn warm_kernels_move_the_products_line_and_the_aggregations_points() {
+    let mut cal = calibration();
+    let fit = |per_unit: f64, times: [f64; 2]| Fit {
+        per_unit_s: per_unit,
+        points: vec![[1e6, times[0]], [2e6, times[1]]],
+        point_bytes: vec![4e6, 8e6],
+        ..Fit::free("edge")
+    };
+    cal.operators
+        .insert("gemm".into(), fit(2e-11, [2e-5, 4e-5]));
+    cal.operators.insert(
+        "aggregate".into(),
+        Fit {
+            by_points: true,
+            ..fit(4e-10, [4e-4, 8e-4])
+        },
+    );
+    // Without warm points (a device), any share leaves the calibration as it is.
+    cal.operators.insert("gemm_warm".into(), Fit::free("flop"));
+    cal.operators
+        .insert("aggregate_warm".into(), Fit::free("edge"));
+    assert_eq!(*cal.with_warm_kernels(1.0), cal);
+    cal.operators
+        .insert("gemm_warm".into(), fit(1e-11, [1e-5, 2e-5]));
+    cal.operators.insert(
+        "aggregate_warm".into(),
+        Fit {
+            by_points: true,
+            ..fit(2e-10, [2e-4, 4e-4])
+        },
+    );
+    assert_eq!(*cal.with_warm_kernels(0.0), cal);
+    let half = cal.with_warm_kernels(0.5);
+    assert!((half.op("gemm").per_unit_s - 1.5e-11).abs() < 1e-24);
+    // The products' points stay (the backward forms' ratios come from them).
+    assert_eq!(half.op("gemm").points, cal.op("gemm").points);
+    for (p, want) in half.op("aggregate").points.iter().zip([3e-4, 6e-4]) {
+        assert!((p[1] - want).abs() < 1e-18, "{p:?}");
+    }
+    // The rest is untouched, and a share beyond 1 is 1.
+    assert_eq!(half.op("sample"), cal.op("sample"));
+    assert_eq!(cal.with_warm_kernels(3.0).op("gemm").per_unit_s, 1e-11);
+}

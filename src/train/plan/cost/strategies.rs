@@ -177,6 +177,18 @@ pub(super) fn sampler_warm_share(
     ((cache - step_host_bytes(shape, c)) / graph_bytes).clamp(0.0, 1.0)
 }
 
+/// How much of its data a rank's step finds in the host's cache when its kernels read it
+/// ([`Calibration::with_warm_kernels`]): 1 less the bytes the step touches on the host
+/// ([`step_host_bytes`]) over the rank's share of the host's largest cache, 0 to 1; 0 on a
+/// device (its kernels read the device's memory).
+pub(super) fn kernel_warm_share(shape: &ModelShape, cal: &Calibration, c: &Counts) -> f64 {
+    let cache = cal.cache_bytes / cal.key.ranks_per_node.max(1) as f64;
+    if shape.device || cache <= 0.0 {
+        return 0.0;
+    }
+    (1.0 - step_host_bytes(shape, c) / cache).clamp(0.0, 1.0)
+}
+
 /// Bytes a rank's step reads or writes on the host between two batches' sampling: the input
 /// rows it gathers (their entries where they come sparse), and where the model runs on the
 /// host, every layer's output and its gradient, and the parameters with their gradients and

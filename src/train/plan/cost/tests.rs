@@ -1086,3 +1086,41 @@ fn nfp_samples_warm_only_where_the_whole_graph_stays_in_the_cache() {
     let warm = (16.0 * 1024.0 * 1024.0 - 432_160.0) / 1e9;
     assert!((price(1e9) - price(1e6) - (1.0 - warm) * gap).abs() < 1e-15);
 }
+
+#[test]
+fn the_kernels_are_priced_warm_as_far_as_the_step_fits_the_cache() {
+    let mut warm = machine();
+    // Back to back the products and the aggregation take half their evicted time.
+    warm.operators.get_mut("gemm_warm").unwrap().per_unit_s = 0.5e-9;
+    warm.operators.get_mut("aggregate_warm").unwrap().per_byte_s = 0.5e-8 / 4.0;
+    let c = counts(0.0);
+    let train = |cal: &Calibration, s: &ModelShape| gdp(s, cal, &c, "alltoallv_world").phases.train;
+    // Every kernel at its warm price: what the step costs all from the cache.
+    let mut all_warm = machine();
+    all_warm.operators.get_mut("gemm").unwrap().per_unit_s = 0.5e-9;
+    all_warm.operators.get_mut("aggregate").unwrap().per_byte_s = 0.5e-8 / 4.0;
+    let s = shape();
+    let (cold, hot) = (train(&machine(), &s), train(&all_warm, &s));
+    assert!(hot < cold);
+    // The step touches 432,160 bytes (the sampler's test) of the rank's 16 MiB: that much
+    // less than all of the way to the warm price, as the planner prices it.
+    let share = 1.0 - 432_160.0 / (16.0 * 1024.0 * 1024.0);
+    let dry = DryRun::uniform(1, 1, vec![std::array::from_fn(|_| counts(0.0)); 2]);
+    let p = predict(&dry, &s, &warm, &["gdp"], "alltoallv_world");
+    let want = cold - share * (cold - hot);
+    let got = p.strategies["gdp"].phases.train;
+    assert!((got - want).abs() < 1e-12 * want, "{got} {want}");
+    // Parameters that fill the share leave nothing warm; nor does a device's step.
+    let wide = ModelShape {
+        params: 16.0 * 1024.0 * 1024.0 / 16.0,
+        ..s.clone()
+    };
+    let p = predict(&dry, &wide, &warm, &["gdp"], "alltoallv_world");
+    assert!((p.strategies["gdp"].phases.train - train(&machine(), &wide)).abs() < 1e-15);
+    let device = ModelShape {
+        device: true,
+        ..s.clone()
+    };
+    let p = predict(&dry, &device, &warm, &["gdp"], "alltoallv_world");
+    assert!((p.strategies["gdp"].phases.train - train(&machine(), &device)).abs() < 1e-15);
+}
