@@ -282,10 +282,11 @@ impl Calibration {
         if window < 2 || self.sample_window < 2 || !fit.priced() {
             return self.sampling(edges, vertices, warm);
         }
+        let own_ratio = if edges > 0.0 { vertices / edges } else { 0.0 };
         let dense = edges
             * self
                 .densest_sampled_vertices_per_edge()
-                .unwrap_or(vertices / edges);
+                .unwrap_or(own_ratio);
         let timed = self.sampling(edges, dense, 0.0);
         let scale = if timed > 0.0 {
             self.sampling(edges, vertices, warm) / timed

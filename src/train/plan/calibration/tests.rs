@@ -519,6 +519,8 @@ fn the_sampler_is_priced_between_its_evicted_and_back_to_back_points() {
     let windowed = |warm: f64| cal.local_sampling(1e4, 2e3, 4, warm);
     let ratio = cal.sampling(1e4, 2e3, 0.5) / cold;
     assert!((windowed(0.5) - ratio * windowed(0.0)).abs() < 1e-15);
+    // A rank with nothing to sample in a batch: a price, not a NaN.
+    assert!(cal.local_sampling(0.0, 0.0, 4, 0.0).is_finite());
     assert!(windowed(0.5) < windowed(0.0));
     // Back-to-back points dearer than the evicted ones (noise) never raise the price, and
     // without them the evicted price holds whatever the share.

@@ -1124,3 +1124,38 @@ fn the_kernels_are_priced_warm_as_far_as_the_step_fits_the_cache() {
     let p = predict(&dry, &device, &warm, &["gdp"], "alltoallv_world");
     assert!((p.strategies["gdp"].phases.train - train(&machine(), &device)).abs() < 1e-15);
 }
+
+/// A gather's far share is read at the store's bytes and what the rest of the step touches
+/// beside them (its other host bytes and the adjacency the sampler walks): a store the cache
+/// holds alone is priced near, the same store beside a large graph as far.
+#[test]
+fn a_gather_is_priced_far_as_the_rest_of_the_step_crowds_the_store_out() {
+    let mut cal = machine();
+    let far_fit = cal.operators.get_mut("gather_far").unwrap();
+    (far_fit.per_unit_s, far_fit.per_byte_s) = (3e-8, 1e-10);
+    let mib = 1024.0 * 1024.0;
+    cal.far_shares = vec![[16.0 * mib, 0.0], [256.0 * mib, 1.0]];
+    let c = counts(0.0);
+    let load = |graph_bytes: f64| {
+        let s = ModelShape {
+            store_bytes: mib,
+            graph_bytes,
+            ..shape()
+        };
+        gdp(&s, &cal, &c, "alltoallv_world").phases.load
+    };
+    let near = cal
+        .op("gather")
+        .seconds_touching(1000.0, 1000.0 * 400.0, 2.0);
+    let far = cal
+        .op("gather_far")
+        .seconds_touching(1000.0, 1000.0 * 400.0, 2.0);
+    assert!((load(0.0) - near).abs() < 1e-15, "{} {near}", load(0.0));
+    assert!(
+        (load(512.0 * mib) - far).abs() < 1e-15,
+        "{} {far}",
+        load(512.0 * mib)
+    );
+    let between = load(64.0 * mib);
+    assert!(near < between && between < far, "{near} {between} {far}");
+}
