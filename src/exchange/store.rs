@@ -572,17 +572,23 @@ impl FeatureStore {
                 }
             })
             .collect();
-        let count = |kind: fn(u32) -> bool| {
-            from.par_iter()
-                .with_min_len(LOOKUPS_PER_TASK)
-                .map(|r| kind(r.segment) as u64)
-                .sum::<u64>()
-        };
+        // Rows of each kind (own, peer, cached, fetched), counted in one pass.
+        let [local_rows, peer_rows, cache_hits, fetched_rows] = from
+            .par_iter()
+            .with_min_len(LOOKUPS_PER_TASK)
+            .fold(
+                || [0u64; 4],
+                |mut n, r| {
+                    n[r.kind()] += 1;
+                    n
+                },
+            )
+            .reduce(|| [0u64; 4], |a, b| std::array::from_fn(|k| a[k] + b[k]));
         let stats = StoreStats {
-            local_rows: count(|s| s == RowFrom::OWN),
-            peer_rows: count(|s| (RowFrom::FIRST_PEER..RowFrom::FETCHED).contains(&s)),
-            cache_hits: count(|s| s == RowFrom::CACHE),
-            fetched_rows: count(|s| s == RowFrom::FETCHED),
+            local_rows,
+            peer_rows,
+            cache_hits,
+            fetched_rows,
         };
         let mut missing = Vec::with_capacity(stats.fetched_rows as usize);
         if stats.fetched_rows > 0 {
@@ -875,6 +881,17 @@ impl RowFrom {
         RowFrom {
             segment: RowFrom::FETCHED,
             row: k,
+        }
+    }
+
+    /// Where the row is read, in [`StoreStats`]' order: 0 own, 1 a host peer's, 2 cached,
+    /// 3 fetched.
+    fn kind(self) -> usize {
+        match self.segment {
+            RowFrom::OWN => 0,
+            RowFrom::CACHE => 2,
+            RowFrom::FETCHED => 3,
+            _ => 1,
         }
     }
 }

@@ -24,13 +24,13 @@ impl Csr {
         self.indptr.len().saturating_sub(1)
     }
 
-    /// Number of stored edges.
     /// Bytes of its row offsets and neighbour ids, what a walk of it reads.
     pub fn bytes(&self) -> usize {
         std::mem::size_of_val(self.indptr.as_slice())
             + std::mem::size_of_val(self.indices.as_slice())
     }
 
+    /// Number of stored edges.
     pub fn num_edges(&self) -> u64 {
         self.indices.len() as u64
     }

@@ -634,15 +634,15 @@ fn warm_kernels_move_the_products_line_and_the_aggregations_points() {
         point_bytes: vec![4e6, 8e6],
         ..Fit::free("edge")
     };
+    // The aggregation is priced through its points.
+    let grid = |per_unit: f64, times: [f64; 2]| Fit {
+        by_points: true,
+        ..fit(per_unit, times)
+    };
     cal.operators
         .insert("gemm".into(), fit(2e-11, [2e-5, 4e-5]));
-    cal.operators.insert(
-        "aggregate".into(),
-        Fit {
-            by_points: true,
-            ..fit(4e-10, [4e-4, 8e-4])
-        },
-    );
+    cal.operators
+        .insert("aggregate".into(), grid(4e-10, [4e-4, 8e-4]));
     // Without warm points (a device), any share leaves the calibration as it is.
     cal.operators.insert("gemm_warm".into(), Fit::free("flop"));
     cal.operators
@@ -650,13 +650,8 @@ fn warm_kernels_move_the_products_line_and_the_aggregations_points() {
     assert_eq!(*cal.with_warm_kernels(1.0), cal);
     cal.operators
         .insert("gemm_warm".into(), fit(1e-11, [1e-5, 2e-5]));
-    cal.operators.insert(
-        "aggregate_warm".into(),
-        Fit {
-            by_points: true,
-            ..fit(2e-10, [2e-4, 4e-4])
-        },
-    );
+    cal.operators
+        .insert("aggregate_warm".into(), grid(2e-10, [2e-4, 4e-4]));
     assert_eq!(*cal.with_warm_kernels(0.0), cal);
     let half = cal.with_warm_kernels(0.5);
     assert!((half.op("gemm").per_unit_s - 1.5e-11).abs() < 1e-24);

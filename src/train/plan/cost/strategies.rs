@@ -99,7 +99,8 @@ pub(super) fn load(
         cal.op("gather_sparse")
             .seconds_touching(read, gathered, 2.0)
     } else {
-        dense_gather(shape, cal, read, gathered, 2.0, besides_the_store(shape, c))
+        let besides = besides_the_store(shape, c, shape.graph_bytes);
+        dense_gather(shape, cal, read, gathered, 2.0, besides)
     };
     if c.input_remote + c.input_served > 0.0 {
         // Two exchanges: the ids out, the rows back.
@@ -187,14 +188,18 @@ pub(super) fn sampler_warm_share(
     if graph_bytes <= 0.0 {
         return 1.0;
     }
-    let cache = cal.cache_bytes / cal.key.ranks_per_node.max(1) as f64;
-    ((cache - step_host_bytes(shape, c)) / graph_bytes).clamp(0.0, 1.0)
+    ((rank_cache_bytes(cal) - step_host_bytes(shape, c)) / graph_bytes).clamp(0.0, 1.0)
+}
+
+/// A rank's share of its host's largest cache: the host's ranks share it.
+fn rank_cache_bytes(cal: &Calibration) -> f64 {
+    cal.cache_bytes / cal.key.ranks_per_node.max(1) as f64
 }
 
 /// Bytes a rank's step touches on the host besides its feature store: what
-/// [`step_host_bytes`] counts, and the adjacency its sampler reads.
-fn besides_the_store(shape: &ModelShape, c: &Counts) -> f64 {
-    step_host_bytes(shape, c) + shape.graph_bytes
+/// [`step_host_bytes`] counts, and the `graph_bytes` of adjacency its sampler reads.
+fn besides_the_store(shape: &ModelShape, c: &Counts, graph_bytes: f64) -> f64 {
+    step_host_bytes(shape, c) + graph_bytes
 }
 
 /// How much of its data a rank's step finds in the host's cache when its kernels read it
@@ -202,7 +207,7 @@ fn besides_the_store(shape: &ModelShape, c: &Counts) -> f64 {
 /// ([`step_host_bytes`]) over the rank's share of the host's largest cache, 0 to 1; 0 on a
 /// device (its kernels read the device's memory).
 pub(super) fn kernel_warm_share(shape: &ModelShape, cal: &Calibration, c: &Counts) -> f64 {
-    let cache = cal.cache_bytes / cal.key.ranks_per_node.max(1) as f64;
+    let cache = rank_cache_bytes(cal);
     if shape.device || cache <= 0.0 {
         return 0.0;
     }
@@ -392,7 +397,7 @@ pub fn nfp(
         }
         None => {
             let bytes = src * slice * 4.0;
-            let besides = step_host_bytes(shape, mine) + shape.whole_graph_bytes;
+            let besides = besides_the_store(shape, mine, shape.whole_graph_bytes);
             (dense_gather(shape, cal, src, bytes, 1.0, besides), bytes)
         }
     };
