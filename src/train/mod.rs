@@ -784,15 +784,19 @@ impl<'w, B: Backend> Trainer<'w, B> {
 
     /// Run the rest of the current epoch (or until `max_steps`).
     fn train_epoch(&mut self) -> Result<EpochOutcome> {
+        // The epoch's batch order is one of its one-time costs (2 ms for R-MAT's 64 batches on
+        // the 2-core VM): the first step's time holds it, as it holds the run's other
+        // one-time costs, so that a short measurement does not spread it over its few steps.
+        let started = Instant::now();
         let batches = self.batches();
         if let Some(workers) = self.prefetch_workers() {
-            return self.train_epoch_prefetched(&batches, workers);
+            return self.train_epoch_prefetched(&batches, workers, started);
         }
         if let Some(ahead) = &mut self.ahead {
             ahead.clear();
         }
         let mut times = PhaseTimes::default();
-        let mut totals = EpochTotals::new();
+        let mut totals = EpochTotals::new(started);
         let mut split_stats: Vec<split::SplitLayerStats> = Vec::new();
         let mut progress = crate::util::progress::Progress::new(
             &format!("epoch {}", self.pos.epoch),
@@ -933,18 +937,19 @@ impl<'w, B: Backend> Trainer<'w, B> {
 struct EpochTotals {
     /// Losses and counters summed over ranks (and those still on the device).
     losses: StepLosses,
-    /// Steps finished; when the epoch's steps began, and the first one once it has finished.
+    /// Steps finished; when the epoch began (its batch order included), and the first step
+    /// once it has finished.
     steps: usize,
     started: Instant,
     first_step: Option<FirstStep>,
 }
 
 impl EpochTotals {
-    fn new() -> EpochTotals {
+    fn new(started: Instant) -> EpochTotals {
         EpochTotals {
             losses: StepLosses::default(),
             steps: 0,
-            started: Instant::now(),
+            started,
             first_step: None,
         }
     }
@@ -973,10 +978,10 @@ impl EpochTotals {
     }
 }
 
-/// The wall-clock seconds and phases of a run's first step. It pays one-time costs that the
-/// steps after it do not (Open MPI connects a pair of ranks on their first message, buffers
-/// are first touched, GEMM workspaces first sized): on this 2-core machine about five steady
-/// steps' worth, so a short measurement (`--max-steps 8`) that kept it would be a third slower
+/// The wall-clock seconds and phases of a run's first step, from the start of its epoch. It
+/// pays one-time costs that the steps after it do not (the epoch's batch order is made, Open
+/// MPI connects a pair of ranks on their first message, buffers are first touched, GEMM
+/// workspaces first sized): on this 2-core machine about five steady steps' worth, so a short measurement (`--max-steps 8`) that kept it would be a third slower
 /// than the epoch a prediction is for.
 #[derive(Clone, Debug, Default)]
 pub struct FirstStep {

@@ -267,6 +267,7 @@ impl<B: Backend> Trainer<'_, B> {
         &mut self,
         batches: &[Vec<NodeId>],
         workers: Workers,
+        started: Instant,
     ) -> Result<EpochOutcome> {
         let Workers {
             count: workers,
@@ -287,7 +288,7 @@ impl<B: Backend> Trainer<'_, B> {
             (batches.len() - start) as u64,
         );
         let mut times = PhaseTimes::default();
-        let mut totals = EpochTotals::new();
+        let mut totals = EpochTotals::new(started);
         let mut store = StoreStats::default();
         let mut split_stats: Vec<SplitLayerStats> = Vec::new();
         let Trainer {
