@@ -449,6 +449,8 @@ fn auto_picks_the_same_strategy_on_every_rank_with_a_given_calibration() {
             <= (f("first_step_seconds") + 2.0 * f("step_seconds")) / 3.0 * (1.0 + 1e-9),
         "{p}"
     );
+    // A rank's wait at the epoch's end for the slowest is reported apart from the steps.
+    assert!(f("end_wait_seconds") >= 0.0, "{p}");
     assert!(
         p["predicted"]["step_seconds"].as_f64().unwrap() > 0.0,
         "{p}"

@@ -12,6 +12,7 @@ use super::checkpoint::Position;
 use crate::backend::LossSum;
 use crate::comm::World;
 use anyhow::{bail, Result};
+use std::time::Instant;
 
 /// The most steps whose losses wait on the device before they are read.
 pub const READ_EVERY: usize = 16;
@@ -84,9 +85,11 @@ impl StepLosses {
     /// Read the waiting losses (a download each on a device: this waits for the device to
     /// finish the work queued so far), sum them and their counters over ranks in one
     /// collective, and add them in step order; refuse the first non-finite one. Collective.
-    pub fn read(&mut self, world: &World, pos: &mut Position) -> Result<()> {
+    /// Returns the seconds the collective took on this rank: mostly its wait for the slowest
+    /// rank to finish the steps read.
+    pub fn read(&mut self, world: &World, pos: &mut Position) -> Result<f64> {
         if self.pending.is_empty() {
-            return Ok(());
+            return Ok(0.0);
         }
         let pending = std::mem::take(&mut self.pending);
         let mut sums = Vec::with_capacity(pending.len() * 4);
@@ -96,7 +99,9 @@ impl StepLosses {
             sums.extend(p.counts);
             steps.push((p.seeds, p.at));
         }
+        let t = Instant::now();
         world.allreduce_sum_f64(&mut sums);
+        let collective = t.elapsed().as_secs_f64();
         for (s, (seeds, at)) in sums.chunks_exact(4).zip(steps) {
             let batch_loss = s[0] / seeds as f64;
             if !batch_loss.is_finite() {
@@ -116,7 +121,7 @@ impl StepLosses {
             self.counts.1 += s[2] as u64;
             self.counts.2 += s[3] as u64;
         }
-        Ok(())
+        Ok(collective)
     }
 
     /// The mean loss per seed of the steps read so far.

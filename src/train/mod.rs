@@ -97,6 +97,9 @@ struct EpochOutcome {
     split: Vec<split::SplitLayerStats>,
     /// The epoch's first step, when one ran.
     first_step: Option<FirstStep>,
+    /// Seconds this rank waited at the epoch's end, in its last loss read, for the slowest
+    /// rank to finish its steps (see [`EpochTotals::outcome`]).
+    end_wait: f64,
 }
 
 /// One training run on one rank, the model on backend `B`.
@@ -445,6 +448,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
         let mut epoch_times = Vec::new();
         let mut first_of_run: Option<FirstStep> = None;
         let mut total = PhaseTimes::default();
+        let mut end_waits = 0.0;
         let mut final_loss = f64::NAN;
         let mut stopped_early = false;
         let mut run_calls = RunCalls::default();
@@ -469,7 +473,9 @@ impl<'w, B: Backend> Trainer<'w, B> {
                 finished,
                 split,
                 first_step,
+                end_wait,
             } = self.train_epoch()?;
+            end_waits += end_wait;
             let blocked = self.model.params.backend().blocked_seconds();
             let epoch_calls = calls.stop(self.model.params.backend());
             run_calls.add(epoch_calls.as_ref(), self.pos.step - steps_before);
@@ -593,6 +599,7 @@ impl<'w, B: Backend> Trainer<'w, B> {
                     planned,
                     &total,
                     epoch_times.iter().sum(),
+                    end_waits,
                     self.pos.step - first_step,
                     first_of_run.as_ref(),
                 );
@@ -955,7 +962,12 @@ impl EpochTotals {
     }
 
     /// Read the losses still on the device, then what the epoch's steps add up to. The time
-    /// the read waits for the device is the optimizer's (the last work queued). Collective.
+    /// the read waits for the device is the optimizer's (the last work queued), and so is its
+    /// collective's, which is also returned apart as `end_wait`: a rank that finished its
+    /// steps early waits there for the slowest. That wait is once an epoch, not once a step:
+    /// where ranks share cores (4 on the 2-core VM) the last of them to be scheduled again
+    /// after the last step's allreduce came 1-5 ms late, and an 8-step measurement that kept
+    /// the wait in its 7 steps put R-MAT's 1.4 ms step at 2.0. Collective.
     fn outcome(
         mut self,
         world: &World,
@@ -965,7 +977,7 @@ impl EpochTotals {
         split: Vec<split::SplitLayerStats>,
     ) -> Result<EpochOutcome> {
         let t = Instant::now();
-        self.losses.read(world, pos)?;
+        let end_wait = self.losses.read(world, pos)?;
         times.optimizer += t.elapsed().as_secs_f64();
         Ok(EpochOutcome {
             loss: self.losses.mean(),
@@ -974,6 +986,7 @@ impl EpochTotals {
             finished,
             split,
             first_step: self.first_step,
+            end_wait,
         })
     }
 }

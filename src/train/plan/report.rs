@@ -33,6 +33,9 @@ pub struct Measured {
     /// it included.
     pub first_step_seconds: f64,
     pub step_seconds_with_first: f64,
+    /// The longest any rank waited at the epochs' ends for the slowest (left out of the
+    /// steps and phases above).
+    pub end_wait_seconds: f64,
 }
 
 /// One planner phase, predicted and measured, seconds per step.
@@ -102,14 +105,19 @@ pub struct PredictionReport {
 impl PredictionReport {
     /// Compare `planned`'s prediction for `entry` with the run's totals: `total` this rank's
     /// phase seconds, `train_seconds` the epochs' wall-clock seconds without evaluation, over
-    /// `steps` steps, of which `first` was the first. Collective (the slowest rank's phases);
-    /// `None` when no step ran.
+    /// `steps` steps, of which `first` was the first. `end_waits`: what this rank waited at
+    /// the epochs' ends for the slowest rank (in `train_seconds` and in `total`'s optimizer
+    /// phase), left out of both as the first step is, and reported apart: it is once an
+    /// epoch, and the slowest rank, which bounds the measured step, waited for no one.
+    /// Collective (the slowest rank's phases); `None` when no step ran.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         world: &World,
         entry: &str,
         planned: &Planned,
         total: &PhaseTimes,
         train_seconds: f64,
+        end_waits: f64,
         steps: u64,
         first: Option<&FirstStep>,
     ) -> Option<PredictionReport> {
@@ -135,14 +143,17 @@ impl PredictionReport {
             ]
         };
         let n = after.max(1) as f64;
-        let m: Vec<f64> = fields(total)
+        let mut steps_only = total.clone();
+        steps_only.optimizer -= end_waits;
+        let m: Vec<f64> = fields(&steps_only)
             .iter()
             .zip(fields(&skip.phases))
             .map(|(&v, w)| world.allreduce_max_f64(v - w) / n)
             .collect();
-        let step = world.allreduce_max_f64(train_seconds - skip.seconds) / n;
+        let step = world.allreduce_max_f64(train_seconds - end_waits - skip.seconds) / n;
+        let end_wait_seconds = world.allreduce_max_f64(end_waits);
         let first_seconds = world.allreduce_max_f64(first.seconds);
-        let with_first = world.allreduce_max_f64(train_seconds) / steps.max(1) as f64;
+        let with_first = world.allreduce_max_f64(train_seconds - end_waits) / steps.max(1) as f64;
         if steps == 0 {
             return None;
         }
@@ -177,6 +188,7 @@ impl PredictionReport {
                 steps_run: steps,
                 first_step_seconds: first_seconds,
                 step_seconds_with_first: with_first,
+                end_wait_seconds,
             },
             relative_error: (p.step_seconds - step) / step,
         })
