@@ -994,8 +994,9 @@ impl EpochTotals {
 /// The wall-clock seconds and phases of a run's first step, from the start of its epoch. It
 /// pays one-time costs that the steps after it do not (the epoch's batch order is made, Open
 /// MPI connects a pair of ranks on their first message, buffers are first touched, GEMM
-/// workspaces first sized): on this 2-core machine about five steady steps' worth, so a short measurement (`--max-steps 8`) that kept it would be a third slower
-/// than the epoch a prediction is for.
+/// workspaces first sized): on this 2-core machine about five steady steps' worth, so a short
+/// measurement (`--max-steps 8`) that kept it would be a third slower than the epoch a
+/// prediction is for.
 #[derive(Clone, Debug, Default)]
 pub struct FirstStep {
     pub seconds: f64,
