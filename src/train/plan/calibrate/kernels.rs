@@ -2,7 +2,7 @@
 //! forms, aggregation, sparse products, the optimizer, elementwise passes and attention.
 
 use super::KernelTimer;
-use crate::backend::{AdamStep, Backend, EdgeWeights};
+use crate::backend::{AdamStep, Backend, EdgeWeights, GcnNorm};
 use crate::graph::NodeId;
 use crate::sample::Block;
 use crate::train::plan::calibration::{Product, GEMM_SHAPES};
@@ -121,6 +121,36 @@ pub(super) fn aggregate_points<B: Backend>(
         }
     }
     (points, bytes)
+}
+
+/// Entries of the degree table the `gcn_norm` points read (1 MiB of `u32`): a graph of a
+/// quarter million vertices, whose table a step leaves in the host's cache as the points'
+/// repetitions do.
+const GCN_NORM_TABLE: usize = 1 << 18;
+
+/// GCN's normalisation factors of a block ([`GcnNorm::new`] with the graph's degree table),
+/// over blocks of each [`AGGREGATE_SOURCES`] whose sources are spread over the table as a
+/// sampled block's global ids are: `x` = sources + destinations (each a read of the table).
+/// Every GCN layer computes them from its block in every forward, on the host whatever the
+/// backend, in time proportional to the block's vertices and not to its width: on the 2-core
+/// EPYC VM 2.3 ns a vertex, 15.5 µs a call on the R-MAT graph's blocks, and without a price of
+/// their own the 2-rank grid's GCN train phases measured 0.96-1.35× their prediction where
+/// SAGE's measured 0.81-0.98× (`auto-2026-12-06n-epyc-2ranks-epoch-order.md`).
+pub(super) fn gcn_norm_points(timer: KernelTimer) -> Vec<[f64; 2]> {
+    let table: Vec<u32> = (0..GCN_NORM_TABLE).map(|v| (v % 37 + 1) as u32).collect();
+    AGGREGATE_SOURCES
+        .iter()
+        .map(|&src| {
+            let mut block = synthetic_block(src / 4, src);
+            for (i, v) in block.src_nodes.iter_mut().enumerate() {
+                *v = ((i as u64 * 2_654_435_761) % GCN_NORM_TABLE as u64) as NodeId;
+            }
+            let s = timer.point(|| {
+                std::hint::black_box(GcnNorm::new(&block, Some(&table)));
+            });
+            [(block.num_src() + block.num_dst) as f64, s]
+        })
+        .collect()
 }
 
 /// The output widths the sparse products are timed at.

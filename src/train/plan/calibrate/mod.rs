@@ -36,8 +36,8 @@ use gathers::{
     gathers_from_tables, sparse_gather_points, GATHER_TABLE_ROWS, GATHER_WIDTHS,
 };
 use kernels::{
-    aggregate_points, attention_points, elementwise_points, gemm_points, optimizer_points,
-    products_of, spmm_points,
+    aggregate_points, attention_points, elementwise_points, gcn_norm_points, gemm_points,
+    optimizer_points, products_of, spmm_points,
 };
 use sampler::{calibrated_window, routed_ahead_points, sample_ahead_points, sample_points};
 
@@ -289,7 +289,6 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
     let gather = gather_points(host);
     let gather_far = gather_far_points(host, cache_of_host());
     let gather_tables = gather_table_points(host, cache_of_host());
-    let sparse_gather = sparse_gather_points(host);
     if B::IS_HOST {
         put("h2d", vec![]);
         put("d2h", vec![]);
@@ -303,6 +302,7 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
     let evictor = eviction_if(share.turns == 1);
     let evict = evictor.as_ref();
     let model = kernels.cold(evict.filter(|_| B::IS_HOST));
+    let sparse_gather = sparse_gather_points(host.cold(evict));
     let [gemm, gemm_tn, gemm_nt] = Product::ALL.map(|form| gemm_points(be, model, form));
     let aggregate = aggregate_points(be, model);
     // Back to back too, where the points above start cold: the kernels of a step whose data
@@ -329,6 +329,7 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
     put("sample_ahead", sample_ahead_points(world, evict));
     put("sample_ahead_routed", routed_ahead_points(world, evict));
     put("optimizer", optimizer_points(be, kernels));
+    put("gcn_norm", gcn_norm_points(host));
     put("attention", attention_points(be, kernels));
     put("elementwise", elementwise_points(be, kernels));
     put(

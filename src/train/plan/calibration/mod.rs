@@ -49,8 +49,10 @@ pub use fit::Fit;
 /// sampler timed over two synthetic graphs and priced by its edges and by the vertices whose
 /// neighbours it reads, 29 the products' forward form and the aggregation also timed back to
 /// back, `gemm_warm` and `aggregate_warm`, and priced between the two by how much of a step's
-/// data the host's cache holds ([`Calibration::with_warm_kernels`]).)
-pub const FORMAT: u32 = 29;
+/// data the host's cache holds ([`Calibration::with_warm_kernels`]), 30 GCN's normalisation
+/// factors of a block, `gcn_norm`, and the `gather_sparse` of CSR rows timed from evicted
+/// caches where every rank has cores of its own.)
+pub const FORMAT: u32 = 30;
 
 /// Dense products `m×k · k×n` of the shapes layers use, each into a newly allocated output as a
 /// layer's are: square-ish ones, bound by their flops (2·m·k·n), and skinny ones (a layer into
@@ -161,6 +163,7 @@ pub const OPERATORS: &[(&str, &str)] = &[
     ("sample_ahead", "edge"),
     ("sample_ahead_routed", "edge"),
     ("optimizer", "param"),
+    ("gcn_norm", "vertex"),
     ("attention", "edge_col"),
     ("elementwise", "byte"),
     ("drift", "second"),

@@ -180,8 +180,9 @@ pub(super) fn activation(shape: &ModelShape, cal: &Calibration, l: usize, nd: f6
     }
 }
 
-/// Layer `l`'s products and aggregations (or attention) over a block of `nd` destinations,
-/// `ns` sources and `e` edges, forward and backward; the input layer in `order`.
+/// Layer `l`'s products and aggregations (or attention), and GCN's normalisation, over a block
+/// of `nd` destinations, `ns` sources and `e` edges, forward and backward; the input layer in
+/// `order`.
 pub(super) fn layer(
     shape: &ModelShape,
     cal: &Calibration,
@@ -191,9 +192,10 @@ pub(super) fn layer(
     scanned: bool,
 ) -> f64 {
     let (i, o) = (shape.in_w[l], shape.out_w[l]);
+    let norm = normalisation(shape.kind, cal, nd, ns);
     if l == 0 {
         if let Some(nnz) = shape.input_nnz {
-            return sparse_input_layer(shape.kind, cal, (i, o), (nd, ns, e), nnz, scanned);
+            return norm + sparse_input_layer(shape.kind, cal, (i, o), (nd, ns, e), nnz, scanned);
         }
     }
     let w = layer_work(
@@ -204,12 +206,23 @@ pub(super) fn layer(
         if l == 0 { order } else { Order::Cheaper },
     );
     // GAT's layers run one attention (forward and backward) each instead of aggregations.
-    w.product_seconds(cal)
+    norm + w.product_seconds(cal)
         + if w.attention_cols > 0.0 {
             cal.op("attention").seconds(w.attention_cols, 1.0)
         } else {
             w.aggregations.seconds(cal)
         }
+}
+
+/// A GCN layer's normalisation factors of its block, computed in every forward from the
+/// block's `ns` sources and `nd` destinations (`nn::gcn`, priced by `gcn_norm`); no other
+/// layer has them.
+fn normalisation(kind: ModelKind, cal: &Calibration, nd: f64, ns: f64) -> f64 {
+    if kind == ModelKind::Gcn {
+        cal.op("gcn_norm").seconds(ns + nd, 1.0)
+    } else {
+        0.0
+    }
 }
 
 /// An input layer on sparse rows (`nnz` stored per row, `i` columns dense): the scan that

@@ -988,6 +988,41 @@ fn gat_projects_every_source_and_pays_its_attention_per_edge() {
     assert_eq!(first.attention_cols, w.attention_cols);
 }
 
+/// A GCN layer pays its block's normalisation factors (`gcn_norm`, per source and
+/// destination) on top of its products and aggregations; a SAGE layer has none.
+#[test]
+fn gcn_layers_pay_their_normalisation_per_vertex_and_sage_layers_none() {
+    let mut cal = machine();
+    let rows = (200.0, 1000.0, 2000.0);
+    let gcn = shape();
+    let sage = ModelShape {
+        kind: ModelKind::Sage,
+        ..shape()
+    };
+    let before = [&gcn, &sage].map(|s| layer(s, &cal, 0, rows, Order::Cheaper, false));
+    let norm = cal.operators.get_mut("gcn_norm").unwrap();
+    (norm.latency_s, norm.per_unit_s) = (1e-6, 2e-9);
+    let after = [&gcn, &sage].map(|s| layer(s, &cal, 0, rows, Order::Cheaper, false));
+    let want = 1e-6 + 1200.0 * 2e-9;
+    assert!(
+        (after[0] - before[0] - want).abs() < 1e-15,
+        "{after:?} {before:?}"
+    );
+    assert_eq!(after[1], before[1]);
+    // The sparse input layer pays it too.
+    let sparse = ModelShape {
+        input_nnz: Some(5.0),
+        ..shape()
+    };
+    let with = layer(&sparse, &cal, 0, rows, Order::Cheaper, false);
+    cal.operators.get_mut("gcn_norm").unwrap().per_unit_s = 0.0;
+    let without = layer(&sparse, &cal, 0, rows, Order::Cheaper, false);
+    assert!(
+        (with - without - 1200.0 * 2e-9).abs() < 1e-15,
+        "{with} {without}"
+    );
+}
+
 /// A step pays its gradient allreduce, and a sixteenth of the one that sums the losses and
 /// counters of 16 steps (`losses::READ_EVERY`), latency included.
 #[test]
