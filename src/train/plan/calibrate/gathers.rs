@@ -156,8 +156,8 @@ pub(super) fn gathers_from_tables(
 /// entries (a column and a value each). Priced as the dense gather, Facebook's batches (~14
 /// non-zeros a row) gathered at 2.5× their prediction on one rank (2-core VM): the sparse
 /// path looks every row up, counts its entries and places them, more per row than a copy.
-/// `timer` starts every run from evicted caches where every rank has cores of its own
-/// ([`KernelTimer::cold`]), as a step's gather follows the last step's products: timed back
+/// On a host backend `timer` starts every run from evicted caches where every rank has cores
+/// of its own ([`KernelTimer::cold`]), as a step's gather follows the last step's products: timed back
 /// to back (10-28 ns a row of 8 entries), Facebook's 2-rank GDP batches were priced at 0.30
 /// ms of load where they measured 0.63-1.07 (2-core EPYC VM), and from evicted caches (15-89
 /// ns a row) at 0.62.

@@ -302,7 +302,9 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
     let evictor = eviction_if(share.turns == 1);
     let evict = evictor.as_ref();
     let model = kernels.cold(evict.filter(|_| B::IS_HOST));
-    let sparse_gather = sparse_gather_points(host.cold(evict));
+    // On a host backend a step's gather follows the last step's products, which push the
+    // store out of the caches; a device's step leaves them to the host's sampling and gathers.
+    let sparse_gather = sparse_gather_points(host.cold(evict.filter(|_| B::IS_HOST)));
     let [gemm, gemm_tn, gemm_nt] = Product::ALL.map(|form| gemm_points(be, model, form));
     let aggregate = aggregate_points(be, model);
     // Back to back too, where the points above start cold: the kernels of a step whose data

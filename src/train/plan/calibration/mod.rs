@@ -51,7 +51,7 @@ pub use fit::Fit;
 /// back, `gemm_warm` and `aggregate_warm`, and priced between the two by how much of a step's
 /// data the host's cache holds ([`Calibration::with_warm_kernels`]), 30 GCN's normalisation
 /// factors of a block, `gcn_norm`, and the `gather_sparse` of CSR rows timed from evicted
-/// caches where every rank has cores of its own.)
+/// caches on a host backend where every rank has cores of its own.)
 pub const FORMAT: u32 = 30;
 
 /// Dense products `m×k · k×n` of the shapes layers use, each into a newly allocated output as a
