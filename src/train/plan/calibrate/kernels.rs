@@ -2,7 +2,7 @@
 //! forms, aggregation, sparse products, the optimizer, elementwise passes and attention.
 
 use super::KernelTimer;
-use crate::backend::{AdamStep, Backend, EdgeWeights, GcnNorm};
+use crate::backend::{AdamStep, Backend, BlockTranspose, EdgeWeights, GcnNorm};
 use crate::graph::NodeId;
 use crate::sample::Block;
 use crate::train::plan::calibration::{Product, GEMM_SHAPES};
@@ -114,6 +114,41 @@ pub(super) fn aggregate_points<B: Backend>(
                 be.upload(Array2::from_shape_fn((src, w), |(i, j)| ((i + j) % 3) as f32).view());
             let s = timer.point(|| {
                 let out = be.aggregate(&g, be.view(&x), EdgeWeights::Mean);
+                let _ = be.download(be.rows(be.view(&out), 0..1));
+            });
+            points.push([edges as f64, s]);
+            bytes.push((edges * w * 4) as f64);
+        }
+    }
+    (points, bytes)
+}
+
+/// The transposed aggregation a backward pass runs (`aggregate_transpose`: each source's sum
+/// of its destinations' gradient rows), over the blocks and at the widths of
+/// [`aggregate_points`], the same `x` and bytes point by point. On a host backend every run
+/// builds the block's transpose first, as a step's backward does on first use; a device's
+/// comes built by the prefetch workers, so it is built once, untimed. Priced as another
+/// forward pass, it was under-priced where it is wide: at 64 columns a 1-thread pass with
+/// its transpose took 1.9-2.6× the forward over the same block (2-core EPYC VM), it writes a
+/// row per source where the forward writes one per destination; rows of up to 16 columns are
+/// scattered without a transpose, 0.4-1.3× the forward.
+pub(super) fn aggregate_transpose_points<B: Backend>(
+    be: &B,
+    timer: KernelTimer,
+) -> (Vec<[f64; 2]>, Vec<f64>) {
+    let (mut points, mut bytes) = (Vec::new(), Vec::new());
+    for &src in &AGGREGATE_SOURCES {
+        let block = synthetic_block(src / 4, src);
+        let (dst, edges) = (block.num_dst, block.num_edges());
+        let built = (!B::IS_HOST).then(|| be.transpose_of(BlockTranspose::new(&block)));
+        let g = be.graph(block);
+        for &w in &AGGREGATE_WIDTHS {
+            let d =
+                be.upload(Array2::from_shape_fn((dst, w), |(i, j)| ((i + j) % 3) as f32).view());
+            let s = timer.point(|| {
+                let fresh = B::Transpose::default();
+                let t = built.as_ref().unwrap_or(&fresh);
+                let out = be.aggregate_transpose(&g, t, be.view(&d), EdgeWeights::Mean);
                 let _ = be.download(be.rows(be.view(&out), 0..1));
             });
             points.push([edges as f64, s]);

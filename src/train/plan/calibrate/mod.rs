@@ -36,8 +36,8 @@ use gathers::{
     gathers_from_tables, sparse_gather_points, GATHER_TABLE_ROWS, GATHER_WIDTHS,
 };
 use kernels::{
-    aggregate_points, attention_points, elementwise_points, gcn_norm_points, gemm_points,
-    optimizer_points, products_of, spmm_points,
+    aggregate_points, aggregate_transpose_points, attention_points, elementwise_points,
+    gcn_norm_points, gemm_points, optimizer_points, products_of, spmm_points,
 };
 use sampler::{calibrated_window, routed_ahead_points, sample_ahead_points, sample_points};
 
@@ -307,6 +307,7 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
     let sparse_gather = sparse_gather_points(host.cold(evict.filter(|_| B::IS_HOST)));
     let [gemm, gemm_tn, gemm_nt] = Product::ALL.map(|form| gemm_points(be, model, form));
     let aggregate = aggregate_points(be, model);
+    let aggregate_transpose = aggregate_transpose_points(be, model);
     // Back to back too, where the points above start cold: the kernels of a step whose data
     // stays in the host's cache (`Calibration::with_warm_kernels`).
     let (gemm_warm, aggregate_warm) = if B::IS_HOST && evict.is_some() {
@@ -346,6 +347,7 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
     ops.insert("gemm_tn", gemm_tn);
     ops.insert("gemm_nt", gemm_nt);
     ops.insert("aggregate", aggregate);
+    ops.insert("aggregate_transpose", aggregate_transpose);
     ops.insert("gemm_warm", gemm_warm);
     ops.insert("aggregate_warm", aggregate_warm);
     ops.insert("spmm", spmm);
@@ -478,8 +480,15 @@ pub fn calibrate<B: Backend>(be: &B, world: &World, key: CalibrationKey) -> Cali
             }
             // Priced through their points by rows and row size (`Fit::by_grid`); the line
             // is kept for reading.
-            "gather" | "gather_far" | "gather_sparse" | "aggregate" | "aggregate_warm" | "spmm"
-            | "sample" | "sample_warm" => Fit {
+            "gather"
+            | "gather_far"
+            | "gather_sparse"
+            | "aggregate"
+            | "aggregate_warm"
+            | "aggregate_transpose"
+            | "spmm"
+            | "sample"
+            | "sample_warm" => Fit {
                 by_points: true,
                 ..Fit::least_squares_relative_with_bytes(unit, points, bytes)
             },

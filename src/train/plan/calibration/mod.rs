@@ -51,8 +51,9 @@ pub use fit::Fit;
 /// back, `gemm_warm` and `aggregate_warm`, and priced between the two by how much of a step's
 /// data the host's cache holds ([`Calibration::with_warm_kernels`]), 30 GCN's normalisation
 /// factors of a block, `gcn_norm`, and the `gather_sparse` of CSR rows timed from evicted
-/// caches on a host backend where every rank has cores of its own.)
-pub const FORMAT: u32 = 30;
+/// caches on a host backend where every rank has cores of its own, 31 the backward's
+/// transposed aggregation, `aggregate_transpose`.)
+pub const FORMAT: u32 = 31;
 
 /// Dense products `m×k · k×n` of the shapes layers use, each into a newly allocated output as a
 /// layer's are: square-ish ones, bound by their flops (2·m·k·n), and skinny ones (a layer into
@@ -157,6 +158,7 @@ pub const OPERATORS: &[(&str, &str)] = &[
     ("gemm_warm", "flop"),
     ("aggregate", "edge"),
     ("aggregate_warm", "edge"),
+    ("aggregate_transpose", "edge"),
     ("spmm", "nnz"),
     ("sample", "edge"),
     ("sample_warm", "edge"),
@@ -338,6 +340,21 @@ impl Calibration {
         for (cold, warm_op) in pairs {
             if let (Some(c), Some(h)) = (self.operators.get(cold), hot(warm_op)) {
                 cal.operators.insert(cold.to_string(), c.toward(h, warm));
+            }
+        }
+        // The transposed aggregation has no back-to-back points: each of its points moves as
+        // far as the forward's point of the same block and width did.
+        if let (Some(before), Some(after), Some(t)) = (
+            self.operators.get("aggregate"),
+            cal.operators.get("aggregate").cloned(),
+            cal.operators.get_mut("aggregate_transpose"),
+        ) {
+            if t.points.len() == before.points.len() && t.point_bytes == before.point_bytes {
+                for ((p, b), a) in t.points.iter_mut().zip(&before.points).zip(&after.points) {
+                    if b[1] > 0.0 {
+                        p[1] *= a[1] / b[1];
+                    }
+                }
             }
         }
         Cow::Owned(cal)

@@ -660,6 +660,18 @@ fn warm_kernels_move_the_products_line_and_the_aggregations_points() {
     for (p, want) in half.op("aggregate").points.iter().zip([3e-4, 6e-4]) {
         assert!((p[1] - want).abs() < 1e-18, "{p:?}");
     }
+    // The transposed aggregation, timed cold only, moves as far as the forward's points.
+    cal.operators
+        .insert("aggregate_transpose".into(), grid(8e-10, [1e-3, 2e-3]));
+    let half = cal.with_warm_kernels(0.5);
+    for (p, want) in half
+        .op("aggregate_transpose")
+        .points
+        .iter()
+        .zip([7.5e-4, 1.5e-3])
+    {
+        assert!((p[1] - want).abs() < 1e-18, "{p:?}");
+    }
     // The rest is untouched, and a share beyond 1 is 1.
     assert_eq!(half.op("sample"), cal.op("sample"));
     assert_eq!(cal.with_warm_kernels(3.0).op("gemm").per_unit_s, 1e-11);

@@ -60,15 +60,24 @@ impl Aggregations {
         self.passes * self.edges * self.width
     }
 
-    /// Seconds through the calibrated `aggregate` operator, priced by edges and the bytes of
-    /// the rows they read (`calibrate::aggregate_points`).
+    /// Seconds through the calibrated operators, each pass priced by its edges and the bytes
+    /// of the rows they read: the forward by `aggregate` (`calibrate::aggregate_points`), a
+    /// backward one by `aggregate_transpose` (its transpose built on the host included), or
+    /// as a forward one where the calibration has no such points.
     pub fn seconds(&self, cal: &Calibration) -> f64 {
         if self.passes <= 0.0 || self.edges <= 0.0 {
             return 0.0;
         }
-        let edges = self.passes * self.edges;
-        cal.op("aggregate")
-            .seconds_touching(edges, edges * self.width * 4.0, self.passes)
+        let pass = |op: &str| {
+            cal.op(op)
+                .seconds_touching(self.edges, self.edges * self.width * 4.0, 1.0)
+        };
+        let transposed = if cal.op("aggregate_transpose").priced() {
+            "aggregate_transpose"
+        } else {
+            "aggregate"
+        };
+        pass("aggregate") + (self.passes - 1.0).max(0.0) * pass(transposed)
     }
 }
 

@@ -596,6 +596,14 @@ fn aggregations_are_priced_by_edges_and_the_width_of_their_rows() {
     let wide = agg(1e4, 1024.0, 1.0).seconds(&cal);
     assert!(wide > 1.1 * narrow, "wide {wide} narrow {narrow}");
     assert_eq!(Aggregations::default().seconds(&cal), 0.0);
+    // A backward pass is priced by the transposed aggregation's own points where the
+    // calibration has them: here three times the forward's.
+    let mut transposed = cal.op("aggregate").clone();
+    transposed.points.iter_mut().for_each(|p| p[1] *= 3.0);
+    cal.operators
+        .insert("aggregate_transpose".into(), transposed);
+    assert!(close(agg(1e3, 16.0, 1.0).seconds(&cal), 4e-6));
+    assert!(close(agg(1e3, 16.0, 2.0).seconds(&cal), 4e-6 + 12e-6));
 }
 
 #[test]
