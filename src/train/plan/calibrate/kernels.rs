@@ -104,19 +104,37 @@ pub(super) fn aggregate_points<B: Backend>(
     be: &B,
     timer: KernelTimer,
 ) -> (Vec<[f64; 2]>, Vec<f64>) {
+    aggregation_grid(
+        be,
+        |_| (),
+        |g, _, (src, _), w| {
+            let x =
+                be.upload(Array2::from_shape_fn((src, w), |(i, j)| ((i + j) % 3) as f32).view());
+            timer.point(|| {
+                let out = be.aggregate(g, be.view(&x), EdgeWeights::Mean);
+                let _ = be.download(be.rows(be.view(&out), 0..1));
+            })
+        },
+    )
+}
+
+/// The points of an aggregation's pass over a block of each [`AGGREGATE_SOURCES`] at each
+/// [`AGGREGATE_WIDTHS`]: `time(graph, prepared, (sources, destinations), width)` gives a
+/// point's seconds, `prepare` what its block needs before it becomes a graph; `x` = edges,
+/// and the bytes of the rows they read (edges × width × 4).
+fn aggregation_grid<B: Backend, T>(
+    be: &B,
+    prepare: impl Fn(&Block) -> T,
+    mut time: impl FnMut(&B::Graph, &T, (usize, usize), usize) -> f64,
+) -> (Vec<[f64; 2]>, Vec<f64>) {
     let (mut points, mut bytes) = (Vec::new(), Vec::new());
     for &src in &AGGREGATE_SOURCES {
         let block = synthetic_block(src / 4, src);
-        let edges = block.num_edges();
+        let (dst, edges) = (block.num_dst, block.num_edges());
+        let prepared = prepare(&block);
         let g = be.graph(block);
         for &w in &AGGREGATE_WIDTHS {
-            let x =
-                be.upload(Array2::from_shape_fn((src, w), |(i, j)| ((i + j) % 3) as f32).view());
-            let s = timer.point(|| {
-                let out = be.aggregate(&g, be.view(&x), EdgeWeights::Mean);
-                let _ = be.download(be.rows(be.view(&out), 0..1));
-            });
-            points.push([edges as f64, s]);
+            points.push([edges as f64, time(&g, &prepared, (src, dst), w)]);
             bytes.push((edges * w * 4) as f64);
         }
     }
@@ -136,26 +154,20 @@ pub(super) fn aggregate_transpose_points<B: Backend>(
     be: &B,
     timer: KernelTimer,
 ) -> (Vec<[f64; 2]>, Vec<f64>) {
-    let (mut points, mut bytes) = (Vec::new(), Vec::new());
-    for &src in &AGGREGATE_SOURCES {
-        let block = synthetic_block(src / 4, src);
-        let (dst, edges) = (block.num_dst, block.num_edges());
-        let built = (!B::IS_HOST).then(|| be.transpose_of(BlockTranspose::new(&block)));
-        let g = be.graph(block);
-        for &w in &AGGREGATE_WIDTHS {
+    aggregation_grid(
+        be,
+        |block| (!B::IS_HOST).then(|| be.transpose_of(BlockTranspose::new(block))),
+        |g, built, (_, dst), w| {
             let d =
                 be.upload(Array2::from_shape_fn((dst, w), |(i, j)| ((i + j) % 3) as f32).view());
-            let s = timer.point(|| {
+            timer.point(|| {
                 let fresh = B::Transpose::default();
                 let t = built.as_ref().unwrap_or(&fresh);
-                let out = be.aggregate_transpose(&g, t, be.view(&d), EdgeWeights::Mean);
+                let out = be.aggregate_transpose(g, t, be.view(&d), EdgeWeights::Mean);
                 let _ = be.download(be.rows(be.view(&out), 0..1));
-            });
-            points.push([edges as f64, s]);
-            bytes.push((edges * w * 4) as f64);
-        }
-    }
-    (points, bytes)
+            })
+        },
+    )
 }
 
 /// Entries of the degree table the `gcn_norm` points read (1 MiB of `u32`): a graph of a
