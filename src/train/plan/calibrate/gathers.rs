@@ -157,10 +157,10 @@ pub(super) fn gathers_from_tables(
 /// non-zeros a row) gathered at 2.5× their prediction on one rank (2-core VM): the sparse
 /// path looks every row up, counts its entries and places them, more per row than a copy.
 /// On a host backend `timer` starts every run from evicted caches where every rank has cores
-/// of its own ([`KernelTimer::cold`]), as a step's gather follows the last step's products: timed back
-/// to back (10-28 ns a row of 8 entries), Facebook's 2-rank GDP batches were priced at 0.30
-/// ms of load where they measured 0.63-1.07 (2-core EPYC VM), and from evicted caches (15-89
-/// ns a row) at 0.62.
+/// of its own ([`KernelTimer::cold`]), as a step's gather follows the last step's products:
+/// timed back to back (10-28 ns a row of 8 entries), Facebook's 2-rank GDP batches were
+/// priced at 0.30 ms of load where they measured 0.63-1.07 (2-core EPYC VM), and from
+/// evicted caches (15-89 ns a row) at 0.62.
 pub(super) fn sparse_gather_points(timer: KernelTimer) -> (Vec<[f64; 2]>, Vec<f64>) {
     let (table_rows, width) = (1usize << 13, 1024usize);
     let (mut points, mut bytes) = (Vec::new(), Vec::new());

@@ -180,9 +180,10 @@ const GCN_NORM_TABLE: usize = 1 << 18;
 /// sampled block's global ids are: `x` = sources + destinations (each a read of the table).
 /// Every GCN layer computes them from its block in every forward, on the host whatever the
 /// backend, in time proportional to the block's vertices and not to its width: on the 2-core
-/// EPYC VM 2.3 ns a vertex, 15.5 µs a call on the R-MAT graph's blocks, and without a price of
-/// their own the 2-rank grid's GCN train phases measured 0.96-1.35× their prediction where
-/// SAGE's measured 0.81-0.98× (`auto-2026-12-06n-epyc-2ranks-epoch-order.md`).
+/// EPYC VM 2.3 ns a vertex, 15.5 µs a call on the R-MAT graph's blocks. Without a price of
+/// their own the 2-rank grid's GCN train phases measured 1.12× their prediction (median) where
+/// SAGE's measured 0.96× (`auto-2026-12-06n-epyc-2ranks-epoch-order.md`); with it 1.14×
+/// against 0.99× (`auto-2026-12-06q-epyc-2ranks-gcn-norm.md`): a small share of that gap.
 pub(super) fn gcn_norm_points(timer: KernelTimer) -> Vec<[f64; 2]> {
     let table: Vec<u32> = (0..GCN_NORM_TABLE).map(|v| (v % 37 + 1) as u32).collect();
     AGGREGATE_SOURCES
