@@ -593,16 +593,14 @@ impl<'w, B: Backend> Trainer<'w, B> {
             .and_then(|planned| Some((planned, plan::entry_of(self.cfg.strategy)?)));
         let (prediction, prediction_skipped) = match planned {
             Some((planned, entry)) => {
-                let report = plan::report::PredictionReport::new(
-                    self.world,
-                    entry,
-                    planned,
-                    &total,
-                    epoch_times.iter().sum(),
+                let run = plan::report::RunTotals {
+                    phases: &total,
+                    train_seconds: epoch_times.iter().sum(),
                     end_waits,
-                    self.pos.step - first_step,
-                    first_of_run.as_ref(),
-                );
+                    steps: self.pos.step - first_step,
+                    first: first_of_run.as_ref(),
+                };
+                let report = plan::report::PredictionReport::new(self.world, entry, planned, run);
                 if let (Some(r), 0) = (&report, self.world.rank()) {
                     log::info!(
                         "planner: {entry} predicted {:.4} s per step, measured {:.4} s ({:+.1}%)",

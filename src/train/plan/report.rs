@@ -102,25 +102,40 @@ pub struct PredictionReport {
     pub phases: PhaseErrors,
 }
 
+/// What a run's epochs add up to on this rank, for [`PredictionReport::new`].
+#[derive(Clone, Copy, Debug)]
+pub struct RunTotals<'a> {
+    /// This rank's phase seconds.
+    pub phases: &'a PhaseTimes,
+    /// The epochs' wall-clock seconds without evaluation.
+    pub train_seconds: f64,
+    /// What this rank waited at the epochs' ends for the slowest rank (in `train_seconds` and
+    /// in `phases`' optimizer phase).
+    pub end_waits: f64,
+    /// Steps run, of which `first` was the first.
+    pub steps: u64,
+    pub first: Option<&'a FirstStep>,
+}
+
 impl PredictionReport {
-    /// Compare `planned`'s prediction for `entry` with the run's totals: `total` this rank's
-    /// phase seconds, `train_seconds` the epochs' wall-clock seconds without evaluation, over
-    /// `steps` steps, of which `first` was the first. `end_waits`: what this rank waited at
-    /// the epochs' ends for the slowest rank (in `train_seconds` and in `total`'s optimizer
-    /// phase), left out of both as the first step is, and reported apart: it is once an
-    /// epoch, and the slowest rank, which bounds the measured step, waited for no one.
-    /// Collective (the slowest rank's phases); `None` when no step ran.
-    #[allow(clippy::too_many_arguments)]
+    /// Compare `planned`'s prediction for `entry` with the run's totals. The first step and
+    /// the end waits are left out of the measured step and phases; the end waits are
+    /// reported apart: they are once an epoch, and the slowest rank, which bounds the
+    /// measured step, waited for no one. Collective (the slowest rank's phases); `None` when
+    /// no step ran.
     pub fn new(
         world: &World,
         entry: &str,
         planned: &Planned,
-        total: &PhaseTimes,
-        train_seconds: f64,
-        end_waits: f64,
-        steps: u64,
-        first: Option<&FirstStep>,
+        run: RunTotals,
     ) -> Option<PredictionReport> {
+        let RunTotals {
+            phases: total,
+            train_seconds,
+            end_waits,
+            steps,
+            first,
+        } = run;
         let p = &planned.prediction.strategies[entry];
         let epoch_batches = planned.prediction.epoch_batches;
         let first = first.cloned().unwrap_or_default();
