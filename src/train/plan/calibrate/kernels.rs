@@ -204,26 +204,35 @@ pub(super) fn gcn_norm_points(timer: KernelTimer) -> Vec<[f64; 2]> {
 /// The output widths the sparse products are timed at.
 const SPMM_WIDTHS: [usize; 4] = [16, 64, 256, 1024];
 
-/// Products with sparse input rows (bag-of-words features at 1 % density, 4096 columns), the
-/// forward `x·w` and the weight gradient `xᵀ·d` together, at the output widths of the layers
-/// trained (16 to 1024 columns) and over 1024 and 4096 of the rows: `x` = 2 × stored
-/// non-zeros (each read by both products), the bytes the row of `w` (or of the gradient)
-/// each non-zero reads, `4 ×` the width. Priced through these points by non-zeros and width
-/// ([`Fit::by_grid`](crate::train::plan::calibration::Fit::by_grid)), as the aggregation is
-/// by edges and row size: a non-zero's cost per column is not one number (on the Xeon VM
+/// Products with sparse input rows (bag-of-words features: 41 draws a row over 4096 columns,
+/// about 1 % density), the forward `x·w` and the weight gradient `xᵀ·d` together, at the
+/// output widths of the layers trained (16 to 1024 columns) and over 1024 and 4096 of the rows:
+/// `x` = 2 × stored non-zeros (each read by both products), the bytes the row of `w` (or of the
+/// gradient) each non-zero reads, `4 ×` the width. Priced through these points by non-zeros and
+/// width ([`Fit::by_grid`](crate::train::plan::calibration::Fit::by_grid)), as the aggregation
+/// is by edges and row size: a non-zero's cost per column is not one number (on the Xeon VM
 /// 0.12 ns at 64 columns, 0.18 at 256 and 0.26 at 1024, as the weight outgrows the 2 MB L2),
 /// and the line through widths up to 256 that priced them left Facebook's 2-rank steps of
 /// hidden 1024 at 1.14-1.49× their predicted train phase. A backend without a sparse path (it
 /// multiplies such rows densely, priced by `gemm`) has no points: the operator is free and
 /// unused.
+///
+/// The columns are drawn by Zipf's law ([`zipf_columns`]), as words are: a real bag-of-words
+/// matrix reads a few hot rows of `w` most of the time, and they stay in the caches. Columns
+/// drawn evenly (formats 21-31) read every row of `w` alike; at 1024 columns that is 16 MiB a
+/// rank, and two ranks' weights and gradients overflow a shared 32 MiB L3. On the 2-core Zen 3
+/// VM, over 16,384 of Facebook's rows (230k non-zeros, 1024 columns, both products), two ranks
+/// at once took 115-125 ms a rank on Facebook's own columns, 120-127 on Zipf columns and
+/// 200-230 on even ones (one rank of two threads: 63, 62 and 86 ms); the even columns had
+/// priced the 2-rank grid's Facebook train phases of hidden 1024 at 1.5-2.0× their measured
+/// time for SAGE and 1.0-1.3× for GCN (`auto-2026-12-07s-zen3-2ranks.md`).
 pub(super) fn spmm_points<B: Backend>(be: &B, timer: KernelTimer) -> (Vec<[f64; 2]>, Vec<f64>) {
     let (rows, cols, per_row) = (4096usize, 4096usize, 41usize);
     let mut dense = Array2::<f32>::zeros((rows, cols));
-    for i in 0..rows {
-        for t in 0..per_row {
-            let j = ((i * per_row + t) as u64 * 2_654_435_761 % cols as u64) as usize;
-            dense[(i, j)] = 1.0;
-        }
+    let columns = zipf_columns(rows * per_row, cols);
+    for (k, &j) in columns.iter().enumerate() {
+        // Repeated draws within a row are one non-zero (the count below is of the stored).
+        dense[(k / per_row, j)] = 1.0;
     }
     let dev = be.upload(dense.view());
     let Some(x) = be.sparse_from_dense(be.view(&dev)) else {
@@ -253,6 +262,29 @@ pub(super) fn spmm_points<B: Backend>(be: &B, timer: KernelTimer) -> (Vec<[f64; 
         }
     }
     (points, bytes)
+}
+
+/// `draws` column indices in `0..cols` drawn by Zipf's law with exponent 1 (the column of
+/// popularity rank `r` with probability ∝ `1/(r+1)`), deterministically (a hashed counter);
+/// ranks are scattered over the columns by an odd multiplier (one to one where `cols` is a
+/// power of two), so hot rows of `w` are not adjacent in memory. Of Facebook's 4,714 columns
+/// the top 5 % hold 73 % of the non-zeros and the top 10 % 86 %; of these 4,096, 66 % and 74 %.
+pub(super) fn zipf_columns(draws: usize, cols: usize) -> Vec<usize> {
+    let mut cdf: Vec<f64> = (1..=cols).map(|r| 1.0 / r as f64).collect();
+    let mut total = 0.0;
+    for c in cdf.iter_mut() {
+        total += *c;
+        *c = total;
+    }
+    (0..draws as u64)
+        .map(|k| {
+            let h = (k + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let h = (h ^ (h >> 31)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            let u = (h >> 11) as f64 / (1u64 << 53) as f64 * total;
+            let rank = cdf.partition_point(|&c| c < u).min(cols - 1);
+            (rank as u64 * 2_654_435_761 % cols as u64) as usize
+        })
+        .collect()
 }
 
 /// The optimizer's share of a step: zeroing the gradients and one Adam update, over flat

@@ -141,3 +141,31 @@ fn the_sampler_is_timed_over_two_graphs_with_its_vertices() {
         assert!(p[1] > 0.0);
     }
 }
+
+/// The sparse products' columns follow Zipf's law as a bag-of-words matrix's do: the hottest
+/// column draws about 1/H(4096) of the non-zeros, the top 5 % about two thirds, and nearly
+/// every column is drawn (no two ranks map onto one column).
+#[test]
+fn sparse_product_columns_are_drawn_by_zipfs_law() {
+    let cols = 4096;
+    let draws = kernels::zipf_columns(cols * 41, cols);
+    assert_eq!(
+        draws,
+        kernels::zipf_columns(cols * 41, cols),
+        "deterministic"
+    );
+    let mut counts = vec![0usize; cols];
+    for &j in &draws {
+        counts[j] += 1;
+    }
+    counts.sort_unstable_by(|a, b| b.cmp(a));
+    let share = |top: usize| counts[..top].iter().sum::<usize>() as f64 / draws.len() as f64;
+    let harmonic: f64 = (1..=cols).map(|r| 1.0 / r as f64).sum();
+    assert!((share(1) - 1.0 / harmonic).abs() < 0.01, "{}", share(1));
+    assert!(
+        (0.62..0.70).contains(&share(cols / 20)),
+        "{}",
+        share(cols / 20)
+    );
+    assert!(counts.iter().filter(|&&c| c > 0).count() > cols * 9 / 10);
+}

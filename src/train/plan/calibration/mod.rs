@@ -52,8 +52,9 @@ pub use fit::Fit;
 /// data the host's cache holds ([`Calibration::with_warm_kernels`]), 30 GCN's normalisation
 /// factors of a block, `gcn_norm`, and the `gather_sparse` of CSR rows timed from evicted
 /// caches on a host backend where every rank has cores of its own, 31 the backward's
-/// transposed aggregation, `aggregate_transpose`.)
-pub const FORMAT: u32 = 31;
+/// transposed aggregation, `aggregate_transpose`, 32 the sparse products over columns drawn
+/// by Zipf's law, as a bag-of-words matrix's are.)
+pub const FORMAT: u32 = 32;
 
 /// Dense products `m×k · k×n` of the shapes layers use, each into a newly allocated output as a
 /// layer's are: square-ish ones, bound by their flops (2·m·k·n), and skinny ones (a layer into
