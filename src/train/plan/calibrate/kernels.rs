@@ -231,7 +231,7 @@ pub(super) fn spmm_points<B: Backend>(be: &B, timer: KernelTimer) -> (Vec<[f64; 
     let mut dense = Array2::<f32>::zeros((rows, cols));
     let columns = zipf_columns(rows * per_row, cols);
     for (k, &j) in columns.iter().enumerate() {
-        // Repeated draws within a row are one non-zero (the count below is of the stored).
+        // Repeated draws within a row make one non-zero; the points count the stored ones.
         dense[(k / per_row, j)] = 1.0;
     }
     let dev = be.upload(dense.view());
