@@ -10,18 +10,26 @@ use crate::graph::NodeId;
 use ndarray::Array2;
 
 /// Points of a collective over `group` (when this rank is in it) for every message size;
-/// ranks outside the group take part in the timing's barrier and maximum only.
-pub(super) fn comm_points(
+/// ranks outside the group take part in the timing's barrier and maximum only. `prepare`
+/// makes a point's buffers before its timed runs: a step's collectives run on buffers it
+/// already holds (the gradients, the rows it sends), so making them is not the operator's
+/// time. On the 2-core Zen 3 VM a 16 MiB allreduce that made its buffer (`vec!`, as the
+/// points were timed before format 33) took 6.8-8.0 ms where the same call on a held buffer
+/// took 5.1-6.4 (medians of 9 interleaved runs, six sweeps); at 4 MiB and below the two were
+/// within a run's noise.
+pub(super) fn comm_points<S>(
     world: &World,
     group: Option<&Group>,
-    op: impl Fn(&Group, usize),
+    prepare: impl Fn(&Group, usize) -> S,
+    op: impl Fn(&Group, &mut S),
 ) -> Vec<[f64; 2]> {
     MESSAGE_BYTES
         .iter()
         .map(|&bytes| {
+            let mut state = group.map(|g| prepare(g, bytes));
             let s = time_point(world, || {
-                if let Some(g) = group {
-                    op(g, bytes)
+                if let (Some(g), Some(state)) = (group, state.as_mut()) {
+                    op(g, state)
                 }
             });
             [bytes as f64, s]

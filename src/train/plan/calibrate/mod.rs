@@ -264,10 +264,12 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
     put(
         "allreduce",
         if multi {
-            comm_points(world, Some(world), |g, bytes| {
-                let mut buf = vec![1.0f32; bytes / 4];
-                g.allreduce_sum_f32(&mut buf);
-            })
+            comm_points(
+                world,
+                Some(world),
+                |_, bytes| vec![1.0f32; bytes / 4],
+                |g, buf| g.allreduce_sum_f32(buf),
+            )
         } else {
             vec![]
         },
@@ -276,10 +278,14 @@ fn sweep<B: Backend>(be: &B, world: &World, share: CoreShare) -> Sweep {
         "allgatherv",
         if multi {
             // `bytes` is what each rank receives in all.
-            comm_points(world, Some(world), |g, bytes| {
-                let mine = vec![1.0f32; bytes / 4 / g.size()];
-                let _ = g.allgatherv("calibrate", &mine);
-            })
+            comm_points(
+                world,
+                Some(world),
+                |g, bytes| vec![1.0f32; bytes / 4 / g.size()],
+                |g, mine| {
+                    let _ = g.allgatherv("calibrate", mine);
+                },
+            )
         } else {
             vec![]
         },

@@ -53,8 +53,9 @@ pub use fit::Fit;
 /// factors of a block, `gcn_norm`, and the `gather_sparse` of CSR rows timed from evicted
 /// caches on a host backend where every rank has cores of its own, 31 the backward's
 /// transposed aggregation, `aggregate_transpose`, 32 the sparse products over columns drawn
-/// by Zipf's law, as a bag-of-words matrix's are.)
-pub const FORMAT: u32 = 32;
+/// by Zipf's law, as a bag-of-words matrix's are, 33 the `allreduce` and `allgatherv` timed on
+/// buffers made before the timed runs, as a step's gradients are.)
+pub const FORMAT: u32 = 33;
 
 /// Dense products `m×k · k×n` of the shapes layers use, each into a newly allocated output as a
 /// layer's are: square-ish ones, bound by their flops (2·m·k·n), and skinny ones (a layer into
