@@ -172,14 +172,14 @@ fn sparse_product_columns_are_drawn_by_zipfs_law() {
 
 /// A collective's point is timed on buffers made before its runs, once a point and of its
 /// size: a step runs its allreduce on gradients it holds, and making a fresh buffer in the
-/// timed call priced a 16 MiB allreduce at 1.25-1.4× the call itself.
+/// timed call priced a 16 MiB allreduce at 1.2-1.4× the call itself.
 #[test]
 fn collectives_are_timed_on_buffers_made_before_their_runs() {
     use std::cell::{Cell, RefCell};
     let world = World::solo();
     let made = RefCell::new(vec![]);
     let runs = Cell::new(0usize);
-    let points = super::comm::comm_points(
+    let points = comm_points(
         &world,
         Some(&world),
         |_, bytes| {
