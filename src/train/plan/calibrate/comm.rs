@@ -52,34 +52,36 @@ pub(super) fn row_exchange_points(
     group: Option<&Group>,
     width: usize,
 ) -> Vec<[f64; 2]> {
-    MESSAGE_BYTES
-        .iter()
-        .map(|&bytes| {
-            let prepared = group.map(|g| {
-                let (ranks, peers) = (g.size(), g.size().saturating_sub(1).max(1));
-                let wanted_rows = (bytes / 4 / width).max(1);
-                let held = 2 * wanted_rows;
-                let offsets: Vec<u64> = (0..=ranks).map(|r| (r * held) as u64).collect();
-                let wanted: Vec<NodeId> = (0..wanted_rows)
-                    .map(|i| {
-                        let owner = (g.rank() + 1 + i % peers) % ranks;
-                        let row = (i as u64 * 2_654_435_761) % held as u64;
-                        (offsets[owner] + row) as NodeId
-                    })
-                    .collect();
-                (offsets, wanted, Array2::from_elem((held, width), 1.0f32))
-            });
-            let s = time_point(world, || {
-                if let (Some(g), Some((offsets, wanted, local))) = (group, &prepared) {
-                    let plan = RowExchange::new(g, offsets, wanted);
-                    let rows = plan.forward(g, "calibrate", local.view());
-                    let mut grads = Array2::zeros(local.dim());
-                    plan.backward(g, "calibrate", rows.view(), &mut grads);
-                }
-            });
-            // Two calls: the rows out and their gradients back.
-            [bytes as f64, s / 2.0]
-        })
+    let prepare = |g: &Group, bytes: usize| {
+        let (ranks, peers) = (g.size(), g.size().saturating_sub(1).max(1));
+        let wanted_rows = (bytes / 4 / width).max(1);
+        let held = 2 * wanted_rows;
+        let offsets: Vec<u64> = (0..=ranks).map(|r| (r * held) as u64).collect();
+        let wanted: Vec<NodeId> = (0..wanted_rows)
+            .map(|i| {
+                let owner = (g.rank() + 1 + i % peers) % ranks;
+                let row = (i as u64 * 2_654_435_761) % held as u64;
+                (offsets[owner] + row) as NodeId
+            })
+            .collect();
+        (offsets, wanted, Array2::from_elem((held, width), 1.0f32))
+    };
+    let exchange =
+        |g: &Group, (offsets, wanted, local): &mut (Vec<u64>, Vec<NodeId>, Array2<f32>)| {
+            let plan = RowExchange::new(g, offsets, wanted);
+            let rows = plan.forward(g, "calibrate", local.view());
+            let mut grads = Array2::zeros(local.dim());
+            plan.backward(g, "calibrate", rows.view(), &mut grads);
+        };
+    one_call_each(comm_points(world, group, prepare, exchange))
+}
+
+/// Points of operators timed as a call and its reverse (rows out, gradients back): half the
+/// time is one call's.
+fn one_call_each(points: Vec<[f64; 2]>) -> Vec<[f64; 2]> {
+    points
+        .into_iter()
+        .map(|[bytes, s]| [bytes, s / 2.0])
         .collect()
 }
 
@@ -96,38 +98,30 @@ pub(super) fn partial_sums_points<B: Backend>(
     group: Option<&Group>,
 ) -> Vec<[f64; 2]> {
     const WIDTH: usize = 256;
-    MESSAGE_BYTES
-        .iter()
-        .map(|&bytes| {
-            let counts = group.map(|g| {
-                let peers = g.size().saturating_sub(1).max(1);
-                let per_peer = (bytes / 4 / WIDTH / peers).max(1);
-                let rows: Vec<usize> = (0..g.size())
-                    .map(|r| if r == g.rank() { 0 } else { per_peer })
-                    .collect();
-                // Peer `p`'s `i`-th row adds into destination `i`, as SNP's virtual
-                // destinations are grouped by owner, then by destination.
-                let dst: Vec<u32> = (0..peers * per_peer)
-                    .map(|i| (i % per_peer) as u32)
-                    .collect();
-                (rows, dst, per_peer)
-            });
-            let s = time_point(world, || {
-                if let (Some(g), Some((rows, dst, num_dst))) = (group, &counts) {
-                    let ready = be.zeros(dst.len(), WIDTH);
-                    let received = alltoallv_rows_on(g, be, "calibrate", ready, rows, rows);
-                    let mut sums = be.zeros(*num_dst, WIDTH);
-                    be.scatter_add_rows(be.view_mut(&mut sums), dst, be.view(&received));
-                    let grads = be.gather_rows(be.view(&sums), dst);
-                    let back = alltoallv_rows_on(g, be, "calibrate", grads, rows, rows);
-                    // A one-row read waits for the device's queued work.
-                    let _ = be.download(be.rows(be.view(&back), 0..1));
-                }
-            });
-            // Two calls: the sums out and their gradients back.
-            [bytes as f64, s / 2.0]
-        })
-        .collect()
+    let prepare = |g: &Group, bytes: usize| {
+        let peers = g.size().saturating_sub(1).max(1);
+        let per_peer = (bytes / 4 / WIDTH / peers).max(1);
+        let rows: Vec<usize> = (0..g.size())
+            .map(|r| if r == g.rank() { 0 } else { per_peer })
+            .collect();
+        // Peer `p`'s `i`-th row adds into destination `i`, as SNP's virtual destinations are
+        // grouped by owner, then by destination.
+        let dst: Vec<u32> = (0..peers * per_peer)
+            .map(|i| (i % per_peer) as u32)
+            .collect();
+        (rows, dst, per_peer)
+    };
+    let exchange = |g: &Group, (rows, dst, num_dst): &mut (Vec<usize>, Vec<u32>, usize)| {
+        let ready = be.zeros(dst.len(), WIDTH);
+        let received = alltoallv_rows_on(g, be, "calibrate", ready, rows, rows);
+        let mut sums = be.zeros(*num_dst, WIDTH);
+        be.scatter_add_rows(be.view_mut(&mut sums), dst, be.view(&received));
+        let grads = be.gather_rows(be.view(&sums), dst);
+        let back = alltoallv_rows_on(g, be, "calibrate", grads, rows, rows);
+        // A one-row read waits for the device's queued work.
+        let _ = be.download(be.rows(be.view(&back), 0..1));
+    };
+    one_call_each(comm_points(world, group, prepare, exchange))
 }
 
 /// The points of a collective operator over the world and over each rank's node

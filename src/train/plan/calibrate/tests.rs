@@ -175,7 +175,7 @@ fn sparse_product_columns_are_drawn_by_zipfs_law() {
 /// timed call priced a 16 MiB allreduce at 1.2-1.4× the call itself.
 #[test]
 fn collectives_are_timed_on_buffers_made_before_their_runs() {
-    use std::cell::{Cell, RefCell};
+    use std::cell::Cell;
     let world = World::solo();
     let made = RefCell::new(vec![]);
     let runs = Cell::new(0usize);
