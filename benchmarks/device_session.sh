@@ -48,6 +48,7 @@ STEPS="${STEPS:-tests auto-cuda auto-cpu block threads gdp gpu}"
 TESTS_DIR="${TESTS_DIR:-$ROOT/.gpu/tests}"
 export GNNPAR="${GNNPAR:-$ROOT/target/release/gnnpar}"
 START=$SECONDS
+DEADLINE=$(($(date +%s) + BUDGET))
 mkdir -p "$OUT"
 LOG="$OUT/session.log"
 CORES=$(nproc)
@@ -113,10 +114,14 @@ capped() {
 }
 
 # run_auto DEVICE RANKS [CAP]: auto.sh's grid of the AUTO_* cases on DEVICE ranks (stopped
-# after CAP seconds where given) into $OUT/auto-DEVICE, with the rank counts' calibrations
+# after CAP seconds where given, and at the budget's end) into $OUT/auto-DEVICE, with the rank counts' calibrations
 # beside it (their operators are what the planner would be refitted to).
 run_auto() {
     local device=$1 ranks=$2 cap=${3:-0} rc=0 out="$OUT/auto-$1"
+    # Never past the session's budget: the step's own timeout cannot reach a grid that runs
+    # in a session of its own.
+    local left=$((DEADLINE - $(date +%s) - 5))
+    if ((cap == 0 || cap > left)); then cap=$((left > 1 ? left : 1)); fi
     mkdir -p "$out" "$AUTO_WORK"
     # STEPS is this script's list of steps where auto.sh reads it as steps per run.
     capped "$cap" env DEVICE="$device" RANKS="$ranks" DATASETS="$AUTO_DATASETS" \
@@ -170,7 +175,7 @@ AUTO_CUDA_RANKS="${AUTO_CUDA_RANKS:-2 4}"
 AUTO_CPU_RANKS="${AUTO_CPU_RANKS:-4}"
 AUTO_CUDA_CAP="${AUTO_CUDA_CAP:-300}"
 AUTO_WORK="${AUTO_WORK:-/tmp/gnnpar-auto-work}"
-export OUT TESTS_DIR HOST_LABEL CORES AUTO_DATASETS AUTO_MODELS AUTO_HIDDEN AUTO_CUDA_RANKS \
+export OUT TESTS_DIR HOST_LABEL CORES DEADLINE AUTO_DATASETS AUTO_MODELS AUTO_HIDDEN AUTO_CUDA_RANKS \
     AUTO_CPU_RANKS AUTO_CUDA_CAP AUTO_WORK
 export -f run_tests capped run_auto run_auto_cuda run_auto_cpu run_block run_threads run_gdp run_gpu
 say "device session on $HOST_LABEL: steps '$STEPS', budget ${BUDGET}s, results in $OUT"
