@@ -91,7 +91,7 @@ run_tests() {
 }
 
 # capped SECONDS COMMAND...: COMMAND in a session of its own, every process of which is
-# stopped after SECONDS (0: never); status 124 when it was. (A `timeout` around auto.sh would
+# stopped after SECONDS; status 124 when it was. (A `timeout` around auto.sh would
 # stop it, but not the runs it started: each of those runs under a `timeout` of its own, in
 # its own process group.)
 capped() {
@@ -100,7 +100,7 @@ capped() {
     setsid "$@" &
     pid=$!
     while kill -0 "$pid" 2>/dev/null; do
-        if ((cap > 0 && waited >= cap)); then
+        if ((waited >= cap)); then
             pkill -TERM -s "$pid"
             sleep 3
             pkill -KILL -s "$pid"
@@ -114,14 +114,16 @@ capped() {
 }
 
 # run_auto DEVICE RANKS [CAP]: auto.sh's grid of the AUTO_* cases on DEVICE ranks (stopped
-# after CAP seconds where given, and at the budget's end) into $OUT/auto-DEVICE, with the rank counts' calibrations
-# beside it (their operators are what the planner would be refitted to).
+# after CAP seconds where given, and at the budget's end) into $OUT/auto-DEVICE, with the
+# rank counts' calibrations beside it (their operators are what the planner would be
+# refitted to).
 run_auto() {
-    local device=$1 ranks=$2 cap=${3:-0} rc=0 out="$OUT/auto-$1"
     # Never past the session's budget: the step's own timeout cannot reach a grid that runs
     # in a session of its own.
     local left=$((DEADLINE - $(date +%s) - 5))
-    if ((cap == 0 || cap > left)); then cap=$((left > 1 ? left : 1)); fi
+    ((left > 1)) || left=1
+    local device=$1 ranks=$2 cap=${3:-$left} rc=0 out="$OUT/auto-$1"
+    ((cap < left)) || cap=$left
     mkdir -p "$out" "$AUTO_WORK"
     # STEPS is this script's list of steps where auto.sh reads it as steps per run.
     capped "$cap" env DEVICE="$device" RANKS="$ranks" DATASETS="$AUTO_DATASETS" \
